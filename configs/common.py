@@ -1,0 +1,107 @@
+"""Shared config pieces: argument parsing and the default sections."""
+
+import ml_collections
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  """Parses `'model=demo,runlocal'` style config arguments.
+
+  Each default's type decides how its value is read; a bare name sets a bool
+  default to True. Unknown names are an error, so typos do not pass silently.
+
+  Args:
+    arg: the text after ':' in `--config=file.py:arg`, or None.
+    **defaults: names and default values.
+
+  Returns:
+    A ConfigDict with every default, overridden by `arg`.
+  """
+  out = ml_collections.ConfigDict(defaults)
+  for part in filter(None, (arg or '').split(',')):
+    name, sep, value = part.partition('=')
+    if name not in defaults:
+      raise ValueError(
+          f'config argument {name!r} is not one of {sorted(defaults)}'
+      )
+    kind = type(defaults[name])
+    if kind is bool:
+      out[name] = (not sep) or value.lower() in ('1', 'true', 'yes')
+    else:
+      out[name] = kind(value)
+  return out
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Every section with its defaults; experiment files override parts."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.total_steps = 200
+  c.log_every = 10
+
+  c.model = ml_collections.ConfigDict()
+  c.model.preset = 'demo'
+  c.model.dtype = 'float32'
+  c.model.param_dtype = 'float32'
+
+  c.task = ml_collections.ConfigDict()
+  c.task.name = 'arithmetic'
+  c.task.min_digits = 1
+  c.task.max_digits = 3
+  c.task.ops = '+'
+  c.task.carries = 'any'
+  c.task.num_train = 20_000
+  c.task.num_eval = 256
+  c.task.seed = 0
+  c.task.verifier = 'exact_match'
+
+  c.rollout = ml_collections.ConfigDict()
+  c.rollout.batch_size = 16
+  c.rollout.group_size = 8
+  c.rollout.round_size = 16
+  c.rollout.max_rounds = 8
+  c.rollout.surplus = 'carry'
+  c.rollout.max_prompt_len = 12
+  c.rollout.max_new_tokens = 6
+  c.rollout.temperature = 1.0
+  c.rollout.top_k = 0
+  c.rollout.top_p = 1.0
+  c.rollout.easy_threshold = 1.0
+  c.rollout.hard_threshold = 0.0
+
+  c.sampler = ml_collections.ConfigDict()
+  c.sampler.policy = 'none'
+
+  c.rl = ml_collections.ConfigDict()
+  c.rl.advantage = 'grpo'
+  c.rl.loss_agg = 'token_mean'
+  c.rl.eps_low = 0.2
+  c.rl.eps_high = 0.28
+  c.rl.beta = 0.0
+  c.rl.num_iterations = 1
+  c.rl.num_minibatches = 1
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.learning_rate = 1e-3
+  c.optim.warmup_steps = 10
+  c.optim.schedule = 'constant'
+  c.optim.max_grad_norm = 1.0
+  c.optim.weight_decay = 0.0
+
+  c.warmstart = ml_collections.ConfigDict()
+  c.warmstart.enabled = True
+  c.warmstart.max_steps = 4000
+  c.warmstart.batch_size = 64
+  c.warmstart.learning_rate = 3e-3
+  c.warmstart.target_pass_rate = 0.3
+  c.warmstart.check_every = 100
+  c.warmstart.check_examples = 64
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every = 50
+  c.eval.num_samples = 4
+  c.eval.temperature = 1.0
+
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.every = 100
+  c.checkpoint.max_to_keep = 2
+  return c

@@ -1,0 +1,282 @@
+"""Turns an ml-collections ConfigDict into validated, frozen dataclasses.
+
+Library code never sees the ConfigDict: `train.py` calls `from_config_dict`
+once, before anything is compiled, and passes the sections (or plain values)
+on. Every check names the full config key it rejects. Defaults live in one
+place, `configs/common.py:base_config`; the dataclasses here only declare and
+check.
+"""
+
+import dataclasses
+from typing import Any, ClassVar
+
+import ml_collections
+
+ADVANTAGES = ('grpo', 'dr_grpo', 'rloo')
+LOSS_AGGS = ('token_mean', 'seq_mean_token_mean', 'dr_grpo')
+POLICIES = ('none',)
+SCHEDULES = ('constant', 'cosine')
+SURPLUS = ('drop', 'carry')
+DTYPES = ('float32', 'bfloat16')
+TASKS = ('arithmetic',)
+
+
+class ConfigError(ValueError):
+  """A config value is invalid; the message names the key."""
+
+
+class _Section:
+  """Base for config sections: `_check` raises ConfigError naming the key."""
+
+  SECTION: ClassVar[str] = ''
+
+  def _check(self, ok: bool, key: str, message: str) -> None:
+    if not ok:
+      name = f'{self.SECTION}.{key}' if self.SECTION else key
+      raise ConfigError(f'{name}={getattr(self, key)!r}: {message}')
+
+  def _one_of(self, key: str, choices: tuple[str, ...]) -> None:
+    self._check(getattr(self, key) in choices, key, f'must be one of {choices}')
+
+  def _positive(self, *keys: str) -> None:
+    for key in keys:
+      self._check(getattr(self, key) > 0, key, 'must be > 0')
+
+  def _non_negative(self, *keys: str) -> None:
+    for key in keys:
+      self._check(getattr(self, key) >= 0, key, 'must be >= 0')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelSection(_Section):
+  SECTION: ClassVar[str] = 'model'
+  preset: str
+  dtype: str
+  param_dtype: str
+
+  def __post_init__(self):
+    self._one_of('dtype', DTYPES)
+    self._one_of('param_dtype', DTYPES)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TaskSection(_Section):
+  SECTION: ClassVar[str] = 'task'
+  name: str
+  min_digits: int
+  max_digits: int
+  ops: str
+  carries: str
+  num_train: int
+  num_eval: int
+  seed: int
+  verifier: str
+
+  def __post_init__(self):
+    self._one_of('name', TASKS)
+    self._check(1 <= self.min_digits <= 9, 'min_digits', 'must be in [1, 9]')
+    self._check(
+        self.min_digits <= self.max_digits <= 9, 'max_digits',
+        'must be in [task.min_digits, 9]',
+    )
+    self._check(
+        bool(self.ops) and set(self.ops) <= set('+-*'), 'ops',
+        "must be a non-empty string of '+', '-', '*'",
+    )
+    self._one_of('carries', ('any', 'none', 'required'))
+    self._positive('num_train', 'num_eval')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RolloutSection(_Section):
+  SECTION: ClassVar[str] = 'rollout'
+  batch_size: int
+  group_size: int
+  round_size: int
+  max_rounds: int
+  surplus: str
+  max_prompt_len: int
+  max_new_tokens: int
+  temperature: float
+  top_k: int
+  top_p: float
+  easy_threshold: float
+  hard_threshold: float
+
+  def __post_init__(self):
+    self._positive('batch_size', 'round_size', 'max_rounds', 'max_prompt_len')
+    self._check(self.group_size >= 2, 'group_size',
+                'must be >= 2 (advantages compare completions in a group)')
+    self._check(self.max_new_tokens >= 1, 'max_new_tokens', 'must be >= 1')
+    self._one_of('surplus', SURPLUS)
+    self._non_negative('temperature', 'top_k')
+    self._check(0.0 < self.top_p <= 1.0, 'top_p', 'must be in (0, 1]')
+    self._check(0.0 <= self.hard_threshold < self.easy_threshold <= 1.0,
+                'easy_threshold',
+                'needs 0 <= rollout.hard_threshold < easy_threshold <= 1')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SamplerSection(_Section):
+  SECTION: ClassVar[str] = 'sampler'
+  policy: str
+
+  def __post_init__(self):
+    self._one_of('policy', POLICIES)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RLSection(_Section):
+  SECTION: ClassVar[str] = 'rl'
+  advantage: str
+  loss_agg: str
+  eps_low: float
+  eps_high: float
+  beta: float
+  num_iterations: int
+  num_minibatches: int
+
+  def __post_init__(self):
+    self._one_of('advantage', ADVANTAGES)
+    self._one_of('loss_agg', LOSS_AGGS)
+    self._non_negative('eps_low', 'eps_high', 'beta')
+    self._check(self.eps_low < 1.0, 'eps_low', 'must be < 1')
+    self._positive('num_iterations', 'num_minibatches')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimSection(_Section):
+  SECTION: ClassVar[str] = 'optim'
+  learning_rate: float
+  warmup_steps: int
+  schedule: str
+  max_grad_norm: float
+  weight_decay: float
+
+  def __post_init__(self):
+    self._positive('learning_rate', 'max_grad_norm')
+    self._non_negative('warmup_steps', 'weight_decay')
+    self._one_of('schedule', SCHEDULES)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WarmStartSection(_Section):
+  SECTION: ClassVar[str] = 'warmstart'
+  enabled: bool
+  max_steps: int
+  batch_size: int
+  learning_rate: float
+  target_pass_rate: float
+  check_every: int
+  check_examples: int
+
+  def __post_init__(self):
+    self._non_negative('max_steps')
+    self._positive('batch_size', 'learning_rate', 'check_every',
+                   'check_examples')
+    self._check(0.0 <= self.target_pass_rate <= 1.0, 'target_pass_rate',
+                'must be in [0, 1]')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalSection(_Section):
+  SECTION: ClassVar[str] = 'eval'
+  every: int
+  num_samples: int
+  temperature: float
+
+  def __post_init__(self):
+    self._non_negative('every', 'temperature')
+    self._positive('num_samples')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointSection(_Section):
+  SECTION: ClassVar[str] = 'checkpoint'
+  every: int
+  max_to_keep: int
+
+  def __post_init__(self):
+    self._non_negative('every')
+    self._positive('max_to_keep')
+
+
+_SECTIONS: dict[str, type[_Section]] = {
+    'model': ModelSection,
+    'task': TaskSection,
+    'rollout': RolloutSection,
+    'sampler': SamplerSection,
+    'rl': RLSection,
+    'optim': OptimSection,
+    'warmstart': WarmStartSection,
+    'eval': EvalSection,
+    'checkpoint': CheckpointSection,
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config(_Section):
+  """The whole run's configuration."""
+
+  seed: int
+  total_steps: int
+  log_every: int
+  model: ModelSection
+  task: TaskSection
+  rollout: RolloutSection
+  sampler: SamplerSection
+  rl: RLSection
+  optim: OptimSection
+  warmstart: WarmStartSection
+  eval: EvalSection
+  checkpoint: CheckpointSection
+
+  def __post_init__(self):
+    self._check(self.total_steps >= 0, 'total_steps', 'must be >= 0')
+    self._positive('log_every')
+    B, G = self.rollout.batch_size, self.rollout.group_size
+    self.rl._check(
+        (B * G) % self.rl.num_minibatches == 0, 'num_minibatches',
+        f'must divide rollout.batch_size * rollout.group_size = {B * G}',
+    )
+
+
+def _fields(cls: type) -> set[str]:
+  return {f.name for f in dataclasses.fields(cls)}
+
+
+def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+  unknown = sorted(set(values) - _fields(cls))
+  if unknown:
+    known = ', '.join(sorted(_fields(cls)))
+    raise ConfigError(
+        f'unknown config key {where}{unknown[0]} (known in '
+        f'{where.rstrip(".") or "the top level"}: {known})'
+    )
+  missing = sorted(_fields(cls) - set(values))
+  if missing:
+    raise ConfigError(f'config key {where}{missing[0]} is missing')
+  return cls(**values)
+
+
+def from_config_dict(cfg: ml_collections.ConfigDict | dict) -> Config:
+  """Validates a ConfigDict and returns the frozen Config.
+
+  Raises:
+    ConfigError: naming the first unknown or invalid key.
+  """
+  values = cfg.to_dict() if isinstance(cfg, ml_collections.ConfigDict) else dict(cfg)
+  top = {}
+  for key, value in values.items():
+    if key in _SECTIONS:
+      if not isinstance(value, dict):
+        raise ConfigError(f'config key {key} must be a section, got {value!r}')
+      top[key] = _build(_SECTIONS[key], value, f'{key}.')
+    else:
+      top[key] = value
+  return _build(Config, top, '')
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+  """The resolved config as plain data (for logs and checkpoints)."""
+  return dataclasses.asdict(cfg)

@@ -1,0 +1,154 @@
+"""The built-in verifiable task: synthetic arithmetic with difficulty levels.
+
+Problems look like `47+385=` with answer `432`. Each example is generated from
+`(seed, index)` alone, so a dataset of any size is reproducible without files,
+and example ids (`<name>/<index>`) are stable across runs.
+"""
+
+from collections.abc import Sequence
+import dataclasses
+
+import numpy as np
+
+from jaxgrpo.typing import Example
+
+_OPS = ('+', '-', '*')
+_CARRIES = ('any', 'none', 'required')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ArithmeticSpec:
+  """Which problems a synthetic arithmetic dataset holds.
+
+  Attributes:
+    min_digits: fewest digits of an operand.
+    max_digits: most digits of an operand.
+    ops: operators to draw from, e.g. '+' or '+-'.
+    carries: 'any', 'none' (no carry or borrow anywhere) or 'required' (at
+      least one); only constrains '+' and '-' problems.
+    seed: generation seed; different seeds give different problems.
+  """
+
+  min_digits: int = 1
+  max_digits: int = 3
+  ops: str = '+'
+  carries: str = 'any'
+  seed: int = 0
+
+  def __post_init__(self):
+    if not 1 <= self.min_digits <= self.max_digits <= 9:
+      raise ValueError(
+          'arithmetic digits need 1 <= min_digits <= max_digits <= 9, got '
+          f'min_digits={self.min_digits} max_digits={self.max_digits}'
+      )
+    if not self.ops or any(op not in _OPS for op in self.ops):
+      raise ValueError(f'arithmetic ops must be drawn from {_OPS}, got {self.ops!r}')
+    if self.carries not in _CARRIES:
+      raise ValueError(
+          f'arithmetic carries must be one of {_CARRIES}, got {self.carries!r}'
+      )
+
+
+def count_carries(a: int, b: int, op: str) -> int:
+  """Number of digit positions that carry (for '+') or borrow (for '-')."""
+  if op not in '+-':
+    return 0
+  count, carry = 0, 0
+  while a or b:
+    da, db = a % 10, b % 10
+    if op == '+':
+      carry = int(da + db + carry >= 10)
+    else:
+      carry = int(da - db - carry < 0)
+    count += carry
+    a, b = a // 10, b // 10
+  return count
+
+
+def _operand(rng: np.random.Generator, spec: ArithmeticSpec) -> int:
+  digits = int(rng.integers(spec.min_digits, spec.max_digits + 1))
+  low = 0 if digits == 1 else 10 ** (digits - 1)
+  return int(rng.integers(low, 10**digits))
+
+
+def make_problem(spec: ArithmeticSpec, index: int) -> tuple[int, str, int]:
+  """Deterministically draws problem `index`: returns (a, op, b)."""
+  rng = np.random.default_rng([spec.seed, index])
+  for _ in range(1000):
+    op = spec.ops[int(rng.integers(len(spec.ops)))]
+    a, b = _operand(rng, spec), _operand(rng, spec)
+    if op == '-' and b > a:
+      a, b = b, a
+    carries = count_carries(a, b, op)
+    if (
+        spec.carries == 'any'
+        or (spec.carries == 'none' and carries == 0)
+        or (spec.carries == 'required' and carries > 0)
+    ):
+      return a, op, b
+  raise ValueError(f'arithmetic: no problem satisfies {spec}')
+
+
+def _solve(a: int, op: str, b: int) -> int:
+  return a + b if op == '+' else a - b if op == '-' else a * b
+
+
+def make_examples(
+    spec: ArithmeticSpec,
+    indices: Sequence[int] | range,
+    *,
+    name: str = 'arithmetic',
+) -> list[Example]:
+  """Builds examples for the given problem indices of a dataset.
+
+  Args:
+    spec: which problems.
+    indices: problem indices; ids are `f'{name}/{index}'`.
+    name: dataset name, also the id prefix.
+
+  Returns:
+    Examples whose subset label is the operand digit count, e.g. '3d'.
+  """
+  out = []
+  for i in indices:
+    a, op, b = make_problem(spec, i)
+    digits = max(len(str(a)), len(str(b)))
+    out.append(
+        Example(
+            id=f'{name}/{i}',
+            prompt=f'{a}{op}{b}=',
+            answer=str(_solve(a, op, b)),
+            dataset=name,
+            subset=f'{digits}d',
+        )
+    )
+  return out
+
+
+def split_train_eval(
+    spec: ArithmeticSpec, num_train: int, num_eval: int, *, name: str
+) -> tuple[list[Example], list[Example]]:
+  """A train set and a held-out eval set with no prompt in common.
+
+  Eval problems are drawn from indices after the train range; any whose
+  prompt also occurs in the train set is skipped (and the next index used),
+  so held-out accuracy never measures memorised training prompts.
+  """
+  train = make_examples(spec, range(num_train), name=name)
+  seen = {ex.prompt for ex in train}
+  held_out: list[Example] = []
+  index = num_train
+  limit = num_train + 100 * max(num_eval, 1)
+  while len(held_out) < num_eval and index < limit:
+    (ex,) = make_examples(spec, [index], name=name)
+    if ex.prompt not in seen:
+      held_out.append(ex)
+      seen.add(ex.prompt)
+    index += 1
+  if len(held_out) < num_eval:
+    raise ValueError(
+        f'arithmetic dataset {name!r}: only {len(held_out)} held-out problems '
+        f'differ from the {num_train} training problems (wanted {num_eval}); '
+        'widen the digit range or shrink num_train'
+    )
+  return train, held_out

@@ -1,0 +1,94 @@
+"""Tokenizers and batch encoding of prompts into left-padded arrays."""
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class Tokenizer(Protocol):
+  """What the generator, learner and verifiers need from a tokenizer."""
+
+  vocab_size: int
+  pad_id: int
+  bos_id: int
+  eos_id: int
+
+  def encode(self, text: str) -> list[int]:
+    ...
+
+  def decode(self, ids: Sequence[int]) -> str:
+    ...
+
+
+class PromptTooLongError(ValueError):
+  """A prompt does not fit `max_prompt_len` tokens."""
+
+
+class CharTokenizer:
+  """A character-level tokenizer for the built-in synthetic tasks.
+
+  Ids 0-2 are PAD, BOS and EOS; each character of `alphabet` gets one id after
+  them. The vocabulary is padded to a multiple of 8 so the embedding table has
+  a friendly shape.
+  """
+
+  PAD, BOS, EOS = 0, 1, 2
+
+  def __init__(self, alphabet: str = '0123456789+-*=() ?,.abcdefghijklmnopqrstuvwxyz'):
+    if len(set(alphabet)) != len(alphabet):
+      raise ValueError(f'tokenizer alphabet has repeated characters: {alphabet!r}')
+    self.alphabet = alphabet
+    self._ids = {c: i + 3 for i, c in enumerate(alphabet)}
+    self.vocab_size = -(-(len(alphabet) + 3) // 8) * 8
+    self.pad_id, self.bos_id, self.eos_id = self.PAD, self.BOS, self.EOS
+
+  def encode(self, text: str) -> list[int]:
+    try:
+      return [self._ids[c] for c in text]
+    except KeyError as e:
+      raise ValueError(
+          f'character {e.args[0]!r} in {text!r} is not in the tokenizer '
+          f'alphabet {self.alphabet!r}'
+      ) from None
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """Decodes up to the first EOS; PAD and BOS are dropped."""
+    out = []
+    for i in ids:
+      i = int(i)
+      if i == self.EOS:
+        break
+      if i >= 3 and i - 3 < len(self.alphabet):
+        out.append(self.alphabet[i - 3])
+    return ''.join(out)
+
+
+def encode_prompts(
+    tokenizer: Tokenizer, prompts: Sequence[str], max_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """Encodes prompts (BOS first) into a left-padded batch.
+
+  Args:
+    tokenizer: the tokenizer.
+    prompts: R prompt texts.
+    max_len: P, the padded prompt length.
+
+  Returns:
+    tokens [R, P] int32 and mask [R, P] bool (True on real tokens).
+
+  Raises:
+    PromptTooLongError: a prompt needs more than `max_len` tokens.
+  """
+  tokens = np.full((len(prompts), max_len), tokenizer.pad_id, np.int32)
+  mask = np.zeros((len(prompts), max_len), bool)
+  for r, text in enumerate(prompts):
+    ids = [tokenizer.bos_id] + tokenizer.encode(text)
+    if len(ids) > max_len:
+      raise PromptTooLongError(
+          f'prompt {text!r} is {len(ids)} tokens, longer than '
+          f'rollout.max_prompt_len={max_len}'
+      )
+    tokens[r, max_len - len(ids):] = ids
+    mask[r, max_len - len(ids):] = True
+  return tokens, mask

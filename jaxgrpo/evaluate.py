@@ -1,0 +1,67 @@
+"""Held-out accuracy: mean@k of sampled completions, overall and per subset."""
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.typing import Example, PyTree
+from jaxgrpo.verifiers import base as verifiers_base
+
+
+def sample_rewards(
+    generator: Generator,
+    params: PyTree,
+    tokenizer: tokenizer_lib.Tokenizer,
+    examples: Sequence[Example],
+    verify: Callable[[str, Example], float],
+    rng: jax.Array,
+    *,
+    max_prompt_len: int,
+    chunk_size: int = 64,
+) -> np.ndarray:
+  """Rewards [E, k] of k = generator.num_samples completions per example.
+
+  Examples go through the generator in chunks of one fixed size (the last
+  padded by repetition), so evaluation compiles once.
+  """
+  k = generator.num_samples
+  out = np.zeros((len(examples), k), np.float32)
+  for start in range(0, len(examples), chunk_size):
+    chunk = list(examples[start:start + chunk_size])
+    n = len(chunk)
+    chunk += [chunk[i % n] for i in range(chunk_size - n)]
+    tokens, mask = tokenizer_lib.encode_prompts(
+        tokenizer, [ex.prompt for ex in chunk], max_prompt_len
+    )
+    completions = jax.device_get(
+        generator.generate(params, tokens, mask, jax.random.fold_in(rng, start))
+    )
+    texts = [tokenizer.decode(row) for row in completions.tokens[:n * k]]
+    rewards, _ = verifiers_base.score_batch(
+        verify, texts, [ex for ex in chunk[:n] for _ in range(k)]
+    )
+    out[start:start + n] = rewards.reshape(n, k)
+  return out
+
+
+def accuracy_metrics(
+    examples: Sequence[Example], rewards_EK: np.ndarray, prefix: str = 'eval'
+) -> dict[str, float]:
+  """`{prefix}/accuracy/<dataset>` and per-subset `.../<dataset>/<subset>`.
+
+  Also `{prefix}/accuracy` over all examples and `{prefix}/pass_at_k`.
+  """
+  per_example = rewards_EK.mean(axis=1)
+  groups: dict[str, list[float]] = defaultdict(list)
+  for ex, acc in zip(examples, per_example):
+    groups[ex.dataset].append(acc)
+    if ex.subset:
+      groups[f'{ex.dataset}/{ex.subset}'].append(acc)
+  metrics = {f'{prefix}/accuracy/{k}': float(np.mean(v)) for k, v in sorted(groups.items())}
+  metrics[f'{prefix}/accuracy'] = float(per_example.mean())
+  metrics[f'{prefix}/pass_at_k'] = float((rewards_EK.max(axis=1) > 0).mean())
+  return metrics

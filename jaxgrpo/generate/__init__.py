@@ -1,0 +1,1 @@
+"""On-device generation: sampling strategies and the KV-cache sampler."""

@@ -1,0 +1,288 @@
+"""Batched generation with a KV cache: prefill once, decode in a while_loop.
+
+Prompts arrive left-padded, so every row's last prompt token sits at column
+P - 1 and every decode step writes one cache slot shared by all rows. Each
+prompt is prefilled once; its cache is then repeated G times (row b * G + g)
+and the G samples are decoded together.
+
+Einsum letters / suffixes follow `jaxgrpo.typing`: B prompts, P prompt
+length, N = B * G sequences, T generated length, S cache length, V vocab.
+"""
+
+import dataclasses
+import functools
+
+import flax.struct
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from jaxgrpo.generate.sampling import Sampling
+from jaxgrpo.model import attention
+from jaxgrpo.model.config import ModelConfig
+
+
+@flax.struct.dataclass(kw_only=True)
+class Completions:
+  """Generated continuations, prompt-major (row b * G + g).
+
+  Attributes:
+    tokens: [N, T] int32, generated ids; pad_id after the stop token.
+    logps: [N, T] float32, log-prob of each generated token at sampling time
+      (0 on padding).
+    mask: [N, T] bool, True on generated tokens, the stop token included.
+    lengths: [N] int32, generated tokens per row (stop token included).
+  """
+
+  tokens: jax.Array
+  logps: jax.Array
+  mask: jax.Array
+  lengths: jax.Array
+
+
+@flax.struct.dataclass(kw_only=True)
+class SamplingState:
+  """Decode loop carry. `step` tokens of every row are already sampled.
+
+  Attributes:
+    step: int32 scalar, tokens generated so far (the next column to fill).
+    cache_index: int32 scalar, cache slot for the key of `last_tokens`.
+    last_tokens: [N] int32, most recent sampled token, fed next.
+    positions: [N] int32, RoPE position of `last_tokens`.
+    key_mask: [N, S] bool, cache slots holding real keys.
+    cache: per-layer KV cache, each dict(k=[N, S, K, H], v=[N, S, K, H]).
+    tokens: [N, T] int32 output buffer, pad-filled.
+    logps: [N, T] float32 output buffer, zero-filled.
+    lengths: [N] int32, generated tokens per row so far.
+    done: [N] bool, rows that emitted a stop token.
+    rng: PRNG key; step t draws with fold_in(rng, t).
+  """
+
+  step: jax.Array
+  cache_index: jax.Array
+  last_tokens: jax.Array
+  positions: jax.Array
+  key_mask: jax.Array
+  cache: attention.Cache
+  tokens: jax.Array
+  logps: jax.Array
+  lengths: jax.Array
+  done: jax.Array
+  rng: jax.Array
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Generator:
+  """Samples `num_samples` completions per prompt with a KV cache.
+
+  Frozen and hashable: it is the static argument of the jitted prefill and
+  decode functions, so each (B, P) input shape compiles once per generator.
+
+  Attributes:
+    graphdef: Decoder graph definition (from `decoder.init_params`).
+    model_cfg: the Decoder's config.
+    sampling: token sampling strategy.
+    max_new_tokens: T, generated tokens per row at most.
+    num_samples: G, completions per prompt.
+    stop_tokens: ids that end a completion (kept, then padding).
+    pad_id: id written after a completion ends.
+  """
+
+  graphdef: nnx.GraphDef
+  model_cfg: ModelConfig
+  sampling: Sampling
+  max_new_tokens: int
+  num_samples: int = 1
+  stop_tokens: tuple[int, ...] = ()
+  pad_id: int = 0
+
+  def __post_init__(self):
+    if self.max_new_tokens < 1:
+      raise ValueError(
+          f'Generator.max_new_tokens must be >= 1, got {self.max_new_tokens}'
+      )
+    if self.num_samples < 1:
+      raise ValueError(
+          f'Generator.num_samples must be >= 1, got {self.num_samples}'
+      )
+    # A list would make the generator unhashable, hence unusable by jit.
+    object.__setattr__(
+        self, 'stop_tokens', tuple(int(t) for t in self.stop_tokens)
+    )
+    vocab = self.model_cfg.vocab_size
+    for name, ids in (('stop_tokens', self.stop_tokens),
+                      ('pad_id', (self.pad_id,))):
+      if any(not 0 <= int(i) < vocab for i in ids):
+        raise ValueError(
+            f'Generator.{name} {ids} must be ids in [0, {vocab})'
+        )
+    # jit hashes its static arguments on every call, and hashing a GraphDef
+    # walks the whole model graph; hash once instead.
+    object.__setattr__(
+        self, '_hash', hash(tuple(getattr(self, f.name)
+                                  for f in dataclasses.fields(self)))
+    )
+
+  def __hash__(self) -> int:
+    return self._hash
+
+  def prefill(
+      self,
+      params: nnx.State,
+      prompt_tokens_BP: jax.Array,
+      prompt_mask_BP: jax.Array,
+      rng: jax.Array,
+  ) -> SamplingState:
+    """Runs the prompts and samples the first token of every sequence.
+
+    Args:
+      params: Decoder params.
+      prompt_tokens_BP: int32 left-padded prompts, [B, P].
+      prompt_mask_BP: bool, True on real prompt tokens, [B, P]. Every prompt
+        needs at least one real token.
+      rng: PRNG key.
+
+    Returns:
+      The decode state for N = B * G sequences.
+    """
+    return _prefill(self, params, prompt_tokens_BP, prompt_mask_BP, rng)
+
+  def decode(self, params: nnx.State, state: SamplingState) -> SamplingState:
+    """Decodes until every row stopped or T tokens exist.
+
+    `state` is donated (its cache is updated in place): do not reuse it.
+    """
+    return _decode(self, params, state)
+
+  def generate(
+      self,
+      params: nnx.State,
+      prompt_tokens_BP: jax.Array,
+      prompt_mask_BP: jax.Array,
+      rng: jax.Array,
+  ) -> Completions:
+    """Samples G completions per prompt; see `prefill` for arguments.
+
+    Returns:
+      Completions with N = B * G rows, row b * G + g the g-th sample of
+      prompt b, and T = max_new_tokens columns.
+    """
+    state = self.prefill(params, prompt_tokens_BP, prompt_mask_BP, rng)
+    return _completions(self.decode(params, state))
+
+  def _is_stop(self, tokens_N: jax.Array) -> jax.Array:
+    is_stop_N = jnp.zeros(tokens_N.shape, bool)
+    for stop in self.stop_tokens:
+      is_stop_N = is_stop_N | (tokens_N == stop)
+    return is_stop_N
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _prefill(
+    gen: Generator,
+    params: nnx.State,
+    prompt_tokens_BP: jax.Array,
+    prompt_mask_BP: jax.Array,
+    rng: jax.Array,
+) -> SamplingState:
+  model = nnx.merge(gen.graphdef, params)
+  b, p = prompt_tokens_BP.shape
+  g, t = gen.num_samples, gen.max_new_tokens
+  real_BP = prompt_mask_BP.astype(bool)
+  positions_BP = jnp.maximum(jnp.cumsum(real_BP, axis=1, dtype=jnp.int32) - 1,
+                             0)
+  causal_PP = jnp.tril(jnp.ones((p, p), bool))
+  mask_BPP = causal_PP[None] & real_BP[:, None, :]
+  cache = attention.init_cache(gen.model_cfg, b, p)
+  x_BPD, cache = model.backbone(
+      model.embed(prompt_tokens_BP.astype(jnp.int32)),
+      positions_BP,
+      mask_BPP,
+      cache,
+      jnp.int32(0),
+  )
+  # Left padding puts every prompt's last token at column P - 1; the vocab
+  # projection is needed there only.
+  logits_NV = jnp.repeat(model.unembed(x_BPD[:, -1:])[:, 0], g, axis=0)
+
+  # The last sampled token never needs a key, so T - 1 extra slots suffice.
+  grow = ((0, 0), (0, t - 1), (0, 0), (0, 0))
+  cache = jax.tree.map(lambda c: jnp.pad(jnp.repeat(c, g, axis=0), grow),
+                       cache)
+  key_mask_NS = jnp.pad(jnp.repeat(real_BP, g, axis=0), ((0, 0), (0, t - 1)))
+  prompt_lengths_N = jnp.repeat(jnp.sum(real_BP, axis=1, dtype=jnp.int32), g)
+
+  tokens_N = gen.sampling.next_tokens(logits_NV, jax.random.fold_in(rng, 0))
+  n = b * g
+  return SamplingState(
+      step=jnp.int32(1),
+      cache_index=jnp.int32(p),
+      last_tokens=tokens_N,
+      positions=prompt_lengths_N,
+      key_mask=key_mask_NS,
+      cache=cache,
+      tokens=jnp.full((n, t), gen.pad_id, jnp.int32).at[:, 0].set(tokens_N),
+      logps=jnp.zeros((n, t), jnp.float32).at[:, 0].set(
+          gen.sampling.logps(logits_NV, tokens_N)
+      ),
+      lengths=jnp.ones((n,), jnp.int32),
+      done=gen._is_stop(tokens_N),
+      rng=rng,
+  )
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
+def _decode(
+    gen: Generator, params: nnx.State, state: SamplingState
+) -> SamplingState:
+  model = nnx.merge(gen.graphdef, params)
+  n = state.last_tokens.shape[0]
+
+  def cond(s: SamplingState) -> jax.Array:
+    return (s.step < gen.max_new_tokens) & ~jnp.all(s.done)
+
+  def body(s: SamplingState) -> SamplingState:
+    # Only the new slot changes, so the key mask is updated, not rebuilt.
+    key_mask_NS = jax.lax.dynamic_update_slice(
+        s.key_mask, jnp.ones((n, 1), bool), (0, s.cache_index)
+    )
+    logits_N1V, cache = model(
+        s.last_tokens[:, None],
+        s.positions[:, None],
+        key_mask_NS[:, None, :],
+        s.cache,
+        s.cache_index,
+    )
+    logits_NV = logits_N1V[:, 0]
+    tokens_N = gen.sampling.next_tokens(
+        logits_NV, jax.random.fold_in(s.rng, s.step)
+    )
+    logps_N = jnp.where(s.done, 0.0, gen.sampling.logps(logits_NV, tokens_N))
+    tokens_N = jnp.where(s.done, gen.pad_id, tokens_N)
+    column = (0, s.step)
+    return s.replace(
+        step=s.step + 1,
+        cache_index=s.cache_index + 1,
+        last_tokens=tokens_N,
+        positions=s.positions + 1,
+        key_mask=key_mask_NS,
+        cache=cache,
+        tokens=jax.lax.dynamic_update_slice(s.tokens, tokens_N[:, None],
+                                            column),
+        logps=jax.lax.dynamic_update_slice(s.logps, logps_N[:, None], column),
+        lengths=s.lengths + (~s.done).astype(jnp.int32),
+        done=s.done | gen._is_stop(tokens_N),
+    )
+
+  return jax.lax.while_loop(cond, body, state)
+
+
+@jax.jit
+def _completions(state: SamplingState) -> Completions:
+  t = state.tokens.shape[1]
+  return Completions(
+      tokens=state.tokens,
+      logps=state.logps,
+      mask=jnp.arange(t)[None, :] < state.lengths[:, None],
+      lengths=state.lengths,
+  )

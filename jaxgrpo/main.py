@@ -1,0 +1,67 @@
+"""Command line: `python -m jaxgrpo.main --config=configs/demo.py --workdir=DIR`.
+
+Kept short on purpose: the logic lives in `jaxgrpo.train`, which notebooks
+and tests import directly. Mistakes in the command line or the config end
+with one line naming the key, not a traceback.
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+import configs
+from jaxgrpo import config_lib
+from jaxgrpo import train
+
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(configs.__file__), 'demo.py')
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', _DEFAULT_CONFIG, 'Config file (`path.py` or `path.py:args`).',
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'Run directory; resumes from its latest checkpoint.')
+
+
+def _fail(message: str) -> None:
+  print(f'jaxgrpo-train: error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    _fail(str(e).splitlines()[0])
+  except (AttributeError, KeyError) as e:  # an override of an unknown key
+    bad = [a.split('=')[0].lstrip('-') for a in argv[1:]
+           if a.startswith('--config.')]
+    hint = str(e).replace('\\n', ' ').strip('\'"')
+    _fail(f'unknown config key among {bad}: {hint}')
+  except Exception as e:  # pylint: disable=broad-except
+    _fail(f'cannot load --config: {e}')
+  return []
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    _fail(f'unexpected arguments {argv[1:]}')
+  if not _WORKDIR.value:
+    _fail('--workdir is required (checkpoints and metrics.jsonl go there)')
+  try:
+    cfg = config_lib.from_config_dict(_CONFIG.value)
+  except config_lib.ConfigError as e:
+    _fail(str(e))
+  try:
+    train.run(cfg, _WORKDIR.value)
+  except config_lib.ConfigError as e:
+    _fail(str(e))
+
+
+def run_cli() -> None:
+  app.run(main, flags_parser=_parse_flags)
+
+
+if __name__ == '__main__':
+  run_cli()

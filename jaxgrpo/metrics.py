@@ -1,0 +1,109 @@
+"""The metrics record (`metrics.jsonl`), console lines and the final summary.
+
+Every step appends one JSON object to `WORKDIR/metrics.jsonl`. Console lines
+average the steps since the last line with `clu.metrics` averages, so a noisy
+per-step reward still reads as a trend.
+"""
+
+from collections.abc import Mapping
+import json
+import math
+import os
+
+from clu import metrics as clu_metrics
+import numpy as np
+
+CONSOLE_KEYS = (
+    ('reward/mean', 'reward', '{:.3f}'),
+    ('rollout/efficiency', 'eff', '{:.2f}'),
+    ('rollout/rounds', 'rounds', '{:.1f}'),
+    ('train/loss', 'loss', '{:+.4f}'),
+    ('train/clip_frac', 'clip', '{:.3f}'),
+    ('perf/step_s', 's/step', '{:.2f}'),
+)
+
+
+def _jsonable(value):
+  if isinstance(value, (np.generic, np.ndarray)):
+    value = value.item() if np.ndim(value) == 0 else value.tolist()
+  if isinstance(value, float) and not math.isfinite(value):
+    return str(value)
+  return value
+
+
+class MetricsWriter:
+  """Appends one JSON line per step to `metrics.jsonl`.
+
+  On resume from step k the file is cut back to the lines of steps <= k, so
+  steps recorded after the last checkpoint (and then redone) appear once.
+  """
+
+  def __init__(self, workdir: str, *, resume_step: int = 0):
+    self.path = os.path.join(workdir, 'metrics.jsonl')
+    os.makedirs(workdir, exist_ok=True)
+    self._truncate_after(resume_step)
+    self._file = open(self.path, 'a', encoding='utf-8')
+
+  def _truncate_after(self, step: int) -> None:
+    if not os.path.exists(self.path):
+      return
+    kept = []
+    with open(self.path, encoding='utf-8') as f:
+      for line in f:
+        try:
+          record = json.loads(line)
+        except json.JSONDecodeError:
+          continue  # a line cut short by a crash
+        if record.get('step', 0) <= step:
+          kept.append(json.dumps(record) + '\n')
+    tmp = self.path + '.tmp'
+    with open(tmp, 'w', encoding='utf-8') as f:
+      f.writelines(kept)
+    os.replace(tmp, self.path)
+
+  def write(self, step: int, metrics: Mapping[str, object]) -> None:
+    record = {'step': step, **{k: _jsonable(v) for k, v in metrics.items()}}
+    self._file.write(json.dumps(record) + '\n')
+    self._file.flush()
+
+  def close(self) -> None:
+    self._file.close()
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """All records of a run's `metrics.jsonl`, in order."""
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+class ConsoleWindow:
+  """Averages per-step metrics between console lines."""
+
+  def __init__(self):
+    self._avg: dict[str, clu_metrics.Average] = {}
+
+  def add(self, metrics: Mapping[str, float]) -> None:
+    for key, _, _ in CONSOLE_KEYS:
+      if key in metrics and math.isfinite(float(metrics[key])):
+        value = clu_metrics.Average.from_model_output(
+            np.asarray(float(metrics[key]), np.float32)
+        )
+        self._avg[key] = (
+            self._avg[key].merge(value) if key in self._avg else value
+        )
+
+  def line(self, step: int, total_steps: int) -> str:
+    parts = [f'step {step:>{len(str(total_steps))}}/{total_steps}']
+    for key, label, fmt in CONSOLE_KEYS:
+      if key in self._avg:
+        parts.append(f'{label} {fmt.format(float(self._avg[key].compute()))}')
+    self._avg = {}
+    return '  '.join(parts)
+
+
+def format_table(rows: list[tuple[str, str]], title: str) -> str:
+  """A two-column text table."""
+  width = max(len(k) for k, _ in rows)
+  lines = [title, '-' * (width + 2 + max(len(v) for _, v in rows))]
+  lines += [f'{k:<{width}}  {v}' for k, v in rows]
+  return '\n'.join(lines)

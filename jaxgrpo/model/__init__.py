@@ -1,0 +1,1 @@
+"""Llama-family decoder: config, layers, attention and the model."""

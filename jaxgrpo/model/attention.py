@@ -1,0 +1,148 @@
+"""Grouped-query attention and its KV-cache layout.
+
+Einsum letters follow `jaxgrpo.typing` (B batch, T query length, S key
+length, D model, N query heads, K kv heads, H head dim), plus R = N // K, the
+query heads sharing one kv head.
+
+The cache of one layer is `dict(k=[B, S, K, H], v=[B, S, K, H])`; a model's
+cache is a list of those, one per layer. Callers choose where new keys go
+(`cache_index`) and which keys each query sees (`mask_BTS`), so prefill and
+decode are the same code path.
+"""
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from jaxgrpo import sharding
+from jaxgrpo.model import layers
+from jaxgrpo.model.config import ModelConfig
+
+LayerCache = dict[str, jax.Array]
+Cache = list[LayerCache]
+
+# Finite, so a query with every key masked (a pad row) gets a uniform softmax
+# instead of NaNs that would leak into gradients.
+_MASK_VALUE = -1e30
+
+
+def init_cache(
+    cfg: ModelConfig, batch_size: int, length: int, dtype=None
+) -> Cache:
+  """Zeroed KV cache for `length` positions.
+
+  Args:
+    cfg: model config.
+    batch_size: B, rows of the cache.
+    length: S, positions the cache holds.
+    dtype: storage dtype; defaults to the compute dtype `cfg.dtype`.
+
+  Returns:
+    A list (one entry per layer) of dict(k=[B, S, K, H], v=[B, S, K, H]).
+  """
+  dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
+  shape = (batch_size, length, cfg.num_kv_heads, cfg.head_dim)
+  return [
+      dict(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
+      for _ in range(cfg.num_layers)
+  ]
+
+
+def update_cache(
+    cache: LayerCache, k_BTKH: jax.Array, v_BTKH: jax.Array, index: jax.Array
+) -> LayerCache:
+  """Writes T new keys/values into `cache` starting at slot `index`."""
+  start = (0, index, 0, 0)
+  k = jax.lax.dynamic_update_slice(cache['k'], k_BTKH.astype(cache['k'].dtype),
+                                   start)
+  v = jax.lax.dynamic_update_slice(cache['v'], v_BTKH.astype(cache['v'].dtype),
+                                   start)
+  return dict(k=k, v=v)
+
+
+class Attention(nnx.Module):
+  """Multi-head attention with K <= N kv heads, RoPE, optional bias/q-k norm."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    d, n, k, h = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.rope_theta = cfg.rope_theta
+    self.num_kv_heads = k
+    self.q = layers.Einsum((d, n, h), ('embed', 'heads', 'head_dim'), **kw)
+    self.k = layers.Einsum((d, k, h), ('embed', 'kv_heads', 'head_dim'), **kw)
+    self.v = layers.Einsum((d, k, h), ('embed', 'kv_heads', 'head_dim'), **kw)
+    self.o = layers.Einsum(
+        (n, h, d), ('heads', 'head_dim', 'embed'), in_axes=(0, 1), **kw
+    )
+    if cfg.qkv_bias:
+      self.q_bias = layers.Bias((n, h), ('heads', 'head_dim'),
+                                param_dtype=param_dtype)
+      self.k_bias = layers.Bias((k, h), ('kv_heads', 'head_dim'),
+                                param_dtype=param_dtype)
+      self.v_bias = layers.Bias((k, h), ('kv_heads', 'head_dim'),
+                                param_dtype=param_dtype)
+    else:
+      self.q_bias = self.k_bias = self.v_bias = None
+    if cfg.qk_norm:
+      self.q_norm = layers.RMSNorm(h, eps=cfg.norm_eps, param_dtype=param_dtype)
+      self.k_norm = layers.RMSNorm(h, eps=cfg.norm_eps, param_dtype=param_dtype)
+    else:
+      self.q_norm = self.k_norm = None
+
+  def __call__(
+      self,
+      x_BTD: jax.Array,
+      positions_BT: jax.Array,
+      mask_BTS: jax.Array,
+      cache: LayerCache | None = None,
+      cache_index: jax.Array | None = None,
+  ) -> tuple[jax.Array, LayerCache | None]:
+    """Attends T queries to S keys.
+
+    Args:
+      x_BTD: normalized inputs, [B, T, D].
+      positions_BT: RoPE positions of the T tokens, [B, T].
+      mask_BTS: bool, True where query t may attend key s, [B, T, S]. S = T
+        without a cache, else the cache length.
+      cache: this layer's KV cache, or None.
+      cache_index: int32 scalar, cache slot of the first of the T new keys.
+
+    Returns:
+      (outputs [B, T, D], updated cache or None).
+    """
+    q_BTNH = self.q('BTD,DNH->BTNH', x_BTD)
+    k_BTKH = self.k('BTD,DKH->BTKH', x_BTD)
+    v_BTKH = self.v('BTD,DKH->BTKH', x_BTD)
+    if self.q_bias is not None:
+      q_BTNH = self.q_bias(q_BTNH)
+      k_BTKH = self.k_bias(k_BTKH)
+      v_BTKH = self.v_bias(v_BTKH)
+    if self.q_norm is not None:
+      q_BTNH = self.q_norm(q_BTNH)
+      k_BTKH = self.k_norm(k_BTKH)
+    q_BTNH = layers.apply_rope(q_BTNH, positions_BT, theta=self.rope_theta)
+    k_BTKH = layers.apply_rope(k_BTKH, positions_BT, theta=self.rope_theta)
+
+    if cache is None:
+      k_BSKH, v_BSKH = k_BTKH, v_BTKH
+    else:
+      cache = update_cache(cache, k_BTKH, v_BTKH, cache_index)
+      k_BSKH = cache['k'].astype(q_BTNH.dtype)
+      v_BSKH = cache['v'].astype(q_BTNH.dtype)
+
+    b, t, n, h = q_BTNH.shape
+    q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * h**-0.5
+    logits_BKRTS = jnp.einsum(
+        'BTKRH,BSKH->BKRTS', q_BTKRH, k_BSKH,
+        preferred_element_type=jnp.float32,
+    )
+    logits_BKRTS = jnp.where(
+        mask_BTS[:, None, None], logits_BKRTS, _MASK_VALUE
+    )
+    probs_BKRTS = jax.nn.softmax(logits_BKRTS, axis=-1).astype(v_BSKH.dtype)
+    out_BTKRH = jnp.einsum('BKRTS,BSKH->BTKRH', probs_BKRTS, v_BSKH)
+    out_BTNH = sharding.constrain(
+        out_BTKRH.reshape(b, t, n, h), ('batch', 'length', 'heads', 'head_dim')
+    )
+    return self.o('BTNH,NHD->BTD', out_BTNH), cache

@@ -1,0 +1,240 @@
+"""Decoder hyperparameters and named presets, from unit-test size to 8B."""
+
+from collections.abc import Callable
+import dataclasses
+
+_DTYPES = ('float32', 'bfloat16')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+  """Shape and numerics of a Llama-family decoder.
+
+  Attributes:
+    vocab_size: V, number of token ids.
+    num_layers: number of decoder blocks.
+    embed_dim: D, model width.
+    num_heads: N, query heads.
+    num_kv_heads: K, key/value heads (grouped-query attention; N % K == 0).
+    head_dim: H, width of each head.
+    mlp_dim: F, hidden width of the SwiGLU feed-forward.
+    rope_theta: base of the rotary position frequencies.
+    norm_eps: epsilon of every RMSNorm.
+    qkv_bias: adds biases to the q/k/v projections (Qwen2).
+    qk_norm: RMSNorm over head_dim on queries and keys before RoPE (Qwen3).
+    tie_embeddings: the output projection reuses the input embedding.
+    dtype: compute dtype, 'float32' or 'bfloat16'. Softmax and logits are
+      always float32.
+    param_dtype: storage dtype of the parameters.
+  """
+
+  vocab_size: int
+  num_layers: int
+  embed_dim: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  mlp_dim: int
+  rope_theta: float = 10_000.0
+  norm_eps: float = 1e-6
+  qkv_bias: bool = False
+  qk_norm: bool = False
+  tie_embeddings: bool = True
+  dtype: str = 'float32'
+  param_dtype: str = 'float32'
+
+  def __post_init__(self):
+    for name in (
+        'vocab_size',
+        'num_layers',
+        'embed_dim',
+        'num_heads',
+        'num_kv_heads',
+        'head_dim',
+        'mlp_dim',
+    ):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(
+            f'ModelConfig.{name} must be a positive int, got {value!r}'
+        )
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+          f'ModelConfig.num_heads ({self.num_heads}) must be a multiple of '
+          f'num_kv_heads ({self.num_kv_heads})'
+      )
+    if self.head_dim % 2:
+      raise ValueError(
+          f'ModelConfig.head_dim must be even for RoPE, got {self.head_dim}'
+      )
+    if not self.rope_theta > 0:
+      raise ValueError(
+          f'ModelConfig.rope_theta must be > 0, got {self.rope_theta!r}'
+      )
+    if not self.norm_eps > 0:
+      raise ValueError(
+          f'ModelConfig.norm_eps must be > 0, got {self.norm_eps!r}'
+      )
+    for name in ('dtype', 'param_dtype'):
+      if getattr(self, name) not in _DTYPES:
+        raise ValueError(
+            f'ModelConfig.{name} must be one of {_DTYPES}, got '
+            f'{getattr(self, name)!r}'
+        )
+
+  @classmethod
+  def tiny(cls, vocab_size: int = 64) -> 'ModelConfig':
+    """A 2-layer, D=64 decoder for unit tests."""
+    return cls(
+        vocab_size=vocab_size,
+        num_layers=2,
+        embed_dim=64,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        mlp_dim=128,
+    )
+
+
+def _demo() -> ModelConfig:
+  return ModelConfig(
+      vocab_size=32,
+      num_layers=2,
+      embed_dim=128,
+      num_heads=4,
+      num_kv_heads=2,
+      head_dim=32,
+      mlp_dim=512,
+  )
+
+
+def _small_10m() -> ModelConfig:
+  return ModelConfig(
+      vocab_size=32,
+      num_layers=6,
+      embed_dim=384,
+      num_heads=6,
+      num_kv_heads=2,
+      head_dim=64,
+      mlp_dim=1024,
+  )
+
+
+def _smollm2_135m() -> ModelConfig:
+  return ModelConfig(
+      vocab_size=49_152,
+      num_layers=30,
+      embed_dim=576,
+      num_heads=9,
+      num_kv_heads=3,
+      head_dim=64,
+      mlp_dim=1536,
+      rope_theta=100_000.0,
+      norm_eps=1e-5,
+  )
+
+
+def _qwen25_05b() -> ModelConfig:
+  return ModelConfig(
+      vocab_size=151_936,
+      num_layers=24,
+      embed_dim=896,
+      num_heads=14,
+      num_kv_heads=2,
+      head_dim=64,
+      mlp_dim=4864,
+      rope_theta=1_000_000.0,
+      norm_eps=1e-6,
+      qkv_bias=True,
+  )
+
+
+def _qwen3_06b() -> ModelConfig:
+  return ModelConfig(
+      vocab_size=151_936,
+      num_layers=28,
+      embed_dim=1024,
+      num_heads=16,
+      num_kv_heads=8,
+      head_dim=128,
+      mlp_dim=3072,
+      rope_theta=1_000_000.0,
+      norm_eps=1e-6,
+      qk_norm=True,
+  )
+
+
+def _llama32_1b() -> ModelConfig:
+  # Shapes only: the released checkpoint also rescales its low RoPE
+  # frequencies ('llama3' rope scaling), which this config does not model.
+  return ModelConfig(
+      vocab_size=128_256,
+      num_layers=16,
+      embed_dim=2048,
+      num_heads=32,
+      num_kv_heads=8,
+      head_dim=64,
+      mlp_dim=8192,
+      rope_theta=500_000.0,
+      norm_eps=1e-5,
+  )
+
+
+def _llama3_8b() -> ModelConfig:
+  return ModelConfig(
+      vocab_size=128_256,
+      num_layers=32,
+      embed_dim=4096,
+      num_heads=32,
+      num_kv_heads=8,
+      head_dim=128,
+      mlp_dim=14_336,
+      rope_theta=500_000.0,
+      norm_eps=1e-5,
+      tie_embeddings=False,
+  )
+
+
+_PRESETS: dict[str, Callable[[], ModelConfig]] = {
+    'tiny': ModelConfig.tiny,
+    'demo': _demo,
+    'small_10m': _small_10m,
+    'smollm2_135m': _smollm2_135m,
+    'qwen2.5_0.5b': _qwen25_05b,
+    'qwen3_0.6b': _qwen3_06b,
+    'llama3.2_1b': _llama32_1b,
+    'llama3_8b': _llama3_8b,
+}
+
+PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+  """Returns the named config with `overrides` applied (and validated).
+
+  Args:
+    name: one of `PRESET_NAMES`.
+    **overrides: ModelConfig fields to replace, e.g. `dtype='bfloat16'`.
+
+  Raises:
+    ValueError: for an unknown name or an invalid override.
+  """
+  if name not in _PRESETS:
+    raise ValueError(
+        f'unknown model preset {name!r}; known: {", ".join(PRESET_NAMES)}'
+    )
+  return dataclasses.replace(_PRESETS[name](), **overrides)
+
+
+def param_count(cfg: ModelConfig) -> int:
+  """Number of parameters of a Decoder built from `cfg`."""
+  d, f, h = cfg.embed_dim, cfg.mlp_dim, cfg.head_dim
+  n, k = cfg.num_heads, cfg.num_kv_heads
+  attention = d * n * h * 2 + d * k * h * 2
+  if cfg.qkv_bias:
+    attention += n * h + 2 * k * h
+  if cfg.qk_norm:
+    attention += 2 * h
+  block = attention + 3 * d * f + 2 * d
+  embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+  return cfg.num_layers * block + embeddings + d

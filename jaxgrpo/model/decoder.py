@@ -1,0 +1,192 @@
+"""Llama-family decoder: (tokens, positions, mask, cache) -> (logits, cache).
+
+Einsum letters follow `jaxgrpo.typing`: B batch, T query length, S key length,
+D model, V vocab.
+"""
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from jaxgrpo import sharding
+from jaxgrpo.model import attention
+from jaxgrpo.model import layers
+from jaxgrpo.model.config import ModelConfig
+
+_ACT_AXES = ('batch', 'length', 'act_embed')
+
+
+class Block(nnx.Module):
+  """Pre-norm transformer block: attention then SwiGLU, each residual."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    param_dtype = jnp.dtype(cfg.param_dtype)
+    self.attn_norm = layers.RMSNorm(
+        cfg.embed_dim, eps=cfg.norm_eps, param_dtype=param_dtype
+    )
+    self.attn = attention.Attention(cfg, rngs=rngs)
+    self.mlp_norm = layers.RMSNorm(
+        cfg.embed_dim, eps=cfg.norm_eps, param_dtype=param_dtype
+    )
+    self.mlp = layers.FeedForward(
+        cfg.embed_dim,
+        cfg.mlp_dim,
+        dtype=jnp.dtype(cfg.dtype),
+        param_dtype=param_dtype,
+        rngs=rngs,
+    )
+
+  def __call__(
+      self,
+      x_BTD: jax.Array,
+      positions_BT: jax.Array,
+      mask_BTS: jax.Array,
+      cache: attention.LayerCache | None,
+      cache_index: jax.Array | None,
+  ) -> tuple[jax.Array, attention.LayerCache | None]:
+    h_BTD, cache = self.attn(
+        self.attn_norm(x_BTD), positions_BT, mask_BTS, cache, cache_index
+    )
+    x_BTD = sharding.constrain(x_BTD + h_BTD, _ACT_AXES)
+    x_BTD = x_BTD + self.mlp(self.mlp_norm(x_BTD))
+    return sharding.constrain(x_BTD, _ACT_AXES), cache
+
+
+class Decoder(nnx.Module):
+  """Decoder-only transformer (Llama, Qwen2, Qwen3, SmolLM2 layouts).
+
+  `__call__` is `unembed(backbone(embed(tokens), ...))`; the pieces are public
+  so a caller can take logits at a few positions only (sampling) or
+  differentiate with respect to the input embeddings (tests).
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.dtype = jnp.dtype(cfg.dtype)
+    param_dtype = jnp.dtype(cfg.param_dtype)
+    init = jax.nn.initializers.variance_scaling(
+        1.0, 'fan_in', 'normal', in_axis=1, out_axis=0
+    )
+    self.embedding = nnx.Param(
+        init(rngs.params(), (cfg.vocab_size, cfg.embed_dim), param_dtype),
+        out_sharding=('vocab', 'embed'),
+    )
+    self.blocks = nnx.List(
+        [Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)]
+    )
+    self.final_norm = layers.RMSNorm(
+        cfg.embed_dim, eps=cfg.norm_eps, param_dtype=param_dtype
+    )
+    if cfg.tie_embeddings:
+      self.unembedding = None
+    else:
+      self.unembedding = layers.Einsum(
+          (cfg.embed_dim, cfg.vocab_size),
+          ('embed', 'vocab'),
+          dtype=self.dtype,
+          param_dtype=param_dtype,
+          rngs=rngs,
+      )
+
+  def embed(self, tokens_BT: jax.Array) -> jax.Array:
+    """Token ids [B, T] -> embeddings [B, T, D] in the compute dtype."""
+    x_BTD = jnp.take(self.embedding[...], tokens_BT, axis=0)
+    return sharding.constrain(x_BTD.astype(self.dtype), _ACT_AXES)
+
+  def backbone(
+      self,
+      x_BTD: jax.Array,
+      positions_BT: jax.Array,
+      mask_BTS: jax.Array,
+      cache: attention.Cache | None = None,
+      cache_index: jax.Array | None = None,
+  ) -> tuple[jax.Array, attention.Cache | None]:
+    """Runs every block and the final norm; see `__call__` for arguments."""
+    new_cache = None if cache is None else []
+    for i, block in enumerate(self.blocks):
+      x_BTD, layer_cache = block(
+          x_BTD,
+          positions_BT,
+          mask_BTS,
+          None if cache is None else cache[i],
+          cache_index,
+      )
+      if new_cache is not None:
+        new_cache.append(layer_cache)
+    return self.final_norm(x_BTD), new_cache
+
+  def unembed(self, x_BTD: jax.Array) -> jax.Array:
+    """Final hidden states [B, T, D] -> float32 logits [B, T, V]."""
+    if self.unembedding is None:
+      w_VD = self.embedding[...].astype(self.dtype)
+      return jnp.einsum(
+          'BTD,VD->BTV', x_BTD, w_VD, preferred_element_type=jnp.float32
+      )
+    w_DV = self.unembedding.w[...].astype(self.dtype)
+    return jnp.einsum(
+        'BTD,DV->BTV', x_BTD, w_DV, preferred_element_type=jnp.float32
+    )
+
+  def __call__(
+      self,
+      tokens_BT: jax.Array,
+      positions_BT: jax.Array,
+      mask_BTS: jax.Array,
+      cache: attention.Cache | None = None,
+      cache_index: jax.Array | None = None,
+  ) -> tuple[jax.Array, attention.Cache | None]:
+    """Computes next-token logits for T tokens.
+
+    Args:
+      tokens_BT: int32 token ids, [B, T].
+      positions_BT: int32 RoPE positions, [B, T] (count of real tokens before
+        each token under left padding).
+      mask_BTS: bool, True where query t may attend key s, [B, T, S]; S = T
+        without a cache, else the cache length.
+      cache: per-layer KV cache from `attention.init_cache`, or None.
+      cache_index: int32 scalar, the cache slot where the T new keys/values
+        are written; required with a cache.
+
+    Returns:
+      (logits [B, T, V] float32, updated cache or None).
+    """
+    if cache is not None and cache_index is None:
+      raise ValueError('Decoder: cache_index is required with a cache')
+    x_BTD, cache = self.backbone(
+        self.embed(tokens_BT), positions_BT, mask_BTS, cache, cache_index
+    )
+    return self.unembed(x_BTD), cache
+
+
+def init_params(
+    cfg: ModelConfig, rng: jax.Array
+) -> tuple[nnx.GraphDef, nnx.State]:
+  """Builds a Decoder with fresh weights and splits it.
+
+  Args:
+    cfg: model config.
+    rng: PRNG key for the initializers.
+
+  Returns:
+    (graphdef, params): the static structure and the parameter State.
+  """
+  return nnx.split(Decoder(cfg, rngs=nnx.Rngs(params=rng)))
+
+
+def abstract_params(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+  """Like `init_params` but with ShapeDtypeStructs, allocating nothing."""
+  model = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(params=0)))
+  return nnx.split(model)
+
+
+def forward(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    tokens_BT: jax.Array,
+    positions_BT: jax.Array,
+    mask_BTS: jax.Array,
+    cache: attention.Cache | None = None,
+    cache_index: jax.Array | None = None,
+) -> tuple[jax.Array, attention.Cache | None]:
+  """Pure functional `Decoder.__call__`; see there for arguments."""
+  model = nnx.merge(graphdef, params)
+  return model(tokens_BT, positions_BT, mask_BTS, cache, cache_index)

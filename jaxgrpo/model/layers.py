@@ -1,0 +1,159 @@
+"""Decoder building blocks: RMSNorm, einsum projections, RoPE and SwiGLU.
+
+Params carry logical axis names (`out_sharding` metadata) that
+`jaxgrpo.sharding` maps to mesh axes; nothing here knows about meshes.
+Einsum letters follow `jaxgrpo.typing`: B batch, T length, D model, N heads,
+K kv heads, H head dim, F feed-forward, V vocab.
+"""
+
+from collections.abc import Sequence
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from jaxgrpo.sharding import LogicalAxes
+
+
+class RMSNorm(nnx.Module):
+  """Root-mean-square norm over the last axis, with a learned scale.
+
+  The scale multiplies directly (initialized to one), as in Llama and Qwen
+  checkpoints. Statistics are computed in float32 whatever the input dtype.
+  """
+
+  def __init__(
+      self,
+      dim: int,
+      *,
+      eps: float,
+      param_dtype: jnp.dtype = jnp.float32,
+  ):
+    self.eps = eps
+    self.scale = nnx.Param(
+        jnp.ones((dim,), param_dtype), out_sharding=('norm',)
+    )
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """Normalizes `x` [..., dim]; returns the same shape and dtype."""
+    x32 = x.astype(jnp.float32)
+    ms = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    scale = self.scale[...].astype(jnp.float32)
+    scale = scale.reshape((1,) * (x.ndim - 1) + scale.shape)
+    return (x32 * jax.lax.rsqrt(ms + self.eps) * scale).astype(x.dtype)
+
+
+class Einsum(nnx.Module):
+  """A weight of fixed shape applied with a caller-given einsum equation.
+
+  Keeping the equation at the call site (`'BTD,DNH->BTNH'`) makes every
+  projection's contraction readable where it is used.
+  """
+
+  def __init__(
+      self,
+      shape: Sequence[int],
+      axes: LogicalAxes,
+      *,
+      in_axes: Sequence[int] = (0,),
+      dtype: jnp.dtype = jnp.float32,
+      param_dtype: jnp.dtype = jnp.float32,
+      rngs: nnx.Rngs,
+  ):
+    """Creates the weight.
+
+    Args:
+      shape: weight shape.
+      axes: logical name of each weight axis.
+      in_axes: weight axes contracted with the input; they set the fan-in of
+        the truncated-normal init.
+      dtype: compute dtype the weight is cast to.
+      param_dtype: storage dtype.
+      rngs: init randomness.
+    """
+    if len(axes) != len(shape):
+      raise ValueError(f'Einsum: axes {axes} do not match shape {shape}')
+    out_axes = tuple(i for i in range(len(shape)) if i not in in_axes)
+    init = jax.nn.initializers.variance_scaling(
+        1.0, 'fan_in', 'truncated_normal', in_axis=in_axes, out_axis=out_axes
+    )
+    self.dtype = dtype
+    self.w = nnx.Param(
+        init(rngs.params(), tuple(shape), param_dtype),
+        out_sharding=tuple(axes),
+    )
+
+  def __call__(self, eqn: str, x: jax.Array) -> jax.Array:
+    """Returns `einsum(eqn, x, w)` computed in the layer's dtype."""
+    return jnp.einsum(eqn, x.astype(self.dtype), self.w[...].astype(self.dtype))
+
+
+class Bias(nnx.Module):
+  """An additive bias over the trailing axes of an activation."""
+
+  def __init__(
+      self,
+      shape: Sequence[int],
+      axes: LogicalAxes,
+      *,
+      param_dtype: jnp.dtype = jnp.float32,
+  ):
+    self.b = nnx.Param(jnp.zeros(tuple(shape), param_dtype),
+                       out_sharding=tuple(axes))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    b = self.b[...].astype(x.dtype)
+    return x + b.reshape((1,) * (x.ndim - b.ndim) + b.shape)
+
+
+def apply_rope(
+    x_BTNH: jax.Array, positions_BT: jax.Array, *, theta: float
+) -> jax.Array:
+  """Rotates each head by its token's position (rotary embedding).
+
+  Uses the half-split layout of Hugging Face Llama/Qwen checkpoints: feature
+  i pairs with feature i + H/2.
+
+  Args:
+    x_BTNH: queries or keys, [batch, length, heads, head_dim].
+    positions_BT: int position of each token, [batch, length]. Left padding
+      makes these differ per row, hence explicit positions.
+    theta: frequency base.
+
+  Returns:
+    Rotated x, same shape and dtype.
+  """
+  half = x_BTNH.shape[-1] // 2
+  inv_freq = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+  angles_BTH = (
+      positions_BT.astype(jnp.float32)[..., None] * inv_freq[None, None]
+  )
+  sin = jnp.sin(angles_BTH)[:, :, None, :]
+  cos = jnp.cos(angles_BTH)[:, :, None, :]
+  x1, x2 = jnp.split(x_BTNH.astype(jnp.float32), 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BTNH.dtype)
+
+
+class FeedForward(nnx.Module):
+  """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+  def __init__(
+      self,
+      embed_dim: int,
+      mlp_dim: int,
+      *,
+      dtype: jnp.dtype = jnp.float32,
+      param_dtype: jnp.dtype = jnp.float32,
+      rngs: nnx.Rngs,
+  ):
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.gate = Einsum((embed_dim, mlp_dim), ('embed', 'mlp'), **kw)
+    self.up = Einsum((embed_dim, mlp_dim), ('embed', 'mlp'), **kw)
+    self.down = Einsum((mlp_dim, embed_dim), ('mlp', 'embed'), **kw)
+
+  def __call__(self, x_BTD: jax.Array) -> jax.Array:
+    """Maps [B, T, D] to [B, T, D]."""
+    h_BTF = jax.nn.silu(self.gate('BTD,DF->BTF', x_BTD))
+    h_BTF = h_BTF * self.up('BTD,DF->BTF', x_BTD)
+    return self.down('BTF,FD->BTD', h_BTF)

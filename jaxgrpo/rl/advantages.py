@@ -1,0 +1,83 @@
+"""Group-relative advantages (GRPO, Dr. GRPO, RLOO) on [B, G] rewards."""
+
+from collections.abc import Callable
+import functools
+
+import jax
+import jax.numpy as jnp
+
+# An estimator maps (rewards_BG, eps) to advantages_BG.
+Estimator = Callable[[jax.Array, jax.Array], jax.Array]
+
+_ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
+  """Registers an advantage estimator under `name` (a decorator)."""
+
+  def register(fn: Estimator) -> Estimator:
+    if name in _ESTIMATORS:
+      raise ValueError(f'advantage estimator {name!r} is already registered')
+    _ESTIMATORS[name] = fn
+    return fn
+
+  return register
+
+
+def estimator_names() -> tuple[str, ...]:
+  """Names accepted by `compute_advantages(method=...)`."""
+  return tuple(sorted(_ESTIMATORS))
+
+
+@register_estimator('grpo')
+def _grpo(rewards_BG: jax.Array, eps: jax.Array) -> jax.Array:
+  # Population std (ddof=0): a group of two rewards {0, 1} maps to -1, +1.
+  mean_B1 = rewards_BG.mean(axis=1, keepdims=True)
+  std_B1 = rewards_BG.std(axis=1, keepdims=True)
+  return (rewards_BG - mean_B1) / (std_B1 + eps)
+
+
+@register_estimator('dr_grpo')
+def _dr_grpo(rewards_BG: jax.Array, eps: jax.Array) -> jax.Array:
+  # Dr. GRPO drops the std division, which up-weights near-degenerate groups.
+  del eps
+  return rewards_BG - rewards_BG.mean(axis=1, keepdims=True)
+
+
+@register_estimator('rloo')
+def _rloo(rewards_BG: jax.Array, eps: jax.Array) -> jax.Array:
+  # r_j - mean of the other G-1 rewards, which equals G/(G-1) * (r_j - mean).
+  del eps
+  num_samples = rewards_BG.shape[1]
+  if num_samples < 2:
+    raise ValueError('rloo needs at least 2 samples per prompt')
+  centered_BG = rewards_BG - rewards_BG.mean(axis=1, keepdims=True)
+  return centered_BG * (num_samples / (num_samples - 1))
+
+
+@functools.partial(jax.jit, static_argnames=('method',))
+def compute_advantages(
+    rewards_BG: jax.Array, method: str = 'grpo', eps: float = 1e-6
+) -> jax.Array:
+  """Advantage of each completion relative to its prompt's group.
+
+  A group whose rewards are all equal gets zero advantage under every method.
+
+  Args:
+    rewards_BG: [B, G] rewards, G completions for each of B prompts.
+    method: one of `estimator_names()`: 'grpo' ((r - mean) / (std + eps)),
+      'dr_grpo' (r - mean) or 'rloo' (r - mean of the other G - 1 rewards).
+    eps: added to the group std by 'grpo'; ignored by the other methods.
+
+  Returns:
+    [B, G] float32 advantages.
+  """
+  if method not in _ESTIMATORS:
+    raise ValueError(
+        f'unknown advantage method {method!r}; expected one of '
+        f'{estimator_names()}'
+    )
+  if rewards_BG.ndim != 2:
+    raise ValueError(f'rewards must be [B, G], got shape {rewards_BG.shape}')
+  rewards_BG = rewards_BG.astype(jnp.float32)
+  return _ESTIMATORS[method](rewards_BG, jnp.asarray(eps, jnp.float32))

@@ -1,0 +1,285 @@
+"""Rollouts with DAPO dynamic sampling: prompts -> G samples -> rewards -> batch.
+
+A step collects B informative groups. Each round draws R prompts from the
+prompt source, generates G completions for each, scores them and drops the
+degenerate groups (all rewards equal, or every reward past the easy or hard
+threshold): they have zero advantage and teach nothing. Rounds repeat until B
+groups are in hand or `max_rounds` is reached; then the step trains on what it
+has and the metrics say so. Surplus groups from the last round are dropped or
+carried to the next step.
+"""
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+import dataclasses
+import time
+from typing import Protocol
+
+import jax
+import numpy as np
+
+from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.rl import advantages as advantages_lib
+from jaxgrpo.typing import Example, PyTree, TrainBatch
+from jaxgrpo.verifiers import base as verifiers_base
+
+_SURPLUS = ('drop', 'carry')
+
+
+class PromptSource(Protocol):
+  """Where rollouts get prompts, and where their outcomes are fed back."""
+
+  def next_prompts(self, n: int) -> list[Example]:
+    ...
+
+  def observe(self, examples: Sequence[Example], rewards: np.ndarray) -> None:
+    ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RolloutConfig:
+  """How a step's batch is collected.
+
+  Attributes:
+    batch_size: B, informative groups per optimizer step.
+    group_size: G, completions per prompt.
+    round_size: R, prompts per generator call.
+    max_rounds: most generator calls per step.
+    surplus: 'drop' or 'carry' informative groups beyond B.
+    max_prompt_len: P, padded prompt length in tokens.
+    easy_threshold: a group is too easy when every reward is >= this.
+    hard_threshold: a group is too hard when every reward is <= this.
+    advantage: 'grpo', 'dr_grpo' or 'rloo'.
+  """
+
+  batch_size: int
+  group_size: int
+  round_size: int
+  max_rounds: int
+  surplus: str = 'carry'
+  max_prompt_len: int
+  easy_threshold: float = 1.0
+  hard_threshold: float = 0.0
+  advantage: str = 'grpo'
+
+  def __post_init__(self):
+    if self.surplus not in _SURPLUS:
+      raise ValueError(f'rollout.surplus must be one of {_SURPLUS}, got {self.surplus!r}')
+
+
+@dataclasses.dataclass
+class Group:
+  """One prompt's G completions, on the host."""
+
+  example: Example
+  prompt_tokens: np.ndarray  # [P]
+  prompt_mask: np.ndarray  # [P]
+  completion_tokens: np.ndarray  # [G, T]
+  completion_mask: np.ndarray  # [G, T]
+  old_logps: np.ndarray  # [G, T]
+  rewards: np.ndarray  # [G]
+
+
+def classify(
+    rewards_RG: np.ndarray, easy_threshold: float, hard_threshold: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Splits groups into (informative, too easy, too hard) boolean masks [R].
+
+  A group of equal rewards that is neither easy nor hard (e.g. all 0.5) is
+  dropped too: its advantages are all zero.
+  """
+  easy = (rewards_RG >= easy_threshold).all(axis=1)
+  hard = (rewards_RG <= hard_threshold).all(axis=1) & ~easy
+  flat = np.ptp(rewards_RG, axis=1) <= 1e-6
+  informative = ~(easy | hard | flat)
+  return informative, easy, hard
+
+
+@dataclasses.dataclass
+class RolloutResult:
+  """A step's batch (None when no group was informative) and its metrics."""
+
+  batch: TrainBatch | None
+  groups: list[Group]
+  metrics: dict[str, float]
+
+
+class Rollout:
+  """Collects a step's batch with dynamic sampling."""
+
+  def __init__(
+      self,
+      cfg: RolloutConfig,
+      source: PromptSource,
+      tokenizer: tokenizer_lib.Tokenizer,
+      generator: Generator,
+      verify: Callable[[str, Example], float],
+      *,
+      verifier_name: str = 'verifier',
+  ):
+    if generator.num_samples != cfg.group_size:
+      raise ValueError(
+          f'generator makes {generator.num_samples} samples per prompt, '
+          f'rollout.group_size is {cfg.group_size}'
+      )
+    self.cfg = cfg
+    self.source = source
+    self.tokenizer = tokenizer
+    self.generator = generator
+    self.verify = verify
+    self.verifier_name = verifier_name
+    self.carried: list[Group] = []
+    self.cum_prompts_generated = 0
+    self.cum_groups_used = 0
+
+  def _round(
+      self, params: PyTree, rng: jax.Array
+  ) -> tuple[list[Group], np.ndarray, list[Example], dict[str, float]]:
+    cfg = self.cfg
+    examples = self.source.next_prompts(cfg.round_size)
+    tokens, mask = tokenizer_lib.encode_prompts(
+        self.tokenizer, [ex.prompt for ex in examples], cfg.max_prompt_len
+    )
+    t0 = time.perf_counter()
+    out = jax.device_get(
+        self.generator.generate(params, tokens, mask, rng)
+    )
+    gen_s = time.perf_counter() - t0
+    G = cfg.group_size
+    texts = [self.tokenizer.decode(row) for row in out.tokens]
+    repeated = [ex for ex in examples for _ in range(G)]
+    rewards, stats = verifiers_base.score_batch(
+        self.verify, texts, repeated, name=self.verifier_name
+    )
+    rewards_RG = rewards.reshape(len(examples), G)
+    self.source.observe(examples, rewards_RG)
+    informative, easy, hard = classify(
+        rewards_RG, cfg.easy_threshold, cfg.hard_threshold
+    )
+    T = out.tokens.shape[1]
+    groups = [
+        Group(
+            example=examples[r],
+            prompt_tokens=tokens[r],
+            prompt_mask=mask[r],
+            completion_tokens=out.tokens[r * G:(r + 1) * G].reshape(G, T),
+            completion_mask=out.mask[r * G:(r + 1) * G].reshape(G, T),
+            old_logps=out.logps[r * G:(r + 1) * G].reshape(G, T),
+            rewards=rewards_RG[r],
+        )
+        for r in np.flatnonzero(informative)
+    ]
+    info = {
+        'easy': float(easy.sum()),
+        'hard': float(hard.sum()),
+        'gen_s': gen_s,
+        'gen_tokens': float(out.mask.sum()),
+        'verify_errors': float(stats.errors + stats.out_of_range),
+    }
+    return groups, rewards_RG, examples, info
+
+  def collect(self, params: PyTree, rng: jax.Array) -> RolloutResult:
+    """Runs rounds until B informative groups (or max_rounds) for one step."""
+    cfg = self.cfg
+    groups, self.carried = self.carried, []
+    carried_in = len(groups)
+    rounds = 0
+    totals: dict[str, float] = defaultdict(float)
+    reward_sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    while len(groups) < cfg.batch_size and rounds < cfg.max_rounds:
+      new, rewards_RG, examples, info = self._round(
+          params, jax.random.fold_in(rng, rounds)
+      )
+      rounds += 1
+      groups.extend(new)
+      for key, value in info.items():
+        totals[key] += value
+      for ex, row in zip(examples, rewards_RG):
+        reward_sums[ex.dataset][0] += float(row.sum())
+        reward_sums[ex.dataset][1] += row.size
+    surplus = groups[cfg.batch_size:]
+    groups = groups[:cfg.batch_size]
+    if cfg.surplus == 'carry':
+      self.carried = surplus
+
+    generated = rounds * cfg.round_size
+    self.cum_prompts_generated += generated
+    self.cum_groups_used += len(groups)
+    metrics = {
+        'rollout/prompts_generated': float(generated),
+        'rollout/groups_used': float(len(groups)),
+        'rollout/groups_easy': totals['easy'],
+        'rollout/groups_hard': totals['hard'],
+        'rollout/rounds': float(rounds),
+        'rollout/efficiency': len(groups) / generated if generated else 1.0,
+        'rollout/cum_prompts_generated': float(self.cum_prompts_generated),
+        'rollout/cum_groups_used': float(self.cum_groups_used),
+        'rollout/batch_short': float(cfg.batch_size - len(groups)),
+        'rollout/carried_in': float(carried_in),
+        'rollout/surplus': float(len(surplus)),
+        'verify/errors': totals['verify_errors'],
+        'perf/gen_s': totals['gen_s'],
+        'perf/gen_tokens_per_s': (
+            totals['gen_tokens'] / totals['gen_s'] if totals['gen_s'] else 0.0
+        ),
+    }
+    n_all = sum(c for _, c in reward_sums.values())
+    if n_all:
+      metrics['reward/mean'] = sum(s for s, _ in reward_sums.values()) / n_all
+      for name, (s, c) in sorted(reward_sums.items()):
+        metrics[f'reward/mean/{name}'] = s / c
+    counts: dict[str, int] = defaultdict(int)
+    for g in groups:
+      counts[g.example.dataset] += 1
+    for name in sorted(set(counts) | set(reward_sums)):
+      metrics[f'data/batch_share/{name}'] = (
+          counts[name] / len(groups) if groups else 0.0
+      )
+    batch = self._assemble(groups) if groups else None
+    return RolloutResult(batch=batch, groups=groups, metrics=metrics)
+
+  def _assemble(self, groups: list[Group]) -> TrainBatch:
+    """Stacks groups into a fixed-shape [B * G] batch.
+
+    A short step is padded with empty groups (no valid completion tokens, zero
+    advantage), so the jitted train step keeps one shape and the padding adds
+    nothing to the loss.
+    """
+    cfg = self.cfg
+    G, B = cfg.group_size, cfg.batch_size
+    P = groups[0].prompt_tokens.shape[0]
+    T = groups[0].completion_tokens.shape[1]
+    rewards = np.zeros((B, G), np.float32)
+    prompt_tokens = np.full((B, P), self.tokenizer.pad_id, np.int32)
+    prompt_mask = np.zeros((B, P), bool)
+    comp_tokens = np.full((B, G, T), self.tokenizer.pad_id, np.int32)
+    comp_mask = np.zeros((B, G, T), bool)
+    old_logps = np.zeros((B, G, T), np.float32)
+    for b, g in enumerate(groups):
+      rewards[b] = g.rewards
+      prompt_tokens[b], prompt_mask[b] = g.prompt_tokens, g.prompt_mask
+      comp_tokens[b], comp_mask[b] = g.completion_tokens, g.completion_mask
+      old_logps[b] = g.old_logps
+    adv = np.array(
+        advantages_lib.compute_advantages(rewards, method=cfg.advantage)
+    )
+    adv[len(groups):] = 0.0
+    return TrainBatch(
+        prompt_tokens=np.repeat(prompt_tokens, G, axis=0),
+        prompt_mask=np.repeat(prompt_mask, G, axis=0),
+        completion_tokens=comp_tokens.reshape(B * G, T),
+        completion_mask=comp_mask.reshape(B * G, T),
+        old_logps=old_logps.reshape(B * G, T),
+        advantages=adv.reshape(B * G).astype(np.float32),
+    )
+
+  def get_state(self) -> dict:
+    return {
+        'cum_prompts_generated': self.cum_prompts_generated,
+        'cum_groups_used': self.cum_groups_used,
+    }
+
+  def set_state(self, state: dict) -> None:
+    self.cum_prompts_generated = int(state['cum_prompts_generated'])
+    self.cum_groups_used = int(state['cum_groups_used'])

@@ -1,0 +1,307 @@
+"""The training loop: build, warm start, rollout, step, evaluate, checkpoint."""
+
+from collections.abc import Callable
+import dataclasses
+import os
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from jaxgrpo import checkpoint as checkpoint_lib
+from jaxgrpo import config_lib
+from jaxgrpo import evaluate
+from jaxgrpo import metrics as metrics_lib
+from jaxgrpo import optimizer as optimizer_lib
+from jaxgrpo import train_state as train_state_lib
+from jaxgrpo import train_step as train_step_lib
+from jaxgrpo import verifiers
+from jaxgrpo import warmstart
+from jaxgrpo.data import arithmetic
+from jaxgrpo.data import prompts
+from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.generate import sampling as sampling_lib
+from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.model import config as model_config
+from jaxgrpo.model import decoder
+from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.typing import Example
+
+Log = Callable[[str], None]
+
+
+def _print(line: str) -> None:
+  print(line, flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+  """What a finished run reports (also printed as a table)."""
+
+  steps: int
+  resumed_from: int | None
+  warmstart_steps: int
+  warmstart_pass_rate: float | None
+  eval_accuracy_start: float | None
+  eval_accuracy_end: float | None
+  reward_first: float | None
+  reward_last: float | None
+  cum_prompts_generated: int
+  cum_groups_used: int
+  seconds: float
+
+
+def _check_lengths(
+    cfg: config_lib.Config,
+    tokenizer: tokenizer_lib.Tokenizer,
+    examples: list[Example],
+) -> None:
+  """Fails before compiling when prompts or answers cannot fit."""
+  prompt_len = 1 + max(len(tokenizer.encode(ex.prompt)) for ex in examples)
+  if prompt_len > cfg.rollout.max_prompt_len:
+    raise config_lib.ConfigError(
+        f'rollout.max_prompt_len={cfg.rollout.max_prompt_len}: the task has '
+        f'prompts of {prompt_len} tokens (BOS included); raise it'
+    )
+  answer_len = 1 + max(len(tokenizer.encode(ex.answer)) for ex in examples)
+  if answer_len > cfg.rollout.max_new_tokens:
+    raise config_lib.ConfigError(
+        f'rollout.max_new_tokens={cfg.rollout.max_new_tokens}: the task has '
+        f'answers of {answer_len} tokens (EOS included), which could never '
+        'be generated in full; raise it'
+    )
+
+
+def _mean_of(records: list[dict], key: str) -> float | None:
+  values = [r[key] for r in records if key in r]
+  return float(np.mean(values)) if values else None
+
+
+def run(
+    config: ml_collections.ConfigDict | config_lib.Config,
+    workdir: str,
+    *,
+    log: Log = _print,
+) -> RunSummary:
+  """Trains per `config`, resuming from `workdir` when it holds a checkpoint.
+
+  Args:
+    config: the run's ConfigDict (validated here) or a validated Config.
+    workdir: where checkpoints and `metrics.jsonl` go.
+    log: receives progress lines.
+
+  Returns:
+    The run summary.
+  """
+  cfg = (
+      config
+      if isinstance(config, config_lib.Config)
+      else config_lib.from_config_dict(config)
+  )
+  t_start = time.perf_counter()
+  os.makedirs(workdir, exist_ok=True)
+
+  # Data and reward.
+  tokenizer = tokenizer_lib.CharTokenizer()
+  spec = arithmetic.ArithmeticSpec(
+      min_digits=cfg.task.min_digits, max_digits=cfg.task.max_digits,
+      ops=cfg.task.ops, carries=cfg.task.carries, seed=cfg.task.seed,
+  )
+  train_examples, eval_examples = arithmetic.split_train_eval(
+      spec, cfg.task.num_train, cfg.task.num_eval, name=cfg.task.name
+  )
+  _check_lengths(cfg, tokenizer, train_examples + eval_examples)
+  try:
+    verify = verifiers.get(cfg.task.verifier)
+  except ValueError as e:
+    raise config_lib.ConfigError(f'task.verifier: {e}') from None
+
+  # Model, generators, optimizer.
+  try:
+    model_cfg = model_config.preset(
+        cfg.model.preset, vocab_size=tokenizer.vocab_size,
+        dtype=cfg.model.dtype, param_dtype=cfg.model.param_dtype,
+    )
+  except ValueError as e:
+    raise config_lib.ConfigError(f'model.preset: {e}') from None
+  rng = jax.random.key(cfg.seed)
+  init_rng, warm_rng, run_rng, eval_rng = jax.random.split(rng, 4)
+  graphdef, params = decoder.init_params(model_cfg, init_rng)
+  ro = cfg.rollout
+  generator = Generator(
+      graphdef=graphdef, model_cfg=model_cfg,
+      sampling=sampling_lib.Sampling(
+          temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p),
+      max_new_tokens=ro.max_new_tokens, num_samples=ro.group_size,
+      stop_tokens=(tokenizer.eos_id,), pad_id=tokenizer.pad_id,
+  )
+  eval_generator = dataclasses.replace(
+      generator, num_samples=cfg.eval.num_samples,
+      sampling=sampling_lib.Sampling(temperature=cfg.eval.temperature),
+  )
+  num_updates = cfg.total_steps * cfg.rl.num_iterations * cfg.rl.num_minibatches
+  optimizer = optimizer_lib.make_optimizer(
+      learning_rate=cfg.optim.learning_rate,
+      warmup_steps=cfg.optim.warmup_steps,
+      total_steps=max(num_updates, cfg.optim.warmup_steps + 1),
+      max_grad_norm=cfg.optim.max_grad_norm,
+      weight_decay=cfg.optim.weight_decay,
+      schedule=cfg.optim.schedule,
+  )
+  keep_reference = cfg.rl.beta > 0
+  step_fn = train_step_lib.make_train_step(
+      graphdef=graphdef, optimizer=optimizer,
+      loss_cfg=train_step_lib.LossConfig(
+          eps_low=cfg.rl.eps_low, eps_high=cfg.rl.eps_high,
+          loss_agg=cfg.rl.loss_agg, beta=cfg.rl.beta,
+          temperature=ro.temperature, max_completion_len=ro.max_new_tokens,
+      ),
+      num_iterations=cfg.rl.num_iterations,
+      num_minibatches=cfg.rl.num_minibatches,
+  )
+
+  source = prompts.EpochSource(train_examples, seed=cfg.seed)
+  rollout = rollout_lib.Rollout(
+      rollout_lib.RolloutConfig(
+          batch_size=ro.batch_size, group_size=ro.group_size,
+          round_size=ro.round_size, max_rounds=ro.max_rounds,
+          surplus=ro.surplus, max_prompt_len=ro.max_prompt_len,
+          easy_threshold=ro.easy_threshold, hard_threshold=ro.hard_threshold,
+          advantage=cfg.rl.advantage,
+      ),
+      source, tokenizer, generator, verify, verifier_name=cfg.task.verifier,
+  )
+
+  def run_eval(params, step: int) -> dict[str, float]:
+    rewards = evaluate.sample_rewards(
+        eval_generator, params, tokenizer, eval_examples, verify,
+        jax.random.fold_in(eval_rng, step), max_prompt_len=ro.max_prompt_len,
+    )
+    return evaluate.accuracy_metrics(eval_examples, rewards)
+
+  # Resume, or start (with the warm start) from scratch.
+  ckpt = checkpoint_lib.Checkpointer(
+      os.path.join(workdir, 'checkpoints'),
+      every=cfg.checkpoint.every, max_to_keep=cfg.checkpoint.max_to_keep,
+  )
+  meta = {'config': config_lib.to_dict(cfg)}
+  latest = ckpt.latest_step()
+  resumed_from = latest
+  if latest is not None:
+    target = train_state_lib.create_train_state(
+        graphdef, params, optimizer, keep_reference=keep_reference)
+    restored = ckpt.restore(latest, target)
+    state = restored.state
+    source.set_state(restored.data['source'])
+    rollout.set_state(restored.data['rollout'])
+    meta = {**restored.meta, 'config': meta['config']}
+    log(f'resumed from {workdir} at step {latest}')
+  else:
+    if cfg.warmstart.enabled and cfg.warmstart.max_steps > 0:
+      ws = cfg.warmstart
+      log(f'warm start: supervised steps until the sampled pass rate reaches '
+          f'{ws.target_pass_rate:.2f} (at most {ws.max_steps} steps)')
+      result = warmstart.warm_start(
+          graphdef, params, tokenizer=tokenizer,
+          train_examples=train_examples, check_generator=generator,
+          verify=verify, rng=warm_rng, max_steps=ws.max_steps,
+          batch_size=ws.batch_size, learning_rate=ws.learning_rate,
+          target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,
+          check_examples=ws.check_examples,
+          max_prompt_len=ro.max_prompt_len,
+          seq_len=ro.max_prompt_len + ro.max_new_tokens, progress=log,
+      )
+      params = result.params
+      meta['warmstart'] = {'steps': result.steps,
+                           'pass_rate': result.pass_rate,
+                           'seconds': result.seconds}
+    state = train_state_lib.create_train_state(
+        graphdef, params, optimizer, keep_reference=keep_reference)
+
+  writer = metrics_lib.MetricsWriter(workdir, resume_step=latest or 0)
+  start_step = latest or 0
+  if latest is None:
+    first = run_eval(state.params, 0)
+    writer.write(0, first)
+    log(f'step 0: held-out accuracy {first["eval/accuracy"]:.3f}')
+    ckpt.save(0, state, {'source': source.get_state(),
+                         'rollout': rollout.get_state()}, meta)
+
+  window = metrics_lib.ConsoleWindow()
+  log(f'GRPO: {cfg.total_steps} steps of {ro.batch_size} prompts x '
+      f'{ro.group_size} samples, model {cfg.model.preset} '
+      f'({model_config.param_count(model_cfg) / 1e6:.2f}M params)')
+  for step in range(start_step + 1, cfg.total_steps + 1):
+    t0 = time.perf_counter()
+    step_rng = jax.random.fold_in(run_rng, step)
+    result = rollout.collect(state.params, jax.random.fold_in(step_rng, 0))
+    metrics = dict(result.metrics)
+    if result.batch is not None:
+      state, train_metrics = step_fn(
+          state, result.batch, jax.random.fold_in(step_rng, 1))
+      metrics.update(
+          {k: float(v) for k, v in jax.device_get(train_metrics).items()})
+    else:
+      metrics['train/skipped'] = 1.0
+      log(f'step {step}: no informative group in {ro.max_rounds} rounds; '
+          'update skipped')
+    metrics['perf/step_s'] = time.perf_counter() - t0
+    if cfg.eval.every and (step % cfg.eval.every == 0
+                           or step == cfg.total_steps):
+      metrics.update(run_eval(state.params, step))
+    writer.write(step, metrics)
+    window.add(metrics)
+    if step % cfg.log_every == 0 or step == cfg.total_steps:
+      line = window.line(step, cfg.total_steps)
+      if 'eval/accuracy' in metrics:
+        line += f'  eval {metrics["eval/accuracy"]:.3f}'
+      log(line)
+    if ckpt.should_save(step) or step == cfg.total_steps:
+      ckpt.save(step, state, {'source': source.get_state(),
+                              'rollout': rollout.get_state()}, meta)
+  ckpt.close()
+  writer.close()
+
+  records = metrics_lib.read_metrics(workdir)
+  train_records = [r for r in records if 'reward/mean' in r]
+  window_len = max(1, len(train_records) // 10)
+  evals = [r for r in records if 'eval/accuracy' in r]
+  ws_meta = meta.get('warmstart', {})
+  summary = RunSummary(
+      steps=cfg.total_steps,
+      resumed_from=resumed_from,
+      warmstart_steps=int(ws_meta.get('steps', 0)),
+      warmstart_pass_rate=ws_meta.get('pass_rate'),
+      eval_accuracy_start=evals[0]['eval/accuracy'] if evals else None,
+      eval_accuracy_end=evals[-1]['eval/accuracy'] if evals else None,
+      reward_first=_mean_of(train_records[:window_len], 'reward/mean'),
+      reward_last=_mean_of(train_records[-window_len:], 'reward/mean'),
+      cum_prompts_generated=rollout.cum_prompts_generated,
+      cum_groups_used=rollout.cum_groups_used,
+      seconds=time.perf_counter() - t_start,
+  )
+  log(format_summary(summary, window_len))
+  return summary
+
+
+def format_summary(s: RunSummary, window: int) -> str:
+  """The end-of-run table."""
+  def fmt(x):
+    return '-' if x is None else f'{x:.3f}'
+  efficiency = (s.cum_groups_used / s.cum_prompts_generated
+                if s.cum_prompts_generated else None)
+  rows = [
+      ('steps', str(s.steps) + (f' (resumed at {s.resumed_from})'
+                                if s.resumed_from is not None else '')),
+      ('warm start steps', str(s.warmstart_steps)),
+      ('held-out accuracy', f'{fmt(s.eval_accuracy_start)} -> '
+                            f'{fmt(s.eval_accuracy_end)}'),
+      (f'sampled reward (first/last {window} steps)',
+       f'{fmt(s.reward_first)} -> {fmt(s.reward_last)}'),
+      ('prompts generated', str(s.cum_prompts_generated)),
+      ('groups used', str(s.cum_groups_used)),
+      ('efficiency (used / generated)', fmt(efficiency)),
+      ('wall time', f'{s.seconds:.1f}s'),
+  ]
+  return metrics_lib.format_table(rows, 'run summary')

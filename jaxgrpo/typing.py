@@ -1,0 +1,60 @@
+"""Shared types: pytree aliases, the train batch and the dimension legend.
+
+Dimension legend used in array suffixes and einsum strings across jaxgrpo:
+  B batch (prompts, or sequences where stated)  T query / completion length
+  S key (cache) length   P prompt length   L full sequence length (P + T)
+  D model width   N query heads   K key/value heads   H head dim
+  F feed-forward width   V vocabulary   G generations per prompt
+"""
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+
+PyTree = Any
+PRNGKey = jax.Array
+Array = jax.Array
+
+
+@flax.struct.dataclass
+class TrainBatch:
+  """One optimizer batch of completions, prompt-major (row = b * G + g).
+
+  Attributes:
+    prompt_tokens: [N, P] int32, left-padded prompts.
+    prompt_mask: [N, P] bool, True on real prompt tokens.
+    completion_tokens: [N, T] int32, right-padded completions.
+    completion_mask: [N, T] bool, True on generated tokens (the stop token
+      included, padding after it excluded).
+    old_logps: [N, T] float32, per-token log-probs at sampling time (the old
+      policy of the clipped ratio).
+    advantages: [N] float32, group-relative advantage of each completion.
+  """
+
+  prompt_tokens: jax.Array
+  prompt_mask: jax.Array
+  completion_tokens: jax.Array
+  completion_mask: jax.Array
+  old_logps: jax.Array
+  advantages: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  """One prompt with its verifiable ground truth.
+
+  Attributes:
+    id: stable example id, unique within its dataset.
+    prompt: the prompt text given to the model.
+    answer: the ground truth the verifier checks against.
+    dataset: name of the dataset the example belongs to.
+    subset: optional label that metrics and evals report separately.
+  """
+
+  id: str
+  prompt: str
+  answer: str
+  dataset: str = 'default'
+  subset: str = ''

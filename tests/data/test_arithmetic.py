@@ -1,0 +1,78 @@
+"""Tests for the built-in arithmetic task."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from jaxgrpo.data import arithmetic
+
+
+class ArithmeticTest(parameterized.TestCase):
+
+  def test_deterministic_and_seed_dependent(self):
+    spec = arithmetic.ArithmeticSpec(seed=3)
+    a = arithmetic.make_examples(spec, range(50), name='x')
+    b = arithmetic.make_examples(spec, range(50), name='x')
+    c = arithmetic.make_examples(
+        arithmetic.ArithmeticSpec(seed=4), range(50), name='x')
+    self.assertEqual(a, b)
+    self.assertNotEqual([e.prompt for e in a], [e.prompt for e in c])
+    # An example depends on its index only, not on what else was generated.
+    self.assertEqual(arithmetic.make_examples(spec, [17], name='x')[0], a[17])
+
+  @parameterized.parameters('+', '-', '*', '+-*')
+  def test_answers_are_correct(self, ops):
+    spec = arithmetic.ArithmeticSpec(ops=ops, min_digits=1, max_digits=4)
+    for ex in arithmetic.make_examples(spec, range(200), name='t'):
+      expr = ex.prompt.rstrip('=')
+      op = next(c for c in '+-*' if c in expr[1:])
+      a, b = expr.split(op, 1)
+      want = {'+': int(a) + int(b), '-': int(a) - int(b),
+              '*': int(a) * int(b)}[op]
+      self.assertEqual(ex.answer, str(want))
+      self.assertGreaterEqual(int(ex.answer), 0)
+
+  def test_digit_range_and_subset_labels(self):
+    spec = arithmetic.ArithmeticSpec(min_digits=2, max_digits=3)
+    for ex in arithmetic.make_examples(spec, range(200), name='t'):
+      a, b = ex.prompt.rstrip('=').split('+')
+      self.assertTrue(2 <= len(a) <= 3 and 2 <= len(b) <= 3)
+      self.assertEqual(ex.subset, f'{max(len(a), len(b))}d')
+
+  @parameterized.parameters(('none', 0), ('required', 1))
+  def test_carry_constraint(self, carries, min_carries):
+    spec = arithmetic.ArithmeticSpec(carries=carries, max_digits=3)
+    for ex in arithmetic.make_examples(spec, range(200), name='t'):
+      a, b = map(int, ex.prompt.rstrip('=').split('+'))
+      n = arithmetic.count_carries(a, b, '+')
+      self.assertGreaterEqual(n, min_carries)
+      if carries == 'none':
+        self.assertEqual(n, 0)
+
+  def test_count_carries_by_hand(self):
+    self.assertEqual(arithmetic.count_carries(95, 7, '+'), 2)  # 5+7, 9+0+1
+    self.assertEqual(arithmetic.count_carries(12, 34, '+'), 0)
+    self.assertEqual(arithmetic.count_carries(100, 1, '-'), 2)
+    self.assertEqual(arithmetic.count_carries(57, 23, '-'), 0)
+
+  def test_held_out_prompts_are_not_in_train(self):
+    train, held_out = arithmetic.split_train_eval(
+        arithmetic.ArithmeticSpec(max_digits=2), 3000, 200, name='t')
+    self.assertLen(held_out, 200)
+    self.assertEmpty({e.prompt for e in train} & {e.prompt for e in held_out})
+    self.assertLen({e.id for e in train + held_out}, 3200)
+
+  def test_held_out_impossible_is_a_clear_error(self):
+    # 1-digit addition has only 100 distinct problems.
+    with self.assertRaisesRegex(ValueError, 'held-out'):
+      arithmetic.split_train_eval(
+          arithmetic.ArithmeticSpec(max_digits=1), 2000, 50, name='t')
+
+  def test_bad_spec(self):
+    with self.assertRaisesRegex(ValueError, 'min_digits'):
+      arithmetic.ArithmeticSpec(min_digits=3, max_digits=2)
+    with self.assertRaisesRegex(ValueError, 'ops'):
+      arithmetic.ArithmeticSpec(ops='/')
+
+
+if __name__ == '__main__':
+  absltest.main()

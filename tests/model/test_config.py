@@ -1,0 +1,56 @@
+"""Tests for ModelConfig validation and presets."""
+
+import dataclasses
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from jaxgrpo.model import config
+
+
+class ModelConfigTest(parameterized.TestCase):
+
+  def test_tiny(self):
+    cfg = config.ModelConfig.tiny(vocab_size=40)
+    self.assertEqual((cfg.num_layers, cfg.embed_dim, cfg.vocab_size),
+                     (2, 64, 40))
+
+  @parameterized.parameters(
+      (dict(num_layers=0), 'num_layers'),
+      (dict(embed_dim=-4), 'embed_dim'),
+      (dict(vocab_size=3.5), 'vocab_size'),
+      (dict(num_heads=4, num_kv_heads=3), 'num_kv_heads'),
+      (dict(head_dim=15), 'head_dim'),
+      (dict(rope_theta=0.0), 'rope_theta'),
+      (dict(norm_eps=0.0), 'norm_eps'),
+      (dict(dtype='float16'), 'dtype'),
+      (dict(param_dtype='int8'), 'param_dtype'),
+  )
+  def test_invalid_field_is_named(self, overrides, field):
+    with self.assertRaisesRegex(ValueError, f'ModelConfig.*{field}'):
+      dataclasses.replace(config.ModelConfig.tiny(), **overrides)
+
+  def test_preset_overrides(self):
+    cfg = config.preset('demo', vocab_size=48, dtype='bfloat16')
+    self.assertEqual((cfg.vocab_size, cfg.dtype, cfg.embed_dim),
+                     (48, 'bfloat16', 128))
+
+  def test_unknown_preset_lists_names(self):
+    with self.assertRaisesRegex(ValueError, 'llama3_8b'):
+      config.preset('gpt5')
+
+  def test_presets_are_valid_and_hashable(self):
+    for name in config.PRESET_NAMES:
+      hash(config.preset(name))
+
+  def test_public_shapes(self):
+    qwen3 = config.preset('qwen3_0.6b')
+    self.assertTrue(qwen3.qk_norm and not qwen3.qkv_bias)
+    self.assertEqual(qwen3.num_heads * qwen3.head_dim, 2048)
+    self.assertTrue(config.preset('qwen2.5_0.5b').qkv_bias)
+    self.assertFalse(config.preset('llama3_8b').tie_embeddings)
+    self.assertEqual(config.preset('smollm2_135m').rope_theta, 100_000.0)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,88 @@
+"""Tests for group-relative advantages."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgrpo.rl import advantages
+
+jax.config.update('jax_numpy_rank_promotion', 'raise')
+
+# Three groups of G=4: balanced, one success in four, and degenerate.
+_REWARDS = np.array(
+    [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]],
+    np.float32,
+)
+_EPS = 1e-6
+# By hand: group 1 has mean 1/2 and std 1/2; group 2 has mean 1/4 and
+# std sqrt(3)/4; group 3 is degenerate.
+_SQRT3 = np.sqrt(3.0)
+_EXPECTED = {
+    'grpo': [
+        [0.5 / (0.5 + _EPS), -0.5 / (0.5 + _EPS)]
+        + [-0.5 / (0.5 + _EPS), 0.5 / (0.5 + _EPS)],
+        [-0.25 / (_SQRT3 / 4 + _EPS)] * 3 + [0.75 / (_SQRT3 / 4 + _EPS)],
+        [0.0] * 4,
+    ],
+    'dr_grpo': [
+        [0.5, -0.5, -0.5, 0.5],
+        [-0.25, -0.25, -0.25, 0.75],
+        [0.0] * 4,
+    ],
+    # r_j minus the mean of the three others.
+    'rloo': [
+        [1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3],
+        [0 - 1 / 3, 0 - 1 / 3, 0 - 1 / 3, 1.0],
+        [0.0] * 4,
+    ],
+}
+
+
+class AdvantagesTest(parameterized.TestCase):
+
+  @parameterized.parameters('grpo', 'dr_grpo', 'rloo')
+  def test_hand_computed(self, method):
+    adv_BG = advantages.compute_advantages(
+        jnp.asarray(_REWARDS), method=method, eps=_EPS
+    )
+    chex.assert_shape(adv_BG, (3, 4))
+    chex.assert_trees_all_close(
+        adv_BG, np.asarray(_EXPECTED[method], np.float32), atol=1e-5
+    )
+
+  def test_grpo_balanced_pair_is_unit(self):
+    adv_BG = advantages.compute_advantages(jnp.array([[0.0, 1.0]]), eps=0.0)
+    chex.assert_trees_all_close(adv_BG, jnp.array([[-1.0, 1.0]]))
+
+  @parameterized.parameters('grpo', 'dr_grpo', 'rloo')
+  def test_degenerate_group_is_zero(self, method):
+    rewards_BG = jnp.full((2, 5), 0.7)
+    adv_BG = advantages.compute_advantages(rewards_BG, method=method)
+    chex.assert_trees_all_equal(adv_BG, jnp.zeros((2, 5)))
+
+  def test_rloo_is_leave_one_out(self):
+    rewards_BG = jax.random.uniform(jax.random.key(0), (3, 6))
+    adv_BG = advantages.compute_advantages(rewards_BG, method='rloo')
+    r = np.asarray(rewards_BG)
+    others = (r.sum(axis=1, keepdims=True) - r) / 5
+    chex.assert_trees_all_close(adv_BG, r - others, atol=1e-6)
+
+  def test_unknown_method_raises(self):
+    with self.assertRaisesRegex(ValueError, 'unknown advantage method'):
+      advantages.compute_advantages(jnp.zeros((2, 2)), method='ppo')
+
+  def test_rloo_needs_two_samples(self):
+    with self.assertRaisesRegex(ValueError, 'at least 2'):
+      advantages.compute_advantages(jnp.zeros((2, 1)), method='rloo')
+
+  def test_names(self):
+    self.assertEqual(
+        advantages.estimator_names(), ('dr_grpo', 'grpo', 'rloo')
+    )
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,117 @@
+"""Tests for completion log-probs over the full-sequence layout."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgrpo.model import config
+from jaxgrpo.model import decoder
+from jaxgrpo.rl import logprobs
+from jaxgrpo.typing import TrainBatch
+
+jax.config.update('jax_numpy_rank_promotion', 'raise')
+
+# (real prompt, real completion) per row; prompts are left-padded to P=4 and
+# completions right-padded to T=4. Every row has 4 real tokens, so the rows
+# can also be run together without any padding.
+_ROWS = (
+    ([5, 6, 7], [8]),
+    ([1, 2], [9, 10]),
+    ([3], [4, 11, 12]),
+)
+_P = _T = 4
+
+
+def _tiny_model(vocab_size: int = 16):
+  """The tiny Decoder's graphdef and random params."""
+  # Filled from numpy: running the initializers op by op costs seconds on CPU.
+  cfg = config.ModelConfig.tiny(vocab_size=vocab_size)
+  graphdef, abstract = decoder.abstract_params(cfg)
+  rng = np.random.default_rng(0)
+
+  def fill(leaf):
+    # Vectors are norm scales: keep them near 1 so activations do not vanish.
+    mean = 1.0 if len(leaf.shape) == 1 else 0.0
+    return jnp.asarray(rng.normal(mean, 0.1, leaf.shape), leaf.dtype)
+
+  return graphdef, jax.tree.map(fill, abstract)
+
+
+def _batch() -> TrainBatch:
+  prompt = np.zeros((len(_ROWS), _P), np.int32)
+  prompt_mask = np.zeros((len(_ROWS), _P), bool)
+  completion = np.zeros((len(_ROWS), _T), np.int32)
+  completion_mask = np.zeros((len(_ROWS), _T), bool)
+  for i, (p, c) in enumerate(_ROWS):
+    prompt[i, _P - len(p) :] = p
+    prompt_mask[i, _P - len(p) :] = True
+    completion[i, : len(c)] = c
+    completion_mask[i, : len(c)] = True
+  return TrainBatch(
+      prompt_tokens=jnp.asarray(prompt),
+      prompt_mask=jnp.asarray(prompt_mask),
+      completion_tokens=jnp.asarray(completion),
+      completion_mask=jnp.asarray(completion_mask),
+      old_logps=jnp.zeros((len(_ROWS), _T)),
+      advantages=jnp.zeros((len(_ROWS),)),
+  )
+
+
+def _unpadded_logits(graphdef, params) -> np.ndarray:
+  """[N, 4, V] float64 logits of every row, run without padding."""
+  tokens = jnp.asarray([p + c for p, c in _ROWS], jnp.int32)
+  n, length = tokens.shape
+  positions = jnp.broadcast_to(jnp.arange(length), (n, length))
+  causal = jnp.tril(jnp.ones((length, length), bool))
+  mask = jnp.broadcast_to(causal, (n, length, length))
+  logits_NLV, _ = jax.jit(decoder.forward, static_argnums=0)(
+      graphdef, params, tokens, positions, mask
+  )
+  return np.asarray(logits_NLV, np.float64)
+
+
+class CompletionLogprobsTest(parameterized.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.graphdef, cls.params = _tiny_model()
+    cls.logits = _unpadded_logits(cls.graphdef, cls.params)
+
+  @parameterized.parameters(0.7, 0.0)
+  def test_matches_unpadded_log_softmax(self, temperature):
+    logps_NT, entropy_NT = jax.jit(
+        logprobs.completion_logprobs, static_argnums=(0, 3)
+    )(self.graphdef, self.params, _batch(), temperature)
+    chex.assert_shape((logps_NT, entropy_NT), (len(_ROWS), _T))
+    # Temperature 0 (greedy) scores under the plain softmax.
+    logits_NLV = self.logits / (temperature or 1.0)
+    logp_NLV = logits_NLV - np.log(
+        np.exp(logits_NLV).sum(axis=-1, keepdims=True)
+    )
+    for i, (prompt, completion) in enumerate(_ROWS):
+      for j, token in enumerate(completion):
+        # Token j of the completion is predicted one position earlier.
+        logp_V = logp_NLV[i, len(prompt) + j - 1]
+        np.testing.assert_allclose(logps_NT[i, j], logp_V[token], atol=2e-5)
+        np.testing.assert_allclose(
+            entropy_NT[i, j], -(np.exp(logp_V) * logp_V).sum(), atol=2e-5
+        )
+      # Padding is zero.
+      np.testing.assert_array_equal(logps_NT[i, len(completion) :], 0.0)
+      np.testing.assert_array_equal(entropy_NT[i, len(completion) :], 0.0)
+
+  def test_layout(self):
+    tokens_NL, positions_NL, mask_NLL = logprobs.full_sequence_inputs(_batch())
+    np.testing.assert_array_equal(tokens_NL[1], [0, 0, 1, 2, 9, 10, 0, 0])
+    np.testing.assert_array_equal(positions_NL[1], [0, 0, 0, 1, 2, 3, 3, 3])
+    # The first completion token of row 1 sees the two real prompt tokens and
+    # itself, never the left padding.
+    np.testing.assert_array_equal(mask_NLL[1, 4], [0, 0, 1, 1, 1, 0, 0, 0])
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,71 @@
+"""Tests for config validation: every bad value names its key."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from configs import common
+from configs import demo
+from jaxgrpo import config_lib
+
+
+class ConfigTest(parameterized.TestCase):
+
+  def test_demo_and_runlocal_validate(self):
+    full = config_lib.from_config_dict(demo.get_config())
+    local = config_lib.from_config_dict(demo.get_config('runlocal'))
+    self.assertGreater(full.total_steps, local.total_steps)
+    self.assertEqual(local.total_steps, 2)
+
+  @parameterized.parameters(
+      ('rollout', 'group_size', 1, 'rollout.group_size=1'),
+      ('rl', 'eps_low', -0.1, 'rl.eps_low=-0.1'),
+      ('rl', 'eps_high', -0.5, 'rl.eps_high=-0.5'),
+      ('rollout', 'max_new_tokens', 0, 'rollout.max_new_tokens=0'),
+      ('rollout', 'surplus', 'keep', 'rollout.surplus'),
+      ('rl', 'loss_agg', 'sum', 'rl.loss_agg'),
+      ('rl', 'advantage', 'ppo', 'rl.advantage'),
+      ('sampler', 'policy', 'sometimes', 'sampler.policy'),
+      ('rollout', 'top_p', 0.0, 'rollout.top_p'),
+      ('model', 'dtype', 'float16', 'model.dtype'),
+  )
+  def test_bad_value_names_key(self, section, key, value, expected):
+    c = demo.get_config()
+    c[section][key] = value
+    with self.assertRaisesRegex(config_lib.ConfigError, expected):
+      config_lib.from_config_dict(c)
+
+  def test_unknown_key_named(self):
+    c = demo.get_config().to_dict()
+    c['rollout']['gruop_size'] = 3
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                'unknown config key rollout.gruop_size'):
+      config_lib.from_config_dict(c)
+    c = demo.get_config().to_dict()
+    c['totl_steps'] = 3
+    with self.assertRaisesRegex(config_lib.ConfigError, 'totl_steps'):
+      config_lib.from_config_dict(c)
+
+  def test_missing_key_named(self):
+    c = demo.get_config().to_dict()
+    del c['rollout']['group_size']
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                'rollout.group_size is missing'):
+      config_lib.from_config_dict(c)
+
+  def test_minibatches_must_divide(self):
+    c = demo.get_config()
+    c.rl.num_minibatches = 3
+    with self.assertRaisesRegex(config_lib.ConfigError, 'rl.num_minibatches'):
+      config_lib.from_config_dict(c)
+
+  def test_parse_arg(self):
+    args = common.parse_arg('runlocal,model=small_10m,steps=5',
+                            runlocal=False, model='demo', steps=1)
+    self.assertEqual((args.runlocal, args.model, args.steps),
+                     (True, 'small_10m', 5))
+    with self.assertRaisesRegex(ValueError, 'typo'):
+      common.parse_arg('typo', runlocal=False)
+
+
+if __name__ == '__main__':
+  absltest.main()

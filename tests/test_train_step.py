@@ -1,0 +1,261 @@
+"""Tests for the train step, train state and optimizer."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxgrpo import optimizer as optimizer_lib
+from jaxgrpo import train_state as train_state_lib
+from jaxgrpo import train_step as train_step_lib
+from jaxgrpo.model import config
+from jaxgrpo.model import decoder
+from jaxgrpo.rl import logprobs
+from jaxgrpo.typing import TrainBatch
+
+jax.config.update('jax_numpy_rank_promotion', 'raise')
+
+_N, _P, _T = 4, 4, 4
+_ADVANTAGES = np.array([1.0, -1.0, 1.0, -1.0], np.float32)
+_logps_fn = jax.jit(logprobs.completion_logprobs, static_argnums=0)
+
+
+def _tiny_model(vocab_size: int = 16):
+  """The tiny Decoder's graphdef and random params."""
+  # Filled from numpy: running the initializers op by op costs seconds on CPU.
+  cfg = config.ModelConfig.tiny(vocab_size=vocab_size)
+  graphdef, abstract = decoder.abstract_params(cfg)
+  rng = np.random.default_rng(0)
+
+  def fill(leaf):
+    # Vectors are norm scales: keep them near 1 so activations do not vanish.
+    mean = 1.0 if len(leaf.shape) == 1 else 0.0
+    return jnp.asarray(rng.normal(mean, 0.1, leaf.shape), leaf.dtype)
+
+  return graphdef, jax.tree.map(fill, abstract)
+
+
+def _fixed_batch(graphdef, params) -> TrainBatch:
+  """Two prompts x two completions; old log-probs from `params` itself."""
+  prompt = np.array([[0, 3, 4, 5]] * 2 + [[0, 0, 6, 7]] * 2, np.int32)
+  completion = np.array(
+      [[8, 9, 10, 0], [11, 12, 0, 0], [13, 14, 15, 1], [2, 8, 0, 0]],
+      np.int32,
+  )
+  batch = TrainBatch(
+      prompt_tokens=jnp.asarray(prompt),
+      prompt_mask=jnp.asarray(prompt > 0),
+      completion_tokens=jnp.asarray(completion),
+      completion_mask=jnp.asarray(completion > 0),
+      old_logps=jnp.zeros((_N, _T)),
+      advantages=jnp.asarray(_ADVANTAGES),
+  )
+  old_logps, _ = _logps_fn(graphdef, params, batch)
+  return batch.replace(old_logps=old_logps)
+
+
+def _copy(tree):
+  # The step donates its state and batch; tests keep their own copies.
+  return jax.tree.map(jnp.copy, tree)
+
+
+def _update_counts(opt_state) -> list[int]:
+  found = optax.tree_utils.tree_get_all_with_path(opt_state, 'count')
+  return [int(count) for _, count in found]
+
+
+class TrainStepTest(parameterized.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.graphdef, cls.params = _tiny_model()
+    cls.batch = _fixed_batch(cls.graphdef, cls.params)
+    cls.optimizer = optimizer_lib.make_optimizer(
+        learning_rate=3e-3, warmup_steps=0, total_steps=100, max_grad_norm=1.0
+    )
+
+  def _state(self, keep_reference=False):
+    return train_state_lib.create_train_state(
+        self.graphdef,
+        _copy(self.params),
+        self.optimizer,
+        keep_reference=keep_reference,
+    )
+
+  def _step_fn(self, loss_cfg, num_iterations, num_minibatches):
+    return train_step_lib.make_train_step(
+        graphdef=self.graphdef,
+        optimizer=self.optimizer,
+        loss_cfg=loss_cfg,
+        num_iterations=num_iterations,
+        num_minibatches=num_minibatches,
+    )
+
+  def test_updates_move_logps_with_advantages(self):
+    # Two passes of two minibatches: four updates in one step.
+    step_fn = self._step_fn(train_step_lib.LossConfig(), 2, 2)
+    state, metrics = step_fn(
+        self._state(), _copy(self.batch), jax.random.key(1)
+    )
+    self.assertEqual(int(state.step), 1)
+    self.assertEqual(int(metrics['train/updates']), 4)
+    self.assertEqual(_update_counts(state.opt_state), [4, 4])
+    # Finite with left-padded prompts: padding never reaches the gradients.
+    chex.assert_tree_all_finite(metrics)
+    self.assertGreater(float(metrics['train/grad_norm']), 0.0)
+    self.assertEqual(float(metrics['train/kl']), 0.0)
+
+    new_logps, _ = _logps_fn(self.graphdef, state.params, self.batch)
+    gain_N = np.asarray(new_logps - self.batch.old_logps).sum(axis=1)
+    self.assertGreater(gain_N[_ADVANTAGES > 0].sum(), 0.0)
+    self.assertLess(gain_N[_ADVANTAGES < 0].sum(), 0.0)
+
+  def test_reference_is_frozen_and_kl_starts_at_zero(self):
+    step_fn = self._step_fn(train_step_lib.LossConfig(beta=0.05), 1, 1)
+    state = self._state(keep_reference=True)
+    state, metrics = step_fn(state, _copy(self.batch), jax.random.key(1))
+    # One update from the reference params: policy == reference.
+    np.testing.assert_allclose(metrics['train/kl'], 0.0, atol=1e-6)
+    np.testing.assert_allclose(metrics['train/ratio_mean'], 1.0, atol=1e-5)
+    self.assertEqual(float(metrics['train/clip_frac']), 0.0)
+    chex.assert_trees_all_equal(state.ref_params, self.params)
+
+    state, metrics = step_fn(state, _copy(self.batch), jax.random.key(2))
+    self.assertGreater(float(metrics['train/kl']), 0.0)
+    chex.assert_trees_all_equal(state.ref_params, self.params)
+    with self.assertRaises(AssertionError):
+      chex.assert_trees_all_close(state.params, self.params)
+
+  def test_beta_needs_reference(self):
+    with self.assertRaisesRegex(ValueError, 'ref_params'):
+      train_step_lib.train_step(
+          self._state(keep_reference=False),
+          self.batch,
+          jax.random.key(0),
+          graphdef=self.graphdef,
+          optimizer=self.optimizer,
+          loss_cfg=train_step_lib.LossConfig(beta=0.1),
+          num_iterations=1,
+          num_minibatches=1,
+      )
+
+  def test_minibatches_must_divide_batch(self):
+    with self.assertRaisesRegex(ValueError, 'minibatches'):
+      train_step_lib.train_step(
+          self._state(),
+          self.batch,
+          jax.random.key(0),
+          graphdef=self.graphdef,
+          optimizer=self.optimizer,
+          loss_cfg=train_step_lib.LossConfig(),
+          num_iterations=1,
+          num_minibatches=3,
+      )
+
+  @parameterized.parameters(
+      {'eps_low': 1.0},
+      {'eps_high': -0.1},
+      {'loss_agg': 'sum'},
+      {'beta': -1.0},
+      {'temperature': -1.0},
+      {'max_completion_len': 0},
+  )
+  def test_loss_config_validates(self, **kwargs):
+    with self.assertRaises(ValueError):
+      train_step_lib.LossConfig(**kwargs)
+
+
+class TrainStateTest(absltest.TestCase):
+
+  def test_abstract_state(self):
+    cfg = config.ModelConfig.tiny(vocab_size=16)
+    graphdef, params = decoder.abstract_params(cfg)
+    opt = optimizer_lib.make_optimizer(
+        learning_rate=1e-3, warmup_steps=1, total_steps=10, max_grad_norm=1.0
+    )
+    without = train_state_lib.abstract_train_state(
+        graphdef, params, opt, keep_reference=False
+    )
+    self.assertIsNone(without.ref_params)
+    with_ref = train_state_lib.abstract_train_state(
+        graphdef, params, opt, keep_reference=True
+    )
+    chex.assert_trees_all_equal_shapes_and_dtypes(with_ref.ref_params, params)
+    self.assertEqual(with_ref.step.shape, ())
+
+  def test_reference_is_a_copy(self):
+    graphdef, params = _tiny_model()
+    state = train_state_lib.create_train_state(
+        graphdef, params, optax.sgd(0.1), keep_reference=True
+    )
+    chex.assert_trees_all_equal(state.ref_params, params)
+    for ref, param in zip(
+        jax.tree.leaves(state.ref_params), jax.tree.leaves(params)
+    ):
+      self.assertNotEqual(
+          ref.unsafe_buffer_pointer(), param.unsafe_buffer_pointer()
+      )
+
+
+class OptimizerTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ('constant', 'constant', 4, {0: 0.0, 1: 0.25, 2: 0.5, 4: 1.0, 99: 1.0}),
+      ('constant_no_warmup', 'constant', 0, {0: 1.0, 50: 1.0}),
+      # Cosine over updates 2..10: half way (update 6) is at half the peak.
+      ('cosine', 'cosine', 2, {0: 0.0, 1: 0.5, 2: 1.0, 6: 0.5, 10: 0.0}),
+  )
+  def test_schedule(self, schedule, warmup_steps, expected):
+    lr = optimizer_lib.make_schedule(
+        learning_rate=1e-3,
+        warmup_steps=warmup_steps,
+        total_steps=10,
+        schedule=schedule,
+    )
+    for count, fraction in expected.items():
+      np.testing.assert_allclose(
+          lr(count), 1e-3 * fraction, atol=1e-9, err_msg=f'update {count}'
+      )
+
+  def test_first_update_uses_warmup(self):
+    params = {'w': jnp.ones((2, 2))}
+    opt = optimizer_lib.make_optimizer(
+        learning_rate=1e-3, warmup_steps=2, total_steps=10, max_grad_norm=1.0
+    )
+    update = jax.jit(opt.update)
+    opt_state = opt.init(params)
+    grads = {'w': jnp.full((2, 2), 10.0)}
+    updates, opt_state = update(grads, opt_state, params)
+    # The warmup starts at 0: the first update does not move the params.
+    chex.assert_trees_all_equal(updates, {'w': jnp.zeros((2, 2))})
+    updates, _ = update(grads, opt_state, params)
+    # Adam's first steps move each weight by about the learning rate.
+    np.testing.assert_allclose(updates['w'], -0.5e-3, rtol=1e-3)
+
+  def test_weight_decay_skips_vectors(self):
+    params = {'w': jnp.ones((2, 2)), 'b': jnp.ones((2,))}
+    opt = optimizer_lib.make_optimizer(
+        learning_rate=1.0,
+        warmup_steps=0,
+        total_steps=10,
+        max_grad_norm=None,
+        weight_decay=0.5,
+    )
+    zero = jax.tree.map(jnp.zeros_like, params)
+    updates, _ = jax.jit(opt.update)(zero, opt.init(params), params)
+    np.testing.assert_allclose(updates['w'], -0.5)
+    np.testing.assert_allclose(updates['b'], 0.0)
+
+  def test_unknown_schedule_raises(self):
+    with self.assertRaisesRegex(ValueError, 'unknown schedule'):
+      optimizer_lib.make_schedule(
+          learning_rate=1.0, warmup_steps=0, total_steps=1, schedule='step'
+      )
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,70 @@
+"""Tests for the supervised warm start."""
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+from jaxgrpo import verifiers
+from jaxgrpo import warmstart
+from jaxgrpo.data import arithmetic
+from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.generate import sampling
+from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.model import config as model_config
+from jaxgrpo.model import decoder
+from jaxgrpo.typing import Example
+
+
+class WarmStartTest(absltest.TestCase):
+
+  def test_sft_batch_by_hand(self):
+    tok = tokenizer_lib.CharTokenizer()
+    ex = Example(id='a/0', prompt='1+2=', answer='3')
+    inputs, targets, mask = warmstart.make_sft_batch(tok, [ex], 8)
+    seq = [tok.bos_id, *tok.encode('1+2='), *tok.encode('3'), tok.eos_id]
+    np.testing.assert_array_equal(inputs[0, :6], seq[:-1])
+    np.testing.assert_array_equal(targets[0, :6], seq[1:])
+    # Only the answer and EOS are targets: predicted from '=' and '3'.
+    np.testing.assert_array_equal(mask[0], [0, 0, 0, 0, 1, 1, 0, 0])
+    with self.assertRaisesRegex(ValueError, 'longer than 4'):
+      warmstart.make_sft_batch(tok, [ex], 4)
+
+  def test_learns_and_stops_at_target(self):
+    tok = tokenizer_lib.CharTokenizer()
+    cfg = model_config.preset('tiny', vocab_size=tok.vocab_size)
+    graphdef, params = decoder.init_params(cfg, jax.random.key(0))
+    examples = arithmetic.make_examples(
+        arithmetic.ArithmeticSpec(max_digits=1), range(100), name='a')
+    gen = Generator(graphdef=graphdef, model_cfg=cfg,
+                    sampling=sampling.Sampling(temperature=1.0),
+                    max_new_tokens=3, num_samples=2,
+                    stop_tokens=(tok.eos_id,), pad_id=tok.pad_id)
+    inputs, targets, mask = warmstart.make_sft_batch(tok, examples, 8)
+    loss_before = float(warmstart._sft_loss(graphdef, params, inputs,
+                                            targets, mask))
+    lines = []
+    result = warmstart.warm_start(
+        graphdef, params, tokenizer=tok, train_examples=examples,
+        check_generator=gen, verify=verifiers.get('exact_match'),
+        rng=jax.random.key(1), max_steps=60, batch_size=32,
+        learning_rate=1e-2, target_pass_rate=1.1, check_every=30,
+        check_examples=8, max_prompt_len=6, seq_len=8, progress=lines.append)
+    # An unreachable target runs the whole budget, checking twice.
+    self.assertEqual(result.steps, 60)
+    self.assertEqual([s for s, _ in result.history], [30, 60])
+    self.assertLen(lines, 2)
+    loss_after = float(warmstart._sft_loss(graphdef, result.params, inputs,
+                                           targets, mask))
+    self.assertLess(loss_after, 0.7 * loss_before)
+    # A target already met stops at the first check.
+    result = warmstart.warm_start(
+        graphdef, params, tokenizer=tok, train_examples=examples,
+        check_generator=gen, verify=verifiers.get('exact_match'),
+        rng=jax.random.key(1), max_steps=60, batch_size=32,
+        learning_rate=1e-2, target_pass_rate=0.0, check_every=30,
+        check_examples=8, max_prompt_len=6, seq_len=8)
+    self.assertEqual(result.steps, 30)
+
+
+if __name__ == '__main__':
+  absltest.main()
