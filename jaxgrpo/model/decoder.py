@@ -118,11 +118,11 @@ class Decoder(nnx.Module):
     """Final hidden states [B, T, D] -> float32 logits [B, T, V]."""
     if self.unembedding is None:
       w_VD = self.embedding[...].astype(self.dtype)
-      return jnp.einsum(
+      return layers.contract(
           'BTD,VD->BTV', x_BTD, w_VD, preferred_element_type=jnp.float32
       )
     w_DV = self.unembedding.w[...].astype(self.dtype)
-    return jnp.einsum(
+    return layers.contract(
         'BTD,DV->BTV', x_BTD, w_DV, preferred_element_type=jnp.float32
     )
 

@@ -7,6 +7,7 @@ K kv heads, H head dim, F feed-forward, V vocab.
 """
 
 from collections.abc import Sequence
+import math
 
 from flax import nnx
 import jax
@@ -85,7 +86,37 @@ class Einsum(nnx.Module):
 
   def __call__(self, eqn: str, x: jax.Array) -> jax.Array:
     """Returns `einsum(eqn, x, w)` computed in the layer's dtype."""
-    return jnp.einsum(eqn, x.astype(self.dtype), self.w[...].astype(self.dtype))
+    return contract(eqn, x.astype(self.dtype), self.w[...].astype(self.dtype))
+
+
+def contract(
+    eqn: str, x: jax.Array, w: jax.Array, preferred_element_type=None
+) -> jax.Array:
+  """`einsum(eqn, x, w)`, as one 2-D matmul for projection-shaped equations.
+
+  When x's trailing axes contract with w's leading axes ('BTD,DNH->BTNH') or
+  with its trailing axes ('BTD,VD->BTV'), the free axes of x are folded into
+  rows first. XLA's CPU backend differentiates such 2-D matmuls several times
+  faster than the same contraction over (B, T); on accelerators it is
+  neutral. Other equations go to jnp.einsum unchanged.
+  """
+  inputs, out = eqn.split('->')
+  xs, ws = inputs.split(',')
+  shared = ''.join(c for c in xs if c in ws and c not in out)
+  k = len(shared)
+  if k and xs.endswith(shared):
+    lead, fan_in = x.shape[:-k], math.prod(x.shape[-k:])
+    x2 = x.reshape(-1, fan_in)
+    if ws.startswith(shared) and out == xs[:-k] + ws[k:]:
+      w2, w_out = w.reshape(fan_in, -1), w.shape[k:]
+    elif ws.endswith(shared) and out == xs[:-k] + ws[:-k]:
+      w2, w_out = w.reshape(-1, fan_in).T, w.shape[:-k]
+    else:
+      w2 = None
+    if w2 is not None:
+      y = jnp.matmul(x2, w2, preferred_element_type=preferred_element_type)
+      return y.reshape(*lead, *w_out)
+  return jnp.einsum(eqn, x, w, preferred_element_type=preferred_element_type)
 
 
 class Bias(nnx.Module):
