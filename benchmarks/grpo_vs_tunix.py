@@ -18,7 +18,9 @@ time) as a fraction of a jitted f32 matmul's FLOP/s measured in the same run.
   python benchmarks/grpo_vs_tunix.py --configs tiny,small_10m \
       --tunix-python .venv-tunix/bin/python
 
-Medians over --repeats timed calls after one compile call each.
+Times are over --repeats calls after one compile call each; ratios are given
+for medians and for best-of-N (the shared 2-core machines this was measured
+on show run-to-run swings that best-of-N filters out).
 """
 
 import argparse
@@ -50,22 +52,23 @@ _CONFIGS = {
 _B, _G, _P, _VOCAB = 16, 8, 8, 32
 
 
-def _median_time(fn, repeats):
+def _times(fn, repeats):
+  """(median, min) wall time of `fn` over `repeats` calls."""
   times = []
   for _ in range(repeats):
     t0 = time.perf_counter()
     jax.block_until_ready(fn())
     times.append(time.perf_counter() - t0)
-  return statistics.median(times)
+  return statistics.median(times), min(times)
 
 
 def matmul_flops_per_s(n=1024, repeats=10):
-  """FLOP/s of a jitted f32 [n, n] x [n, n] matmul on this backend."""
+  """Best-of-`repeats` FLOP/s of a jitted f32 [n, n] x [n, n] matmul."""
   a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
   b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
   mm = jax.jit(jnp.matmul)
   jax.block_until_ready(mm(a, b))
-  return 2 * n**3 / _median_time(lambda: mm(a, b), repeats)
+  return 2 * n**3 / _times(lambda: mm(a, b), repeats)[1]
 
 
 def bench_jaxgrpo(name, repeats):
@@ -85,7 +88,7 @@ def bench_jaxgrpo(name, repeats):
                                            jax.random.key(1)))
   gen_compile = time.perf_counter() - t0
   keys = iter(range(2, 10_000))
-  gen_s = _median_time(
+  gen_s, gen_min_s = _times(
       lambda: gen.generate(params, prompts, mask, jax.random.key(next(keys))),
       repeats)
   tokens = _B * _G * max_new
@@ -102,8 +105,7 @@ def bench_jaxgrpo(name, repeats):
       num_iterations=1, num_minibatches=1)
   out = jax.device_get(out)
   batch = TrainBatch(
-      prompt_tokens=np.repeat(prompts, _G, axis=0),
-      prompt_mask=np.repeat(mask, _G, axis=0),
+      prompt_tokens=prompts, prompt_mask=mask,
       completion_tokens=out.tokens, completion_mask=out.mask,
       old_logps=out.logps,
       advantages=rng.standard_normal(_B * _G).astype(np.float32))
@@ -121,13 +123,15 @@ def bench_jaxgrpo(name, repeats):
     holder['state'], metrics = step(holder['state'], batch, key)
     return metrics
 
-  step_s = _median_time(one_step, repeats)
+  step_s, step_min_s = _times(one_step, repeats)
   return {
       'params': model_config.param_count(cfg),
       'generated_tokens': tokens,
       'generation_tokens_per_s': tokens / gen_s,
+      'generation_best_tokens_per_s': tokens / gen_min_s,
       'generation_first_call_s': gen_compile,
       'grpo_update_s': step_s,
+      'grpo_update_min_s': step_min_s,
       'grpo_update_first_call_s': step_compile,
       'train_step_flops': flops,
   }
@@ -159,15 +163,20 @@ def main():
   for name in args.configs.split(','):
     mm = matmul_flops_per_s()
     ours = bench_jaxgrpo(name, args.repeats)
-    achieved = ours['train_step_flops'] / ours['grpo_update_s']
+    # Best step against the best matmul: both as free of interference as
+    # the run allows.
+    achieved = ours['train_step_flops'] / ours['grpo_update_min_s']
     row = {'jaxgrpo': ours, 'matmul_flops_per_s': mm,
            'train_step_flops_per_s': achieved,
            'train_step_fraction_of_matmul': achieved / mm}
     print(f'[{name}] jaxgrpo: {ours["params"] / 1e6:.2f}M params, '
           f'generation {ours["generation_tokens_per_s"]:,.0f} tok/s, '
-          f'GRPO step {ours["grpo_update_s"] * 1e3:.1f} ms')
-    print(f'[{name}] train step {achieved / 1e9:.2f} GFLOP/s = '
-          f'{achieved / mm:.2f} of a f32 matmul ({mm / 1e9:.2f} GFLOP/s)')
+          f'(best {ours["generation_best_tokens_per_s"]:,.0f}), '
+          f'GRPO step {ours["grpo_update_s"] * 1e3:.1f} ms '
+          f'(best {ours["grpo_update_min_s"] * 1e3:.1f})')
+    print(f'[{name}] best train step {achieved / 1e9:.2f} GFLOP/s = '
+          f'{achieved / mm:.2f} of the best f32 matmul ({mm / 1e9:.2f} '
+          'GFLOP/s)')
     if args.tunix_python:
       theirs = bench_tunix(name, args.tunix_python, args.repeats)
       med = theirs['medians']
@@ -178,6 +187,12 @@ def main():
           ours['generation_tokens_per_s']
           / med['prefill_and_decode_tokens_per_s'])
       row['grpo_update_speedup'] = med['grpo_update_s'] / ours['grpo_update_s']
+      tokens_best = (theirs['generation']['generated_tokens']
+                     / theirs['generation']['sampler_call']['min_s'])
+      row['generation_best_speedup'] = (
+          ours['generation_best_tokens_per_s'] / tokens_best)
+      row['grpo_update_best_speedup'] = (
+          theirs['grpo']['update']['min_s'] / ours['grpo_update_min_s'])
       print(f'[{name}] tunix: generation '
             f'{med["generation_tokens_per_s"]:,.0f} tok/s (prefill+decode '
             f'alone {med["prefill_and_decode_tokens_per_s"]:,.0f}), GRPO '
@@ -186,7 +201,10 @@ def main():
             f'{row["generation_speedup"]:.2f}x '
             f'(vs prefill+decode alone '
             f'{row["generation_speedup_vs_prefill_decode"]:.2f}x), '
-            f'GRPO update {row["grpo_update_speedup"]:.2f}x')
+            f'GRPO update {row["grpo_update_speedup"]:.2f}x (medians); '
+            f'best-of-{args.repeats}: generation '
+            f'{row["generation_best_speedup"]:.2f}x, GRPO update '
+            f'{row["grpo_update_best_speedup"]:.2f}x')
     results['configs'][name] = row
     sys.stdout.flush()
   if args.json:

@@ -234,10 +234,12 @@ class Config(_Section):
   def __post_init__(self):
     self._check(self.total_steps >= 0, 'total_steps', 'must be >= 0')
     self._positive('log_every')
-    B, G = self.rollout.batch_size, self.rollout.group_size
+    # Minibatches hold whole groups: a prompt is run once for its G samples.
     self.rl._check(
-        (B * G) % self.rl.num_minibatches == 0, 'num_minibatches',
-        f'must divide rollout.batch_size * rollout.group_size = {B * G}',
+        self.rollout.batch_size % self.rl.num_minibatches == 0,
+        'num_minibatches',
+        f'must divide rollout.batch_size = {self.rollout.batch_size} '
+        '(minibatches hold whole groups)',
     )
 
 

@@ -90,10 +90,31 @@ def _loss_fn(
 
 
 def _split_minibatches(batch: TrainBatch, num_minibatches: int) -> TrainBatch:
-  """[N, ...] leaves -> [num_minibatches, N / num_minibatches, ...]."""
+  """Leaves [X, ...] -> [num_minibatches, X / num_minibatches, ...].
+
+  Prompts ([B, ...]) and completions ([B * G, ...], group-major) split at the
+  same group boundaries, so chunk m holds whole groups with their prompts.
+  """
   return jax.tree.map(
       lambda x: x.reshape(num_minibatches, -1, *x.shape[1:]), batch
   )
+
+
+def _take_groups(
+    batch: TrainBatch, ref_logps_NT: jax.Array | None, groups_M: jax.Array
+) -> tuple[TrainBatch, jax.Array | None]:
+  """The minibatch of the given prompt groups, with all their completions."""
+  g = batch.advantages.shape[0] // batch.prompt_tokens.shape[0]
+  rows = (groups_M[:, None] * g + jnp.arange(g)[None]).reshape(-1)
+  minibatch = TrainBatch(
+      prompt_tokens=batch.prompt_tokens[groups_M],
+      prompt_mask=batch.prompt_mask[groups_M],
+      completion_tokens=batch.completion_tokens[rows],
+      completion_mask=batch.completion_mask[rows],
+      old_logps=batch.old_logps[rows],
+      advantages=batch.advantages[rows],
+  )
+  return minibatch, None if ref_logps_NT is None else ref_logps_NT[rows]
 
 
 def _reference_logps(
@@ -130,21 +151,21 @@ def train_step(
 ) -> tuple[TrainState, Metrics]:
   """Runs num_iterations passes of minibatch updates over one rollout batch.
 
-  Each pass shuffles the N sequences (key `fold_in(rng, iteration)`) and
-  splits them into `num_minibatches` minibatches, each giving one optimizer
-  update. Every update uses `batch.old_logps`, the sampling-time log-probs,
+  Each pass shuffles the B prompt groups (key `fold_in(rng, iteration)`) and
+  splits them into `num_minibatches` minibatches of whole groups (a prompt is
+  run once for all its completions), each giving one optimizer update. Every update uses `batch.old_logps`, the sampling-time log-probs,
   as the old policy of the clipped ratio.
 
   Args:
     state: the current TrainState; `state.ref_params` must be set when
       `loss_cfg.beta > 0`.
-    batch: the rollout batch of N sequences.
+    batch: the rollout batch: B prompts, N = B * G completions.
     rng: key for the minibatch shuffles.
     graphdef: the Decoder's graph definition.
     optimizer: the optax transformation that `state.opt_state` belongs to.
     loss_cfg: the objective's settings.
     num_iterations: passes over the batch.
-    num_minibatches: updates per pass; must divide N.
+    num_minibatches: updates per pass; must divide B.
 
   Returns:
     The new state (step + 1) and scalar metrics averaged over the updates:
@@ -152,15 +173,15 @@ def train_step(
     train/grad_norm (before clipping), train/ratio_mean, and train/updates
     (the number of updates).
   """
-  num_seqs = batch.advantages.shape[0]
+  num_groups = batch.prompt_tokens.shape[0]
   if num_iterations < 1 or num_minibatches < 1:
     raise ValueError(
         f'num_iterations ({num_iterations}) and num_minibatches '
         f'({num_minibatches}) must be positive'
     )
-  if num_seqs % num_minibatches:
+  if num_groups % num_minibatches:
     raise ValueError(
-        f'{num_seqs} sequences do not split into {num_minibatches} '
+        f'{num_groups} prompt groups do not split into {num_minibatches} '
         'minibatches'
     )
   ref_logps_NT = None
@@ -176,20 +197,18 @@ def train_step(
     )
 
   num_updates = num_iterations * num_minibatches
-  orders_IN = jax.vmap(
-      lambda i: jax.random.permutation(jax.random.fold_in(rng, i), num_seqs)
+  orders_IB = jax.vmap(
+      lambda i: jax.random.permutation(jax.random.fold_in(rng, i), num_groups)
   )(jnp.arange(num_iterations))
-  indices_UB = orders_IN.reshape(num_updates, num_seqs // num_minibatches)
+  groups_UM = orders_IB.reshape(num_updates, num_groups // num_minibatches)
   grad_fn = jax.value_and_grad(
       functools.partial(_loss_fn, graphdef=graphdef, loss_cfg=loss_cfg),
       has_aux=True,
   )
 
-  def update(carry, indices_B):
+  def update(carry, groups_M):
     params, opt_state = carry
-    mb_batch, mb_ref_logps = jax.tree.map(
-        lambda x: x[indices_B], (batch, ref_logps_NT)
-    )
+    mb_batch, mb_ref_logps = _take_groups(batch, ref_logps_NT, groups_M)
     (loss, aux), grads = grad_fn(params, mb_batch, mb_ref_logps)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
@@ -201,7 +220,7 @@ def train_step(
     return (params, opt_state), metrics
 
   (params, opt_state), metrics_U = jax.lax.scan(
-      update, (state.params, state.opt_state), indices_UB
+      update, (state.params, state.opt_state), groups_UM
   )
   metrics = jax.tree.map(lambda x: x.astype(jnp.float32).mean(), metrics_U)
   metrics['train/updates'] = jnp.asarray(num_updates, jnp.int32)

@@ -20,11 +20,15 @@ Array = jax.Array
 
 @flax.struct.dataclass
 class TrainBatch:
-  """One optimizer batch of completions, prompt-major (row = b * G + g).
+  """One optimizer batch: B prompts and their N = B * G completions.
+
+  Each prompt is stored once; completion row b * G + g is the g-th sample of
+  prompt b. The learner runs each prompt through the model once and shares
+  its keys and values with the prompt's G completions.
 
   Attributes:
-    prompt_tokens: [N, P] int32, left-padded prompts.
-    prompt_mask: [N, P] bool, True on real prompt tokens.
+    prompt_tokens: [B, P] int32, left-padded prompts.
+    prompt_mask: [B, P] bool, True on real prompt tokens.
     completion_tokens: [N, T] int32, right-padded completions.
     completion_mask: [N, T] bool, True on generated tokens (the stop token
       included, padding after it excluded).

@@ -40,7 +40,7 @@ def _tiny_model(vocab_size: int = 16):
 
 def _fixed_batch(graphdef, params) -> TrainBatch:
   """Two prompts x two completions; old log-probs from `params` itself."""
-  prompt = np.array([[0, 3, 4, 5]] * 2 + [[0, 0, 6, 7]] * 2, np.int32)
+  prompt = np.array([[0, 3, 4, 5], [0, 0, 6, 7]], np.int32)
   completion = np.array(
       [[8, 9, 10, 0], [11, 12, 0, 0], [13, 14, 15, 1], [2, 8, 0, 0]],
       np.int32,

@@ -60,6 +60,32 @@ def update_cache(
   return dict(k=k, v=v)
 
 
+def _attend_one(
+    q_B1KRH: jax.Array,
+    k_BSKH: jax.Array,
+    v_BSKH: jax.Array,
+    mask_B1S: jax.Array,
+) -> jax.Array:
+  """Attention of one query per row (a decode step), [B, 1, K, R, H].
+
+  Written as broadcast products and sums over the cache in its stored
+  [B, S, K, H] layout: as an einsum, XLA's CPU backend transposes every
+  layer's whole cache at every step, which costs more than the math.
+  """
+  q_B1KRH = q_B1KRH.astype(jnp.float32)
+  logits_BSKR = (
+      q_B1KRH * k_BSKH[:, :, :, None, :].astype(jnp.float32)
+  ).sum(axis=-1)
+  logits_BSKR = jnp.where(
+      mask_B1S[:, 0, :, None, None], logits_BSKR, _MASK_VALUE
+  )
+  probs_BSKR = jax.nn.softmax(logits_BSKR, axis=1)
+  out_BKRH = (
+      probs_BSKR[..., None] * v_BSKH[:, :, :, None, :].astype(jnp.float32)
+  ).sum(axis=1)
+  return out_BKRH[:, None].astype(v_BSKH.dtype)
+
+
 class Attention(nnx.Module):
   """Multi-head attention with K <= N kv heads, RoPE, optional bias/q-k norm."""
 
@@ -133,15 +159,18 @@ class Attention(nnx.Module):
 
     b, t, n, h = q_BTNH.shape
     q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * h**-0.5
-    logits_BKRTS = jnp.einsum(
-        'BTKRH,BSKH->BKRTS', q_BTKRH, k_BSKH,
-        preferred_element_type=jnp.float32,
-    )
-    logits_BKRTS = jnp.where(
-        mask_BTS[:, None, None], logits_BKRTS, _MASK_VALUE
-    )
-    probs_BKRTS = jax.nn.softmax(logits_BKRTS, axis=-1).astype(v_BSKH.dtype)
-    out_BTKRH = jnp.einsum('BKRTS,BSKH->BTKRH', probs_BKRTS, v_BSKH)
+    if t == 1:
+      out_BTKRH = _attend_one(q_BTKRH, k_BSKH, v_BSKH, mask_BTS)
+    else:
+      logits_BKRTS = jnp.einsum(
+          'BTKRH,BSKH->BKRTS', q_BTKRH, k_BSKH,
+          preferred_element_type=jnp.float32,
+      )
+      logits_BKRTS = jnp.where(
+          mask_BTS[:, None, None], logits_BKRTS, _MASK_VALUE
+      )
+      probs_BKRTS = jax.nn.softmax(logits_BKRTS, axis=-1).astype(v_BSKH.dtype)
+      out_BTKRH = jnp.einsum('BKRTS,BSKH->BTKRH', probs_BKRTS, v_BSKH)
     out_BTNH = sharding.constrain(
         out_BTKRH.reshape(b, t, n, h), ('batch', 'length', 'heads', 'head_dim')
     )

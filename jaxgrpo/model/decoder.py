@@ -61,6 +61,7 @@ class Decoder(nnx.Module):
   """
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg  # static: callers size KV caches from it
     self.dtype = jnp.dtype(cfg.dtype)
     param_dtype = jnp.dtype(cfg.param_dtype)
     init = jax.nn.initializers.variance_scaling(

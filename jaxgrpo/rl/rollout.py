@@ -240,7 +240,7 @@ class Rollout:
     return RolloutResult(batch=batch, groups=groups, metrics=metrics)
 
   def _assemble(self, groups: list[Group]) -> TrainBatch:
-    """Stacks groups into a fixed-shape [B * G] batch.
+    """Stacks groups into a fixed-shape batch of B prompts, B * G completions.
 
     A short step is padded with empty groups (no valid completion tokens, zero
     advantage), so the jitted train step keeps one shape and the padding adds
@@ -266,8 +266,8 @@ class Rollout:
     )
     adv[len(groups):] = 0.0
     return TrainBatch(
-        prompt_tokens=np.repeat(prompt_tokens, G, axis=0),
-        prompt_mask=np.repeat(prompt_mask, G, axis=0),
+        prompt_tokens=prompt_tokens,
+        prompt_mask=prompt_mask,
         completion_tokens=comp_tokens.reshape(B * G, T),
         completion_mask=comp_mask.reshape(B * G, T),
         old_logps=old_logps.reshape(B * G, T),

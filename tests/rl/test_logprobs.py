@@ -1,4 +1,4 @@
-"""Tests for completion log-probs over the full-sequence layout."""
+"""Tests for completion log-probs with prompts shared by their group."""
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -104,13 +104,38 @@ class CompletionLogprobsTest(parameterized.TestCase):
       np.testing.assert_array_equal(logps_NT[i, len(completion) :], 0.0)
       np.testing.assert_array_equal(entropy_NT[i, len(completion) :], 0.0)
 
-  def test_layout(self):
-    tokens_NL, positions_NL, mask_NLL = logprobs.full_sequence_inputs(_batch())
-    np.testing.assert_array_equal(tokens_NL[1], [0, 0, 1, 2, 9, 10, 0, 0])
-    np.testing.assert_array_equal(positions_NL[1], [0, 0, 0, 1, 2, 3, 3, 3])
-    # The first completion token of row 1 sees the two real prompt tokens and
-    # itself, never the left padding.
-    np.testing.assert_array_equal(mask_NLL[1, 4], [0, 0, 1, 1, 1, 0, 0, 0])
+  def test_shared_prompt_equals_repeated_prompt(self):
+    # Two groups of G=2: each prompt stored once must score exactly like the
+    # same prompt repeated for every completion (groups of one).
+    batch = _batch()
+    rows = [0, 0, 2, 2]
+    completions = np.asarray(batch.completion_tokens)[[0, 1, 1, 2]]
+    comp_mask = completions > 0
+    grouped = TrainBatch(
+        prompt_tokens=batch.prompt_tokens[jnp.asarray([0, 2])],
+        prompt_mask=batch.prompt_mask[jnp.asarray([0, 2])],
+        completion_tokens=jnp.asarray(completions),
+        completion_mask=jnp.asarray(comp_mask),
+        old_logps=jnp.zeros((4, _T)),
+        advantages=jnp.zeros((4,)),
+    )
+    repeated = grouped.replace(
+        prompt_tokens=batch.prompt_tokens[jnp.asarray(rows)],
+        prompt_mask=batch.prompt_mask[jnp.asarray(rows)],
+    )
+    fn = jax.jit(logprobs.completion_logprobs, static_argnums=(0, 3))
+    got = fn(self.graphdef, self.params, grouped, 1.0)
+    want = fn(self.graphdef, self.params, repeated, 1.0)
+    np.testing.assert_allclose(got[0], want[0], atol=1e-5)
+    np.testing.assert_allclose(got[1], want[1], atol=1e-5)
+    self.assertTrue(np.all(np.asarray(got[0])[comp_mask] < 0))
+
+  def test_completions_must_fill_groups(self):
+    batch = _batch()
+    bad = batch.replace(prompt_tokens=batch.prompt_tokens[:2],
+                        prompt_mask=batch.prompt_mask[:2])
+    with self.assertRaisesRegex(ValueError, 'groups'):
+      logprobs.completion_logprobs(self.graphdef, self.params, bad)
 
 
 if __name__ == '__main__':

@@ -146,7 +146,7 @@ class RolloutTest(absltest.TestCase):
     for i, g in enumerate(res.groups):
       for j in range(G):
         row = i * G + j
-        self.assertEqual(tok.decode(b.prompt_tokens[row]), g.example.prompt)
+        self.assertEqual(tok.decode(b.prompt_tokens[i]), g.example.prompt)
         np.testing.assert_array_equal(b.completion_tokens[row],
                                       g.completion_tokens[j])
       adv = b.advantages[i * G:(i + 1) * G]

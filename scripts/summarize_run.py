@@ -1,0 +1,55 @@
+r"""Summarizes a run's metrics.jsonl in windows of steps.
+
+For each window: mean sampled reward, prompts generated per step against the
+optimal B (rollout/groups_used), efficiency, rounds per step, and the last
+held-out accuracy seen. Useful on a TPU VM without a plotting stack:
+
+  python scripts/summarize_run.py runs/demo --window 20
+"""
+
+import argparse
+
+import numpy as np
+
+from jaxgrpo import metrics as metrics_lib
+
+
+def summarize(records: list[dict], window: int) -> list[tuple]:
+  """Rows (first step, last step, reward, generated/step, used/step,
+  efficiency, rounds/step, eval accuracy or None)."""
+  steps = [r for r in records if 'rollout/prompts_generated' in r]
+  evals = {r['step']: r['eval/accuracy'] for r in records if 'eval/accuracy' in r}
+  rows = []
+  for start in range(0, len(steps), window):
+    chunk = steps[start:start + window]
+    generated = sum(r['rollout/prompts_generated'] for r in chunk)
+    used = sum(r['rollout/groups_used'] for r in chunk)
+    last = chunk[-1]['step']
+    seen = [s for s in evals if s <= last]
+    rows.append((
+        chunk[0]['step'], last,
+        float(np.mean([r.get('reward/mean', np.nan) for r in chunk])),
+        generated / len(chunk), used / len(chunk),
+        used / generated if generated else float('nan'),
+        float(np.mean([r['rollout/rounds'] for r in chunk])),
+        evals[max(seen)] if seen else None,
+    ))
+  return rows
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('workdir')
+  parser.add_argument('--window', type=int, default=20)
+  args = parser.parse_args()
+  rows = summarize(metrics_lib.read_metrics(args.workdir), args.window)
+  print(f'{"steps":>11}  {"reward":>6}  {"gen/step":>8}  {"used/step":>9}  '
+        f'{"eff":>5}  {"rounds":>6}  {"eval":>5}')
+  for first, last, reward, gen, used, eff, rounds, acc in rows:
+    acc_text = '-' if acc is None else f'{acc:.3f}'
+    print(f'{first:>5}-{last:<5}  {reward:6.3f}  {gen:8.1f}  {used:9.1f}  '
+          f'{eff:5.2f}  {rounds:6.2f}  {acc_text:>5}')
+
+
+if __name__ == '__main__':
+  main()
