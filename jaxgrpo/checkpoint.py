@@ -10,6 +10,7 @@ good checkpoint.
 
 from collections.abc import Mapping
 import dataclasses
+import os
 from typing import Any
 
 import jax
@@ -36,8 +37,10 @@ class Checkpointer:
 
   def __init__(self, directory: str, *, every: int, max_to_keep: int):
     self.every = every
+    # Orbax's tensorstore paths must be absolute; users pass relative ones.
+    self.directory = os.path.abspath(directory)
     self.manager = ocp.CheckpointManager(
-        directory,
+        self.directory,
         options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             enable_async_checkpointing=True,
