@@ -31,6 +31,15 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   return out
 
 
+def arithmetic_dataset(name: str = 'arithmetic', **keys) -> dict:
+  """A `data.datasets` entry for the built-in arithmetic task.
+
+  Keys left out take their defaults (README "Datasets"): 1-3 digit
+  addition, 20,000 training and 256 held-out problems, weight 1.
+  """
+  return dict(name=name, kind='arithmetic', **keys)
+
+
 def base_config() -> ml_collections.ConfigDict:
   """Every section with its defaults; experiment files override parts."""
   c = ml_collections.ConfigDict()
@@ -43,21 +52,19 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.dtype = 'float32'
   c.model.param_dtype = 'float32'
 
-  c.task = ml_collections.ConfigDict()
-  c.task.name = 'arithmetic'
-  c.task.min_digits = 1
-  c.task.max_digits = 3
-  c.task.ops = '+'
-  c.task.carries = 'any'
-  c.task.num_train = 20_000
-  c.task.num_eval = 256
-  c.task.seed = 0
-  c.task.verifier = 'exact_match'
+  # The mixture: a list of dataset dicts (see README "Datasets"); keys other
+  # than these common ones depend on `kind`.
+  c.data = ml_collections.ConfigDict()
+  c.data.balance = 'pre_filter'
+  c.data.datasets = [arithmetic_dataset()]
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.batch_size = 16
   c.rollout.group_size = 8
-  c.rollout.round_size = 16
+  # An int, or 'adaptive': sized from the pass-rate estimates to fill the
+  # batch in about one round, in powers of two up to max_round_size.
+  c.rollout.round_size = ml_collections.FieldReference(16, field_type=object)
+  c.rollout.max_round_size = 256
   c.rollout.max_rounds = 8
   c.rollout.surplus = 'carry'
   c.rollout.max_prompt_len = 12
@@ -70,6 +77,11 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.sampler = ml_collections.ConfigDict()
   c.sampler.policy = 'none'
+  c.sampler.snooze_factor = 5
+  c.sampler.snooze_hard_factor = 0
+  c.sampler.w_min = 0.05
+  c.sampler.prior_strength = 2.0
+  c.sampler.prior_mean = ml_collections.FieldReference(None, field_type=float)
 
   c.rl = ml_collections.ConfigDict()
   c.rl.advantage = 'grpo'

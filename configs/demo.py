@@ -15,12 +15,13 @@ from configs import common
 def get_config(arg: str | None = None):
   args = common.parse_arg(arg, runlocal=False)
   c = common.base_config()
-  c.total_steps = 200
+  c.total_steps = 500
+  c.eval.every = 100
   if args.runlocal:
     c.total_steps = 2
     c.log_every = 1
-    c.task.num_train = 256
-    c.task.num_eval = 16
+    c.data.datasets = [
+        common.arithmetic_dataset(num_train=256, num_eval=16)]
     c.rollout.batch_size = 4
     c.rollout.group_size = 4
     c.rollout.round_size = 4

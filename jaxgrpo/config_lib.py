@@ -14,11 +14,12 @@ import ml_collections
 
 ADVANTAGES = ('grpo', 'dr_grpo', 'rloo')
 LOSS_AGGS = ('token_mean', 'seq_mean_token_mean', 'dr_grpo')
-POLICIES = ('none',)
+POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
 SCHEDULES = ('constant', 'cosine')
 SURPLUS = ('drop', 'carry')
 DTYPES = ('float32', 'bfloat16')
-TASKS = ('arithmetic',)
+BALANCES = ('pre_filter', 'post_filter')
+DATASET_KINDS = ('arithmetic', 'jsonl', 'array_record', 'tfds')
 
 
 class ConfigError(ValueError):
@@ -60,31 +61,77 @@ class ModelSection(_Section):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TaskSection(_Section):
-  SECTION: ClassVar[str] = 'task'
+class DatasetSection(_Section):
+  """One entry of `data.datasets`; which keys apply depends on `kind`."""
+
+  SECTION: ClassVar[str] = 'data.datasets[?]'
   name: str
-  min_digits: int
-  max_digits: int
-  ops: str
-  carries: str
-  num_train: int
-  num_eval: int
-  seed: int
-  verifier: str
+  kind: str
+  weight: float = 1.0
+  min_fraction: float = 0.0
+  snooze_factor: int | None = None
+  verifier: str = 'exact_match'
+  num_eval: int = 256
+  # kind='arithmetic'
+  min_digits: int = 1
+  max_digits: int = 3
+  ops: str = '+'
+  carries: str = 'any'
+  num_train: int = 20_000
+  seed: int = 0
+  # kind='jsonl' / 'array_record' (path) and 'tfds' (tfds_name)
+  path: str | None = None
+  eval_path: str | None = None
+  tfds_name: str | None = None
+  split: str = 'train'
+  eval_split: str | None = None
+  data_dir: str | None = None
+  prompt_field: str = 'prompt'
+  answer_field: str = 'answer'
+  id_field: str | None = None
+  subset_field: str | None = None
+  template: str = '{prompt}'
 
   def __post_init__(self):
-    self._one_of('name', TASKS)
-    self._check(1 <= self.min_digits <= 9, 'min_digits', 'must be in [1, 9]')
-    self._check(
-        self.min_digits <= self.max_digits <= 9, 'max_digits',
-        'must be in [task.min_digits, 9]',
-    )
-    self._check(
-        bool(self.ops) and set(self.ops) <= set('+-*'), 'ops',
-        "must be a non-empty string of '+', '-', '*'",
-    )
-    self._one_of('carries', ('any', 'none', 'required'))
-    self._positive('num_train', 'num_eval')
+    self._one_of('kind', DATASET_KINDS)
+    self._check(bool(self.name) and '/' not in self.name, 'name',
+                "must be non-empty without '/' (metric names use it)")
+    self._check(self.weight >= 0, 'weight', 'must be >= 0')
+    self._check(0.0 <= self.min_fraction <= 1.0, 'min_fraction',
+                'must be in [0, 1]')
+    self._check(self.snooze_factor is None or self.snooze_factor >= 1,
+                'snooze_factor', 'must be >= 1 (or None: sampler default)')
+    self._non_negative('num_eval')
+    if self.kind == 'arithmetic':
+      self._check(1 <= self.min_digits <= 9, 'min_digits', 'must be in [1, 9]')
+      self._check(self.min_digits <= self.max_digits <= 9, 'max_digits',
+                  'must be in [min_digits, 9]')
+      self._check(bool(self.ops) and set(self.ops) <= set('+-*'), 'ops',
+                  "must be a non-empty string of '+', '-', '*'")
+      self._one_of('carries', ('any', 'none', 'required'))
+      self._positive('num_train')
+    elif self.kind == 'tfds':
+      self._check(bool(self.tfds_name), 'tfds_name', "is required for kind='tfds'")
+    else:
+      self._check(bool(self.path), 'path', f"is required for kind={self.kind!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataSection(_Section):
+  SECTION: ClassVar[str] = 'data'
+  balance: str
+  datasets: tuple[DatasetSection, ...]
+
+  def __post_init__(self):
+    self._one_of('balance', BALANCES)
+    self._check(len(self.datasets) > 0, 'datasets', 'needs at least one dataset')
+    names = [d.name for d in self.datasets]
+    self._check(len(set(names)) == len(names), 'datasets',
+                f'dataset names must be unique, got {names}')
+    self._check(sum(d.weight for d in self.datasets) > 0, 'datasets',
+                'weights must have a positive sum')
+    self._check(sum(d.min_fraction for d in self.datasets) <= 1.0, 'datasets',
+                'min_fraction values must sum to at most 1')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -92,7 +139,8 @@ class RolloutSection(_Section):
   SECTION: ClassVar[str] = 'rollout'
   batch_size: int
   group_size: int
-  round_size: int
+  round_size: int | str
+  max_round_size: int
   max_rounds: int
   surplus: str
   max_prompt_len: int
@@ -104,7 +152,12 @@ class RolloutSection(_Section):
   hard_threshold: float
 
   def __post_init__(self):
-    self._positive('batch_size', 'round_size', 'max_rounds', 'max_prompt_len')
+    self._positive('batch_size', 'max_round_size', 'max_rounds',
+                   'max_prompt_len')
+    self._check(
+        self.round_size == 'adaptive'
+        or (isinstance(self.round_size, int) and self.round_size > 0),
+        'round_size', "must be a positive int or 'adaptive'")
     self._check(self.group_size >= 2, 'group_size',
                 'must be >= 2 (advantages compare completions in a group)')
     self._check(self.max_new_tokens >= 1, 'max_new_tokens', 'must be >= 1')
@@ -120,9 +173,20 @@ class RolloutSection(_Section):
 class SamplerSection(_Section):
   SECTION: ClassVar[str] = 'sampler'
   policy: str
+  snooze_factor: int
+  snooze_hard_factor: int
+  w_min: float
+  prior_strength: float
+  prior_mean: float | None
 
   def __post_init__(self):
     self._one_of('policy', POLICIES)
+    self._check(self.snooze_factor >= 1, 'snooze_factor', 'must be >= 1')
+    self._non_negative('snooze_hard_factor')
+    self._check(0.0 < self.w_min <= 1.0, 'w_min', 'must be in (0, 1]')
+    self._positive('prior_strength')
+    self._check(self.prior_mean is None or 0.0 < self.prior_mean < 1.0,
+                'prior_mean', 'must be in (0, 1) or None (running mean)')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -203,7 +267,7 @@ class CheckpointSection(_Section):
 
 _SECTIONS: dict[str, type[_Section]] = {
     'model': ModelSection,
-    'task': TaskSection,
+    'data': DataSection,
     'rollout': RolloutSection,
     'sampler': SamplerSection,
     'rl': RLSection,
@@ -222,7 +286,7 @@ class Config(_Section):
   total_steps: int
   log_every: int
   model: ModelSection
-  task: TaskSection
+  data: DataSection
   rollout: RolloutSection
   sampler: SamplerSection
   rl: RLSection
@@ -261,6 +325,31 @@ def _build(cls: type, values: dict[str, Any], where: str) -> Any:
   return cls(**values)
 
 
+def _build_data(values: dict[str, Any]) -> DataSection:
+  values = dict(values)
+  entries = values.get('datasets')
+  if not isinstance(entries, (list, tuple)):
+    raise ConfigError(f'data.datasets must be a list of dicts, got {entries!r}')
+  built = []
+  for i, entry in enumerate(entries):
+    where = f'data.datasets[{i}].'
+    if not isinstance(entry, dict):
+      raise ConfigError(f'{where[:-1]} must be a dict, got {entry!r}')
+    for key in ('name', 'kind'):
+      if key not in entry:
+        raise ConfigError(f'config key {where}{key} is missing')
+    unknown = sorted(set(entry) - _fields(DatasetSection))
+    if unknown:
+      raise ConfigError(f'unknown config key {where}{unknown[0]} (dataset '
+                        f'keys: {", ".join(sorted(_fields(DatasetSection)))})')
+    try:
+      built.append(DatasetSection(**entry))
+    except ConfigError as e:
+      raise ConfigError(str(e).replace('data.datasets[?]', where[:-1])) from None
+  values['datasets'] = tuple(built)
+  return _build(DataSection, values, 'data.')
+
+
 def from_config_dict(cfg: ml_collections.ConfigDict | dict) -> Config:
   """Validates a ConfigDict and returns the frozen Config.
 
@@ -270,7 +359,9 @@ def from_config_dict(cfg: ml_collections.ConfigDict | dict) -> Config:
   values = cfg.to_dict() if isinstance(cfg, ml_collections.ConfigDict) else dict(cfg)
   top = {}
   for key, value in values.items():
-    if key in _SECTIONS:
+    if key == 'data' and isinstance(value, dict):
+      top[key] = _build_data(value)
+    elif key in _SECTIONS:
       if not isinstance(value, dict):
         raise ConfigError(f'config key {key} must be a section, got {value!r}')
       top[key] = _build(_SECTIONS[key], value, f'{key}.')

@@ -92,12 +92,28 @@ class ConsoleWindow:
             self._avg[key].merge(value) if key in self._avg else value
         )
 
-  def line(self, step: int, total_steps: int) -> str:
+  def line(
+      self, step: int, total_steps: int, latest: Mapping[str, float] = ()
+  ) -> str:
+    """The console line; `latest` (this step's metrics) adds, for a
+    mixture, each dataset's batch share and its snoozed/filtered counts."""
     parts = [f'step {step:>{len(str(total_steps))}}/{total_steps}']
     for key, label, fmt in CONSOLE_KEYS:
       if key in self._avg:
         parts.append(f'{label} {fmt.format(float(self._avg[key].compute()))}')
     self._avg = {}
+    latest = dict(latest)
+    shares = {k.rsplit('/', 1)[1]: v for k, v in latest.items()
+              if k.startswith('data/batch_share/')}
+    if len(shares) > 1:
+      parts.append('share ' + ' '.join(
+          f'{name}={v:.2f}' for name, v in sorted(shares.items())))
+    for kind in ('snoozed', 'filtered'):
+      counts = {k.rsplit('/', 1)[1]: v for k, v in latest.items()
+                if k.startswith(f'data/{kind}/')}
+      if any(counts.values()):
+        parts.append(f'{kind} ' + ' '.join(
+            f'{name}={int(v)}' for name, v in sorted(counts.items())))
     return '  '.join(parts)
 
 

@@ -5,6 +5,7 @@ import dataclasses
 import os
 import time
 
+import grain
 import jax
 import ml_collections
 import numpy as np
@@ -19,7 +20,9 @@ from jaxgrpo import train_step as train_step_lib
 from jaxgrpo import verifiers
 from jaxgrpo import warmstart
 from jaxgrpo.data import arithmetic
-from jaxgrpo.data import prompts
+from jaxgrpo.data import mixture
+from jaxgrpo.data import snooze
+from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.sampler import Generator
@@ -73,6 +76,62 @@ def _check_lengths(
     )
 
 
+_PEEK = 20_000
+
+
+def _peek(dataset) -> list[Example]:
+  """The first examples of a dataset (length checks, warm start)."""
+  return [dataset[i] for i in range(min(len(dataset), _PEEK))]
+
+
+def _policy(cfg: config_lib.Config, entry) -> snooze.PolicyConfig:
+  s = cfg.sampler
+  return snooze.PolicyConfig(
+      policy=s.policy,
+      snooze_factor=entry.snooze_factor or s.snooze_factor,
+      snooze_hard_factor=s.snooze_hard_factor,
+      easy_threshold=cfg.rollout.easy_threshold,
+      hard_threshold=cfg.rollout.hard_threshold,
+      group_size=cfg.rollout.group_size,
+      w_min=s.w_min,
+      prior_strength=s.prior_strength,
+      prior_mean=s.prior_mean,
+  )
+
+
+def _load_dataset(cfg: config_lib.Config, entry):
+  """(mixture spec, training source, held-out examples) of one dataset."""
+  spec = mixture.DatasetSpec(
+      name=entry.name, weight=entry.weight, policy=_policy(cfg, entry),
+      min_fraction=entry.min_fraction)
+  if entry.kind == 'arithmetic':
+    problems = arithmetic.ArithmeticSpec(
+        min_digits=entry.min_digits, max_digits=entry.max_digits,
+        ops=entry.ops, carries=entry.carries, seed=entry.seed)
+    train, held_out = arithmetic.split_train_eval(
+        problems, entry.num_train, entry.num_eval, name=entry.name)
+    return spec, grain.MapDataset.source(train), held_out
+  fields = sources.RecordFields(
+      prompt=entry.prompt_field, answer=entry.answer_field, id=entry.id_field,
+      subset=entry.subset_field, template=entry.template)
+  if entry.kind == 'tfds':
+    def load(split):
+      return sources.make_dataset(
+          'tfds', name=entry.name, fields=fields, tfds_name=entry.tfds_name,
+          split=split, data_dir=entry.data_dir)
+    train = load(entry.split)
+    held = load(entry.eval_split) if entry.eval_split else None
+  else:
+    def load(path):
+      return sources.make_dataset(entry.kind, name=entry.name, path=path,
+                                  fields=fields)
+    train = load(entry.path)
+    held = load(entry.eval_path) if entry.eval_path else None
+  held_out = ([held[i] for i in range(min(len(held), entry.num_eval))]
+              if held is not None else [])
+  return spec, train, held_out
+
+
 def _mean_of(records: list[dict], key: str) -> float | None:
   values = [r[key] for r in records if key in r]
   return float(np.mean(values)) if values else None
@@ -104,18 +163,19 @@ def run(
 
   # Data and reward.
   tokenizer = tokenizer_lib.CharTokenizer()
-  spec = arithmetic.ArithmeticSpec(
-      min_digits=cfg.task.min_digits, max_digits=cfg.task.max_digits,
-      ops=cfg.task.ops, carries=cfg.task.carries, seed=cfg.task.seed,
-  )
-  train_examples, eval_examples = arithmetic.split_train_eval(
-      spec, cfg.task.num_train, cfg.task.num_eval, name=cfg.task.name
-  )
-  _check_lengths(cfg, tokenizer, train_examples + eval_examples)
-  try:
-    verify = verifiers.get(cfg.task.verifier)
-  except ValueError as e:
-    raise config_lib.ConfigError(f'task.verifier: {e}') from None
+  datasets = [_load_dataset(cfg, entry) for entry in cfg.data.datasets]
+  eval_examples = [ex for _, _, held_out in datasets for ex in held_out]
+  _check_lengths(cfg, tokenizer, [ex for _, train, held_out in datasets
+                                  for ex in _peek(train) + held_out])
+  verify_by_dataset = {}
+  for i, entry in enumerate(cfg.data.datasets):
+    try:
+      verify_by_dataset[entry.name] = verifiers.get(entry.verifier)
+    except ValueError as e:
+      raise config_lib.ConfigError(f'data.datasets[{i}].verifier: {e}') from None
+
+  def verify(text: str, example: Example) -> float:
+    return verify_by_dataset[example.dataset](text, example)
 
   # Model, generators, optimizer.
   try:
@@ -161,16 +221,21 @@ def run(
       num_minibatches=cfg.rl.num_minibatches,
   )
 
-  source = prompts.EpochSource(train_examples, seed=cfg.seed)
+  source = mixture.MixtureSampler(
+      [(spec, train) for spec, train, _ in datasets],
+      balance=cfg.data.balance, batch_size=ro.batch_size, seed=cfg.seed,
+  )
   rollout = rollout_lib.Rollout(
       rollout_lib.RolloutConfig(
           batch_size=ro.batch_size, group_size=ro.group_size,
-          round_size=ro.round_size, max_rounds=ro.max_rounds,
+          round_size=ro.round_size, max_round_size=ro.max_round_size,
+          max_rounds=ro.max_rounds,
           surplus=ro.surplus, max_prompt_len=ro.max_prompt_len,
           easy_threshold=ro.easy_threshold, hard_threshold=ro.hard_threshold,
           advantage=cfg.rl.advantage,
       ),
-      source, tokenizer, generator, verify, verifier_name=cfg.task.verifier,
+      source, tokenizer, generator, verify,
+      verifier_name='/'.join(sorted({d.verifier for d in cfg.data.datasets})),
   )
 
   def run_eval(params, step: int) -> dict[str, float]:
@@ -202,9 +267,10 @@ def run(
       ws = cfg.warmstart
       log(f'warm start: supervised steps until the sampled pass rate reaches '
           f'{ws.target_pass_rate:.2f} (at most {ws.max_steps} steps)')
+      warm_examples = [ex for _, train, _ in datasets for ex in _peek(train)]
       result = warmstart.warm_start(
           graphdef, params, tokenizer=tokenizer,
-          train_examples=train_examples, check_generator=generator,
+          train_examples=warm_examples, check_generator=generator,
           verify=verify, rng=warm_rng, max_steps=ws.max_steps,
           batch_size=ws.batch_size, learning_rate=ws.learning_rate,
           target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,
@@ -235,7 +301,8 @@ def run(
   for step in range(start_step + 1, cfg.total_steps + 1):
     t0 = time.perf_counter()
     step_rng = jax.random.fold_in(run_rng, step)
-    result = rollout.collect(state.params, jax.random.fold_in(step_rng, 0))
+    result = rollout.collect(state.params, jax.random.fold_in(step_rng, 0),
+                             step)
     metrics = dict(result.metrics)
     if result.batch is not None:
       state, train_metrics = step_fn(
@@ -253,7 +320,7 @@ def run(
     writer.write(step, metrics)
     window.add(metrics)
     if step % cfg.log_every == 0 or step == cfg.total_steps:
-      line = window.line(step, cfg.total_steps)
+      line = window.line(step, cfg.total_steps, metrics)
       if 'eval/accuracy' in metrics:
         line += f'  eval {metrics["eval/accuracy"]:.3f}'
       log(line)

@@ -26,7 +26,7 @@ def _starts_with_digit(completion, example):
 def _config(**overrides):
   c = demo.get_config('runlocal')
   c.warmstart.enabled = False
-  c.task.verifier = 'starts_with_digit'
+  c.data.datasets[0]['verifier'] = 'starts_with_digit'
   c.rollout.group_size = 8
   for key, value in overrides.items():
     section, _, name = key.rpartition('.')
@@ -45,8 +45,12 @@ class TrainTest(absltest.TestCase):
     trained = [r for r in records[1:] if 'train/loss' in r]
     self.assertNotEmpty(trained)  # at least one real update happened
     for key in ('rollout/prompts_generated', 'rollout/groups_used',
+                'rollout/groups_easy', 'rollout/groups_hard', 'rollout/rounds',
                 'rollout/efficiency', 'rollout/cum_prompts_generated',
-                'reward/mean', 'data/batch_share/arithmetic', 'perf/step_s'):
+                'rollout/cum_groups_used', 'reward/mean',
+                'reward/mean/arithmetic', 'data/batch_share/arithmetic',
+                'data/snoozed/arithmetic', 'data/filtered/arithmetic',
+                'perf/step_s', 'perf/gen_tokens_per_s'):
       self.assertIn(key, records[1])
     for key in ('train/loss', 'train/kl', 'train/clip_frac',
                 'train/entropy', 'train/grad_norm'):
@@ -113,3 +117,19 @@ class CommandLineTest(absltest.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class ConfigFilesTest(absltest.TestCase):
+  """Every config's runlocal variant trains 2 steps."""
+
+  def test_runlocal_variants_train(self):
+    from configs import mixture_demo  # pylint: disable=g-import-not-at-top
+    for module in (demo, mixture_demo):
+      workdir = self.create_tempdir().full_path
+      lines = []
+      summary = train.run(module.get_config('runlocal'), workdir,
+                          log=lines.append)
+      self.assertEqual(summary.steps, 2, module.__name__)
+      records = metrics_lib.read_metrics(workdir)
+      self.assertEqual([r['step'] for r in records], [0, 1, 2])
+      self.assertTrue(any('run summary' in line for line in lines))

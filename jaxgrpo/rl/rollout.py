@@ -12,6 +12,7 @@ carried to the next step.
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 import dataclasses
+import math
 import time
 from typing import Protocol
 
@@ -28,12 +29,33 @@ _SURPLUS = ('drop', 'carry')
 
 
 class PromptSource(Protocol):
-  """Where rollouts get prompts, and where their outcomes are fed back."""
+  """Where rollouts get prompts and send outcomes (`MixtureSampler`)."""
 
-  def next_prompts(self, n: int) -> list[Example]:
+  names: list[str]
+  batch_size: int
+
+  def start_step(self, step: int) -> None:
+    ...
+
+  def next_prompts(self, n: int, need: np.ndarray) -> list[Example]:
     ...
 
   def observe(self, examples: Sequence[Example], rewards: np.ndarray) -> None:
+    ...
+
+  def need(self, counts: np.ndarray) -> np.ndarray:
+    ...
+
+  def batch_full(self, counts: np.ndarray) -> bool:
+    ...
+
+  def choose(self, groups: Sequence['Group']) -> tuple[list, list]:
+    ...
+
+  def informative_rate(self) -> float:
+    ...
+
+  def metrics(self) -> dict[str, float]:
     ...
 
 
@@ -44,7 +66,11 @@ class RolloutConfig:
   Attributes:
     batch_size: B, informative groups per optimizer step.
     group_size: G, completions per prompt.
-    round_size: R, prompts per generator call.
+    round_size: R, prompts per generator call, or 'adaptive': sized from
+      the sampler's predicted share of informative groups to fill the batch
+      in about one round, rounded up to a power of two (so the generator
+      compiles for few shapes) and capped at `max_round_size`.
+    max_round_size: cap of adaptive round sizes.
     max_rounds: most generator calls per step.
     surplus: 'drop' or 'carry' informative groups beyond B.
     max_prompt_len: P, padded prompt length in tokens.
@@ -55,8 +81,9 @@ class RolloutConfig:
 
   batch_size: int
   group_size: int
-  round_size: int
+  round_size: int | str
   max_rounds: int
+  max_round_size: int = 256
   surplus: str = 'carry'
   max_prompt_len: int
   easy_threshold: float = 1.0
@@ -66,6 +93,11 @@ class RolloutConfig:
   def __post_init__(self):
     if self.surplus not in _SURPLUS:
       raise ValueError(f'rollout.surplus must be one of {_SURPLUS}, got {self.surplus!r}')
+    if self.round_size != 'adaptive' and not (
+        isinstance(self.round_size, int) and self.round_size > 0):
+      raise ValueError(
+          f"rollout.round_size must be a positive int or 'adaptive', got "
+          f'{self.round_size!r}')
 
 
 @dataclasses.dataclass
@@ -133,13 +165,32 @@ class Rollout:
     self.cum_prompts_generated = 0
     self.cum_groups_used = 0
 
+  def round_size(self, counts: np.ndarray) -> int:
+    """Prompts for the next round, given informative groups in hand."""
+    cfg = self.cfg
+    if cfg.round_size != 'adaptive':
+      return cfg.round_size
+    owed = max(cfg.batch_size - int(counts.sum()),
+               int(self.source.need(counts).sum()), 1)
+    # A small margin over the expected need trades a few surplus groups
+    # (carried or dropped) for fewer generator calls.
+    rate = max(self.source.informative_rate(), 1.0 / cfg.max_round_size)
+    want = math.ceil(1.25 * owed / rate)
+    return min(cfg.max_round_size, 1 << max(3, (want - 1).bit_length()))
+
   def _round(
-      self, params: PyTree, rng: jax.Array
+      self, params: PyTree, rng: jax.Array, size: int, need: np.ndarray
   ) -> tuple[list[Group], np.ndarray, list[Example], dict[str, float]]:
     cfg = self.cfg
-    examples = self.source.next_prompts(cfg.round_size)
+    examples = self.source.next_prompts(size, need)
+    if not examples:
+      return [], np.zeros((0, cfg.group_size), np.float32), [], {}
+    # A short round (datasets ran out of offered examples) is padded by
+    # repetition to the compiled shape; the padding is never scored.
+    padded = examples + [examples[i % len(examples)]
+                         for i in range(size - len(examples))]
     tokens, mask = tokenizer_lib.encode_prompts(
-        self.tokenizer, [ex.prompt for ex in examples], cfg.max_prompt_len
+        self.tokenizer, [ex.prompt for ex in padded], cfg.max_prompt_len
     )
     t0 = time.perf_counter()
     out = jax.device_get(
@@ -147,7 +198,8 @@ class Rollout:
     )
     gen_s = time.perf_counter() - t0
     G = cfg.group_size
-    texts = [self.tokenizer.decode(row) for row in out.tokens]
+    texts = [self.tokenizer.decode(row)
+             for row in out.tokens[:len(examples) * G]]
     repeated = [ex for ex in examples for _ in range(G)]
     rewards, stats = verifiers_base.score_batch(
         self.verify, texts, repeated, name=self.verifier_name
@@ -174,45 +226,62 @@ class Rollout:
         'easy': float(easy.sum()),
         'hard': float(hard.sum()),
         'gen_s': gen_s,
-        'gen_tokens': float(out.mask.sum()),
+        'gen_tokens': float(out.mask[:len(examples) * G].sum()),
         'verify_errors': float(stats.errors + stats.out_of_range),
+        'round_size': float(size),
     }
     return groups, rewards_RG, examples, info
 
-  def collect(self, params: PyTree, rng: jax.Array) -> RolloutResult:
-    """Runs rounds until B informative groups (or max_rounds) for one step."""
+  def collect(
+      self, params: PyTree, rng: jax.Array, step: int = 0
+  ) -> RolloutResult:
+    """Runs rounds until the batch can be filled (or max_rounds)."""
     cfg = self.cfg
+    source = self.source
+    source.start_step(step)
+    index = {name: d for d, name in enumerate(source.names)}
     groups, self.carried = self.carried, []
     carried_in = len(groups)
+    counts = np.zeros(len(source.names), np.int64)
+    for g in groups:
+      counts[index[g.example.dataset]] += 1
     rounds = 0
+    generated = np.zeros(len(source.names), np.int64)
     totals: dict[str, float] = defaultdict(float)
     reward_sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    while len(groups) < cfg.batch_size and rounds < cfg.max_rounds:
+    while not source.batch_full(counts) and rounds < cfg.max_rounds:
       new, rewards_RG, examples, info = self._round(
-          params, jax.random.fold_in(rng, rounds)
+          params, jax.random.fold_in(rng, rounds), self.round_size(counts),
+          source.need(counts),
       )
+      if not examples:
+        break  # no dataset has anything left to offer this epoch
       rounds += 1
       groups.extend(new)
+      for g in new:
+        counts[index[g.example.dataset]] += 1
       for key, value in info.items():
         totals[key] += value
       for ex, row in zip(examples, rewards_RG):
+        generated[index[ex.dataset]] += 1
         reward_sums[ex.dataset][0] += float(row.sum())
         reward_sums[ex.dataset][1] += row.size
-    surplus = groups[cfg.batch_size:]
-    groups = groups[:cfg.batch_size]
+    groups, surplus = source.choose(groups)
     if cfg.surplus == 'carry':
-      self.carried = surplus
+      self.carried = list(surplus)
 
-    generated = rounds * cfg.round_size
-    self.cum_prompts_generated += generated
+    total_generated = int(generated.sum())
+    self.cum_prompts_generated += total_generated
     self.cum_groups_used += len(groups)
     metrics = {
-        'rollout/prompts_generated': float(generated),
+        'rollout/prompts_generated': float(total_generated),
         'rollout/groups_used': float(len(groups)),
         'rollout/groups_easy': totals['easy'],
         'rollout/groups_hard': totals['hard'],
         'rollout/rounds': float(rounds),
-        'rollout/efficiency': len(groups) / generated if generated else 1.0,
+        'rollout/round_size': totals['round_size'] / rounds if rounds else 0.0,
+        'rollout/efficiency': (
+            len(groups) / total_generated if total_generated else 1.0),
         'rollout/cum_prompts_generated': float(self.cum_prompts_generated),
         'rollout/cum_groups_used': float(self.cum_groups_used),
         'rollout/batch_short': float(cfg.batch_size - len(groups)),
@@ -229,13 +298,15 @@ class Rollout:
       metrics['reward/mean'] = sum(s for s, _ in reward_sums.values()) / n_all
       for name, (s, c) in sorted(reward_sums.items()):
         metrics[f'reward/mean/{name}'] = s / c
-    counts: dict[str, int] = defaultdict(int)
+    used = defaultdict(int)
     for g in groups:
-      counts[g.example.dataset] += 1
-    for name in sorted(set(counts) | set(reward_sums)):
+      used[g.example.dataset] += 1
+    for d, name in enumerate(source.names):
+      metrics[f'rollout/prompts_generated/{name}'] = float(generated[d])
+      metrics[f'rollout/groups_used/{name}'] = float(used[name])
       metrics[f'data/batch_share/{name}'] = (
-          counts[name] / len(groups) if groups else 0.0
-      )
+          used[name] / len(groups) if groups else 0.0)
+    metrics.update(source.metrics())
     batch = self._assemble(groups) if groups else None
     return RolloutResult(batch=batch, groups=groups, metrics=metrics)
 

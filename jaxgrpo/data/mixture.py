@@ -1,0 +1,316 @@
+"""The snooze-aware mixture: which prompts each round offers, across datasets.
+
+Each dataset keeps its own `SnoozeTable` (its epoch walk and per-example
+state); this module decides how many prompts each dataset contributes to a
+round and which of the collected informative groups make up the batch.
+
+Balance modes:
+  pre_filter: round slots are split across datasets by weight; dropped
+    groups are replaced by fresh weighted draws, so a dataset whose groups
+    are dropped more often shrinks in the batch (the drift the source text
+    measures).
+  post_filter: each dataset has a quota of round(w_d * B) groups in the
+    batch; rounds ask each dataset for prompts in proportion to what it
+    still owes. A dataset that cannot fill its quota (it ran out of offered
+    examples, or `max_rounds` was hit) hands its slots to the others, and
+    the metrics count the hand-over.
+`min_fraction` reserves ceil(min_fraction * B) slots of a dataset in either
+mode, against starvation.
+"""
+
+from collections.abc import Sequence
+import dataclasses
+import logging
+import math
+
+import numpy as np
+
+from jaxgrpo.data import snooze
+from jaxgrpo.typing import Example
+
+BALANCES = ('pre_filter', 'post_filter')
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DatasetSpec:
+  """One dataset of the mixture.
+
+  Attributes:
+    name: dataset name (metrics use it).
+    weight: mixture weight; weights are normalised over the mixture.
+    policy: the dataset's snooze policy settings.
+    min_fraction: share of every batch reserved for this dataset.
+  """
+
+  name: str
+  weight: float
+  policy: snooze.PolicyConfig
+  min_fraction: float = 0.0
+
+
+def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
+  """Integer counts summing to `total`, proportional to `shares`."""
+  shares = np.asarray(shares, np.float64)
+  if total <= 0 or shares.sum() <= 0:
+    return np.zeros(len(shares), np.int64)
+  exact = shares / shares.sum() * total
+  counts = np.floor(exact).astype(np.int64)
+  order = np.argsort(-(exact - counts), kind='stable')
+  counts[order[:total - counts.sum()]] += 1
+  return counts
+
+
+def _seed_of(seed: int, name: str) -> int:
+  # Stable across processes (unlike hash()): each dataset gets its own walk.
+  return (seed * 1_000_003 + sum((i + 1) * ord(c) for i, c in enumerate(name))) % 2**31
+
+
+class MixtureSampler:
+  """Offers prompts from several datasets and builds balanced batches.
+
+  Implements the rollout's prompt-source protocol: `start_step`,
+  `next_prompts`, `observe`, `batch_full` and `choose`.
+  """
+
+  def __init__(
+      self,
+      datasets: Sequence[tuple[DatasetSpec, Sequence[Example]]],
+      *,
+      balance: str,
+      batch_size: int,
+      seed: int,
+  ):
+    if balance not in BALANCES:
+      raise ValueError(f'balance must be one of {BALANCES}, got {balance!r}')
+    if not datasets:
+      raise ValueError('a mixture needs at least one dataset')
+    names = [spec.name for spec, _ in datasets]
+    if len(set(names)) != len(names):
+      raise ValueError(f'dataset names must be unique, got {names}')
+    self.specs = [spec for spec, _ in datasets]
+    self.sources = [source for _, source in datasets]
+    self.names = names
+    self.balance = balance
+    self.batch_size = batch_size
+    self.seed = seed
+    weights = np.array([s.weight for s in self.specs], np.float64)
+    if (weights < 0).any() or weights.sum() <= 0:
+      raise ValueError(f'mixture weights must be >= 0 with a positive sum: {weights}')
+    self.weights = weights / weights.sum()
+    self.tables = [
+        snooze.SnoozeTable(len(src), spec.policy, seed=_seed_of(seed, spec.name))
+        for spec, src in datasets
+    ]
+    self.floors = np.array(
+        [math.ceil(s.min_fraction * batch_size) for s in self.specs], np.int64)
+    if self.floors.sum() > batch_size:
+      raise ValueError(
+          f'min_fraction floors {dict(zip(names, self.floors.tolist()))} '
+          f'exceed the batch of {batch_size}')
+    self.quotas = self._quotas()
+    # A fixed sample per dataset for the adaptive round size's estimate.
+    rng = np.random.default_rng([seed, 7])
+    self._rate_samples = [
+        rng.choice(len(src), size=min(len(src), 4096), replace=False)
+        for src in self.sources
+    ]
+    self.step = 0
+    self._round = 0
+    self._last: list[tuple[int, int]] = []
+    self._exhausted = np.zeros(len(names), bool)
+    self._step_counts: dict[str, np.ndarray] = {}
+    self.start_step(0)
+
+  def _quotas(self) -> np.ndarray:
+    """Batch slots per dataset: weights (post_filter) or floors (pre_filter)."""
+    if self.balance == 'pre_filter':
+      return self.floors.copy()
+    quotas = largest_remainder(self.weights, self.batch_size)
+    # Floors first, then the rest by weight.
+    short = np.maximum(self.floors - quotas, 0)
+    while short.sum():
+      donor = int(np.argmax(quotas - self.floors))
+      taker = int(np.argmax(short))
+      quotas[donor] -= 1
+      quotas[taker] += 1
+      short = np.maximum(self.floors - quotas, 0)
+    return quotas
+
+  # The per-step protocol.
+
+  def start_step(self, step: int) -> None:
+    """Resets the per-step counters; draws of this step are keyed by it."""
+    self.step = step
+    self._round = 0
+    self._exhausted[:] = False
+    k = len(self.names)
+    self._step_counts = {
+        key: np.zeros(k, np.int64)
+        for key in ('drawn', 'informative', 'easy', 'hard', 'handover_out',
+                    'handover_in')
+    }
+
+  def _allocate(self, n: int, need: np.ndarray) -> np.ndarray:
+    """Round slots per dataset before exhaustion is known."""
+    open_ = ~self._exhausted
+    if self.balance == 'post_filter':
+      owed = np.where(open_, need, 0)
+      if owed.sum() > 0:
+        return largest_remainder(owed, n)
+      # Every quota is met or unreachable: draw by weight (the surplus may
+      # still hand over to a dataset that ran short).
+    rng = np.random.default_rng([self.seed, self.step, self._round])
+    reserved = largest_remainder(np.where(open_, need, 0),
+                                 min(n, int(np.where(open_, need, 0).sum())))
+    weights = np.where(open_, self.weights, 0.0)
+    if weights.sum() == 0:
+      return reserved
+    return reserved + rng.multinomial(n - reserved.sum(), weights / weights.sum())
+
+  def next_prompts(self, n: int, need: np.ndarray | None = None) -> list[Example]:
+    """Draws up to n prompts for one round.
+
+    Args:
+      n: round size.
+      need: groups each dataset still owes this step (quota or floor minus
+        informative groups collected); zeros when None.
+
+    Returns:
+      The round's examples (fewer than n only when every dataset is out of
+      offered examples).
+    """
+    need = np.zeros(len(self.names), np.int64) if need is None else need
+    counts = self._allocate(n, need)
+    picked: list[tuple[int, int]] = []
+    while True:
+      shortfall = 0
+      for d, want in enumerate(counts):
+        if want <= 0:
+          continue
+        got = self.tables[d].draw(int(want), self.step)
+        picked.extend((d, int(i)) for i in got)
+        if len(got) < want:
+          if not self._exhausted[d]:
+            logging.info('dataset %s offered only %d of %d prompts this round '
+                         '(its epoch has no more active examples)',
+                         self.names[d], len(got), want)
+          self._exhausted[d] = True
+          shortfall += int(want) - len(got)
+      if shortfall == 0 or self._exhausted.all():
+        break
+      weights = np.where(self._exhausted, 0.0, self.weights)
+      counts = largest_remainder(weights, shortfall)
+    self._round += 1
+    self._last = picked
+    for d, _ in picked:
+      self._step_counts['drawn'][d] += 1
+    return [self.sources[d][i] for d, i in picked]
+
+  def observe(self, examples: Sequence[Example], rewards_RG: np.ndarray) -> None:
+    """Feeds a round's rewards [R, G] back to each dataset's table."""
+    if len(examples) != len(self._last):
+      raise ValueError(
+          f'observe got {len(examples)} examples for a round of {len(self._last)}')
+    rewards_RG = np.asarray(rewards_RG, np.float32)
+    picked = np.asarray(self._last, np.int64).reshape(-1, 2)
+    for d, table in enumerate(self.tables):
+      rows = np.flatnonzero(picked[:, 0] == d)
+      if rows.size:
+        table.observe(picked[rows, 1], rewards_RG[rows], self.step)
+        pol = self.specs[d].policy
+        easy = (rewards_RG[rows] >= pol.easy_threshold).all(axis=1)
+        hard = (rewards_RG[rows] <= pol.hard_threshold).all(axis=1) & ~easy
+        self._step_counts['easy'][d] += int(easy.sum())
+        self._step_counts['hard'][d] += int(hard.sum())
+
+  def dataset_index(self, name: str) -> int:
+    return self.names.index(name)
+
+  def need(self, counts: np.ndarray) -> np.ndarray:
+    """Groups each dataset still owes, given informative counts so far."""
+    return np.maximum(self.quotas - counts, 0)
+
+  def batch_full(self, counts: np.ndarray) -> bool:
+    """Whether groups with these per-dataset counts can fill the batch."""
+    if counts.sum() < self.batch_size:
+      return False
+    owed = self.need(counts)
+    # A dataset out of examples cannot pay what it owes; others take over.
+    return bool((owed[~self._exhausted] == 0).all())
+
+  def choose(self, groups: Sequence, key=lambda g: g.example.dataset):
+    """Splits collected groups (arrival order) into (batch, surplus).
+
+    Each dataset first gets up to its quota (post_filter) or floor; the
+    remaining slots go to the other groups in arrival order. Slots a
+    dataset could not fill are counted as handed over.
+    """
+    index = {name: d for d, name in enumerate(self.names)}
+    taken = np.zeros(len(self.names), np.int64)
+    chosen, rest = [], []
+    for g in groups:
+      d = index[key(g)]
+      if taken[d] < self.quotas[d]:
+        taken[d] += 1
+        chosen.append(g)
+      else:
+        rest.append(g)
+    free = self.batch_size - len(chosen)
+    chosen.extend(rest[:free])
+    surplus = rest[free:]
+    if self.balance == 'post_filter':
+      short = np.maximum(self.quotas - taken, 0)
+      extra = np.zeros(len(self.names), np.int64)
+      for g in rest[:free]:
+        extra[index[key(g)]] += 1
+      self._step_counts['handover_out'] += short
+      self._step_counts['handover_in'] += extra
+      if short.sum():
+        logging.info(
+            'step %d: %s could not fill their quotas; %d slots handed to %s',
+            self.step,
+            {n: int(s) for n, s in zip(self.names, short) if s},
+            int(extra.sum()),
+            {n: int(e) for n, e in zip(self.names, extra) if e})
+    return chosen, surplus
+
+  def metrics(self) -> dict[str, float]:
+    """Per-dataset sampler metrics for this step (`data/*`)."""
+    out = {}
+    c = self._step_counts
+    for d, name in enumerate(self.names):
+      counts = self.tables[d].counts()
+      out[f'data/snoozed/{name}'] = float(counts['snoozed'])
+      out[f'data/filtered/{name}'] = float(counts['filtered'])
+      out[f'data/epoch/{name}'] = float(counts['epoch'])
+      out[f'data/prompts_drawn/{name}'] = float(c['drawn'][d])
+      out[f'rollout/groups_easy/{name}'] = float(c['easy'][d])
+      out[f'rollout/groups_hard/{name}'] = float(c['hard'][d])
+      if self.balance == 'post_filter':
+        out[f'data/quota/{name}'] = float(self.quotas[d])
+        out[f'data/handover_out/{name}'] = float(c['handover_out'][d])
+        out[f'data/handover_in/{name}'] = float(c['handover_in'][d])
+      out[f'data/exhausted/{name}'] = float(self._exhausted[d])
+    return out
+
+  def informative_rate(self) -> float:
+    """Predicted share of informative groups in the next round (by weight)."""
+    rates = np.array([t.offered_informative_rate(sample) for t, sample
+                      in zip(self.tables, self._rate_samples)])
+    open_ = ~self._exhausted
+    w = np.where(open_, self.weights, 0.0)
+    return float((rates * w).sum() / w.sum()) if w.sum() else 0.0
+
+  def get_state(self) -> dict:
+    return {
+        'step': self.step,
+        'tables': {name: t.get_state() for name, t in zip(self.names, self.tables)},
+    }
+
+  def set_state(self, state: dict) -> None:
+    missing = sorted(set(self.names) - set(state['tables']))
+    if missing:
+      raise ValueError(f'sampler state has no dataset {missing[0]!r}')
+    for name, table in zip(self.names, self.tables):
+      table.set_state(state['tables'][name])
+    self.start_step(int(state['step']))

@@ -1,0 +1,470 @@
+"""One dataset's snooze table: per-example state and its seeded epoch walk.
+
+Each dataset walks its own epochs, each a pass over a permutation derived
+from (seed, epoch). As the walk reaches an example, the policy offers it or
+skips it for this epoch; outcomes (G rewards each) come back via `observe`.
+A group is too easy when every reward is >= `easy_threshold`, too hard when
+every reward is <= `hard_threshold`.
+
+Policies (all on top of the rollout's dynamic sampling):
+  none: every example is offered in every epoch.
+  filter: a too-easy outcome marks the example FILTERED: never offered again.
+  snooze: a too-easy outcome in epoch e marks it SNOOZED until epoch
+    e + N + 1: it is skipped in the next N epochs and offered again in epoch
+    e + N + 1. Its next outcome snoozes it again or makes it ACTIVE.
+  snooze_prob: a too-easy outcome marks it EASY. Each later epoch in which it
+    comes up, it is skipped with probability N / (N + 1); an outcome that is
+    not too easy makes it ACTIVE again.
+  weighted: each example is offered with probability w = max(w_min,
+    1 - p^G - (1 - p)^G), the chance that its group of G is informative; p
+    is its Beta posterior mean pass rate (unseen examples: the prior mean).
+
+Why N / (N + 1): the number of epochs a snooze_prob example sleeps is then
+geometric with mean (N / (N + 1)) / (1 / (N + 1)) = N, the same mean sleep
+as `snooze` with the same N, so N means "epochs asleep" for both policies.
+Skipping with probability 1 / N instead would make a larger N sleep less.
+
+`snooze_hard_factor` H > 0 snoozes too-hard examples for H epochs like
+`snooze`, under every policy, `none` included: it is a separate switch for
+the hard side. Skip rules read only the status, so a state restored under
+another policy still honours its earlier decisions.
+
+Randomness is counter-based, so there is no RNG state to save: the epoch
+order is a keyed Feistel bijection on the next power of two above the size
+(positions past the dataset are passed over) and skips hash (seed, epoch,
+index) with splitmix64. Per-example state is 13 bytes: status uint8,
+wake_epoch int32 (a tiny dataset can walk past 2^16 epochs in a long run),
+successes and trials uint16 (halved together before trials would overflow,
+which keeps the pass rate) and last_step int32.
+"""
+
+import dataclasses
+
+import numpy as np
+
+POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
+
+# Example status codes.
+ACTIVE, SNOOZED, FILTERED, EASY = 0, 1, 2, 3
+
+_PER_EXAMPLE = ('status', 'wake_epoch', 'successes', 'trials', 'last_step')
+_SKIPS = ('skipped_snoozed', 'skipped_filtered', 'skipped_weighted')
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_ORDER_SALT, _SKIP_SALT = 0x6F72646572, 0x736B6970
+_ROUNDS = 6  # Even, so the unbalanced halves end where they started.
+_COUNT_MAX = int(np.iinfo(np.uint16).max)
+_MAX_CHUNK = 1 << 16
+_BLOCK = 1 << 15
+_STATE_KEYS = frozenset(_PER_EXAMPLE + _SKIPS + (
+    'size', 'seed', 'epoch', 'position', 'total_successes', 'total_trials'))
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+  """splitmix64 of a 1-D uint64 array (array arithmetic wraps silently)."""
+  z = z + np.uint64(_GOLDEN)
+  z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+  z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+  return z ^ (z >> np.uint64(31))
+
+
+def _key(*words: int) -> np.uint64:
+  """Folds integers into one 64-bit key (1-D arrays: no overflow warnings)."""
+  h = np.zeros(1, np.uint64)
+  for w in words:
+    h = _mix(h ^ np.uint64(w & _M64))
+  return h[0]
+
+
+def uniform(seed: int, epoch: int, indices: np.ndarray) -> np.ndarray:
+  """[K] float64 uniforms in [0, 1), one per (seed, epoch, indices[k])."""
+  key = _key(_SKIP_SALT, seed, epoch)
+  h = _mix(np.asarray(indices, np.uint64).reshape(-1) ^ key)
+  return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _ipow(x: np.ndarray, g: int) -> np.ndarray:
+  """x ** g by repeated squaring: much faster than a float pow per element."""
+  out = np.ones_like(x)
+  while g:
+    if g & 1:
+      out *= x
+    g >>= 1
+    if g:
+      x = x * x
+  return out
+
+
+def _feistel(x: np.ndarray, keys: tuple[np.uint64, ...], bits: int,
+             inverse: bool) -> np.ndarray:
+  """A keyed bijection of [0, 2^bits) on uint64 arrays (or its inverse)."""
+  # Unbalanced halves swap widths each round: (hi, lo) -> (lo, hi).
+  wa, wb = bits - bits // 2, bits // 2
+  mask = {w: np.uint64((1 << w) - 1) for w in (wa, wb)}
+  a, b = x >> np.uint64(wb), x & mask[wb]
+  if not inverse:
+    for k in keys:
+      a, b = b, a ^ (_mix(b ^ k) & mask[wa])
+      wa, wb = wb, wa
+  else:
+    for k in reversed(keys):
+      a, b = b ^ (_mix(a ^ k) & mask[wb]), a
+      wa, wb = wb, wa
+  return (a << np.uint64(wb)) | b
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+  """How one dataset's examples are skipped across its epochs.
+
+  Attributes:
+    policy: one of POLICIES (see the module docstring).
+    snooze_factor: N, the mean number of epochs a too-easy example sleeps
+      (snooze, snooze_prob).
+    snooze_hard_factor: when > 0, too-hard examples sleep this many epochs.
+    easy_threshold: a group is too easy when every reward is >= this.
+    hard_threshold: a group is too hard when every reward is <= this.
+    group_size: G in the weighted policy's informative probability.
+    w_min: floor of the weighted policy's offer probability.
+    prior_strength: pseudo-counts alpha0 + beta0 of the Beta prior.
+    prior_mean: mean of the Beta prior; None uses the dataset's running mean
+      pass rate (0.5 before any outcome).
+  """
+
+  policy: str = 'none'
+  snooze_factor: int = 5
+  snooze_hard_factor: int = 0
+  easy_threshold: float = 1.0
+  hard_threshold: float = 0.0
+  group_size: int = 8
+  w_min: float = 0.05
+  prior_strength: float = 2.0
+  prior_mean: float | None = None
+
+  def __post_init__(self):
+    mean = 0.5 if self.prior_mean is None else self.prior_mean
+    for ok, rule in (
+        (self.policy in POLICIES, f'policy is one of {POLICIES}'),
+        (0 <= self.snooze_factor < 2**20, 'snooze_factor in [0, 2**20)'),
+        (0 <= self.snooze_hard_factor < 2**20,
+         'snooze_hard_factor in [0, 2**20)'),
+        (self.hard_threshold < self.easy_threshold,
+         'hard_threshold < easy_threshold'),
+        (self.group_size >= 1, 'group_size >= 1'),
+        (0.0 <= self.w_min <= 1.0, 'w_min in [0, 1]'),
+        (self.prior_strength > 0, 'prior_strength > 0'),
+        (0.0 <= mean <= 1.0, 'prior_mean in [0, 1]'),
+    ):
+      if not ok:
+        raise ValueError(f'PolicyConfig needs {rule}; got {self}')
+
+
+class SnoozeTable:
+  """Per-example state of one dataset and the walk that offers its examples.
+
+  Attributes (read-only outside this class):
+    size: number of examples.
+    epoch: the dataset epoch being walked.
+    position: walk position in the epoch, in [0, 2^bits] (the walk covers
+      the next power of two above size and passes over the surplus).
+    status: [size] uint8, ACTIVE, SNOOZED, FILTERED or EASY.
+    wake_epoch: [size] int32, first epoch a SNOOZED example is offered again.
+    successes: [size] uint16, rounded sum of its rewards (see module doc).
+    trials: [size] uint16, completions scored.
+    last_step: [size] int32, last step it was drawn or scored; -1 never.
+  """
+
+  def __init__(self, size: int, cfg: PolicyConfig, *, seed: int):
+    if size < 1:
+      raise ValueError(f'a snooze table needs at least one example, got {size}')
+    self.size = int(size)
+    self.cfg = cfg
+    self.seed = int(seed)
+    self._bits = max(2, (self.size - 1).bit_length())
+    self._domain = 1 << self._bits
+    self.epoch = 0
+    self.position = 0
+    self.status = np.zeros(self.size, np.uint8)
+    self.wake_epoch = np.zeros(self.size, np.int32)
+    self.successes = np.zeros(self.size, np.uint16)
+    self.trials = np.zeros(self.size, np.uint16)
+    self.last_step = np.full(self.size, -1, np.int32)
+    self._skipped = dict.fromkeys(_SKIPS, 0)
+    self._total_successes = 0.0
+    self._total_trials = 0
+    self._keys: tuple[int, tuple[np.uint64, ...]] | None = None
+    self._rate = 0.5  # Offers per walked position; sizes chunks only.
+
+  def _round_keys(self, epoch: int) -> tuple[np.uint64, ...]:
+    if self._keys is None or self._keys[0] != epoch:
+      keys = tuple(_key(_ORDER_SALT, self.seed, epoch, r)
+                   for r in range(_ROUNDS))
+      self._keys = (epoch, keys)
+    return self._keys[1]
+
+  def epoch_order(self, epoch: int) -> np.ndarray:
+    """The order in which `epoch` walks the examples: [size] int64."""
+    pos = np.arange(self._domain, dtype=np.uint64)
+    perm = _feistel(pos, self._round_keys(epoch), self._bits, inverse=False)
+    return perm[perm < self.size].astype(np.int64)
+
+  def _next_epoch_of(self, indices: np.ndarray) -> np.ndarray:
+    """The epoch in which the walk reaches each example next."""
+    pos = _feistel(indices.astype(np.uint64), self._round_keys(self.epoch),
+                   self._bits, inverse=True)
+    return self.epoch + (pos < self.position).astype(np.int64)
+
+  def _prior_mean(self) -> float:
+    if self.cfg.prior_mean is not None:
+      return self.cfg.prior_mean
+    if not self._total_trials:
+      return 0.5
+    return self._total_successes / self._total_trials
+
+  def _informative(self, indices: np.ndarray | slice) -> np.ndarray:
+    k = self.cfg.prior_strength
+    p = (self._prior_mean() * k + self.successes[indices]) / (
+        k + self.trials[indices])
+    g = self.cfg.group_size
+    return 1.0 - _ipow(p, g) - _ipow(1.0 - p, g)
+
+  def _skips(self, idx: np.ndarray,
+             epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Why each example of idx [K] is skipped in epoch (three [K] masks)."""
+    st = self.status[idx]
+    filtered = st == FILTERED
+    asleep = (st == SNOOZED) & (self.wake_epoch[idx] > epoch)
+    easy = np.flatnonzero(st == EASY)
+    if easy.size:
+      n = self.cfg.snooze_factor
+      asleep[easy] = uniform(self.seed, epoch, idx[easy]) < n / (n + 1)
+    weighted = np.zeros_like(asleep)
+    if self.cfg.policy == 'weighted':
+      open_ = np.flatnonzero(~(filtered | asleep))
+      w = np.maximum(self.cfg.w_min, self._informative(idx[open_]))
+      weighted[open_] = uniform(self.seed, epoch, idx[open_]) >= w
+    return asleep, filtered, weighted
+
+  def draw(self, n: int, step: int) -> np.ndarray:
+    """Walks the epochs from the current position and offers examples.
+
+    The walk stops right after the n-th offer. It also stops at the end of
+    an epoch once E whole epochs in a row offered nothing, E = 1 + the
+    longest sleep (sleepers wake meanwhile), or once it has touched
+    ceil(n / size) + E epochs (a dataset that is almost all skipped gives
+    what it has, not duplicates).
+
+    Args:
+      n: number of examples wanted.
+      step: the training step, recorded as each offered example's last_step.
+
+    Returns:
+      [<= n] int64 example indices in offer order; an index repeats only
+      when the walk crossed into a new epoch.
+    """
+    if n < 0:
+      raise ValueError(f'draw needs n >= 0, got {n}')
+    cfg = self.cfg
+    easy = cfg.snooze_factor if cfg.policy in ('snooze', 'snooze_prob') else 0
+    max_empty = 1 + max(easy, cfg.snooze_hard_factor)
+    budget = -(-n // self.size) + max_empty
+    touched, empty_run, whole, offered = 1, 0, self.position == 0, 0
+    out, need = [], n
+    while need > 0:
+      if self.position == self._domain:
+        empty_run = empty_run + 1 if whole and not offered else 0
+        if empty_run >= max_empty or touched >= budget:
+          break
+        self.epoch += 1
+        self.position = 0
+        touched, whole, offered = touched + 1, True, 0
+      span = min(self._domain - self.position,
+                 int(need / self._rate * 1.2) + 16, _MAX_CHUNK)
+      pos = np.arange(self.position, self.position + span, dtype=np.uint64)
+      perm = _feistel(pos, self._round_keys(self.epoch), self._bits, False)
+      where = np.flatnonzero(perm < self.size)
+      idx = perm[where].astype(np.int64)
+      masks = self._skips(idx, self.epoch)
+      kept = np.flatnonzero(~(masks[0] | masks[1] | masks[2]))
+      if kept.size >= need:
+        kept = kept[:need]
+        used, cut = int(kept[-1]) + 1, int(where[kept[-1]]) + 1
+      else:
+        used, cut = idx.size, span
+      for name, mask in zip(_SKIPS, masks):
+        self._skipped[name] += int(np.count_nonzero(mask[:used]))
+      out.append(idx[kept])
+      need -= kept.size
+      offered += kept.size
+      self.position += cut
+      self._rate = max(kept.size / cut, 1.0 / _MAX_CHUNK)
+    drawn = np.concatenate(out) if out else np.zeros(0, np.int64)
+    self.last_step[drawn] = step
+    return drawn
+
+  def observe(self, indices: np.ndarray, rewards_RG: np.ndarray,
+              step: int) -> None:
+    """Records a round's outcomes and updates each example's status.
+
+    Args:
+      indices: [R] indices of the examples drawn.
+      rewards_RG: [R, G] their rewards, in [0, 1].
+      step: the training step, recorded as last_step.
+
+    An index may repeat (a dataset smaller than the round): every row counts
+    towards its pass rate, and its last row decides its status.
+    """
+    idx = np.asarray(indices, np.int64).reshape(-1)
+    # Thresholds compare in the rewards' own float type (a float32 0.9 meets
+    # a 0.9 threshold), as the mixture's own easy/hard counts do.
+    rewards = np.asarray(rewards_RG)
+    if not np.issubdtype(rewards.dtype, np.floating):
+      rewards = rewards.astype(np.float64)
+    if rewards.ndim != 2 or rewards.shape[0] != idx.size:
+      raise ValueError(f'rewards must be [{idx.size}, G], got {rewards.shape}')
+    if idx.size == 0:
+      return
+    if idx.min() < 0 or idx.max() >= self.size:
+      raise ValueError(f'indices must be in [0, {self.size}), got '
+                       f'[{idx.min()}, {idx.max()}]')
+    cfg, g = self.cfg, rewards.shape[1]
+    # Clipping keeps successes <= trials for rewards slightly out of range.
+    sums = np.clip(rewards, 0.0, 1.0).sum(axis=1, dtype=np.float64)
+    self._total_successes += float(sums.sum())
+    self._total_trials += idx.size * g
+    uniq, inverse = np.unique(idx, return_inverse=True)
+    s = self.successes[uniq] + np.bincount(
+        inverse, np.rint(sums), len(uniq)).astype(np.int64)
+    t = self.trials[uniq] + np.bincount(inverse, None, len(uniq)) * g
+    over = t > _COUNT_MAX
+    while over.any():
+      s[over], t[over] = (s[over] + 1) // 2, (t[over] + 1) // 2
+      over = t > _COUNT_MAX
+    self.successes[uniq], self.trials[uniq] = s, t
+    self.last_step[uniq] = step
+
+    last = idx.size - 1 - np.unique(idx[::-1], return_index=True)[1]
+    easy = np.all(rewards[last] >= cfg.easy_threshold, axis=1)
+    hard = np.all(rewards[last] <= cfg.hard_threshold, axis=1)
+    status = np.full(uniq.size, ACTIVE, np.uint8)
+    sleep = np.full(uniq.size, -1, np.int64)  # Epochs to sleep; -1 awake.
+    if cfg.policy == 'filter':
+      status[easy] = FILTERED
+    elif cfg.policy == 'snooze':
+      sleep[easy] = cfg.snooze_factor
+    elif cfg.policy == 'snooze_prob':
+      status[easy] = EASY
+    if cfg.snooze_hard_factor > 0:
+      sleep[hard] = cfg.snooze_hard_factor
+    # Sleeping N epochs means skipping the next N times the walk reaches it.
+    # Counting from where the walk is (no per-example epoch is stored) gives
+    # wake = e + N + 1 also when the draw crossed into a new epoch; it gives
+    # one epoch more only if that draw then walked past the example again
+    # and skipped it at random (snooze_prob, weighted, tiny datasets).
+    asleep = np.flatnonzero(sleep >= 0)
+    if asleep.size:
+      status[asleep] = SNOOZED
+      self.wake_epoch[uniq[asleep]] = (
+          self._next_epoch_of(uniq[asleep]) + sleep[asleep])
+    self.status[uniq] = status
+
+  def informative_prob(self, indices: np.ndarray | None = None) -> np.ndarray:
+    """Posterior chance that a group of G is informative, 1 - p^G - (1-p)^G.
+
+    Args:
+      indices: [K] example indices; None for all examples.
+
+    Returns:
+      [K] (or [size]) float64.
+    """
+    if indices is not None:
+      return self._informative(np.asarray(indices, np.int64))
+    # Blocks keep the temporaries in cache: ~2.5x faster on 10M examples.
+    out = np.empty(self.size)
+    for start in range(0, self.size, _BLOCK):
+      out[start:start + _BLOCK] = self._informative(
+          slice(start, start + _BLOCK))
+    return out
+
+  def offered_informative_rate(self, indices: np.ndarray) -> float:
+    """Expected share of informative groups among offers, over `indices`.
+
+    Each example counts with its chance of being offered this epoch (0 when
+    filtered or asleep, 1 / (N + 1) when EASY, its weight under
+    `weighted`), so mastered examples that will not be offered do not pull
+    the estimate down. Used to size adaptive rounds; pass a sample.
+    """
+    idx = np.asarray(indices, np.int64)
+    st = self.status[idx]
+    offer = np.where((st == FILTERED)
+                     | ((st == SNOOZED) & (self.wake_epoch[idx] > self.epoch)),
+                     0.0, 1.0)
+    n = self.cfg.snooze_factor
+    offer = np.where(st == EASY, 1.0 / (n + 1), offer)
+    informative = self._informative(idx)
+    if self.cfg.policy == 'weighted':
+      offer = offer * np.maximum(self.cfg.w_min, informative)
+    total = offer.sum()
+    return float((offer * informative).sum() / total) if total > 0 else 0.0
+
+  def counts(self) -> dict[str, int]:
+    """Examples by state now, the epoch, and cumulative skips by reason.
+
+    'snoozed' counts SNOOZED examples not yet due and all EASY ones (they
+    are asleep with probability N / (N + 1) each epoch); 'active' is the
+    rest of the unfiltered examples.
+    """
+    st = self.status
+    snoozed = int(np.count_nonzero(
+        (st == SNOOZED) & (self.wake_epoch > self.epoch))
+                  + np.count_nonzero(st == EASY))
+    filtered = int(np.count_nonzero(st == FILTERED))
+    return {
+        'active': self.size - snoozed - filtered,
+        'snoozed': snoozed,
+        'filtered': filtered,
+        'epoch': self.epoch,
+        **self._skipped,
+    }
+
+  @property
+  def bytes_per_example(self) -> float:
+    return sum(getattr(self, a).nbytes for a in _PER_EXAMPLE) / self.size
+
+  def get_state(self) -> dict[str, np.ndarray]:
+    """The table's whole state as numpy arrays and numpy scalars."""
+    state = {a: getattr(self, a).copy() for a in _PER_EXAMPLE}
+    state.update({k: np.int64(v) for k, v in self._skipped.items()})
+    state.update(
+        size=np.int64(self.size), seed=np.uint64(self.seed & _M64),
+        epoch=np.int64(self.epoch), position=np.int64(self.position),
+        total_successes=np.float64(self._total_successes),
+        total_trials=np.int64(self._total_trials))
+    return state
+
+  def set_state(self, state: dict) -> None:
+    """Restores a `get_state` dict exactly.
+
+    Raises:
+      ValueError: the state is for another dataset size or is incomplete.
+    """
+    missing = sorted(_STATE_KEYS - set(state))
+    if missing:
+      raise ValueError(f'snooze table state lacks {missing}')
+    if int(state['size']) != self.size:
+      raise ValueError(
+          f'snooze table state is for {int(state["size"])} examples, this '
+          f'dataset has {self.size}')
+    for a in _PER_EXAMPLE:
+      value = np.asarray(state[a])
+      if value.shape != (self.size,):
+        raise ValueError(f'snooze table state {a!r} has shape {value.shape}, '
+                         f'expected ({self.size},)')
+      setattr(self, a, value.astype(getattr(self, a).dtype, copy=True))
+    self._skipped = {k: int(state[k]) for k in _SKIPS}
+    self.seed = int(state['seed'])
+    self.epoch = int(state['epoch'])
+    self.position = int(state['position'])
+    self._total_successes = float(state['total_successes'])
+    self._total_trials = int(state['total_trials'])
+    self._keys = None

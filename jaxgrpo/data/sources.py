@@ -1,0 +1,429 @@
+"""Datasets as grain MapDatasets of Example over random-access sources."""
+
+from collections.abc import Callable, Iterable, Mapping
+import dataclasses
+import functools
+import glob
+import hashlib
+import json
+import os
+import re
+import string
+from typing import Any
+
+import grain
+import numpy as np
+
+from jaxgrpo.data import arithmetic as arithmetic_lib
+from jaxgrpo.typing import Example
+
+KINDS = ('jsonl', 'array_record', 'tfds', 'arithmetic')
+
+# Bytes scanned per step when indexing a JSONL file; bounds the temporary
+# memory of the scan independently of the file size.
+_SCAN_BYTES = 1 << 24
+# First read of a line; long lines are read again in growing pieces.
+_READ_BYTES = 1 << 12
+# Bytes that may start a line holding nothing but whitespace.
+_SPACE = np.frombuffer(b' \t\r\x0b\x0c', np.uint8)
+
+
+def _index_lines(path: str) -> tuple[np.ndarray, int]:
+  """Byte offsets of the non-blank lines of a file, and the blank-line count.
+
+  Newlines are found with numpy over a memory map, one bounded piece at a
+  time, so indexing costs about a second per GB and 8 bytes per record.
+  """
+  size = os.path.getsize(path)
+  if size == 0:
+    return np.zeros(0, np.int64), 0
+  data = np.memmap(path, np.uint8, mode='r')
+  newlines = np.concatenate([
+      np.flatnonzero(data[a:a + _SCAN_BYTES] == ord('\n')) + a
+      for a in range(0, size, _SCAN_BYTES)
+  ])
+  starts = np.concatenate([[0], newlines + 1]).astype(np.int64)
+  ends = np.concatenate([newlines, [size]]).astype(np.int64)
+  if starts[-1] == size:  # the empty piece after a final newline is no line
+    starts, ends = starts[:-1], ends[:-1]
+  blank = starts == ends
+  # A record starts with '{' (or '\ufeff'), so only lines that start with
+  # whitespace need a full look; there are few of them.
+  maybe = ~blank & np.isin(data[starts], _SPACE)
+  for i in np.flatnonzero(maybe):
+    blank[i] = not bytes(data[starts[i]:ends[i]]).strip()
+  del data
+  return starts[~blank], int(blank.sum())
+
+
+class JsonlSource:
+  """A grain RandomAccessDataSource over the JSON objects of a JSONL file.
+
+  Construction reads the file once to index where each non-blank line
+  starts; blank (or whitespace-only) lines are skipped and counted in
+  `blank_lines`. Record i is read and parsed on access, so memory is 8 bytes
+  per record however large the records are. Reads use `os.pread`, which is
+  thread-safe, and the source pickles (grain worker processes reopen it).
+
+  Attributes:
+    path: the JSONL file.
+    blank_lines: number of blank lines skipped.
+  """
+
+  def __init__(self, path: str):
+    self.path = os.fspath(path)
+    self._starts, self.blank_lines = _index_lines(self.path)
+    self._file = open(self.path, 'rb', buffering=0)
+
+  def __getstate__(self) -> dict[str, Any]:
+    return {k: v for k, v in self.__dict__.items() if k != '_file'}
+
+  def __setstate__(self, state: dict[str, Any]) -> None:
+    self.__dict__.update(state)
+    self._file = open(self.path, 'rb', buffering=0)
+
+  def __len__(self) -> int:
+    return len(self._starts)
+
+  def __repr__(self) -> str:
+    return (
+        f'JsonlSource({self.path!r}, records={len(self)}, '
+        f'blank_lines={self.blank_lines})'
+    )
+
+  def _offset(self, index: int) -> int:
+    if not -len(self) <= index < len(self):
+      raise IndexError(
+          f'{self.path}: record {index} out of range ({len(self)} records)'
+      )
+    return int(self._starts[index])
+
+  def describe(self, index: int) -> str:
+    """`path:line` of record `index` (1-based line, blank lines counted)."""
+    offset = self._offset(index)
+    newlines, pos = 0, 0
+    while pos < offset:  # slow, but only used to word errors
+      chunk = os.pread(self._file.fileno(), min(_SCAN_BYTES, offset - pos), pos)
+      newlines += chunk.count(b'\n')
+      pos += len(chunk)
+    return f'{self.path}:{newlines + 1}'
+
+  def __getitem__(self, index: int) -> dict[str, Any]:
+    offset, fd = self._offset(index), self._file.fileno()
+    line = os.pread(fd, _READ_BYTES, offset)
+    while b'\n' not in line:
+      more = os.pread(fd, 2 * len(line), offset + len(line))
+      if not more:
+        break
+      line += more
+    line = line.split(b'\n', 1)[0]
+    try:
+      record = json.loads(line.decode('utf-8-sig'))
+    except UnicodeDecodeError as e:
+      raise ValueError(f'{self.describe(index)}: not valid UTF-8 ({e})') from e
+    except json.JSONDecodeError as e:
+      raise ValueError(
+          f'{self.describe(index)}: invalid JSON: {e.msg} (column {e.colno})'
+      ) from e
+    if not isinstance(record, dict):
+      raise ValueError(
+          f'{self.describe(index)}: expected a JSON object, got '
+          f'{type(record).__name__}'
+      )
+    return record
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordFields:
+  """How a record (a dict) becomes an Example.
+
+  Attributes:
+    prompt: field holding the prompt; `{prompt}` in the template means it.
+    answer: field holding the ground truth (numbers become strings).
+    id: field holding a stable id; None uses `f'{name}/{index}'`.
+    subset: field holding the subset label; None leaves it empty.
+    template: `str.format` template of the prompt text over the record's
+      fields, e.g. 'Solve: {question}\\nAnswer:'.
+  """
+
+  prompt: str = 'prompt'
+  answer: str = 'answer'
+  id: str | None = None
+  subset: str | None = None
+  template: str = '{prompt}'
+
+  def __post_init__(self):
+    try:
+      names = [f for _, f, _, _ in string.Formatter().parse(self.template)]
+    except ValueError as e:
+      raise ValueError(f'bad prompt template {self.template!r}: {e}') from e
+    if '' in names:
+      raise ValueError(
+          f'prompt template {self.template!r} has a positional field {{}}; '
+          'name a record field instead'
+      )
+
+
+@functools.lru_cache(maxsize=64)
+def _template_fields(template: str) -> frozenset[str]:
+  """Top-level record fields a prompt template names."""
+  names = (f for _, f, _, _ in string.Formatter().parse(template) if f)
+  return frozenset(re.split(r'[.\[]', n, maxsplit=1)[0] for n in names)
+
+
+def _plain(value: Any) -> Any:
+  """Text and numpy values as Python ones (TFDS returns bytes and numpy)."""
+  if isinstance(value, (np.ndarray, np.generic)) and np.ndim(value) == 0:
+    value = value.item()
+  if isinstance(value, bytes):
+    value = value.decode('utf-8')
+  return value
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToExample:
+  """Maps (index, record) to an Example; a class so that grain can pickle it.
+
+  `describe(index)` words where a record came from in errors. With `is_json`
+  the records are JSON-encoded bytes (ArrayRecord).
+  """
+
+  fields: RecordFields
+  name: str
+  size: int
+  describe: Callable[[int], str]
+  is_json: bool = False
+
+  def _field(self, record: Mapping[str, Any], key: str, index: int) -> str:
+    if key not in record:
+      raise ValueError(
+          f'{self.describe(index)}: record has no field {key!r} (dataset '
+          f'{self.name!r}; its fields: {", ".join(sorted(record))})'
+      )
+    value = _plain(record[key])
+    if not isinstance(value, (str, int, float)):
+      raise ValueError(
+          f'{self.describe(index)}: field {key!r} must be text or a number, '
+          f'got {type(value).__name__}'
+      )
+    return str(value)
+
+  def __call__(self, index: int, record: Any) -> Example:
+    index %= self.size  # grain wraps indices past the end; ids must too
+    if self.is_json:
+      try:
+        record = json.loads(bytes(record).decode('utf-8'))
+      except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f'{self.describe(index)}: invalid JSON: {e}') from e
+      if not isinstance(record, dict):
+        raise ValueError(f'{self.describe(index)}: expected a JSON object')
+    f = self.fields
+    values = {k: _plain(v) for k, v in record.items()}
+    if 'prompt' in _template_fields(f.template):
+      values['prompt'] = self._field(record, f.prompt, index)
+    try:
+      prompt = f.template.format(**values)
+    except KeyError as e:
+      raise ValueError(
+          f'{self.describe(index)}: prompt template {f.template!r} names '
+          f'field {e.args[0]!r}, which the record lacks (dataset '
+          f'{self.name!r}; its fields: {", ".join(sorted(record))})'
+      ) from e
+    if f.id:
+      example_id = self._field(record, f.id, index)
+    else:
+      example_id = f'{self.name}/{index}'
+    return Example(
+        id=example_id,
+        prompt=prompt,
+        answer=self._field(record, f.answer, index),
+        dataset=self.name,
+        subset=self._field(record, f.subset, index) if f.subset else '',
+    )
+
+
+def _describe_record(origin: str, index: int) -> str:
+  return f'{origin}: record {index}'
+
+
+def write_array_record(path: str, records: Iterable[Mapping[str, Any]]) -> int:
+  """Writes records as JSON-encoded ArrayRecord entries, for random access.
+
+  Args:
+    path: output file.
+    records: JSON-serializable dicts, e.g. the lines of a JSONL file.
+
+  Returns:
+    The number of records written.
+  """
+  # Imported here: array_record has no Windows build (grain skips it there).
+  # pylint: disable-next=g-import-not-at-top
+  from array_record.python import array_record_module
+
+  # group_size:1 makes every record its own chunk: one read per access.
+  writer = array_record_module.ArrayRecordWriter(
+      os.fspath(path), 'group_size:1'
+  )
+  count = 0
+  try:
+    for count, record in enumerate(records, 1):
+      if not isinstance(record, Mapping):
+        raise ValueError(
+            f'{path}: record {count - 1} is a {type(record).__name__}, not '
+            'a dict'
+        )
+      try:
+        data = json.dumps(dict(record), ensure_ascii=False)
+      except TypeError as e:
+        raise ValueError(f'{path}: record {count - 1}: {e}') from e
+      writer.write(data.encode('utf-8'))
+  finally:
+    writer.close()
+  return count
+
+
+def _tfds_source(name: str, split: str, data_dir: str | None) -> Any:
+  """A prepared TFDS split as a random-access source; never downloads."""
+  try:
+    # Optional extra, and slow to import: only load it when asked for.
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        "kind='tfds' needs tensorflow_datasets: pip install 'jaxgrpo[tfds]'"
+    ) from e
+  builder = tfds.builder(name, data_dir=data_dir)
+  if not builder.is_prepared():
+    raise ValueError(
+        f'tfds dataset {name!r} is not prepared under {builder.data_dir}; '
+        "build it first with download_and_prepare(file_format='array_record')"
+        ' (training never downloads)'
+    )
+  return builder.as_data_source(split=split)
+
+
+def _arithmetic_example(
+    spec: arithmetic_lib.ArithmeticSpec, name: str, index: int
+) -> Example:
+  return arithmetic_lib.make_examples(spec, [index], name=name)[0]
+
+
+def make_dataset(
+    kind: str,
+    *,
+    name: str,
+    path: str | None = None,
+    fields: RecordFields | None = None,
+    tfds_name: str | None = None,
+    split: str = 'train',
+    data_dir: str | None = None,
+    arithmetic: arithmetic_lib.ArithmeticSpec | None = None,
+    size: int | None = None,
+) -> grain.MapDataset:
+  """Builds one dataset as a grain MapDataset of Example, read by index.
+
+  Records are fetched and converted on access (`ds[i]`); a record that does
+  not fit `fields` raises ValueError naming the file and line (JSONL) or
+  the record index, and the field.
+
+  Args:
+    kind: 'jsonl', 'array_record' (JSON-encoded records, see
+      `write_array_record`), 'tfds' (a prepared split; nothing is downloaded)
+      or 'arithmetic' (generated; see `jaxgrpo.data.arithmetic`).
+    name: dataset name: Example.dataset and the prefix of index-based ids.
+    path: the file, for 'jsonl' and 'array_record' (a glob pattern selects
+      sorted ArrayRecord shards).
+    fields: record-to-Example mapping (not for 'arithmetic').
+    tfds_name: TFDS name, e.g. 'gsm8k' or 'name/config:1.0.0', for 'tfds'.
+    split: TFDS split, e.g. 'train' or 'train[:90%]', for 'tfds'.
+    data_dir: TFDS data directory (None: the TFDS default), for 'tfds'.
+    arithmetic: problems of an 'arithmetic' dataset (None: defaults).
+    size: number of examples; required for 'arithmetic', otherwise keeps
+      the first `size` records.
+
+  Returns:
+    A MapDataset whose element i is the Example of record i.
+  """
+  given = {
+      'path': path, 'fields': fields, 'tfds_name': tfds_name,
+      'data_dir': data_dir, 'arithmetic': arithmetic,
+  }
+  allowed = {
+      'jsonl': {'path', 'fields'},
+      'array_record': {'path', 'fields'},
+      'tfds': {'tfds_name', 'fields', 'data_dir'},
+      'arithmetic': {'arithmetic'},
+  }
+  if kind not in allowed:
+    raise ValueError(
+        f'dataset {name!r}: kind must be one of {KINDS}, got {kind!r}'
+    )
+  extra = sorted(
+      k for k, v in given.items() if v is not None and k not in allowed[kind]
+  )
+  if extra:
+    raise ValueError(f'dataset {name!r}: {kind!r} does not take {extra}')
+  if size is not None and size < 1:
+    raise ValueError(f'dataset {name!r}: size must be positive, got {size}')
+  if kind == 'arithmetic':
+    if size is None:
+      raise ValueError(f'arithmetic dataset {name!r} needs a size')
+    spec = arithmetic or arithmetic_lib.ArithmeticSpec()
+    return grain.MapDataset.range(size).map(
+        functools.partial(_arithmetic_example, spec, name)
+    )
+  if kind == 'tfds':
+    if not tfds_name:
+      raise ValueError(f'tfds dataset {name!r} needs tfds_name')
+    source = _tfds_source(tfds_name, split, data_dir)
+    origin = f'tfds {tfds_name} split {split!r}'
+    describe = functools.partial(_describe_record, origin)
+  elif not path:
+    raise ValueError(f'{kind} dataset {name!r} needs a path')
+  elif kind == 'jsonl':
+    source = JsonlSource(path)
+    origin, describe = path, source.describe
+  else:
+    paths = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
+    if not paths or not all(map(os.path.exists, paths)):
+      raise FileNotFoundError(f'dataset {name!r}: no ArrayRecord file {path}')
+    source, origin = grain.sources.ArrayRecordDataSource(paths), path
+    describe = functools.partial(_describe_record, origin)
+  if len(source) == 0:
+    raise ValueError(f'dataset {name!r}: {origin} has no records')
+  ds = grain.MapDataset.source(source)
+  if size is not None:
+    if size > len(ds):
+      raise ValueError(
+          f'dataset {name!r}: size {size} exceeds the {len(ds)} records '
+          f'of {origin}'
+      )
+    ds = ds[:size]
+  return ds.map_with_index(
+      _ToExample(
+          fields=fields or RecordFields(),
+          name=name,
+          size=len(ds),
+          describe=describe,
+          is_json=kind == 'array_record',
+      )
+  )
+
+
+def fingerprint(ds: grain.MapDataset) -> str:
+  """A cheap, stable content fingerprint: the size and three records.
+
+  It hashes the size and the first, middle and last elements, so it reads
+  three records however large the dataset is. It catches a swapped or
+  resized dataset, not every edit of a record in between.
+
+  Args:
+    ds: a dataset from `make_dataset` (any MapDataset with stable reprs).
+
+  Returns:
+    16 hex digits.
+  """
+  n = len(ds)
+  digest = hashlib.sha256(f'size={n}'.encode())
+  for i in sorted({0, n // 2, n - 1} if n else set()):
+    digest.update(f'\n{i}:{ds[i]!r}'.encode())
+  return digest.hexdigest()[:16]

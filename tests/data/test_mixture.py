@@ -1,0 +1,121 @@
+"""Tests for the snooze-aware mixture, driven by the scripted generator."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import numpy as np
+
+from jaxgrpo.data import mixture
+from tests import scripted
+
+
+def _run(ro, steps, start=0):
+  out = []
+  for step in range(start, start + steps):
+    out.append(ro.collect(None, jax.random.key(step), step))
+  return out
+
+
+class LargestRemainderTest(absltest.TestCase):
+
+  def test_sums_and_proportions(self):
+    np.testing.assert_array_equal(
+        mixture.largest_remainder([0.9, 0.1], 16), [14, 2])
+    np.testing.assert_array_equal(
+        mixture.largest_remainder([1, 1, 1], 4).sum(), 4)
+    np.testing.assert_array_equal(mixture.largest_remainder([0, 0], 3), [0, 0])
+
+
+class MixtureTest(parameterized.TestCase):
+
+  def test_post_filter_shares_equal_weights(self):
+    # Plenty of mixed examples in both datasets: quotas are met exactly.
+    ro, sampler, _ = scripted.make_rollout(
+        [('a', 0.75, [0.5] * 64), ('b', 0.25, [0.5] * 64)],
+        balance='post_filter', batch_size=8, round_size=8, max_rounds=20)
+    for res in _run(ro, 5):
+      self.assertEqual(res.metrics['rollout/groups_used/a'], 6)
+      self.assertEqual(res.metrics['rollout/groups_used/b'], 2)
+      self.assertAlmostEqual(res.metrics['data/batch_share/a'], 0.75)
+
+  def test_pre_filter_drifts_toward_the_less_filtered_dataset(self):
+    # 'easy' is mostly mastered (its groups are dropped), 'hard' is mixed:
+    # with equal weights the batch fills with 'hard' groups.
+    datasets = [('easy', 0.5, [0.97] * 64), ('hard', 0.5, [0.5] * 64)]
+    pre, _, _ = scripted.make_rollout(datasets, balance='pre_filter',
+                                      batch_size=8, round_size=8,
+                                      max_rounds=30)
+    shares = [r.metrics['data/batch_share/easy'] for r in _run(pre, 8)]
+    self.assertLess(np.mean(shares), 0.35)
+    post, _, _ = scripted.make_rollout(datasets, balance='post_filter',
+                                       batch_size=8, round_size=8,
+                                       max_rounds=30)
+    shares = [r.metrics['data/batch_share/easy'] for r in _run(post, 8)]
+    self.assertAlmostEqual(np.mean(shares), 0.5)
+
+  def test_quota_handed_over_when_a_dataset_runs_out(self):
+    # Under `filter`, 'done' is mastered: after its first epoch it offers
+    # nothing, and its quota goes to 'live'.
+    ro, sampler, _ = scripted.make_rollout(
+        [('done', 0.5, [1.0] * 8), ('live', 0.5, [0.5] * 64)],
+        policy='filter', balance='post_filter', batch_size=8, round_size=8,
+        max_rounds=20)
+    results = _run(ro, 4)
+    last = results[-1].metrics
+    self.assertEqual(last['rollout/groups_used'], 8)
+    self.assertEqual(last['rollout/groups_used/live'], 8)
+    self.assertEqual(last['data/handover_out/done'], 4)
+    self.assertEqual(last['data/handover_in/live'], 4)
+    self.assertEqual(last['data/filtered/done'], 8)
+    self.assertEqual(last['data/exhausted/done'], 1.0)
+
+  def test_min_fraction_reserves_a_floor(self):
+    datasets = [('easy', 0.5, [0.97] * 64), ('hard', 0.5, [0.5] * 64)]
+    ro, _, _ = scripted.make_rollout(
+        datasets, balance='pre_filter', batch_size=8, round_size=8,
+        max_rounds=40, min_fractions={'easy': 0.25})
+    for res in _run(ro, 5):
+      self.assertGreaterEqual(res.metrics['rollout/groups_used/easy'], 2)
+
+  def test_snooze_saves_generation_against_none(self):
+    rates = [1.0] * 48 + [0.5] * 16
+    generated = {}
+    for policy in ('none', 'snooze'):
+      ro, _, _ = scripted.make_rollout([('d', 1.0, rates)], policy=policy,
+                                       batch_size=4, round_size=8,
+                                       max_rounds=50)
+      results = _run(ro, 30)
+      generated[policy] = results[-1].metrics['rollout/cum_prompts_generated']
+      self.assertEqual(results[-1].metrics['rollout/cum_groups_used'], 120)
+    self.assertLess(generated['snooze'], 0.7 * generated['none'])
+
+  def test_same_seed_same_decisions_and_exact_restore(self):
+    datasets = [('a', 0.6, [0.9] * 40), ('b', 0.4, [0.5] * 30)]
+    # Surplus is dropped: carried groups belong to the rollout, whose own
+    # checkpointing is tested with the training loop.
+    kw = dict(policy='snooze', balance='post_filter', batch_size=4,
+              round_size=8, max_rounds=10, snooze_factor=2, surplus='drop')
+    ro1, s1, g1 = scripted.make_rollout(datasets, **kw)
+    _run(ro1, 3)
+    state, rng_state = s1.get_state(), g1.rng.bit_generator.state
+    seen = len(g1.prompts_seen)
+    cont1 = [r.metrics for r in _run(ro1, 4, start=3)]
+
+    ro2, s2, g2 = scripted.make_rollout(datasets, **kw)
+    s2.set_state(state)
+    g2.rng.bit_generator.state = rng_state
+    cont2 = [r.metrics for r in _run(ro2, 4, start=3)]
+    self.assertEqual(g1.prompts_seen[seen:], g2.prompts_seen)
+    for m1, m2 in zip(cont1, cont2):
+      for key in m1:
+        if key.startswith(('data/', 'rollout/groups', 'rollout/prompts')):
+          self.assertEqual(m1[key], m2[key], key)
+
+    # The same seed makes the same decisions from the start.
+    ro3, _, g3 = scripted.make_rollout(datasets, **kw)
+    _run(ro3, 7)
+    self.assertEqual(g1.prompts_seen, g3.prompts_seen)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,331 @@
+"""Tests for the dataset sources: JSONL, ArrayRecord, TFDS and arithmetic."""
+
+import functools
+import importlib.util
+import json
+import os
+import pickle
+import sys
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from jaxgrpo.data import arithmetic
+from jaxgrpo.data import sources
+from jaxgrpo.typing import Example
+
+_HAS_TFDS = importlib.util.find_spec('tensorflow_datasets') is not None
+
+_RECORDS = [
+    {'id': 'q7', 'question': '1+1=', 'answer': 2, 'level': 'easy'},
+    {'id': 'q8', 'question': 'Why?', 'answer': 'because', 'level': 'hard'},
+    {'id': 'q9', 'question': 'Café?', 'answer': '3.5', 'level': 'easy'},
+]
+_FIELDS = sources.RecordFields(
+    prompt='question', id='id', subset='level', template='Q: {prompt}\nA:'
+)
+
+
+def _write(path: str, text: str) -> str:
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(text)
+  return path
+
+
+def _jsonl(records) -> str:
+  return ''.join(json.dumps(r, ensure_ascii=False) + '\n' for r in records)
+
+
+@functools.cache
+def _tfds_builder_class():
+  """A local TFDS builder that reads data.jsonl from its manual_dir."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  class JaxgrpoTestJsonl(tfds.core.GeneratorBasedBuilder):
+    VERSION = tfds.core.Version('1.0.0')
+    MANUAL_DOWNLOAD_INSTRUCTIONS = 'Place data.jsonl in the manual dir.'
+
+    def _info(self):
+      text = tfds.features.Text()
+      return tfds.core.DatasetInfo(
+          builder=self,
+          features=tfds.features.FeaturesDict({
+              'id': text, 'question': text, 'level': text,
+              'answer': tfds.features.Scalar(np.int64),
+          }),
+          disable_shuffling=True,  # keep file order, to compare with JSONL
+      )
+
+    def _split_generators(self, dl_manager):
+      path = dl_manager.manual_dir / 'data.jsonl'
+      return {'train': self._generate_examples(path)}
+
+    def _generate_examples(self, path):
+      with path.open() as f:
+        for i, line in enumerate(f):
+          yield i, json.loads(line)
+
+  return JaxgrpoTestJsonl
+
+
+class JsonlSourceTest(parameterized.TestCase):
+
+  def test_records_by_index(self):
+    path = _write(self.create_tempfile().full_path, _jsonl(_RECORDS))
+    src = sources.JsonlSource(path)
+    self.assertLen(src, 3)
+    self.assertEqual([src[i] for i in (2, 0, 1)],
+                     [_RECORDS[2], _RECORDS[0], _RECORDS[1]])
+    self.assertEqual(src[-1], _RECORDS[2])
+    with self.assertRaisesRegex(IndexError, 'out of range'):
+      src[3]  # pylint: disable=pointless-statement
+
+  def test_blank_lines_skipped_and_counted(self):
+    text = '\n{"a": 1}\r\n   \n\t\r\n{"a": 2}\n\n{"a": 3}'  # no final newline
+    src = sources.JsonlSource(_write(self.create_tempfile().full_path, text))
+    self.assertEqual([src[i]['a'] for i in range(len(src))], [1, 2, 3])
+    self.assertEqual(src.blank_lines, 4)
+    self.assertEqual(src.describe(1).rsplit(':', 1)[1], '5')
+
+  def test_empty_file(self):
+    src = sources.JsonlSource(self.create_tempfile().full_path)
+    self.assertEmpty(src)
+
+  @parameterized.parameters(
+      ('{"a": 1}\n\n{"a": \n', 3, 'invalid JSON'),
+      ('{"a": 1}\n[1, 2]\n', 2, 'expected a JSON object'),
+      ('\n\n{"a": 1}\n\xff\n', 4, None),
+  )
+  def test_bad_line_names_file_and_line(self, text, line, message):
+    path = self.create_tempfile().full_path
+    with open(path, 'wb') as f:
+      f.write(text.encode('latin-1' if message is None else 'utf-8'))
+    src = sources.JsonlSource(path)
+    with self.assertRaisesRegex(ValueError, f'{path}:{line}: ') as e:
+      src[len(src) - 1]  # pylint: disable=pointless-statement
+    if message:
+      self.assertIn(message, str(e.exception))
+
+  def test_long_lines_and_bom(self):
+    records = [{'prompt': 'x' * 10_000, 'answer': str(i)} for i in range(3)]
+    path = _write(self.create_tempfile().full_path, '\ufeff' + _jsonl(records))
+    src = sources.JsonlSource(path)
+    self.assertEqual([src[i] for i in range(3)], records)
+
+  def test_pickles(self):
+    path = _write(self.create_tempfile().full_path, _jsonl(_RECORDS))
+    src = pickle.loads(pickle.dumps(sources.JsonlSource(path)))
+    self.assertEqual(src[1], _RECORDS[1])
+
+  @settings(max_examples=40, deadline=None)
+  @given(lines=st.lists(st.one_of(
+      st.integers(0, 99).map(lambda i: json.dumps({'a': i})),
+      st.sampled_from(['', ' ', '\t', '\r', '  \r'])), max_size=12),
+         final_newline=st.booleans(), scan_bytes=st.integers(1, 40))
+  def test_index_matches_splitlines(self, lines, final_newline, scan_bytes):
+    # A tiny scan piece puts newlines on piece boundaries.
+    text = '\n'.join(lines) + ('\n' if final_newline and lines else '')
+    path = os.path.join(self.create_tempdir().full_path, 'x.jsonl')
+    with mock.patch.object(sources, '_SCAN_BYTES', scan_bytes):
+      src = sources.JsonlSource(_write(path, text))
+    file_lines = text.split('\n')
+    if not file_lines[-1]:  # what follows a final newline is no line
+      file_lines.pop()
+    want = [json.loads(line) for line in file_lines if line.strip()]
+    self.assertEqual([src[i] for i in range(len(src))], want)
+    self.assertEqual(src.blank_lines, len(file_lines) - len(want))
+
+
+class MakeDatasetTest(parameterized.TestCase):
+
+  def _jsonl_path(self, records=None):
+    return _write(self.create_tempfile().full_path, _jsonl(records or _RECORDS))
+
+  def test_jsonl_fields_template_and_ids(self):
+    ds = sources.make_dataset(
+        'jsonl', name='qa', path=self._jsonl_path(), fields=_FIELDS
+    )
+    self.assertEqual(ds[1], Example(
+        id='q8', prompt='Q: Why?\nA:', answer='because', dataset='qa',
+        subset='hard'))
+    self.assertEqual(ds[0].answer, '2')  # numbers become text
+    self.assertEqual(ds[2].prompt, 'Q: Café?\nA:')
+
+  def test_template_over_record_fields(self):
+    fields = sources.RecordFields(template='[{level}] {question}')
+    ds = sources.make_dataset(
+        'jsonl', name='qa', path=self._jsonl_path(), fields=fields
+    )
+    # The template does not name {prompt}, so no 'prompt' field is needed.
+    self.assertEqual(ds[0].prompt, '[easy] 1+1=')
+
+  def test_default_ids_are_stable_and_index_based(self):
+    path = self._jsonl_path()
+    fields = sources.RecordFields(prompt='question')
+    a = sources.make_dataset('jsonl', name='qa', path=path, fields=fields)
+    b = sources.make_dataset('jsonl', name='qa', path=path, fields=fields)
+    self.assertEqual([a[i].id for i in (2, 0, 1)], ['qa/2', 'qa/0', 'qa/1'])
+    self.assertEqual([a[i] for i in range(3)], [b[i] for i in range(3)])
+    self.assertEqual(a[4], a[1])  # grain wraps indices; ids follow
+
+  @parameterized.parameters(
+      (sources.RecordFields(prompt='question', answer='solution'), 'solution'),
+      (sources.RecordFields(), 'prompt'),
+      (sources.RecordFields(template='{question} {hint}'), 'hint'),
+      (sources.RecordFields(prompt='question', subset='split'), 'split'),
+  )
+  def test_missing_field_names_field_file_and_line(self, fields, field):
+    path = _write(self.create_tempfile().full_path,
+                  '\n' + _jsonl(_RECORDS[:2]))
+    ds = sources.make_dataset('jsonl', name='qa', path=path, fields=fields)
+    with self.assertRaisesRegex(ValueError, f"{path}:3: .*'{field}'"):
+      ds[1]  # pylint: disable=pointless-statement
+
+  def test_non_text_field_is_an_error(self):
+    path = self._jsonl_path([{'prompt': 'p', 'answer': [1, 2]}])
+    ds = sources.make_dataset('jsonl', name='qa', path=path)
+    with self.assertRaisesRegex(ValueError, "'answer' must be text"):
+      ds[0]  # pylint: disable=pointless-statement
+
+  @parameterized.parameters('{prompt', 'a {} b', '{prompt!z}x}')
+  def test_bad_template(self, template):
+    with self.assertRaisesRegex(ValueError, 'template'):
+      sources.RecordFields(template=template)
+
+  def test_array_record_round_trip_equals_jsonl(self):
+    path = self._jsonl_path()
+    src = sources.JsonlSource(path)
+    out = os.path.join(self.create_tempdir().full_path, 'qa.array_record')
+    self.assertEqual(
+        sources.write_array_record(out, (src[i] for i in range(len(src)))), 3
+    )
+    a = sources.make_dataset('jsonl', name='qa', path=path, fields=_FIELDS)
+    b = sources.make_dataset('array_record', name='qa', path=out,
+                             fields=_FIELDS)
+    self.assertLen(b, 3)
+    self.assertEqual([b[i] for i in range(3)], [a[i] for i in range(3)])
+    self.assertEqual(sources.fingerprint(a), sources.fingerprint(b))
+
+  def test_array_record_bad_record_names_index(self):
+    out = os.path.join(self.create_tempdir().full_path, 'bad.array_record')
+    sources.write_array_record(out, [{'prompt': 'p', 'answer': 'a'}, {'x': 1}])
+    ds = sources.make_dataset('array_record', name='qa', path=out)
+    self.assertEqual(ds[0].prompt, 'p')
+    with self.assertRaisesRegex(ValueError, f"{out}: record 1: .*'prompt'"):
+      ds[1]  # pylint: disable=pointless-statement
+    with self.assertRaisesRegex(ValueError, 'record 1 is a list'):
+      sources.write_array_record(out, [{'a': 1}, [1]])
+
+  def test_array_record_shards_by_glob(self):
+    root = self.create_tempdir().full_path
+    for shard in range(2):
+      sources.write_array_record(
+          os.path.join(root, f'qa-0000{shard}-of-00002'),
+          _RECORDS[2 * shard:2 * shard + 2],
+      )
+    ds = sources.make_dataset('array_record', name='qa',
+                              path=os.path.join(root, 'qa-*'), fields=_FIELDS)
+    self.assertEqual([ds[i].id for i in range(len(ds))], ['q7', 'q8', 'q9'])
+
+  @absltest.skipUnless(
+      _HAS_TFDS,
+      "tensorflow_datasets is not installed (pip install 'jaxgrpo[tfds]')")
+  def test_tfds_local_builder_equals_jsonl(self):
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    tfds.disable_progress_bar()
+    manual = self.create_tempdir()
+    jsonl = _write(os.path.join(manual.full_path, 'data.jsonl'),
+                   _jsonl([dict(r, answer=i) for i, r in enumerate(_RECORDS)]))
+    data_dir = self.create_tempdir().full_path
+    builder = _tfds_builder_class()(data_dir=data_dir,
+                                    file_format='array_record')
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+        manual_dir=manual.full_path))
+    ds = sources.make_dataset('tfds', name='qa', tfds_name=builder.name,
+                              split='train', data_dir=data_dir, fields=_FIELDS)
+    want = sources.make_dataset('jsonl', name='qa', path=jsonl, fields=_FIELDS)
+    self.assertLen(ds, 3)
+    self.assertEqual([ds[i] for i in range(3)], [want[i] for i in range(3)])
+    with self.assertRaisesRegex(ValueError, 'not prepared'):
+      sources.make_dataset('tfds', name='qa', tfds_name=builder.name,
+                           data_dir=self.create_tempdir().full_path)
+
+  def test_tfds_missing_is_a_clear_error(self):
+    with mock.patch.dict(sys.modules, {'tensorflow_datasets': None}):
+      with self.assertRaisesRegex(ImportError, r'jaxgrpo\[tfds\]'):
+        sources.make_dataset('tfds', name='qa', tfds_name='x')
+
+  def test_datasets_pickle_for_grain_workers(self):
+    path = self._jsonl_path()
+    out = os.path.join(self.create_tempdir().full_path, 'qa.array_record')
+    sources.write_array_record(out, _RECORDS)
+    for ds in (
+        sources.make_dataset('jsonl', name='qa', path=path, fields=_FIELDS),
+        sources.make_dataset('array_record', name='qa', path=out,
+                             fields=_FIELDS),
+        sources.make_dataset('arithmetic', name='ar', size=5),
+    ):
+      self.assertEqual(pickle.loads(pickle.dumps(ds))[2], ds[2])
+
+  def test_arithmetic_equals_make_examples(self):
+    spec = arithmetic.ArithmeticSpec(ops='+-', max_digits=4, seed=7)
+    ds = sources.make_dataset('arithmetic', name='ar', arithmetic=spec,
+                              size=50)
+    self.assertLen(ds, 50)
+    self.assertEqual([ds[i] for i in range(50)],
+                     arithmetic.make_examples(spec, range(50), name='ar'))
+
+  def test_size_keeps_first_records(self):
+    ds = sources.make_dataset('jsonl', name='qa', path=self._jsonl_path(),
+                              fields=_FIELDS, size=2)
+    self.assertEqual([ds[i].id for i in range(len(ds))], ['q7', 'q8'])
+    with self.assertRaisesRegex(ValueError, 'size 4 exceeds the 3 records'):
+      sources.make_dataset('jsonl', name='qa', path=self._jsonl_path(),
+                           size=4)
+
+  @parameterized.named_parameters(
+      ('unknown_kind', dict(kind='csv', path='x'), 'kind must be one of'),
+      ('no_path', dict(kind='jsonl'), 'needs a path'),
+      ('no_size', dict(kind='arithmetic'), 'needs a size'),
+      ('wrong_arg', dict(kind='jsonl', path='x', tfds_name='y'), 'tfds_name'),
+      ('no_tfds_name', dict(kind='tfds'), 'needs tfds_name'),
+  )
+  def test_bad_arguments(self, kwargs, message):
+    with self.assertRaisesRegex(ValueError, message):
+      sources.make_dataset(name='d', **kwargs)
+
+  def test_empty_file_is_an_error(self):
+    with self.assertRaisesRegex(ValueError, 'no records'):
+      sources.make_dataset('jsonl', name='d',
+                           path=self.create_tempfile().full_path)
+
+  def test_fingerprint_tracks_content_and_size(self):
+    def fp(records):
+      return sources.fingerprint(sources.make_dataset(
+          'jsonl', name='qa', path=self._jsonl_path(records), fields=_FIELDS))
+
+    base = fp(_RECORDS)
+    self.assertEqual(fp(_RECORDS), base)
+    self.assertNotEqual(fp(_RECORDS[:2]), base)
+    self.assertNotEqual(fp(_RECORDS + [_RECORDS[0]]), base)
+    for i in range(3):  # first, middle and last record are all read
+      changed = [dict(r) for r in _RECORDS]
+      changed[i]['answer'] = 'changed'
+      self.assertNotEqual(fp(changed), base)
+    ar = functools.partial(sources.make_dataset, 'arithmetic', name='ar')
+    self.assertNotEqual(sources.fingerprint(ar(size=10)),
+                        sources.fingerprint(ar(size=11)))
+    self.assertNotEqual(
+        sources.fingerprint(ar(size=10)),
+        sources.fingerprint(ar(size=10,
+                               arithmetic=arithmetic.ArithmeticSpec(seed=1))))
+
+
+if __name__ == '__main__':
+  absltest.main()
