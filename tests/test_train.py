@@ -66,6 +66,16 @@ class TrainTest(absltest.TestCase):
     self.assertEqual(records[-1]['rollout/cum_prompts_generated'],
                      sum(r['rollout/prompts_generated'] for r in records[1:]))
 
+    # The resumed run is the run that never stopped: same prompts, rewards,
+    # losses (so the same params) at steps 3 and 4.
+    straight = self.create_tempdir().full_path
+    train.run(_config(total_steps=4), straight, log=lambda _: None)
+    uninterrupted = metrics_lib.read_metrics(straight)
+    for a, b in zip(records[3:], uninterrupted[3:]):
+      for key in a:
+        if not key.startswith('perf/'):
+          self.assertEqual(a[key], b[key], key)
+
   def test_prompt_longer_than_context_names_the_key(self):
     c = _config()
     c.rollout.max_prompt_len = 4

@@ -12,6 +12,7 @@ carried to the next step.
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 import dataclasses
+import json
 import math
 import time
 from typing import Protocol
@@ -346,11 +347,47 @@ class Rollout:
     )
 
   def get_state(self) -> dict:
+    """Counters and the carried surplus groups, as numpy arrays.
+
+    Carried groups are stacked (padded to one row when there are none:
+    checkpoints hold no empty arrays) and their examples JSON-encoded as
+    bytes, so a resumed run trains on exactly the groups it would have.
+    """
+    def stack(field, dtype):
+      if not self.carried:
+        return np.zeros((1,), dtype)
+      return np.stack([getattr(g, field) for g in self.carried]).astype(dtype)
+
+    examples = [dataclasses.asdict(g.example) for g in self.carried]
     return {
         'cum_prompts_generated': self.cum_prompts_generated,
         'cum_groups_used': self.cum_groups_used,
+        'carried': {
+            'count': len(self.carried),
+            'examples': np.frombuffer(json.dumps(examples).encode(), np.uint8),
+            'prompt_tokens': stack('prompt_tokens', np.int32),
+            'prompt_mask': stack('prompt_mask', bool),
+            'completion_tokens': stack('completion_tokens', np.int32),
+            'completion_mask': stack('completion_mask', bool),
+            'old_logps': stack('old_logps', np.float32),
+            'rewards': stack('rewards', np.float32),
+        },
     }
 
   def set_state(self, state: dict) -> None:
     self.cum_prompts_generated = int(state['cum_prompts_generated'])
     self.cum_groups_used = int(state['cum_groups_used'])
+    carried = state['carried']
+    examples = json.loads(np.asarray(carried['examples'], np.uint8).tobytes())
+    self.carried = [
+        Group(
+            example=Example(**examples[i]),
+            prompt_tokens=np.asarray(carried['prompt_tokens'][i]),
+            prompt_mask=np.asarray(carried['prompt_mask'][i]),
+            completion_tokens=np.asarray(carried['completion_tokens'][i]),
+            completion_mask=np.asarray(carried['completion_mask'][i]),
+            old_logps=np.asarray(carried['old_logps'][i]),
+            rewards=np.asarray(carried['rewards'][i]),
+        )
+        for i in range(int(carried['count']))
+    ]

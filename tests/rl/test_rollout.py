@@ -133,3 +133,29 @@ class RolloutTest(absltest.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class RolloutStateTest(absltest.TestCase):
+
+  def test_carried_groups_survive_a_checkpoint(self):
+    import tempfile  # pylint: disable=g-import-not-at-top
+    from jaxgrpo import checkpoint  # pylint: disable=g-import-not-at-top
+    ro, _, _ = _rollout([0.5] * 12, batch_size=1, round_size=6)
+    ro.collect(None, jax.random.key(0))
+    self.assertNotEmpty(ro.carried)
+    ckpt = checkpoint.Checkpointer(tempfile.mkdtemp(), every=1, max_to_keep=1)
+    empty, _, _ = _rollout([0.5] * 12)
+    for step, source in enumerate((ro, empty), start=1):
+      ckpt.save(step, {'x': np.zeros(())}, {'rollout': source.get_state()}, {})
+      ckpt.wait()
+      restored = ckpt.restore(step, {'x': np.zeros(())}).data['rollout']
+      twin, _, _ = _rollout([0.5] * 12)
+      twin.set_state(restored)
+      self.assertLen(twin.carried, len(source.carried))
+      for a, b in zip(source.carried, twin.carried):
+        self.assertEqual(a.example, b.example)
+        np.testing.assert_array_equal(a.completion_tokens, b.completion_tokens)
+        np.testing.assert_array_equal(a.old_logps, b.old_logps)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+      self.assertEqual(twin.cum_prompts_generated, source.cum_prompts_generated)
+    ckpt.close()
