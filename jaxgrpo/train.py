@@ -53,6 +53,9 @@ class RunSummary:
   cum_prompts_generated: int
   cum_groups_used: int
   seconds: float
+  # name -> (held-out accuracy start, end, mean batch share, snoozed at the
+  # end, filtered at the end)
+  datasets: dict[str, tuple] = dataclasses.field(default_factory=dict)
 
 
 def _check_lengths(
@@ -347,6 +350,18 @@ def run(
       cum_prompts_generated=rollout.cum_prompts_generated,
       cum_groups_used=rollout.cum_groups_used,
       seconds=time.perf_counter() - t_start,
+      datasets={
+          d.name: (
+              evals[0].get(f'eval/accuracy/{d.name}') if evals else None,
+              evals[-1].get(f'eval/accuracy/{d.name}') if evals else None,
+              _mean_of(train_records, f'data/batch_share/{d.name}'),
+              train_records[-1].get(f'data/snoozed/{d.name}')
+              if train_records else None,
+              train_records[-1].get(f'data/filtered/{d.name}')
+              if train_records else None,
+          )
+          for d in cfg.data.datasets
+      },
   )
   log(format_summary(summary, window_len))
   return summary
@@ -371,4 +386,12 @@ def format_summary(s: RunSummary, window: int) -> str:
       ('efficiency (used / generated)', fmt(efficiency)),
       ('wall time', f'{s.seconds:.1f}s'),
   ]
+  if len(s.datasets) > 1 or any(
+      (v[3] or 0) + (v[4] or 0) for v in s.datasets.values()):
+    for name, (start, end, share, snoozed, filtered) in s.datasets.items():
+      rows.append((
+          f'{name}: accuracy, batch share',
+          f'{fmt(start)} -> {fmt(end)}, {fmt(share)}'))
+      rows.append((f'{name}: snoozed / filtered at the end',
+                   f'{int(snoozed or 0)} / {int(filtered or 0)}'))
   return metrics_lib.format_table(rows, 'run summary')
