@@ -40,6 +40,26 @@ def arithmetic_dataset(name: str = 'arithmetic', **keys) -> dict:
   return dict(name=name, kind='arithmetic', **keys)
 
 
+def shrink_for_runlocal(c: ml_collections.ConfigDict) -> None:
+  """Shrinks a config in place to a 2-step CPU smoke run."""
+  c.total_steps = 2
+  c.log_every = 1
+  for entry in c.data.datasets:
+    if entry.get('kind') == 'arithmetic':
+      entry['num_train'] = min(entry.get('num_train', 256), 256)
+    entry['num_eval'] = min(entry.get('num_eval', 16), 16)
+  c.rollout.batch_size = 4
+  c.rollout.group_size = 4
+  c.rollout.round_size = 4
+  c.rollout.max_rounds = 2
+  c.warmstart.max_steps = 20
+  c.warmstart.check_every = 10
+  c.warmstart.check_examples = 8
+  c.eval.every = 2
+  c.eval.num_samples = 1
+  c.checkpoint.every = 2
+
+
 def base_config() -> ml_collections.ConfigDict:
   """Every section with its defaults; experiment files override parts."""
   c = ml_collections.ConfigDict()

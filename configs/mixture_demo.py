@@ -35,18 +35,5 @@ def get_config(arg: str | None = None):
   c.sampler.snooze_factor = 5
   c.eval.every = 100
   if args.runlocal:
-    c.total_steps = 2
-    c.log_every = 1
-    c.data.datasets[0]['num_train'] = c.data.datasets[1]['num_train'] = 64
-    c.data.datasets[0]['num_eval'] = c.data.datasets[1]['num_eval'] = 8
-    c.rollout.batch_size = 4
-    c.rollout.group_size = 4
-    c.rollout.round_size = 4
-    c.rollout.max_rounds = 2
-    c.warmstart.max_steps = 20
-    c.warmstart.check_every = 10
-    c.warmstart.check_examples = 8
-    c.eval.every = 2
-    c.eval.num_samples = 1
-    c.checkpoint.every = 2
+    common.shrink_for_runlocal(c)
   return c

@@ -15,27 +15,13 @@ from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import logprobs
 from jaxgrpo.typing import TrainBatch
+from tests import tiny
 
 jax.config.update('jax_numpy_rank_promotion', 'raise')
 
 _N, _P, _T = 4, 4, 4
 _ADVANTAGES = np.array([1.0, -1.0, 1.0, -1.0], np.float32)
 _logps_fn = jax.jit(logprobs.completion_logprobs, static_argnums=0)
-
-
-def _tiny_model(vocab_size: int = 16):
-  """The tiny Decoder's graphdef and random params."""
-  # Filled from numpy: running the initializers op by op costs seconds on CPU.
-  cfg = config.ModelConfig.tiny(vocab_size=vocab_size)
-  graphdef, abstract = decoder.abstract_params(cfg)
-  rng = np.random.default_rng(0)
-
-  def fill(leaf):
-    # Vectors are norm scales: keep them near 1 so activations do not vanish.
-    mean = 1.0 if len(leaf.shape) == 1 else 0.0
-    return jnp.asarray(rng.normal(mean, 0.1, leaf.shape), leaf.dtype)
-
-  return graphdef, jax.tree.map(fill, abstract)
 
 
 def _fixed_batch(graphdef, params) -> TrainBatch:
@@ -72,7 +58,7 @@ class TrainStepTest(parameterized.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.graphdef, cls.params = _tiny_model()
+    cls.graphdef, cls.params = tiny.random_model()
     cls.batch = _fixed_batch(cls.graphdef, cls.params)
     cls.optimizer = optimizer_lib.make_optimizer(
         learning_rate=3e-3, warmup_steps=0, total_steps=100, max_grad_norm=1.0
@@ -188,7 +174,7 @@ class TrainStateTest(absltest.TestCase):
     self.assertEqual(with_ref.step.shape, ())
 
   def test_reference_is_a_copy(self):
-    graphdef, params = _tiny_model()
+    graphdef, params = tiny.random_model()
     state = train_state_lib.create_train_state(
         graphdef, params, optax.sgd(0.1), keep_reference=True
     )

@@ -7,10 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import logprobs
 from jaxgrpo.typing import TrainBatch
+from tests import tiny
 
 jax.config.update('jax_numpy_rank_promotion', 'raise')
 
@@ -23,21 +23,6 @@ _ROWS = (
     ([3], [4, 11, 12]),
 )
 _P = _T = 4
-
-
-def _tiny_model(vocab_size: int = 16):
-  """The tiny Decoder's graphdef and random params."""
-  # Filled from numpy: running the initializers op by op costs seconds on CPU.
-  cfg = config.ModelConfig.tiny(vocab_size=vocab_size)
-  graphdef, abstract = decoder.abstract_params(cfg)
-  rng = np.random.default_rng(0)
-
-  def fill(leaf):
-    # Vectors are norm scales: keep them near 1 so activations do not vanish.
-    mean = 1.0 if len(leaf.shape) == 1 else 0.0
-    return jnp.asarray(rng.normal(mean, 0.1, leaf.shape), leaf.dtype)
-
-  return graphdef, jax.tree.map(fill, abstract)
 
 
 def _batch() -> TrainBatch:
@@ -78,7 +63,7 @@ class CompletionLogprobsTest(parameterized.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.graphdef, cls.params = _tiny_model()
+    cls.graphdef, cls.params = tiny.random_model()
     cls.logits = _unpadded_logits(cls.graphdef, cls.params)
 
   @parameterized.parameters(0.7, 0.0)
