@@ -73,7 +73,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.param_dtype = 'float32'
 
   # The mixture: a list of dataset dicts (see README "Datasets"); keys other
-  # than these common ones depend on `kind`.
+  # than these common ones depend on `kind`. A bad record of a file stops the
+  # run naming its file and line, unless its entry sets
+  # on_bad_record='skip' (then it is left out, counted and logged).
   c.data = ml_collections.ConfigDict()
   c.data.balance = 'pre_filter'
   c.data.datasets = [arithmetic_dataset()]
@@ -88,6 +90,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.rollout.max_rounds = 8
   c.rollout.surplus = 'carry'
   c.rollout.max_prompt_len = 12
+  # A prompt longer than max_prompt_len: 'error' (name it and stop),
+  # 'truncate' (keep BOS and its last tokens) or 'drop' (leave the example
+  # out when its dataset is loaded); truncations and drops are counted.
+  c.rollout.long_prompts = 'error'
   c.rollout.max_new_tokens = 6
   c.rollout.temperature = 1.0
   c.rollout.top_k = 0
@@ -111,6 +117,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.rl.beta = 0.0
   c.rl.num_iterations = 1
   c.rl.num_minibatches = 1
+  # Updates with a NaN/inf loss or gradient are skipped; this many steps in a
+  # row with such an update stop the run (the last checkpoint stays good).
+  c.rl.max_nonfinite_steps = 5
 
   c.optim = ml_collections.ConfigDict()
   c.optim.learning_rate = 1e-3
@@ -135,5 +144,6 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 100
+  c.checkpoint.every_minutes = 0.0  # > 0: also save when this much time passed
   c.checkpoint.max_to_keep = 2
   return c

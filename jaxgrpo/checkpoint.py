@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxgrpo import errors
 from jaxgrpo.typing import PyTree
 
 
@@ -45,6 +46,8 @@ class Checkpointer:
             max_to_keep=max_to_keep,
             enable_async_checkpointing=True,
             create=True,
+            # Folders of saves cut short by a crash are removed at start.
+            cleanup_tmp_directories=True,
         ),
     )
 
@@ -72,6 +75,12 @@ class Checkpointer:
         force=True,
     )
 
+  def read_meta(self, step: int) -> dict[str, Any]:
+    """The JSON item of step `step` alone (cheap; checks before a restore)."""
+    out = self.manager.restore(
+        step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    return dict(out.meta)
+
   def restore(self, step: int, target_state: PyTree) -> Restored:
     """Restores step `step` into the structure of `target_state`."""
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
@@ -92,3 +101,65 @@ class Checkpointer:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+def load_state_arrays(directory: str, step: int | None = None) -> dict:
+  """The train state of a checkpoint as nested numpy arrays, no target
+  structure needed (inspection, comparisons). Latest step by default."""
+  manager = ocp.CheckpointManager(os.path.abspath(directory))
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise errors.ResumeError(f'no checkpoint in {directory}')
+  out = manager.restore(
+      step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  manager.close()
+  return jax.tree.map(np.asarray, out.state)
+
+
+def check_resumable(
+    meta: Mapping[str, Any],
+    *,
+    step: int,
+    directory: str,
+    model: Mapping[str, Any],
+    datasets: Mapping[str, Mapping[str, Any]],
+) -> None:
+  """Fails with a clear message when a checkpoint does not fit this run.
+
+  Args:
+    meta: the checkpoint's JSON item.
+    step: its step (for the message).
+    directory: where it is (for the message).
+    model: this run's model config as a dict.
+    datasets: this run's datasets: name -> {'size', 'fingerprint'}.
+
+  Raises:
+    ResumeError: naming the model fields or the dataset that differ.
+  """
+  where = f'checkpoint of step {step} in {directory}'
+  saved_model = meta.get('model')
+  if saved_model is not None and dict(saved_model) != dict(model):
+    diff = sorted(k for k in set(saved_model) | set(model)
+                  if saved_model.get(k) != model.get(k))
+    detail = ', '.join(f'{k}: {saved_model.get(k)!r} -> {model.get(k)!r}'
+                       for k in diff[:4])
+    raise errors.ResumeError(
+        f'the {where} is for another model ({detail}); use a new --workdir '
+        'or the config it was trained with')
+  saved = meta.get('datasets')
+  if saved is None:
+    return
+  if set(saved) != set(datasets):
+    raise errors.ResumeError(
+        f'the {where} has datasets {sorted(saved)}, this run configures '
+        f'{sorted(datasets)}; use a new --workdir to train another mixture')
+  for name, now in datasets.items():
+    then = saved[name]
+    if then['size'] != now['size']:
+      raise errors.ResumeError(
+          f'dataset {name!r} changed since the {where}: {then["size"]} '
+          f'examples then, {now["size"]} now')
+    if then['fingerprint'] != now['fingerprint']:
+      raise errors.ResumeError(
+          f'dataset {name!r} changed since the {where}: same size, other '
+          'records (fingerprint differs)')

@@ -12,6 +12,8 @@ from typing import Any, ClassVar
 
 import ml_collections
 
+from jaxgrpo.errors import ConfigError
+
 ADVANTAGES = ('grpo', 'dr_grpo', 'rloo')
 LOSS_AGGS = ('token_mean', 'seq_mean_token_mean', 'dr_grpo')
 POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
@@ -20,10 +22,8 @@ SURPLUS = ('drop', 'carry')
 DTYPES = ('float32', 'bfloat16')
 BALANCES = ('pre_filter', 'post_filter')
 DATASET_KINDS = ('arithmetic', 'jsonl', 'array_record', 'tfds')
-
-
-class ConfigError(ValueError):
-  """A config value is invalid; the message names the key."""
+ON_BAD_RECORD = ('error', 'skip')
+LONG_PROMPTS = ('error', 'truncate', 'drop')
 
 
 class _Section:
@@ -72,6 +72,8 @@ class DatasetSection(_Section):
   snooze_factor: int | None = None
   verifier: str = 'exact_match'
   num_eval: int = 256
+  # 'skip': a bad record (file kinds) is left out, counted and logged.
+  on_bad_record: str = 'error'
   # kind='arithmetic'
   min_digits: int = 1
   max_digits: int = 3
@@ -102,6 +104,7 @@ class DatasetSection(_Section):
     self._check(self.snooze_factor is None or self.snooze_factor >= 1,
                 'snooze_factor', 'must be >= 1 (or None: sampler default)')
     self._non_negative('num_eval')
+    self._one_of('on_bad_record', ON_BAD_RECORD)
     if self.kind == 'arithmetic':
       self._check(1 <= self.min_digits <= 9, 'min_digits', 'must be in [1, 9]')
       self._check(self.min_digits <= self.max_digits <= 9, 'max_digits',
@@ -144,6 +147,7 @@ class RolloutSection(_Section):
   max_rounds: int
   surplus: str
   max_prompt_len: int
+  long_prompts: str
   max_new_tokens: int
   temperature: float
   top_k: int
@@ -162,6 +166,7 @@ class RolloutSection(_Section):
                 'must be >= 2 (advantages compare completions in a group)')
     self._check(self.max_new_tokens >= 1, 'max_new_tokens', 'must be >= 1')
     self._one_of('surplus', SURPLUS)
+    self._one_of('long_prompts', LONG_PROMPTS)
     self._non_negative('temperature', 'top_k')
     self._check(0.0 < self.top_p <= 1.0, 'top_p', 'must be in (0, 1]')
     self._check(0.0 <= self.hard_threshold < self.easy_threshold <= 1.0,
@@ -199,13 +204,14 @@ class RLSection(_Section):
   beta: float
   num_iterations: int
   num_minibatches: int
+  max_nonfinite_steps: int
 
   def __post_init__(self):
     self._one_of('advantage', ADVANTAGES)
     self._one_of('loss_agg', LOSS_AGGS)
     self._non_negative('eps_low', 'eps_high', 'beta')
     self._check(self.eps_low < 1.0, 'eps_low', 'must be < 1')
-    self._positive('num_iterations', 'num_minibatches')
+    self._positive('num_iterations', 'num_minibatches', 'max_nonfinite_steps')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -258,10 +264,11 @@ class EvalSection(_Section):
 class CheckpointSection(_Section):
   SECTION: ClassVar[str] = 'checkpoint'
   every: int
+  every_minutes: float
   max_to_keep: int
 
   def __post_init__(self):
-    self._non_negative('every')
+    self._non_negative('every', 'every_minutes')
     self._positive('max_to_keep')
 
 

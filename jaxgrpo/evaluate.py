@@ -21,12 +21,15 @@ def sample_rewards(
     rng: jax.Array,
     *,
     max_prompt_len: int,
+    truncate: bool = False,
     chunk_size: int = 64,
 ) -> np.ndarray:
   """Rewards [E, k] of k = generator.num_samples completions per example.
 
   Examples go through the generator in chunks of one fixed size (the last
-  padded by repetition), so evaluation compiles once.
+  padded by repetition), so evaluation compiles once. With `truncate`,
+  prompts longer than `max_prompt_len` are cut as in rollouts; otherwise
+  they raise `PromptTooLongError`.
   """
   k = generator.num_samples
   out = np.zeros((len(examples), k), np.float32)
@@ -34,8 +37,9 @@ def sample_rewards(
     chunk = list(examples[start:start + chunk_size])
     n = len(chunk)
     chunk += [chunk[i % n] for i in range(chunk_size - n)]
-    tokens, mask = tokenizer_lib.encode_prompts(
-        tokenizer, [ex.prompt for ex in chunk], max_prompt_len
+    tokens, mask, _ = tokenizer_lib.encode_prompts(
+        tokenizer, [ex.prompt for ex in chunk], max_prompt_len,
+        truncate=truncate, names=[ex.id for ex in chunk],
     )
     completions = jax.device_get(
         generator.generate(params, tokens, mask, jax.random.fold_in(rng, start))

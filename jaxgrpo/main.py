@@ -14,6 +14,7 @@ from ml_collections import config_flags
 
 import configs
 from jaxgrpo import config_lib
+from jaxgrpo import errors
 from jaxgrpo import train
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(configs.__file__), 'demo.py')
@@ -24,9 +25,9 @@ _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Run directory; resumes from its latest checkpoint.')
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = 2) -> None:
   print(f'jaxgrpo-train: error: {message}', file=sys.stderr)
-  sys.exit(2)
+  sys.exit(code)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -51,12 +52,14 @@ def main(argv: list[str]) -> None:
     _fail('--workdir is required (checkpoints and metrics.jsonl go there)')
   try:
     cfg = config_lib.from_config_dict(_CONFIG.value)
-  except config_lib.ConfigError as e:
+  except errors.ConfigError as e:
     _fail(str(e))
   try:
     train.run(cfg, _WORKDIR.value)
-  except config_lib.ConfigError as e:
+  except errors.ConfigError as e:
     _fail(str(e))
+  except errors.UserError as e:  # resume mismatch, NaN streak, disk full
+    _fail(str(e), code=1)
 
 
 def run_cli() -> None:

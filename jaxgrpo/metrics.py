@@ -35,10 +35,11 @@ class MetricsWriter:
   """Appends one JSON line per step to `metrics.jsonl`.
 
   On resume from step k the file is cut back to the lines of steps <= k, so
-  steps recorded after the last checkpoint (and then redone) appear once.
+  steps recorded after the last checkpoint (and then redone) appear once; a
+  fresh start passes k = -1 and starts an empty file.
   """
 
-  def __init__(self, workdir: str, *, resume_step: int = 0):
+  def __init__(self, workdir: str, *, resume_step: int = -1):
     self.path = os.path.join(workdir, 'metrics.jsonl')
     os.makedirs(workdir, exist_ok=True)
     self._truncate_after(resume_step)

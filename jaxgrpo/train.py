@@ -12,15 +12,18 @@ import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
+from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import optimizer as optimizer_lib
+from jaxgrpo import preemption
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
 from jaxgrpo import verifiers
 from jaxgrpo import warmstart
 from jaxgrpo.data import arithmetic
 from jaxgrpo.data import mixture
+from jaxgrpo.data import screening
 from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
@@ -44,6 +47,7 @@ class RunSummary:
 
   steps: int
   resumed_from: int | None
+  stopped_by: str | None
   warmstart_steps: int
   warmstart_pass_rate: float | None
   eval_accuracy_start: float | None
@@ -63,16 +67,26 @@ def _check_lengths(
     tokenizer: tokenizer_lib.Tokenizer,
     examples: list[Example],
 ) -> None:
-  """Fails before compiling when prompts or answers cannot fit."""
-  prompt_len = 1 + max(len(tokenizer.encode(ex.prompt)) for ex in examples)
-  if prompt_len > cfg.rollout.max_prompt_len:
-    raise config_lib.ConfigError(
-        f'rollout.max_prompt_len={cfg.rollout.max_prompt_len}: the task has '
-        f'prompts of {prompt_len} tokens (BOS included); raise it'
-    )
+  """Fails before compiling when prompts or answers cannot fit.
+
+  A prompt longer than the context is an error only with
+  rollout.long_prompts='error': 'truncate' cuts it when it is encoded, and
+  'drop' left it out when its dataset was loaded.
+  """
+  max_len = cfg.rollout.max_prompt_len
+  if cfg.rollout.long_prompts == 'error':
+    lengths = [1 + len(tokenizer.encode(ex.prompt)) for ex in examples]
+    longest = int(np.argmax(lengths))
+    if lengths[longest] > max_len:
+      raise errors.ConfigError(
+          f'rollout.max_prompt_len={max_len}: example '
+          f'{examples[longest].id} has a prompt of {lengths[longest]} tokens '
+          '(BOS included; the longest checked); raise it, or set '
+          "rollout.long_prompts to 'truncate' or 'drop'"
+      )
   answer_len = 1 + max(len(tokenizer.encode(ex.answer)) for ex in examples)
   if answer_len > cfg.rollout.max_new_tokens:
-    raise config_lib.ConfigError(
+    raise errors.ConfigError(
         f'rollout.max_new_tokens={cfg.rollout.max_new_tokens}: the task has '
         f'answers of {answer_len} tokens (EOS included), which could never '
         'be generated in full; raise it'
@@ -102,37 +116,101 @@ def _policy(cfg: config_lib.Config, entry) -> snooze.PolicyConfig:
   )
 
 
-def _load_dataset(cfg: config_lib.Config, entry):
-  """(mixture spec, training source, held-out examples) of one dataset."""
-  spec = mixture.DatasetSpec(
-      name=entry.name, weight=entry.weight, policy=_policy(cfg, entry),
-      min_fraction=entry.min_fraction)
+def _load_dataset(
+    cfg: config_lib.Config, entry, tokenizer: tokenizer_lib.Tokenizer
+):
+  """(mixture spec, training source, held-out examples) of one dataset.
+
+  `on_bad_record='skip'` leaves bad records out, and
+  rollout.long_prompts='drop' examples whose prompt does not fit the
+  context: either reads every record once here, logs what it left out and
+  counts it in the spec (the held-out set's removals are logged only).
+  Otherwise records are read when first used, and a bad one raises there.
+  """
   if entry.kind == 'arithmetic':
     problems = arithmetic.ArithmeticSpec(
         min_digits=entry.min_digits, max_digits=entry.max_digits,
         ops=entry.ops, carries=entry.carries, seed=entry.seed)
-    train, held_out = arithmetic.split_train_eval(
+    train, held = arithmetic.split_train_eval(
         problems, entry.num_train, entry.num_eval, name=entry.name)
-    return spec, grain.MapDataset.source(train), held_out
-  fields = sources.RecordFields(
-      prompt=entry.prompt_field, answer=entry.answer_field, id=entry.id_field,
-      subset=entry.subset_field, template=entry.template)
-  if entry.kind == 'tfds':
-    def load(split):
-      return sources.make_dataset(
-          'tfds', name=entry.name, fields=fields, tfds_name=entry.tfds_name,
-          split=split, data_dir=entry.data_dir)
-    train = load(entry.split)
-    held = load(entry.eval_split) if entry.eval_split else None
+    train = grain.MapDataset.source(train)
   else:
-    def load(path):
-      return sources.make_dataset(entry.kind, name=entry.name, path=path,
-                                  fields=fields)
-    train = load(entry.path)
-    held = load(entry.eval_path) if entry.eval_path else None
+    fields = sources.RecordFields(
+        prompt=entry.prompt_field, answer=entry.answer_field,
+        id=entry.id_field, subset=entry.subset_field, template=entry.template)
+    if entry.kind == 'tfds':
+      def load(split):
+        return sources.make_dataset(
+            'tfds', name=entry.name, fields=fields, tfds_name=entry.tfds_name,
+            split=split, data_dir=entry.data_dir)
+      train = load(entry.split)
+      held = load(entry.eval_split) if entry.eval_split else None
+    else:
+      def load(path):
+        return sources.make_dataset(entry.kind, name=entry.name, path=path,
+                                    fields=fields)
+      train = load(entry.path)
+      held = load(entry.eval_path) if entry.eval_path else None
+
+  max_len = cfg.rollout.max_prompt_len
+
+  def too_long(example: Example) -> str | None:
+    n = 1 + len(tokenizer.encode(example.prompt))
+    if n <= max_len:
+      return None
+    return (f'{example.id}: prompt of {n} tokens (BOS included) > '
+            f'rollout.max_prompt_len={max_len}')
+
+  skip_bad = entry.on_bad_record == 'skip'
+  reject = too_long if cfg.rollout.long_prompts == 'drop' else None
+  skipped = dropped = 0
+  if skip_bad or reject:
+    train, report = screening.screen(
+        train, name=entry.name, skip_bad=skip_bad, reject=reject)
+    skipped, dropped = report.skipped, report.dropped
+    if not report.kept:
+      raise errors.UserError(
+          f'dataset {entry.name!r}: none of its {report.scanned} records is '
+          f'left ({skipped} bad records skipped, {dropped} prompts longer '
+          f'than rollout.max_prompt_len={max_len} dropped)')
+    if held is not None:
+      held, _ = screening.screen(
+          held, name=f'{entry.name} (held-out)', skip_bad=skip_bad,
+          reject=reject, limit=entry.num_eval)
   held_out = ([held[i] for i in range(min(len(held), entry.num_eval))]
               if held is not None else [])
+  spec = mixture.DatasetSpec(
+      name=entry.name, weight=entry.weight, policy=_policy(cfg, entry),
+      min_fraction=entry.min_fraction, skipped_records=skipped,
+      dropped_long=dropped)
   return spec, train, held_out
+
+
+def _check_workdir(workdir: str) -> None:
+  """Fails early, in one line, when the workdir cannot be written."""
+  probe = os.path.join(workdir, '.jaxgrpo-write-test')
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise errors.ConfigError(
+        f'--workdir {workdir}: cannot write there ({e.strerror or e})'
+    ) from None
+
+
+def _save(ckpt, step, state, source, rollout, meta) -> None:
+  """Starts a checkpoint save; a full disk or lost permission ends the run
+  with a message (the previous checkpoint is complete and stays)."""
+  try:
+    ckpt.save(step, state, {'source': source.get_state(),
+                            'rollout': rollout.get_state()}, meta)
+  except OSError as e:
+    raise errors.TrainingError(
+        f'could not write the checkpoint of step {step} to {ckpt.directory} '
+        f'({e.strerror or e}); free space or fix permissions, then run the '
+        f'same command to resume from step {ckpt.latest_step()}') from None
 
 
 def _mean_of(records: list[dict], key: str) -> float | None:
@@ -162,11 +240,13 @@ def run(
       else config_lib.from_config_dict(config)
   )
   t_start = time.perf_counter()
-  os.makedirs(workdir, exist_ok=True)
+  workdir = os.path.abspath(workdir)
+  _check_workdir(workdir)
 
   # Data and reward.
   tokenizer = tokenizer_lib.CharTokenizer()
-  datasets = [_load_dataset(cfg, entry) for entry in cfg.data.datasets]
+  datasets = [_load_dataset(cfg, entry, tokenizer)
+              for entry in cfg.data.datasets]
   eval_examples = [ex for _, _, held_out in datasets for ex in held_out]
   _check_lengths(cfg, tokenizer, [ex for _, train, held_out in datasets
                                   for ex in _peek(train) + held_out])
@@ -175,7 +255,7 @@ def run(
     try:
       verify_by_dataset[entry.name] = verifiers.get(entry.verifier)
     except ValueError as e:
-      raise config_lib.ConfigError(f'data.datasets[{i}].verifier: {e}') from None
+      raise errors.ConfigError(f'data.datasets[{i}].verifier: {e}') from None
 
   def verify(text: str, example: Example) -> float:
     return verify_by_dataset[example.dataset](text, example)
@@ -187,7 +267,7 @@ def run(
         dtype=cfg.model.dtype, param_dtype=cfg.model.param_dtype,
     )
   except ValueError as e:
-    raise config_lib.ConfigError(f'model.preset: {e}') from None
+    raise errors.ConfigError(f'model.preset: {e}') from None
   rng = jax.random.key(cfg.seed)
   init_rng, warm_rng, run_rng, eval_rng = jax.random.split(rng, 4)
   graphdef, params = decoder.init_params(model_cfg, init_rng)
@@ -234,6 +314,7 @@ def run(
           round_size=ro.round_size, max_round_size=ro.max_round_size,
           max_rounds=ro.max_rounds,
           surplus=ro.surplus, max_prompt_len=ro.max_prompt_len,
+          long_prompts=ro.long_prompts,
           easy_threshold=ro.easy_threshold, hard_threshold=ro.hard_threshold,
           advantage=cfg.rl.advantage,
       ),
@@ -245,6 +326,7 @@ def run(
     rewards = evaluate.sample_rewards(
         eval_generator, params, tokenizer, eval_examples, verify,
         jax.random.fold_in(eval_rng, step), max_prompt_len=ro.max_prompt_len,
+        truncate=ro.long_prompts == 'truncate',
     )
     return evaluate.accuracy_metrics(eval_examples, rewards)
 
@@ -253,17 +335,26 @@ def run(
       os.path.join(workdir, 'checkpoints'),
       every=cfg.checkpoint.every, max_to_keep=cfg.checkpoint.max_to_keep,
   )
-  meta = {'config': config_lib.to_dict(cfg)}
+  meta = {
+      'config': config_lib.to_dict(cfg),
+      'model': dataclasses.asdict(model_cfg),
+      'datasets': {spec.name: {'size': len(train),
+                               'fingerprint': sources.fingerprint(train)}
+                   for spec, train, _ in datasets},
+  }
   latest = ckpt.latest_step()
   resumed_from = latest
   if latest is not None:
+    checkpoint_lib.check_resumable(
+        ckpt.read_meta(latest), step=latest, directory=ckpt.directory,
+        model=meta['model'], datasets=meta['datasets'])
     target = train_state_lib.create_train_state(
         graphdef, params, optimizer, keep_reference=keep_reference)
     restored = ckpt.restore(latest, target)
     state = restored.state
     source.set_state(restored.data['source'])
     rollout.set_state(restored.data['rollout'])
-    meta = {**restored.meta, 'config': meta['config']}
+    meta = {**restored.meta, **meta}
     log(f'resumed from {workdir} at step {latest}')
   else:
     if cfg.warmstart.enabled and cfg.warmstart.max_steps > 0:
@@ -279,6 +370,7 @@ def run(
           target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,
           check_examples=ws.check_examples,
           max_prompt_len=ro.max_prompt_len,
+          truncate_prompts=ro.long_prompts == 'truncate',
           seq_len=ro.max_prompt_len + ro.max_new_tokens, progress=log,
       )
       params = result.params
@@ -288,20 +380,22 @@ def run(
     state = train_state_lib.create_train_state(
         graphdef, params, optimizer, keep_reference=keep_reference)
 
-  writer = metrics_lib.MetricsWriter(workdir, resume_step=latest or 0)
+  # A fresh start drops lines a run killed before its first checkpoint left.
+  writer = metrics_lib.MetricsWriter(
+      workdir, resume_step=-1 if latest is None else latest)
   start_step = latest or 0
   if latest is None:
     first = run_eval(state.params, 0)
     writer.write(0, first)
     log(f'step 0: held-out accuracy {first["eval/accuracy"]:.3f}')
-    ckpt.save(0, state, {'source': source.get_state(),
-                         'rollout': rollout.get_state()}, meta)
+    _save(ckpt, 0, state, source, rollout, meta)
 
   window = metrics_lib.ConsoleWindow()
   log(f'GRPO: {cfg.total_steps} steps of {ro.batch_size} prompts x '
       f'{ro.group_size} samples, model {cfg.model.preset} '
       f'({model_config.param_count(model_cfg) / 1e6:.2f}M params)')
-  for step in range(start_step + 1, cfg.total_steps + 1):
+  def _train_one_step(step: int) -> dict[str, float]:
+    nonlocal state
     t0 = time.perf_counter()
     step_rng = jax.random.fold_in(run_rng, step)
     result = rollout.collect(state.params, jax.random.fold_in(step_rng, 0),
@@ -320,16 +414,40 @@ def run(
     if cfg.eval.every and (step % cfg.eval.every == 0
                            or step == cfg.total_steps):
       metrics.update(run_eval(state.params, step))
-    writer.write(step, metrics)
-    window.add(metrics)
-    if step % cfg.log_every == 0 or step == cfg.total_steps:
-      line = window.line(step, cfg.total_steps, metrics)
-      if 'eval/accuracy' in metrics:
-        line += f'  eval {metrics["eval/accuracy"]:.3f}'
-      log(line)
-    if ckpt.should_save(step) or step == cfg.total_steps:
-      ckpt.save(step, state, {'source': source.get_state(),
-                              'rollout': rollout.get_state()}, meta)
+    return metrics
+
+  nonfinite_run, stopped_by, step = 0, None, start_step
+  last_save = time.monotonic()
+  with preemption.StopRequest() as stop:
+    for step in range(start_step + 1, cfg.total_steps + 1):
+      metrics = _train_one_step(step)
+      nonfinite_run = nonfinite_run + 1 if metrics.get('train/nonfinite') else 0
+      writer.write(step, metrics)
+      window.add(metrics)
+      if step % cfg.log_every == 0 or step == cfg.total_steps:
+        line = window.line(step, cfg.total_steps, metrics)
+        if 'eval/accuracy' in metrics:
+          line += f'  eval {metrics["eval/accuracy"]:.3f}'
+        log(line)
+      minutes = (time.monotonic() - last_save) / 60
+      if (ckpt.should_save(step) or step == cfg.total_steps
+          or stop.signal is not None
+          or 0 < cfg.checkpoint.every_minutes <= minutes):
+        _save(ckpt, step, state, source, rollout, meta)
+        last_save = time.monotonic()
+      if nonfinite_run >= cfg.rl.max_nonfinite_steps:
+        ckpt.close()
+        writer.close()
+        raise errors.TrainingError(
+            f'step {step}: NaN/inf loss or gradients in {nonfinite_run} steps '
+            'in a row (those updates were skipped, so the params are the '
+            f'last good ones, saved in {ckpt.directory}); lower '
+            'optim.learning_rate or check the rewards, then resume')
+      if stop.signal is not None:
+        stopped_by = stop.signal
+        log(f'{stop.signal} received: saved the checkpoint of step {step} in '
+            f'{ckpt.directory} and stopped; run the same command to resume')
+        break
   ckpt.close()
   writer.close()
 
@@ -339,8 +457,9 @@ def run(
   evals = [r for r in records if 'eval/accuracy' in r]
   ws_meta = meta.get('warmstart', {})
   summary = RunSummary(
-      steps=cfg.total_steps,
+      steps=step,
       resumed_from=resumed_from,
+      stopped_by=stopped_by,
       warmstart_steps=int(ws_meta.get('steps', 0)),
       warmstart_pass_rate=ws_meta.get('pass_rate'),
       eval_accuracy_start=evals[0]['eval/accuracy'] if evals else None,
@@ -374,8 +493,10 @@ def format_summary(s: RunSummary, window: int) -> str:
   efficiency = (s.cum_groups_used / s.cum_prompts_generated
                 if s.cum_prompts_generated else None)
   rows = [
-      ('steps', str(s.steps) + (f' (resumed at {s.resumed_from})'
-                                if s.resumed_from is not None else '')),
+      ('steps', str(s.steps)
+       + (f' (resumed at {s.resumed_from})'
+          if s.resumed_from is not None else '')
+       + (f' (stopped by {s.stopped_by})' if s.stopped_by else '')),
       ('warm start steps', str(s.warmstart_steps)),
       ('held-out accuracy', f'{fmt(s.eval_accuracy_start)} -> '
                             f'{fmt(s.eval_accuracy_end)}'),

@@ -153,8 +153,13 @@ def train_step(
 
   Each pass shuffles the B prompt groups (key `fold_in(rng, iteration)`) and
   splits them into `num_minibatches` minibatches of whole groups (a prompt is
-  run once for all its completions), each giving one optimizer update. Every update uses `batch.old_logps`, the sampling-time log-probs,
-  as the old policy of the clipped ratio.
+  run once for all its completions), each giving one optimizer update.
+  Every update uses `batch.old_logps`, the sampling-time log-probs, as the
+  old policy of the clipped ratio.
+
+  An update whose loss or gradients are not finite is skipped: params and
+  optimizer state stay as they were, and `train/nonfinite` counts it, so a
+  bad batch cannot poison the state (the loop decides when to give up).
 
   Args:
     state: the current TrainState; `state.ref_params` must be set when
@@ -170,8 +175,9 @@ def train_step(
   Returns:
     The new state (step + 1) and scalar metrics averaged over the updates:
     train/loss, train/pg_loss, train/kl, train/clip_frac, train/entropy,
-    train/grad_norm (before clipping), train/ratio_mean, and train/updates
-    (the number of updates).
+    train/grad_norm (before clipping), train/ratio_mean, train/nonfinite
+    (share of updates skipped for a non-finite loss or gradient) and
+    train/updates (the number of updates).
   """
   num_groups = batch.prompt_tokens.shape[0]
   if num_iterations < 1 or num_minibatches < 1:
@@ -210,11 +216,17 @@ def train_step(
     params, opt_state = carry
     mb_batch, mb_ref_logps = _take_groups(batch, ref_logps_NT, groups_M)
     (loss, aux), grads = grad_fn(params, mb_batch, mb_ref_logps)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
+    grad_norm = optax.tree.norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    keep = lambda new, old: jnp.where(finite, new, old)
+    params = jax.tree.map(keep, new_params, params)
+    opt_state = jax.tree.map(keep, new_opt_state, opt_state)
     metrics = {
         'train/loss': loss,
-        'train/grad_norm': optax.tree.norm(grads),
+        'train/grad_norm': grad_norm,
+        'train/nonfinite': 1.0 - finite.astype(jnp.float32),
         **{f'train/{name}': value for name, value in aux.items()},
     }
     return (params, opt_state), metrics

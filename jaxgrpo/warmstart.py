@@ -39,8 +39,17 @@ def make_sft_batch(
     tokenizer: tokenizer_lib.Tokenizer,
     examples: Sequence[Example],
     length: int,
+    *,
+    truncate_prompts_to: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Right-padded `BOS prompt answer EOS` sequences for teacher forcing.
+
+  Args:
+    tokenizer: the task tokenizer.
+    examples: B examples.
+    length: L, the padded sequence length.
+    truncate_prompts_to: a longer `BOS prompt` keeps BOS and its last
+      tokens, as rollouts cut it with rollout.long_prompts='truncate'.
 
   Returns:
     inputs [B, L] int32, targets [B, L] int32 (inputs shifted by one) and
@@ -51,6 +60,9 @@ def make_sft_batch(
   loss_mask = np.zeros((len(examples), length), bool)
   for b, ex in enumerate(examples):
     prompt = [tokenizer.bos_id] + tokenizer.encode(ex.prompt)
+    if truncate_prompts_to and len(prompt) > truncate_prompts_to:
+      prompt = ([tokenizer.bos_id]
+                + prompt[len(prompt) - truncate_prompts_to + 1:])
     seq = prompt + tokenizer.encode(ex.answer) + [tokenizer.eos_id]
     if len(seq) - 1 > length:
       raise ValueError(
@@ -102,6 +114,7 @@ def warm_start(
     check_examples: int,
     max_prompt_len: int,
     seq_len: int,
+    truncate_prompts: bool = False,
     progress: Callable[[str], None] = logging.info,
 ) -> WarmStartResult:
   """Trains with teacher forcing until the sampled pass rate hits the target.
@@ -123,6 +136,8 @@ def warm_start(
     check_examples: prompts per check.
     max_prompt_len: padded prompt length for the checks.
     seq_len: padded length of a teacher-forced sequence.
+    truncate_prompts: cut prompts longer than `max_prompt_len` as rollouts
+      do with rollout.long_prompts='truncate' (otherwise they raise).
     progress: receives one line per check.
 
   Returns:
@@ -145,7 +160,7 @@ def warm_start(
     rewards = evaluate.sample_rewards(
         check_generator, params, tokenizer, check_set, verify,
         jax.random.fold_in(rng, step), max_prompt_len=max_prompt_len,
-        chunk_size=len(check_set),
+        truncate=truncate_prompts, chunk_size=len(check_set),
     )
     rate = float(rewards.mean())
     history.append((step, rate))
@@ -157,7 +172,9 @@ def warm_start(
 
   while step < max_steps:
     idx = np_rng.integers(0, len(train_examples), size=batch_size)
-    batch = make_sft_batch(tokenizer, [train_examples[i] for i in idx], seq_len)
+    batch = make_sft_batch(
+        tokenizer, [train_examples[i] for i in idx], seq_len,
+        truncate_prompts_to=max_prompt_len if truncate_prompts else None)
     params, opt_state, _ = _sft_step(
         params, opt_state, *batch, graphdef=graphdef, optimizer=optimizer
     )

@@ -27,11 +27,37 @@ class ConfigTest(parameterized.TestCase):
       ('sampler', 'policy', 'sometimes', 'sampler.policy'),
       ('rollout', 'top_p', 0.0, 'rollout.top_p'),
       ('model', 'dtype', 'float16', 'model.dtype'),
+      ('rollout', 'long_prompts', 'cut', "rollout.long_prompts='cut'"),
   )
   def test_bad_value_names_key(self, section, key, value, expected):
     c = demo.get_config()
     c[section][key] = value
     with self.assertRaisesRegex(config_lib.ConfigError, expected):
+      config_lib.from_config_dict(c)
+
+  def test_bad_input_modes(self):
+    c = demo.get_config()
+    self.assertEqual(config_lib.from_config_dict(c).rollout.long_prompts,
+                     'error')
+    for mode in ('truncate', 'drop'):
+      c.rollout.long_prompts = mode
+      self.assertEqual(config_lib.from_config_dict(c).rollout.long_prompts,
+                       mode)
+    entry = dict(name='qa', kind='jsonl', path='/data/qa.jsonl')
+    c = demo.get_config()
+    c.data.datasets = [common.arithmetic_dataset(), entry]
+    self.assertEqual(
+        config_lib.from_config_dict(c).data.datasets[1].on_bad_record, 'error')
+    c.data.datasets = [common.arithmetic_dataset(),
+                       dict(entry, on_bad_record='skip')]
+    self.assertEqual(
+        config_lib.from_config_dict(c).data.datasets[1].on_bad_record, 'skip')
+    c.data.datasets = [common.arithmetic_dataset(),
+                       dict(entry, on_bad_record='ignore')]
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        r"^data.datasets\[1\].on_bad_record='ignore': must be one of "
+        r"\('error', 'skip'\)"):
       config_lib.from_config_dict(c)
 
   def test_unknown_key_named(self):

@@ -9,8 +9,12 @@ from absl.testing import absltest
 
 from configs import demo
 from jaxgrpo import config_lib
+from jaxgrpo import errors
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import train
+from jaxgrpo.data import mixture
+from jaxgrpo.data import sources
+from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.verifiers import base as verifiers_base
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -123,6 +127,87 @@ class CommandLineTest(absltest.TestCase):
     out = self._run('--config=configs/demo.py:runlocal')
     self.assertEqual(out.returncode, 2)
     self.assertIn('--workdir', out.stderr)
+
+
+class BadInputTest(absltest.TestCase):
+  """Bad records and long prompts: named errors, or counted removals."""
+
+  def _jsonl(self, lines: list[str]) -> str:
+    path = os.path.join(self.create_tempdir().full_path, 'qa.jsonl')
+    with open(path, 'w') as f:
+      f.write('\n'.join(lines) + '\n')
+    return path
+
+  def _config(self, path, eval_path=None, **entry):
+    c = _config()
+    c.data.datasets = [dict(name='qa', kind='jsonl', path=path,
+                            eval_path=eval_path, id_field='id', **entry)]
+    return c
+
+  def _load(self, c):
+    cfg = config_lib.from_config_dict(c)
+    return train._load_dataset(cfg, cfg.data.datasets[0],
+                               tokenizer_lib.CharTokenizer())
+
+  def test_skip_and_drop_leave_out_count_and_report(self):
+    record = '{{"id": "{}", "prompt": "{}", "answer": "1"}}'.format
+    path = self._jsonl([
+        record('a', '1+0='), '{"id": "b", "prompt": ', record('c', '0+1='),
+        record('d', ' '), record('e', '1234+5678+9='), record('f', '1*1='),
+    ])
+    eval_path = self._jsonl([record('x', '123456789+1='), '[1]',
+                             record('y', '1-0='), record('z', '2-1=')])
+    c = self._config(path, eval_path, on_bad_record='skip', num_eval=1)
+    c.rollout.long_prompts = 'drop'
+    with self.assertLogs(level='WARNING') as logs:
+      spec, ds, held_out = self._load(c)
+    self.assertEqual([ds[i].id for i in range(len(ds))], ['a', 'c', 'f'])
+    self.assertEqual((spec.skipped_records, spec.dropped_long), (2, 1))
+    self.assertEqual([ex.id for ex in held_out], ['y'])
+    self.assertLen(logs.output, 4)  # skipped and dropped, train and held-out
+    self.assertIn(f'{path}:2: invalid JSON', logs.output[0])
+    self.assertIn('e: prompt of 13 tokens (BOS included) > '
+                  'rollout.max_prompt_len=12', logs.output[1])
+    sampler = mixture.MixtureSampler([(spec, ds)], balance='pre_filter',
+                                     batch_size=2, seed=0)
+    metrics = sampler.metrics()
+    self.assertEqual(metrics['data/skipped_records/qa'], 2)
+    self.assertEqual(metrics['data/dropped_long/qa'], 1)
+    drawn = {ex.id for ex in sampler.next_prompts(3)}
+    self.assertEqual(drawn, {'a', 'c', 'f'})
+
+  def test_nothing_left_is_an_error(self):
+    path = self._jsonl(['{"prompt": "", "answer": "1"}'])
+    with self.assertRaisesRegex(errors.UserError,
+                                "dataset 'qa': none of its 1 records"):
+      self._load(self._config(path, on_bad_record='skip'))
+
+  def test_bad_record_stops_the_run_naming_file_and_line(self):
+    path = self._jsonl(['{"id": "a", "prompt": "1+0=", "answer": "1"}',
+                        '{"id": "b", "prompt": "  ", "answer": "1"}'])
+    with self.assertRaisesRegex(sources.BadRecordError,
+                                f"^{path}:2: field 'prompt'.* is empty"):
+      train.run(self._config(path), self.create_tempdir().full_path,
+                log=lambda _: None)
+
+  def test_long_prompt_stops_the_run_naming_example_and_key(self):
+    path = self._jsonl(['{"id": "a", "prompt": "1+0=", "answer": "1"}',
+                        '{"id": "b", "prompt": "1234+5678+9=", "answer": "1"}'])
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        r'^rollout.max_prompt_len=12: example b has a prompt of 13 tokens'
+        '.*rollout.long_prompts'):
+      train.run(self._config(path), self.create_tempdir().full_path,
+                log=lambda _: None)
+
+  def test_truncate_lets_long_prompts_through_the_checks(self):
+    path = self._jsonl(['{"id": "b", "prompt": "1234+5678+9=", "answer": "1"}'])
+    c = self._config(path)
+    c.rollout.long_prompts = 'truncate'
+    spec, ds, _ = self._load(c)
+    self.assertEqual((len(ds), spec.dropped_long), (1, 0))
+    train._check_lengths(config_lib.from_config_dict(c),
+                         tokenizer_lib.CharTokenizer(), [ds[0]])
 
 
 if __name__ == '__main__':

@@ -116,6 +116,20 @@ class TrainStepTest(parameterized.TestCase):
     with self.assertRaises(AssertionError):
       chex.assert_trees_all_close(state.params, self.params)
 
+  def test_nonfinite_update_is_skipped(self):
+    step_fn = self._step_fn(train_step_lib.LossConfig(), 1, 2)
+    bad = self.batch.replace(
+        advantages=self.batch.advantages.at[0].set(jnp.nan))
+    state, metrics = step_fn(self._state(), _copy(bad), jax.random.key(1))
+    # The minibatch holding the NaN row is skipped, the other applied.
+    self.assertAlmostEqual(float(metrics['train/nonfinite']), 0.5)
+    self.assertEqual(int(metrics['train/updates']), 2)
+    chex.assert_tree_all_finite(state.params)
+    step_fn = self._step_fn(train_step_lib.LossConfig(), 1, 1)
+    state, metrics = step_fn(self._state(), _copy(bad), jax.random.key(1))
+    self.assertEqual(float(metrics['train/nonfinite']), 1.0)
+    chex.assert_trees_all_equal(state.params, self.params)
+
   def test_beta_needs_reference(self):
     with self.assertRaisesRegex(ValueError, 'ref_params'):
       train_step_lib.train_step(

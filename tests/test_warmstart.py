@@ -29,6 +29,18 @@ class WarmStartTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'longer than 4'):
       warmstart.make_sft_batch(tok, [ex], 4)
 
+  def test_sft_batch_truncates_prompts_like_rollouts(self):
+    tok = tokenizer_lib.CharTokenizer()
+    ex = Example(id='a/0', prompt='12+34=', answer='46')
+    inputs, _, mask = warmstart.make_sft_batch(tok, [ex], 8,
+                                               truncate_prompts_to=4)
+    tokens, _, _ = tokenizer_lib.encode_prompts(tok, [ex.prompt], 4,
+                                                truncate=True)
+    # BOS and the prompt's last 3 tokens, as the rollout sees them.
+    np.testing.assert_array_equal(inputs[0, :4], tokens[0])
+    np.testing.assert_array_equal(inputs[0, 4:6], tok.encode('46'))
+    np.testing.assert_array_equal(mask[0], [0, 0, 0, 1, 1, 1, 0, 0])
+
   def test_learns_and_stops_at_target(self):
     tok = tokenizer_lib.CharTokenizer()
     cfg = model_config.preset('tiny', vocab_size=tok.vocab_size)

@@ -40,12 +40,17 @@ class DatasetSpec:
     weight: mixture weight; weights are normalised over the mixture.
     policy: the dataset's snooze policy settings.
     min_fraction: share of every batch reserved for this dataset.
+    skipped_records: bad records left out when the dataset was loaded.
+    dropped_long: examples left out when it was loaded because their prompt
+      does not fit the context.
   """
 
   name: str
   weight: float
   policy: snooze.PolicyConfig
   min_fraction: float = 0.0
+  skipped_records: int = 0
+  dropped_long: int = 0
 
 
 def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
@@ -291,6 +296,11 @@ class MixtureSampler:
         out[f'data/handover_out/{name}'] = float(c['handover_out'][d])
         out[f'data/handover_in/{name}'] = float(c['handover_in'][d])
       out[f'data/exhausted/{name}'] = float(self._exhausted[d])
+      # Constant over a run; logged with every step so each record of
+      # metrics.jsonl says what the data left out.
+      out[f'data/skipped_records/{name}'] = float(
+          self.specs[d].skipped_records)
+      out[f'data/dropped_long/{name}'] = float(self.specs[d].dropped_long)
     return out
 
   def informative_rate(self) -> float:

@@ -14,6 +14,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from jaxgrpo import errors
 from jaxgrpo.data import arithmetic as arithmetic_lib
 from jaxgrpo.typing import Example
 
@@ -26,6 +27,10 @@ _SCAN_BYTES = 1 << 24
 _READ_BYTES = 1 << 12
 # Bytes that may start a line holding nothing but whitespace.
 _SPACE = np.frombuffer(b' \t\r\x0b\x0c', np.uint8)
+
+
+class BadRecordError(errors.UserError, ValueError):
+  """A record cannot become an Example; the message says where and why."""
 
 
 def _index_lines(path: str) -> tuple[np.ndarray, int]:
@@ -120,13 +125,15 @@ class JsonlSource:
     try:
       record = json.loads(line.decode('utf-8-sig'))
     except UnicodeDecodeError as e:
-      raise ValueError(f'{self.describe(index)}: not valid UTF-8 ({e})') from e
+      raise BadRecordError(
+          f'{self.describe(index)}: not valid UTF-8 ({e})'
+      ) from e
     except json.JSONDecodeError as e:
-      raise ValueError(
+      raise BadRecordError(
           f'{self.describe(index)}: invalid JSON: {e.msg} (column {e.colno})'
       ) from e
     if not isinstance(record, dict):
-      raise ValueError(
+      raise BadRecordError(
           f'{self.describe(index)}: expected a JSON object, got '
           f'{type(record).__name__}'
       )
@@ -196,17 +203,53 @@ class _ToExample:
 
   def _field(self, record: Mapping[str, Any], key: str, index: int) -> str:
     if key not in record:
-      raise ValueError(
+      raise BadRecordError(
           f'{self.describe(index)}: record has no field {key!r} (dataset '
           f'{self.name!r}; its fields: {", ".join(sorted(record))})'
       )
     value = _plain(record[key])
     if not isinstance(value, (str, int, float)):
-      raise ValueError(
+      raise BadRecordError(
           f'{self.describe(index)}: field {key!r} must be text or a number, '
           f'got {type(value).__name__}'
       )
     return str(value)
+
+  def _prompt(self, record: Mapping[str, Any], index: int) -> str:
+    """The prompt text: the template over the record's fields, not empty."""
+    f = self.fields
+    try:
+      values = {k: _plain(v) for k, v in record.items()}
+    except UnicodeDecodeError as e:
+      raise BadRecordError(
+          f'{self.describe(index)}: not valid UTF-8 ({e})'
+      ) from e
+    if 'prompt' in _template_fields(f.template):
+      values['prompt'] = self._field(record, f.prompt, index)
+      if not values['prompt'].strip():
+        raise BadRecordError(
+            f'{self.describe(index)}: field {f.prompt!r} (the prompt) is '
+            'empty'
+        )
+    try:
+      prompt = f.template.format(**values)
+    except KeyError as e:
+      raise BadRecordError(
+          f'{self.describe(index)}: prompt template {f.template!r} names '
+          f'field {e.args[0]!r}, which the record lacks (dataset '
+          f'{self.name!r}; its fields: {", ".join(sorted(record))})'
+      ) from e
+    except (AttributeError, IndexError, TypeError, ValueError) as e:
+      raise BadRecordError(
+          f'{self.describe(index)}: prompt template {f.template!r} does not '
+          f'fit this record ({type(e).__name__}: {e})'
+      ) from e
+    if not prompt.strip():
+      raise BadRecordError(
+          f'{self.describe(index)}: the prompt is empty (template '
+          f'{f.template!r})'
+      )
+    return prompt
 
   def __call__(self, index: int, record: Any) -> Example:
     index %= self.size  # grain wraps indices past the end; ids must too
@@ -214,21 +257,12 @@ class _ToExample:
       try:
         record = json.loads(bytes(record).decode('utf-8'))
       except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f'{self.describe(index)}: invalid JSON: {e}') from e
+        raise BadRecordError(
+            f'{self.describe(index)}: invalid JSON: {e}') from e
       if not isinstance(record, dict):
-        raise ValueError(f'{self.describe(index)}: expected a JSON object')
+        raise BadRecordError(f'{self.describe(index)}: expected a JSON object')
     f = self.fields
-    values = {k: _plain(v) for k, v in record.items()}
-    if 'prompt' in _template_fields(f.template):
-      values['prompt'] = self._field(record, f.prompt, index)
-    try:
-      prompt = f.template.format(**values)
-    except KeyError as e:
-      raise ValueError(
-          f'{self.describe(index)}: prompt template {f.template!r} names '
-          f'field {e.args[0]!r}, which the record lacks (dataset '
-          f'{self.name!r}; its fields: {", ".join(sorted(record))})'
-      ) from e
+    prompt = self._prompt(record, index)
     if f.id:
       example_id = self._field(record, f.id, index)
     else:
@@ -321,9 +355,11 @@ def make_dataset(
 ) -> grain.MapDataset:
   """Builds one dataset as a grain MapDataset of Example, read by index.
 
-  Records are fetched and converted on access (`ds[i]`); a record that does
-  not fit `fields` raises ValueError naming the file and line (JSONL) or
-  the record index, and the field.
+  Records are fetched and converted on access (`ds[i]`). A bad record (not
+  valid UTF-8 or JSON, not an object, lacking a field `fields` names, or
+  with an empty prompt) raises BadRecordError naming the file and line
+  (JSONL) or the record index; `screening.screen` reads every record once
+  to skip such records instead.
 
   Args:
     kind: 'jsonl', 'array_record' (JSON-encoded records, see

@@ -5,6 +5,8 @@ from typing import Protocol
 
 import numpy as np
 
+from jaxgrpo import errors
+
 
 class Tokenizer(Protocol):
   """What the generator, learner and verifiers need from a tokenizer."""
@@ -21,7 +23,7 @@ class Tokenizer(Protocol):
     ...
 
 
-class PromptTooLongError(ValueError):
+class PromptTooLongError(errors.UserError, ValueError):
   """A prompt does not fit `max_prompt_len` tokens."""
 
 
@@ -65,30 +67,46 @@ class CharTokenizer:
 
 
 def encode_prompts(
-    tokenizer: Tokenizer, prompts: Sequence[str], max_len: int
-) -> tuple[np.ndarray, np.ndarray]:
+    tokenizer: Tokenizer,
+    prompts: Sequence[str],
+    max_len: int,
+    *,
+    truncate: bool = False,
+    names: Sequence[str] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Encodes prompts (BOS first) into a left-padded batch.
 
   Args:
     tokenizer: the tokenizer.
     prompts: R prompt texts.
     max_len: P, the padded prompt length.
+    truncate: a longer prompt keeps BOS and its last P - 1 tokens (the
+      question usually ends a prompt) instead of raising.
+    names: R example ids, to name a prompt that is too long.
 
   Returns:
-    tokens [R, P] int32 and mask [R, P] bool (True on real tokens).
+    tokens [R, P] int32, mask [R, P] bool (True on real tokens) and
+    truncated [R] bool (True where `truncate` cut the prompt).
 
   Raises:
-    PromptTooLongError: a prompt needs more than `max_len` tokens.
+    PromptTooLongError: a prompt needs more than `max_len` tokens and
+      `truncate` is off.
   """
   tokens = np.full((len(prompts), max_len), tokenizer.pad_id, np.int32)
   mask = np.zeros((len(prompts), max_len), bool)
+  truncated = np.zeros(len(prompts), bool)
   for r, text in enumerate(prompts):
     ids = [tokenizer.bos_id] + tokenizer.encode(text)
     if len(ids) > max_len:
-      raise PromptTooLongError(
-          f'prompt {text!r} is {len(ids)} tokens, longer than '
-          f'rollout.max_prompt_len={max_len}'
-      )
+      if not truncate:
+        what = f'example {names[r]}' if names else f'prompt {text[:40]!r}'
+        raise PromptTooLongError(
+            f'{what} is {len(ids)} tokens (BOS included), longer than '
+            f'rollout.max_prompt_len={max_len}; raise it, or set '
+            "rollout.long_prompts to 'truncate' or 'drop'"
+        )
+      ids = [tokenizer.bos_id] + ids[len(ids) - max_len + 1:]
+      truncated[r] = True
     tokens[r, max_len - len(ids):] = ids
     mask[r, max_len - len(ids):] = True
-  return tokens, mask
+  return tokens, mask, truncated

@@ -27,6 +27,7 @@ from jaxgrpo.typing import Example, PyTree, TrainBatch
 from jaxgrpo.verifiers import base as verifiers_base
 
 _SURPLUS = ('drop', 'carry')
+_LONG_PROMPTS = ('error', 'truncate', 'drop')
 
 
 class PromptSource(Protocol):
@@ -75,6 +76,10 @@ class RolloutConfig:
     max_rounds: most generator calls per step.
     surplus: 'drop' or 'carry' informative groups beyond B.
     max_prompt_len: P, padded prompt length in tokens.
+    long_prompts: a prompt longer than P is an error ('error'), keeps BOS
+      and its last P - 1 tokens ('truncate', counted in
+      `data/truncated/<dataset>`), or was removed from its dataset when it
+      was loaded ('drop'; one reaching a round is an error).
     easy_threshold: a group is too easy when every reward is >= this.
     hard_threshold: a group is too hard when every reward is <= this.
     advantage: 'grpo', 'dr_grpo' or 'rloo'.
@@ -87,6 +92,7 @@ class RolloutConfig:
   max_round_size: int = 256
   surplus: str = 'carry'
   max_prompt_len: int
+  long_prompts: str = 'error'
   easy_threshold: float = 1.0
   hard_threshold: float = 0.0
   advantage: str = 'grpo'
@@ -94,6 +100,10 @@ class RolloutConfig:
   def __post_init__(self):
     if self.surplus not in _SURPLUS:
       raise ValueError(f'rollout.surplus must be one of {_SURPLUS}, got {self.surplus!r}')
+    if self.long_prompts not in _LONG_PROMPTS:
+      raise ValueError(
+          f'rollout.long_prompts must be one of {_LONG_PROMPTS}, got '
+          f'{self.long_prompts!r}')
     if self.round_size != 'adaptive' and not (
         isinstance(self.round_size, int) and self.round_size > 0):
       raise ValueError(
@@ -190,8 +200,10 @@ class Rollout:
     # repetition to the compiled shape; the padding is never scored.
     padded = examples + [examples[i % len(examples)]
                          for i in range(size - len(examples))]
-    tokens, mask = tokenizer_lib.encode_prompts(
-        self.tokenizer, [ex.prompt for ex in padded], cfg.max_prompt_len
+    tokens, mask, truncated = tokenizer_lib.encode_prompts(
+        self.tokenizer, [ex.prompt for ex in padded], cfg.max_prompt_len,
+        truncate=cfg.long_prompts == 'truncate',
+        names=[ex.id for ex in padded],
     )
     t0 = time.perf_counter()
     out = jax.device_get(
@@ -231,6 +243,9 @@ class Rollout:
         'verify_errors': float(stats.errors + stats.out_of_range),
         'round_size': float(size),
     }
+    for ex, cut in zip(examples, truncated):
+      info[f'truncated/{ex.dataset}'] = (
+          info.get(f'truncated/{ex.dataset}', 0.0) + float(cut))
     return groups, rewards_RG, examples, info
 
   def collect(
@@ -307,6 +322,7 @@ class Rollout:
       metrics[f'rollout/groups_used/{name}'] = float(used[name])
       metrics[f'data/batch_share/{name}'] = (
           used[name] / len(groups) if groups else 0.0)
+      metrics[f'data/truncated/{name}'] = totals[f'truncated/{name}']
     metrics.update(source.metrics())
     batch = self._assemble(groups) if groups else None
     return RolloutResult(batch=batch, groups=groups, metrics=metrics)

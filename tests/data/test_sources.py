@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from jaxgrpo import errors
 from jaxgrpo.data import arithmetic
 from jaxgrpo.data import sources
 from jaxgrpo.typing import Example
@@ -191,6 +192,28 @@ class MakeDatasetTest(parameterized.TestCase):
     ds = sources.make_dataset('jsonl', name='qa', path=path)
     with self.assertRaisesRegex(ValueError, "'answer' must be text"):
       ds[0]  # pylint: disable=pointless-statement
+
+  @parameterized.named_parameters(
+      ('empty_field', '{prompt}', {'prompt': ''}, "'prompt' .*is empty"),
+      ('blank_field', 'Q: {prompt}', {'prompt': ' \t'}, "'prompt' .*is empty"),
+      ('blank_text', '{question}', {'question': '  '}, 'the prompt is empty'),
+      ('bad_template', '{question[0]}', {'question': ''}, 'does not fit'),
+  )
+  def test_unusable_prompt_names_file_and_line(self, template, record,
+                                               message):
+    path = self._jsonl_path([{'prompt': 'ok', 'question': 'ok', 'answer': 1},
+                             dict(record, answer=2)])
+    ds = sources.make_dataset('jsonl', name='qa', path=path,
+                              fields=sources.RecordFields(template=template))
+    self.assertEqual(ds[0].answer, '1')
+    with self.assertRaisesRegex(sources.BadRecordError,
+                                f'{path}:2: .*{message}'):
+      ds[1]  # pylint: disable=pointless-statement
+
+  def test_bad_record_error_is_a_user_error(self):
+    # The command line prints a UserError in one line, without a traceback.
+    self.assertTrue(issubclass(sources.BadRecordError, errors.UserError))
+    self.assertTrue(issubclass(sources.BadRecordError, ValueError))
 
   @parameterized.parameters('{prompt', 'a {} b', '{prompt!z}x}')
   def test_bad_template(self, template):

@@ -24,18 +24,45 @@ class TokenizerTest(absltest.TestCase):
 
   def test_encode_prompts_left_pads(self):
     tok = tokenizer_lib.CharTokenizer()
-    tokens, mask = tokenizer_lib.encode_prompts(tok, ['1+2=', '10+20='], 8)
+    tokens, mask, truncated = tokenizer_lib.encode_prompts(
+        tok, ['1+2=', '10+20='], 8)
     self.assertEqual(tokens.shape, (2, 8))
     np.testing.assert_array_equal(mask.sum(1), [5, 7])
     self.assertEqual(tokens[0, 3], tok.bos_id)
     self.assertTrue((tokens[0, :3] == tok.pad_id).all())
     self.assertEqual(tok.decode(tokens[1]), '10+20=')
+    np.testing.assert_array_equal(truncated, [False, False])
 
   def test_too_long_prompt_names_the_key(self):
     with self.assertRaisesRegex(tokenizer_lib.PromptTooLongError,
                                 'max_prompt_len=4'):
       tokenizer_lib.encode_prompts(
           tokenizer_lib.CharTokenizer(), ['123+456='], 4)
+
+  def test_too_long_prompt_names_the_example(self):
+    with self.assertRaisesRegex(
+        tokenizer_lib.PromptTooLongError,
+        r'^example qa/7 is 9 tokens .*rollout.max_prompt_len=4.*'
+        'rollout.long_prompts'):
+      tokenizer_lib.encode_prompts(
+          tokenizer_lib.CharTokenizer(), ['1=', '123+456='], 4,
+          names=['qa/6', 'qa/7'])
+
+  def test_truncate_keeps_bos_and_the_end(self):
+    tok = tokenizer_lib.CharTokenizer()
+    tokens, mask, truncated = tokenizer_lib.encode_prompts(
+        tok, ['1+2=', '123+456=', '12='], 5, truncate=True)
+    np.testing.assert_array_equal(truncated, [False, True, False])
+    self.assertTrue(mask[1].all())
+    self.assertEqual(tokens[1, 0], tok.bos_id)
+    self.assertEqual(tok.decode(tokens[1]), '456=')  # the last P - 1 tokens
+    self.assertEqual(tok.decode(tokens[0]), '1+2=')  # an exact fit is kept
+    self.assertEqual(tok.decode(tokens[2]), '12=')
+    # P = 1 leaves only BOS.
+    tokens, mask, truncated = tokenizer_lib.encode_prompts(
+        tok, ['12='], 1, truncate=True)
+    np.testing.assert_array_equal(tokens, [[tok.bos_id]])
+    self.assertTrue(truncated[0])
 
 
 if __name__ == '__main__':

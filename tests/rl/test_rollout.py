@@ -4,8 +4,12 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
+from jaxgrpo.data import mixture
+from jaxgrpo.data import snooze
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.generate.sampler import Completions
 from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.typing import Example
 from tests import scripted
 
 G = 4
@@ -159,3 +163,66 @@ class RolloutStateTest(absltest.TestCase):
         np.testing.assert_array_equal(a.rewards, b.rewards)
       self.assertEqual(twin.cum_prompts_generated, source.cum_prompts_generated)
     ckpt.close()
+
+
+class _EosGenerator:
+  """Ends every completion at once; keeps the prompt rows it was given."""
+
+  def __init__(self, group_size: int, eos_id: int):
+    self.num_samples = group_size
+    self.eos_id = eos_id
+    self.prompts = []
+
+  def generate(self, params, tokens, mask, rng):
+    del params, mask, rng
+    self.prompts.extend(np.asarray(tokens))
+    n = len(tokens) * self.num_samples
+    out = np.full((n, 2), self.eos_id, np.int32)
+    m = np.zeros((n, 2), bool)
+    m[:, 0] = True
+    return Completions(tokens=out, logps=np.zeros((n, 2), np.float32),
+                       mask=m, lengths=m.sum(1).astype(np.int32))
+
+
+class LongPromptTest(absltest.TestCase):
+
+  PROMPTS = ('1=', '1234+5678=', '12=', '99+1=')  # 3, 11, 4, 6 tokens
+
+  def _rollout(self, long_prompts):
+    tok = tokenizer_lib.CharTokenizer()
+    examples = [Example(id=f'd/{i}', prompt=p, answer='1', dataset='d')
+                for i, p in enumerate(self.PROMPTS)]
+    spec = mixture.DatasetSpec(
+        name='d', weight=1.0,
+        policy=snooze.PolicyConfig(policy='none', group_size=G))
+    sampler = mixture.MixtureSampler([(spec, examples)], balance='pre_filter',
+                                     batch_size=2, seed=0)
+    cfg = rollout_lib.RolloutConfig(
+        batch_size=2, group_size=G, round_size=4, max_rounds=1,
+        max_prompt_len=5, long_prompts=long_prompts)
+    gen = _EosGenerator(G, tok.eos_id)
+    return (rollout_lib.Rollout(cfg, sampler, tok, gen, lambda t, ex: 0.0),
+            gen, tok)
+
+  def test_truncate_keeps_bos_and_the_end_and_counts(self):
+    ro, gen, tok = self._rollout('truncate')
+    res = ro.collect(None, jax.random.key(0))
+    self.assertEqual(res.metrics['data/truncated/d'], 2)
+    self.assertEqual(res.metrics['rollout/prompts_generated'], 4)
+    self.assertCountEqual([tok.decode(row) for row in gen.prompts],
+                          ['1=', '678=', '12=', '9+1='])
+    for row in gen.prompts:
+      self.assertEqual(row[-1 - len(tok.decode(row))], tok.bos_id)
+
+  def test_error_names_the_example_and_the_key(self):
+    ro, _, _ = self._rollout('error')
+    with self.assertRaisesRegex(
+        tokenizer_lib.PromptTooLongError,
+        r'example d/[13] is \d+ tokens .*rollout.max_prompt_len=5'):
+      ro.collect(None, jax.random.key(0))
+
+  def test_unknown_mode(self):
+    with self.assertRaisesRegex(ValueError, 'rollout.long_prompts'):
+      rollout_lib.RolloutConfig(batch_size=1, group_size=2, round_size=1,
+                                max_rounds=1, max_prompt_len=4,
+                                long_prompts='cut')

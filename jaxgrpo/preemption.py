@@ -1,0 +1,37 @@
+"""SIGTERM / SIGINT handling: finish the step, checkpoint, exit cleanly.
+
+A TPU VM gets SIGTERM shortly before it is preempted. Instead of dying
+mid-step, the loop notices the request between steps, writes a final
+checkpoint and returns; running the same command again resumes there.
+"""
+
+import signal
+import threading
+
+
+class StopRequest:
+  """Records SIGTERM/SIGINT while active; `.signal` names the first one."""
+
+  def __init__(self):
+    self.signal: str | None = None
+    self._previous = {}
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.signal is None:
+      self.signal = signal.Signals(signum).name
+    elif signum == signal.SIGINT:
+      raise KeyboardInterrupt  # a second Ctrl-C stops at once
+
+  def __enter__(self) -> 'StopRequest':
+    # Handlers can only be set from the main thread (e.g. not in a notebook
+    # worker); elsewhere signals keep their default behaviour.
+    if threading.current_thread() is threading.main_thread():
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+    self._previous = {}

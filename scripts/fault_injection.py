@@ -1,0 +1,162 @@
+r"""Kills training runs at random moments and checks that every resume is exact.
+
+A reference run trains for --steps steps uninterrupted. A second run in
+another workdir is killed with SIGKILL at --kills random moments (after
+training has started, so kills land in steps, in checkpoint saves, and in
+between; checkpoints are written every step so many kills hit a save), and
+restarted with the same command each time until it finishes. It passes when
+the killed run ends with bitwise the same params and optimizer state as the
+reference, and its metrics.jsonl has every step exactly once with the same
+values (timings aside).
+
+  python scripts/fault_injection.py --kills 20 --steps 12
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from jaxgrpo import checkpoint  # pylint: disable=g-import-not-at-top
+from jaxgrpo import metrics as metrics_lib
+
+
+def command(workdir: str, steps: int) -> list[str]:
+  return [
+      sys.executable, '-m', 'jaxgrpo.main',
+      '--config=configs/demo.py:runlocal', f'--workdir={workdir}',
+      f'--config.total_steps={steps}', '--config.warmstart.enabled=False',
+      '--config.checkpoint.every=1', '--config.checkpoint.max_to_keep=2',
+      '--config.eval.every=0', '--config.rollout.max_rounds=1',
+  ]
+
+
+def _has_checkpoint(workdir: str) -> bool:
+  """Whether a complete checkpoint exists (orbax names them by step)."""
+  try:
+    return any(name.isdigit()
+               for name in os.listdir(os.path.join(workdir, 'checkpoints')))
+  except FileNotFoundError:
+    return False
+
+
+def _lines(path: str) -> int:
+  try:
+    with open(path) as f:
+      return sum(1 for _ in f)
+  except FileNotFoundError:
+    return 0
+
+
+def run_with_kills(workdir: str, steps: int, kills: int,
+                   rng: random.Random) -> tuple[int, int, int]:
+  """Runs to completion, SIGKILLing `kills` times.
+
+  Returns:
+    (kills, starts, kills after which the latest checkpoint restored).
+  """
+  done_kills, starts, restorable = 0, 0, 0
+  metrics_path = os.path.join(workdir, 'metrics.jsonl')
+  while True:
+    starts += 1
+    proc = subprocess.Popen(command(workdir, steps), cwd=REPO,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    if done_kills < kills:
+      # Wait until a checkpoint exists and this start has trained at least
+      # one step, then kill at a random moment within the next few steps.
+      before = _lines(metrics_path)
+      deadline = time.time() + 300
+      while ((_lines(metrics_path) <= before or not _has_checkpoint(workdir))
+             and proc.poll() is None and time.time() < deadline):
+        time.sleep(0.05)
+      time.sleep(rng.uniform(0.0, 1.5))
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        done_kills += 1
+        try:
+          checkpoint.load_state_arrays(os.path.join(workdir, 'checkpoints'))
+          restorable += 1
+        except Exception as e:  # pylint: disable=broad-except
+          print(f'kill {done_kills}: latest checkpoint not restorable: {e!r}')
+        continue
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+      raise RuntimeError(f'run failed after {done_kills} kills:\n{err[-3000:]}')
+    return done_kills, starts, restorable
+
+
+def compare(reference: str, killed: str) -> list[str]:
+  """Differences between the two workdirs' final state and metrics."""
+  problems = []
+  ref_state = checkpoint.load_state_arrays(os.path.join(reference, 'checkpoints'))
+  got_state = checkpoint.load_state_arrays(os.path.join(killed, 'checkpoints'))
+  ref_leaves = jax.tree_util.tree_leaves_with_path(ref_state)
+  got_leaves = dict(jax.tree_util.tree_leaves_with_path(got_state))
+  for path, value in ref_leaves:
+    other = got_leaves.get(path)
+    if other is None or not np.array_equal(value, other):
+      problems.append(f'state differs at {jax.tree_util.keystr(path)}')
+  ref = metrics_lib.read_metrics(reference)
+  got = metrics_lib.read_metrics(killed)
+  if [r['step'] for r in got] != [r['step'] for r in ref]:
+    problems.append(f'steps in metrics.jsonl: {[r["step"] for r in got]}')
+  for a, b in zip(ref, got):
+    for key in a:
+      if not key.startswith('perf/') and a[key] != b.get(key):
+        problems.append(f'step {a["step"]}: {key} {a[key]} != {b.get(key)}')
+  return problems
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--kills', type=int, default=20)
+  parser.add_argument('--steps', type=int, default=12)
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--json', help='also write the result here')
+  args = parser.parse_args()
+  tmp = tempfile.mkdtemp()
+  try:
+    reference = os.path.join(tmp, 'reference')
+    killed = os.path.join(tmp, 'killed')
+    t0 = time.time()
+    subprocess.run(command(reference, args.steps), cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL)
+    kills, starts, restorable = run_with_kills(
+        killed, args.steps, args.kills, random.Random(args.seed))
+    problems = compare(reference, killed)
+    leftovers = [name for name in os.listdir(os.path.join(killed, 'checkpoints'))
+                 if 'tmp' in name]
+    result = {'kills': kills, 'starts': starts, 'steps': args.steps,
+              'restorable_after_kill': restorable,
+              'exact': not problems and restorable == kills, 'problems': problems[:20],
+              'tmp_folders_left': leftovers,
+              'seconds': round(time.time() - t0, 1)}
+    print(json.dumps(result, indent=2))
+    print(f'{kills} kills, {starts} starts, {restorable} of {kills} kills '
+          'left a restorable checkpoint: '
+          + ('the resumed run matches the uninterrupted one exactly'
+             if not problems else f'{len(problems)} differences'))
+    if args.json:
+      with open(args.json, 'w') as f:
+        json.dump(result, f, indent=2)
+    sys.exit(0 if result['exact'] else 1)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == '__main__':
+  main()

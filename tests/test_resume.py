@@ -1,0 +1,139 @@
+"""Checkpoints under trouble: preemption, NaN streaks, changed inputs."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from absl.testing import absltest
+import numpy as np
+
+from jaxgrpo import errors
+from jaxgrpo import metrics as metrics_lib
+from jaxgrpo import train
+from jaxgrpo.rl import rollout as rollout_lib
+from tests import test_train
+
+REPO = test_train.REPO
+
+
+def _config(**overrides):
+  return test_train._config(**overrides)  # pylint: disable=protected-access
+
+
+class ResumeChecksTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.workdir = os.path.join(absltest.get_default_test_tmpdir(), 'one_step')
+    train.run(_config(total_steps=1), cls.workdir, log=lambda _: None)
+
+  def test_changed_dataset_is_named(self):
+    c = _config(total_steps=2)
+    c.data.datasets[0]['num_train'] = 200
+    with self.assertRaisesRegex(errors.ResumeError,
+                                "dataset 'arithmetic' changed.*256.*200"):
+      train.run(c, self.workdir, log=lambda _: None)
+    c = _config(total_steps=2)
+    c.data.datasets[0]['seed'] = 5  # same size, other problems
+    with self.assertRaisesRegex(errors.ResumeError, 'fingerprint'):
+      train.run(c, self.workdir, log=lambda _: None)
+
+  def test_other_model_is_named(self):
+    c = _config(total_steps=2)
+    c.model.preset = 'tiny'
+    with self.assertRaisesRegex(errors.ResumeError, 'another model.*num_layers|another model.*embed_dim'):
+      train.run(c, self.workdir, log=lambda _: None)
+
+  def test_unwritable_workdir(self):
+    blocker = self.create_tempfile('a_file').full_path
+    with self.assertRaisesRegex(errors.ConfigError, 'cannot write there'):
+      train.run(_config(), os.path.join(blocker, 'run'), log=lambda _: None)
+
+
+class _PoisonedRollout(rollout_lib.Rollout):
+  """Batches whose advantages are NaN: every update is non-finite."""
+
+  def _assemble(self, groups):
+    batch = super()._assemble(groups)
+    return batch.replace(advantages=np.full_like(batch.advantages, np.nan))
+
+
+class NonFiniteTest(absltest.TestCase):
+
+  def test_nan_streak_stops_with_last_good_checkpoint(self):
+    workdir = self.create_tempdir().full_path
+    original = rollout_lib.Rollout
+    rollout_lib.Rollout = _PoisonedRollout
+    try:
+      c = _config(total_steps=6)
+      c.rl.max_nonfinite_steps = 2
+      with self.assertRaisesRegex(errors.TrainingError,
+                                  'NaN/inf .* in 2 steps in a row'):
+        train.run(c, workdir, log=lambda _: None)
+    finally:
+      rollout_lib.Rollout = original
+    records = metrics_lib.read_metrics(workdir)
+    bad = [r for r in records if r.get('train/nonfinite')]
+    self.assertLen(bad, 2)
+    # The params never took a NaN step: a clean run resumes from the
+    # checkpoint and trains on.
+    summary = train.run(_config(total_steps=4), workdir, log=lambda _: None)
+    self.assertIsNotNone(summary.resumed_from)
+    final = metrics_lib.read_metrics(workdir)[-1]
+    self.assertEqual(final['step'], 4)
+    self.assertTrue(np.isfinite(final.get('train/loss', 0.0)))
+
+
+class PreemptionTest(absltest.TestCase):
+
+  def test_sigterm_checkpoints_and_resumes(self):
+    workdir = self.create_tempdir().full_path
+    args = [sys.executable, '-m', 'jaxgrpo.main',
+            '--config=configs/demo.py:runlocal', f'--workdir={workdir}',
+            '--config.total_steps=400', '--config.warmstart.enabled=False',
+            '--config.checkpoint.every=1000',
+            "--config.eval.every=0"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    path = os.path.join(workdir, 'metrics.jsonl')
+    deadline = time.time() + 120
+    while time.time() < deadline:
+      if os.path.exists(path) and len(open(path).readlines()) >= 4:
+        break
+      time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    self.assertEqual(proc.returncode, 0, out[-3000:])
+    self.assertIn('SIGTERM received: saved the checkpoint of step', out)
+    steps = [r['step'] for r in metrics_lib.read_metrics(workdir)]
+    stopped = steps[-1]
+    self.assertLess(stopped, 400)
+    self.assertEqual(steps, list(range(stopped + 1)))
+    # Resuming continues right after the step it stopped at.
+    c = _config(total_steps=stopped + 2)
+    c.data.datasets[0]['verifier'] = 'exact_match'
+    c.eval.every = 0
+    summary = train.run(c, workdir, log=lambda _: None)
+    self.assertEqual(summary.resumed_from, stopped)
+    steps = [r['step'] for r in metrics_lib.read_metrics(workdir)]
+    self.assertEqual(steps, list(range(stopped + 3)))
+
+
+class KillTest(absltest.TestCase):
+  """A reduced run of scripts/fault_injection.py (the full one kills 20x)."""
+
+  def test_sigkill_at_random_moments_resumes_exactly(self):
+    out = subprocess.run(
+        [sys.executable, 'scripts/fault_injection.py', '--kills', '2',
+         '--steps', '6', '--seed', '1'],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    self.assertEqual(out.returncode, 0, out.stdout[-3000:] + out.stderr[-3000:])
+    self.assertIn('2 of 2 kills left a restorable checkpoint', out.stdout)
+    self.assertIn('matches the uninterrupted one exactly', out.stdout)
+
+
+if __name__ == '__main__':
+  absltest.main()
