@@ -5,10 +5,8 @@ import dataclasses
 import os
 import time
 
-import grain
 import jax
 import ml_collections
-import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
@@ -17,14 +15,13 @@ from jaxgrpo import evaluate
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo import preemption
+from jaxgrpo import summary as summary_lib
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
 from jaxgrpo import verifiers
 from jaxgrpo import warmstart
-from jaxgrpo.data import arithmetic
+from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
-from jaxgrpo.data import screening
-from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.generate import sampling as sampling_lib
@@ -39,151 +36,6 @@ Log = Callable[[str], None]
 
 def _print(line: str) -> None:
   print(line, flush=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSummary:
-  """What a finished run reports (also printed as a table)."""
-
-  steps: int
-  resumed_from: int | None
-  stopped_by: str | None
-  warmstart_steps: int
-  warmstart_pass_rate: float | None
-  eval_accuracy_start: float | None
-  eval_accuracy_end: float | None
-  reward_first: float | None
-  reward_last: float | None
-  cum_prompts_generated: int
-  cum_groups_used: int
-  seconds: float
-  # name -> (held-out accuracy start, end, mean batch share, snoozed at the
-  # end, filtered at the end)
-  datasets: dict[str, tuple] = dataclasses.field(default_factory=dict)
-
-
-def _check_lengths(
-    cfg: config_lib.Config,
-    tokenizer: tokenizer_lib.Tokenizer,
-    examples: list[Example],
-) -> None:
-  """Fails before compiling when prompts or answers cannot fit.
-
-  A prompt longer than the context is an error only with
-  rollout.long_prompts='error': 'truncate' cuts it when it is encoded, and
-  'drop' left it out when its dataset was loaded.
-  """
-  max_len = cfg.rollout.max_prompt_len
-  if cfg.rollout.long_prompts == 'error':
-    lengths = [1 + len(tokenizer.encode(ex.prompt)) for ex in examples]
-    longest = int(np.argmax(lengths))
-    if lengths[longest] > max_len:
-      raise errors.ConfigError(
-          f'rollout.max_prompt_len={max_len}: example '
-          f'{examples[longest].id} has a prompt of {lengths[longest]} tokens '
-          '(BOS included; the longest checked); raise it, or set '
-          "rollout.long_prompts to 'truncate' or 'drop'"
-      )
-  answer_len = 1 + max(len(tokenizer.encode(ex.answer)) for ex in examples)
-  if answer_len > cfg.rollout.max_new_tokens:
-    raise errors.ConfigError(
-        f'rollout.max_new_tokens={cfg.rollout.max_new_tokens}: the task has '
-        f'answers of {answer_len} tokens (EOS included), which could never '
-        'be generated in full; raise it'
-    )
-
-
-_PEEK = 20_000
-
-
-def _peek(dataset) -> list[Example]:
-  """The first examples of a dataset (length checks, warm start)."""
-  return [dataset[i] for i in range(min(len(dataset), _PEEK))]
-
-
-def _policy(cfg: config_lib.Config, entry) -> snooze.PolicyConfig:
-  s = cfg.sampler
-  return snooze.PolicyConfig(
-      policy=s.policy,
-      snooze_factor=entry.snooze_factor or s.snooze_factor,
-      snooze_hard_factor=s.snooze_hard_factor,
-      easy_threshold=cfg.rollout.easy_threshold,
-      hard_threshold=cfg.rollout.hard_threshold,
-      group_size=cfg.rollout.group_size,
-      w_min=s.w_min,
-      prior_strength=s.prior_strength,
-      prior_mean=s.prior_mean,
-  )
-
-
-def _load_dataset(
-    cfg: config_lib.Config, entry, tokenizer: tokenizer_lib.Tokenizer
-):
-  """(mixture spec, training source, held-out examples) of one dataset.
-
-  `on_bad_record='skip'` leaves bad records out, and
-  rollout.long_prompts='drop' examples whose prompt does not fit the
-  context: either reads every record once here, logs what it left out and
-  counts it in the spec (the held-out set's removals are logged only).
-  Otherwise records are read when first used, and a bad one raises there.
-  """
-  if entry.kind == 'arithmetic':
-    problems = arithmetic.ArithmeticSpec(
-        min_digits=entry.min_digits, max_digits=entry.max_digits,
-        ops=entry.ops, carries=entry.carries, seed=entry.seed)
-    train, held = arithmetic.split_train_eval(
-        problems, entry.num_train, entry.num_eval, name=entry.name)
-    train = grain.MapDataset.source(train)
-  else:
-    fields = sources.RecordFields(
-        prompt=entry.prompt_field, answer=entry.answer_field,
-        id=entry.id_field, subset=entry.subset_field, template=entry.template)
-    if entry.kind == 'tfds':
-      def load(split):
-        return sources.make_dataset(
-            'tfds', name=entry.name, fields=fields, tfds_name=entry.tfds_name,
-            split=split, data_dir=entry.data_dir)
-      train = load(entry.split)
-      held = load(entry.eval_split) if entry.eval_split else None
-    else:
-      def load(path):
-        return sources.make_dataset(entry.kind, name=entry.name, path=path,
-                                    fields=fields)
-      train = load(entry.path)
-      held = load(entry.eval_path) if entry.eval_path else None
-
-  max_len = cfg.rollout.max_prompt_len
-
-  def too_long(example: Example) -> str | None:
-    n = 1 + len(tokenizer.encode(example.prompt))
-    if n <= max_len:
-      return None
-    return (f'{example.id}: prompt of {n} tokens (BOS included) > '
-            f'rollout.max_prompt_len={max_len}')
-
-  skip_bad = entry.on_bad_record == 'skip'
-  reject = too_long if cfg.rollout.long_prompts == 'drop' else None
-  skipped = dropped = 0
-  if skip_bad or reject:
-    train, report = screening.screen(
-        train, name=entry.name, skip_bad=skip_bad, reject=reject)
-    skipped, dropped = report.skipped, report.dropped
-    if not report.kept:
-      raise errors.UserError(
-          f'dataset {entry.name!r}: none of its {report.scanned} records is '
-          f'left ({skipped} bad records skipped, {dropped} prompts longer '
-          f'than rollout.max_prompt_len={max_len} dropped)')
-    if held is not None:
-      held, _ = screening.screen(
-          held, name=f'{entry.name} (held-out)', skip_bad=skip_bad,
-          reject=reject, limit=entry.num_eval)
-  held_out = ([held[i] for i in range(min(len(held), entry.num_eval))]
-              if held is not None else [])
-  spec = mixture.DatasetSpec(
-      name=entry.name, weight=entry.weight, policy=_policy(cfg, entry),
-      min_fraction=entry.min_fraction, skipped_records=skipped,
-      dropped_long=dropped)
-  return spec, train, held_out
 
 
 def _check_workdir(workdir: str) -> None:
@@ -213,17 +65,12 @@ def _save(ckpt, step, state, source, rollout, meta) -> None:
         f'same command to resume from step {ckpt.latest_step()}') from None
 
 
-def _mean_of(records: list[dict], key: str) -> float | None:
-  values = [r[key] for r in records if key in r]
-  return float(np.mean(values)) if values else None
-
-
 def run(
     config: ml_collections.ConfigDict | config_lib.Config,
     workdir: str,
     *,
     log: Log = _print,
-) -> RunSummary:
+) -> summary_lib.RunSummary:
   """Trains per `config`, resuming from `workdir` when it holds a checkpoint.
 
   Args:
@@ -245,11 +92,11 @@ def run(
 
   # Data and reward.
   tokenizer = tokenizer_lib.CharTokenizer()
-  datasets = [_load_dataset(cfg, entry, tokenizer)
+  datasets = [loading.load_dataset(cfg, entry, tokenizer)
               for entry in cfg.data.datasets]
   eval_examples = [ex for _, _, held_out in datasets for ex in held_out]
-  _check_lengths(cfg, tokenizer, [ex for _, train, held_out in datasets
-                                  for ex in _peek(train) + held_out])
+  loading.check_lengths(cfg, tokenizer, [ex for _, train, held_out in datasets
+                                  for ex in loading.peek(train) + held_out])
   verify_by_dataset = {}
   for i, entry in enumerate(cfg.data.datasets):
     try:
@@ -361,7 +208,7 @@ def run(
       ws = cfg.warmstart
       log(f'warm start: supervised steps until the sampled pass rate reaches '
           f'{ws.target_pass_rate:.2f} (at most {ws.max_steps} steps)')
-      warm_examples = [ex for _, train, _ in datasets for ex in _peek(train)]
+      warm_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]
       result = warmstart.warm_start(
           graphdef, params, tokenizer=tokenizer,
           train_examples=warm_examples, check_generator=generator,
@@ -451,68 +298,13 @@ def run(
   ckpt.close()
   writer.close()
 
-  records = metrics_lib.read_metrics(workdir)
-  train_records = [r for r in records if 'reward/mean' in r]
-  window_len = max(1, len(train_records) // 10)
-  evals = [r for r in records if 'eval/accuracy' in r]
-  ws_meta = meta.get('warmstart', {})
-  summary = RunSummary(
-      steps=step,
-      resumed_from=resumed_from,
-      stopped_by=stopped_by,
-      warmstart_steps=int(ws_meta.get('steps', 0)),
-      warmstart_pass_rate=ws_meta.get('pass_rate'),
-      eval_accuracy_start=evals[0]['eval/accuracy'] if evals else None,
-      eval_accuracy_end=evals[-1]['eval/accuracy'] if evals else None,
-      reward_first=_mean_of(train_records[:window_len], 'reward/mean'),
-      reward_last=_mean_of(train_records[-window_len:], 'reward/mean'),
+  summary = summary_lib.summarize(
+      metrics_lib.read_metrics(workdir), steps=step,
+      resumed_from=resumed_from, stopped_by=stopped_by,
+      warmstart=meta.get('warmstart', {}),
       cum_prompts_generated=rollout.cum_prompts_generated,
       cum_groups_used=rollout.cum_groups_used,
       seconds=time.perf_counter() - t_start,
-      datasets={
-          d.name: (
-              evals[0].get(f'eval/accuracy/{d.name}') if evals else None,
-              evals[-1].get(f'eval/accuracy/{d.name}') if evals else None,
-              _mean_of(train_records, f'data/batch_share/{d.name}'),
-              train_records[-1].get(f'data/snoozed/{d.name}')
-              if train_records else None,
-              train_records[-1].get(f'data/filtered/{d.name}')
-              if train_records else None,
-          )
-          for d in cfg.data.datasets
-      },
-  )
-  log(format_summary(summary, window_len))
+      dataset_names=[d.name for d in cfg.data.datasets])
+  log(summary_lib.format_summary(summary))
   return summary
-
-
-def format_summary(s: RunSummary, window: int) -> str:
-  """The end-of-run table."""
-  def fmt(x):
-    return '-' if x is None else f'{x:.3f}'
-  efficiency = (s.cum_groups_used / s.cum_prompts_generated
-                if s.cum_prompts_generated else None)
-  rows = [
-      ('steps', str(s.steps)
-       + (f' (resumed at {s.resumed_from})'
-          if s.resumed_from is not None else '')
-       + (f' (stopped by {s.stopped_by})' if s.stopped_by else '')),
-      ('warm start steps', str(s.warmstart_steps)),
-      ('held-out accuracy', f'{fmt(s.eval_accuracy_start)} -> '
-                            f'{fmt(s.eval_accuracy_end)}'),
-      (f'sampled reward (first/last {window} steps)',
-       f'{fmt(s.reward_first)} -> {fmt(s.reward_last)}'),
-      ('prompts generated', str(s.cum_prompts_generated)),
-      ('groups used', str(s.cum_groups_used)),
-      ('efficiency (used / generated)', fmt(efficiency)),
-      ('wall time', f'{s.seconds:.1f}s'),
-  ]
-  if len(s.datasets) > 1 or any(
-      (v[3] or 0) + (v[4] or 0) for v in s.datasets.values()):
-    for name, (start, end, share, snoozed, filtered) in s.datasets.items():
-      rows.append((
-          f'{name}: accuracy, batch share',
-          f'{fmt(start)} -> {fmt(end)}, {fmt(share)}'))
-      rows.append((f'{name}: snoozed / filtered at the end',
-                   f'{int(snoozed or 0)} / {int(filtered or 0)}'))
-  return metrics_lib.format_table(rows, 'run summary')

@@ -1,6 +1,5 @@
 """End-to-end runs of the training loop and the command line (tiny sizes)."""
 
-import json
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import train
+from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
@@ -146,8 +146,8 @@ class BadInputTest(absltest.TestCase):
 
   def _load(self, c):
     cfg = config_lib.from_config_dict(c)
-    return train._load_dataset(cfg, cfg.data.datasets[0],
-                               tokenizer_lib.CharTokenizer())
+    return loading.load_dataset(cfg, cfg.data.datasets[0],
+                                tokenizer_lib.CharTokenizer())
 
   def test_skip_and_drop_leave_out_count_and_report(self):
     record = '{{"id": "{}", "prompt": "{}", "answer": "1"}}'.format
@@ -206,8 +206,8 @@ class BadInputTest(absltest.TestCase):
     c.rollout.long_prompts = 'truncate'
     spec, ds, _ = self._load(c)
     self.assertEqual((len(ds), spec.dropped_long), (1, 0))
-    train._check_lengths(config_lib.from_config_dict(c),
-                         tokenizer_lib.CharTokenizer(), [ds[0]])
+    loading.check_lengths(config_lib.from_config_dict(c),
+                          tokenizer_lib.CharTokenizer(), [ds[0]])
 
 
 if __name__ == '__main__':

@@ -1,0 +1,111 @@
+"""The end-of-run summary: computed from metrics.jsonl, printed as a table."""
+
+from collections.abc import Sequence
+import dataclasses
+
+import numpy as np
+
+from jaxgrpo import metrics as metrics_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+  """What a finished run reports (also printed as a table)."""
+
+  steps: int
+  resumed_from: int | None
+  stopped_by: str | None
+  warmstart_steps: int
+  warmstart_pass_rate: float | None
+  eval_accuracy_start: float | None
+  eval_accuracy_end: float | None
+  reward_first: float | None
+  reward_last: float | None
+  cum_prompts_generated: int
+  cum_groups_used: int
+  seconds: float
+  # name -> (held-out accuracy start, end, mean batch share, snoozed at the
+  # end, filtered at the end)
+  datasets: dict[str, tuple] = dataclasses.field(default_factory=dict)
+  window: int = 1  # steps averaged for reward_first / reward_last
+
+
+def _mean_of(records: list[dict], key: str) -> float | None:
+  values = [r[key] for r in records if key in r]
+  return float(np.mean(values)) if values else None
+
+
+def summarize(
+    records: list[dict],
+    *,
+    steps: int,
+    resumed_from: int | None,
+    stopped_by: str | None,
+    warmstart: dict,
+    cum_prompts_generated: int,
+    cum_groups_used: int,
+    seconds: float,
+    dataset_names: Sequence[str],
+) -> RunSummary:
+  """Summarizes a run from its metrics records (first and last tenth)."""
+  train_records = [r for r in records if 'reward/mean' in r]
+  window = max(1, len(train_records) // 10)
+  evals = [r for r in records if 'eval/accuracy' in r]
+  last = train_records[-1] if train_records else {}
+  return RunSummary(
+      steps=steps,
+      resumed_from=resumed_from,
+      stopped_by=stopped_by,
+      warmstart_steps=int(warmstart.get('steps', 0)),
+      warmstart_pass_rate=warmstart.get('pass_rate'),
+      eval_accuracy_start=evals[0]['eval/accuracy'] if evals else None,
+      eval_accuracy_end=evals[-1]['eval/accuracy'] if evals else None,
+      reward_first=_mean_of(train_records[:window], 'reward/mean'),
+      reward_last=_mean_of(train_records[-window:], 'reward/mean'),
+      cum_prompts_generated=cum_prompts_generated,
+      cum_groups_used=cum_groups_used,
+      seconds=seconds,
+      datasets={
+          name: (
+              evals[0].get(f'eval/accuracy/{name}') if evals else None,
+              evals[-1].get(f'eval/accuracy/{name}') if evals else None,
+              _mean_of(train_records, f'data/batch_share/{name}'),
+              last.get(f'data/snoozed/{name}'),
+              last.get(f'data/filtered/{name}'),
+          )
+          for name in dataset_names
+      },
+      window=window,
+  )
+
+
+def format_summary(s: RunSummary) -> str:
+  """The end-of-run table."""
+  def fmt(x):
+    return '-' if x is None else f'{x:.3f}'
+  efficiency = (s.cum_groups_used / s.cum_prompts_generated
+                if s.cum_prompts_generated else None)
+  rows = [
+      ('steps', str(s.steps)
+       + (f' (resumed at {s.resumed_from})'
+          if s.resumed_from is not None else '')
+       + (f' (stopped by {s.stopped_by})' if s.stopped_by else '')),
+      ('warm start steps', str(s.warmstart_steps)),
+      ('held-out accuracy', f'{fmt(s.eval_accuracy_start)} -> '
+                            f'{fmt(s.eval_accuracy_end)}'),
+      (f'sampled reward (first/last {s.window} steps)',
+       f'{fmt(s.reward_first)} -> {fmt(s.reward_last)}'),
+      ('prompts generated', str(s.cum_prompts_generated)),
+      ('groups used', str(s.cum_groups_used)),
+      ('efficiency (used / generated)', fmt(efficiency)),
+      ('wall time', f'{s.seconds:.1f}s'),
+  ]
+  if len(s.datasets) > 1 or any(
+      (v[3] or 0) + (v[4] or 0) for v in s.datasets.values()):
+    for name, (start, end, share, snoozed, filtered) in s.datasets.items():
+      rows.append((
+          f'{name}: accuracy, batch share',
+          f'{fmt(start)} -> {fmt(end)}, {fmt(share)}'))
+      rows.append((f'{name}: snoozed / filtered at the end',
+                   f'{int(snoozed or 0)} / {int(filtered or 0)}'))
+  return metrics_lib.format_table(rows, 'run summary')
