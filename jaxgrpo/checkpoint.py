@@ -57,6 +57,14 @@ class Checkpointer:
   def should_save(self, step: int) -> bool:
     return self.every > 0 and step % self.every == 0
 
+  def _write_failed(self, e: Exception) -> errors.TrainingError:
+    latest = self.manager.latest_step()
+    resume = ('resume from the last complete checkpoint (step '
+              f'{latest})' if latest is not None else 'start again')
+    return errors.TrainingError(
+        f'a checkpoint save to {self.directory} failed ({_reason(e)}); free '
+        f'space or fix permissions, then run the same command to {resume}')
+
   def save(
       self,
       step: int,
@@ -64,16 +72,26 @@ class Checkpointer:
       data: Mapping[str, Any],
       meta: Mapping[str, Any],
   ) -> None:
-    """Starts an asynchronous save of step `step` (waits for the previous)."""
-    self.manager.save(
-        step,
-        args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
-            data=ocp.args.StandardSave(_to_arrays(data)),
-            meta=ocp.args.JsonSave(dict(meta)),
-        ),
-        force=True,
-    )
+    """Starts an asynchronous save of step `step` (waits for the previous).
+
+    Raises:
+      TrainingError: this or the previous save could not be written (disk
+        full, permissions); the last complete checkpoint is untouched.
+    """
+    try:
+      self.manager.save(
+          step,
+          args=ocp.args.Composite(
+              state=ocp.args.StandardSave(state),
+              data=ocp.args.StandardSave(_to_arrays(data)),
+              meta=ocp.args.JsonSave(dict(meta)),
+          ),
+          force=True,
+      )
+    except Exception as e:  # pylint: disable=broad-except
+      if _is_write_failure(e):
+        raise self._write_failed(e) from None
+      raise
 
   def read_meta(self, step: int) -> dict[str, Any]:
     """The JSON item of step `step` alone (cheap; checks before a restore)."""
@@ -96,11 +114,37 @@ class Checkpointer:
                     meta=dict(out.meta))
 
   def wait(self) -> None:
-    self.manager.wait_until_finished()
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      if _is_write_failure(e):
+        raise self._write_failed(e) from None
+      raise
 
   def close(self) -> None:
-    self.manager.wait_until_finished()
+    self.wait()
     self.manager.close()
+
+
+def _is_write_failure(e: Exception) -> bool:
+  """Whether an error from a save means the files could not be written."""
+  if isinstance(e, OSError):
+    return True
+  text = str(e)
+  # tensorstore reports write errors as ValueError with the OS reason.
+  return any(s in text for s in ('RESOURCE_EXHAUSTED', 'No space left',
+                                 'Permission denied', 'Read-only file system'))
+
+
+def _reason(e: Exception) -> str:
+  if isinstance(e, OSError) and e.strerror:
+    return e.strerror
+  text = str(e)
+  for reason in ('No space left on device', 'Permission denied',
+                 'Read-only file system'):
+    if reason in text:
+      return reason
+  return text.splitlines()[0][:200]
 
 
 def load_state_arrays(directory: str, step: int | None = None) -> dict:

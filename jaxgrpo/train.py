@@ -53,16 +53,8 @@ def _check_workdir(workdir: str) -> None:
 
 
 def _save(ckpt, step, state, source, rollout, meta) -> None:
-  """Starts a checkpoint save; a full disk or lost permission ends the run
-  with a message (the previous checkpoint is complete and stays)."""
-  try:
-    ckpt.save(step, state, {'source': source.get_state(),
-                            'rollout': rollout.get_state()}, meta)
-  except OSError as e:
-    raise errors.TrainingError(
-        f'could not write the checkpoint of step {step} to {ckpt.directory} '
-        f'({e.strerror or e}); free space or fix permissions, then run the '
-        f'same command to resume from step {ckpt.latest_step()}') from None
+  ckpt.save(step, state, {'source': source.get_state(),
+                          'rollout': rollout.get_state()}, meta)
 
 
 def run(

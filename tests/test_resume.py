@@ -53,6 +53,28 @@ class ResumeChecksTest(absltest.TestCase):
       train.run(_config(), os.path.join(blocker, 'run'), log=lambda _: None)
 
 
+class FullDiskTest(absltest.TestCase):
+
+  def test_full_disk_ends_with_a_message(self):
+    mount_point = self.create_tempdir().full_path
+    # A 1 MiB filesystem: the workdir check and metrics fit, a checkpoint
+    # does not. Mounting needs root; elsewhere the test cannot run.
+    mounted = subprocess.run(
+        ['mount', '-t', 'tmpfs', '-o', 'size=1M', 'tmpfs', mount_point],
+        capture_output=True, text=True)
+    if mounted.returncode != 0:
+      self.skipTest('cannot mount a small tmpfs to fill (needs root): '
+                    + mounted.stderr.strip())
+    try:
+      with self.assertRaisesRegex(
+          errors.TrainingError,
+          'checkpoint save to .* failed \\(No space left on device\\)'):
+        train.run(_config(total_steps=2), os.path.join(mount_point, 'run'),
+                  log=lambda _: None)
+    finally:
+      subprocess.run(['umount', mount_point], check=False)
+
+
 class _PoisonedRollout(rollout_lib.Rollout):
   """Batches whose advantages are NaN: every update is non-finite."""
 
