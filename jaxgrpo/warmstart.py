@@ -60,9 +60,8 @@ def make_sft_batch(
   loss_mask = np.zeros((len(examples), length), bool)
   for b, ex in enumerate(examples):
     prompt = [tokenizer.bos_id] + tokenizer.encode(ex.prompt)
-    if truncate_prompts_to and len(prompt) > truncate_prompts_to:
-      prompt = ([tokenizer.bos_id]
-                + prompt[len(prompt) - truncate_prompts_to + 1:])
+    if truncate_prompts_to:
+      prompt = tokenizer_lib.left_truncate(prompt, truncate_prompts_to)
     seq = prompt + tokenizer.encode(ex.answer) + [tokenizer.eos_id]
     if len(seq) - 1 > length:
       raise ValueError(

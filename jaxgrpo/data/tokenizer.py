@@ -66,6 +66,14 @@ class CharTokenizer:
     return ''.join(out)
 
 
+def left_truncate(ids: list[int], max_len: int) -> list[int]:
+  """BOS-first `ids` cut to `max_len`: BOS and the last max_len - 1 tokens
+  (the question usually ends a prompt). Shorter ids are returned as is."""
+  if len(ids) <= max_len:
+    return ids
+  return ids[:1] + ids[len(ids) - max_len + 1:]
+
+
 def encode_prompts(
     tokenizer: Tokenizer,
     prompts: Sequence[str],
@@ -105,7 +113,7 @@ def encode_prompts(
             f'rollout.max_prompt_len={max_len}; raise it, or set '
             "rollout.long_prompts to 'truncate' or 'drop'"
         )
-      ids = [tokenizer.bos_id] + ids[len(ids) - max_len + 1:]
+      ids = left_truncate(ids, max_len)
       truncated[r] = True
     tokens[r, max_len - len(ids):] = ids
     mask[r, max_len - len(ids):] = True
