@@ -87,8 +87,10 @@ def run(
   datasets = [loading.load_dataset(cfg, entry, tokenizer)
               for entry in cfg.data.datasets]
   eval_examples = [ex for _, _, held_out in datasets for ex in held_out]
-  loading.check_lengths(cfg, tokenizer, [ex for _, train, held_out in datasets
-                                  for ex in loading.peek(train) + held_out])
+  # The first examples of each training set: checked here, and what the
+  # warm start trains on (read once: records may come from large files).
+  head_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]
+  loading.check_lengths(cfg, tokenizer, head_examples + eval_examples)
   verify_by_dataset = {}
   for i, entry in enumerate(cfg.data.datasets):
     try:
@@ -200,10 +202,9 @@ def run(
       ws = cfg.warmstart
       log(f'warm start: supervised steps until the sampled pass rate reaches '
           f'{ws.target_pass_rate:.2f} (at most {ws.max_steps} steps)')
-      warm_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]
       result = warmstart.warm_start(
           graphdef, params, tokenizer=tokenizer,
-          train_examples=warm_examples, check_generator=generator,
+          train_examples=head_examples, check_generator=generator,
           verify=verify, rng=warm_rng, max_steps=ws.max_steps,
           batch_size=ws.batch_size, learning_rate=ws.learning_rate,
           target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,
