@@ -113,6 +113,12 @@ class Checkpointer:
     return Restored(step=step, state=out.state, data=dict(out.data),
                     meta=dict(out.meta))
 
+  def restore_data(self, step: int) -> dict[str, Any]:
+    """The data item of step `step` alone (sampler, rollout, example ids)."""
+    out = self.manager.restore(
+        step, args=ocp.args.Composite(data=ocp.args.StandardRestore()))
+    return dict(out.data)
+
   def wait(self) -> None:
     try:
       self.manager.wait_until_finished()
@@ -167,7 +173,8 @@ def check_resumable(
     directory: str,
     model: Mapping[str, Any],
     datasets: Mapping[str, Mapping[str, Any]],
-) -> None:
+    remap: bool = False,
+) -> list[str]:
   """Fails with a clear message when a checkpoint does not fit this run.
 
   Args:
@@ -176,6 +183,12 @@ def check_resumable(
     directory: where it is (for the message).
     model: this run's model config as a dict.
     datasets: this run's datasets: name -> {'size', 'fingerprint'}.
+    remap: datasets may differ (checkpoint.on_dataset_change='remap'): their
+      sampler state is then matched by example id instead of failing.
+
+  Returns:
+    The names of this run's datasets that differ from the checkpoint's
+    (added ones included); empty unless `remap`.
 
   Raises:
     ResumeError: naming the model fields or the dataset that differ.
@@ -192,18 +205,28 @@ def check_resumable(
         'or the config it was trained with')
   saved = meta.get('datasets')
   if saved is None:
-    return
-  if set(saved) != set(datasets):
+    return []
+  hint = ("; or set checkpoint.on_dataset_change='remap' to keep each "
+          "example's sampler state by its stable id")
+  if set(saved) != set(datasets) and not remap:
     raise errors.ResumeError(
         f'the {where} has datasets {sorted(saved)}, this run configures '
-        f'{sorted(datasets)}; use a new --workdir to train another mixture')
+        f'{sorted(datasets)}; use a new --workdir to train another mixture'
+        + hint)
+  changed = []
   for name, now in datasets.items():
-    then = saved[name]
+    then = saved.get(name)
+    if then is None:
+      changed.append(name)
+      continue
     if then['size'] != now['size']:
+      what = f'{then["size"]} examples then, {now["size"]} now'
+    elif then['fingerprint'] != now['fingerprint']:
+      what = 'same size, other records (fingerprint differs)'
+    else:
+      continue
+    if not remap:
       raise errors.ResumeError(
-          f'dataset {name!r} changed since the {where}: {then["size"]} '
-          f'examples then, {now["size"]} now')
-    if then['fingerprint'] != now['fingerprint']:
-      raise errors.ResumeError(
-          f'dataset {name!r} changed since the {where}: same size, other '
-          'records (fingerprint differs)')
+          f'dataset {name!r} changed since the {where}: {what}' + hint)
+    changed.append(name)
+  return changed

@@ -18,7 +18,7 @@ Balance modes:
 mode, against starvation.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import dataclasses
 import logging
 import math
@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from jaxgrpo.data import snooze
-from jaxgrpo.typing import Example
+from jaxgrpo.example import Example
 
 BALANCES = ('pre_filter', 'post_filter')
 
@@ -317,10 +317,37 @@ class MixtureSampler:
         'tables': {name: t.get_state() for name, t in zip(self.names, self.tables)},
     }
 
-  def set_state(self, state: dict) -> None:
-    missing = sorted(set(self.names) - set(state['tables']))
+  def set_state(
+      self,
+      state: dict,
+      *,
+      remap: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
+  ) -> dict[str, dict[str, int]]:
+    """Restores `get_state`; datasets in `remap` are matched by example id.
+
+    Args:
+      state: a `get_state` dict.
+      remap: dataset name -> (saved id hashes, current id hashes) for the
+        datasets that changed since the state was saved; a name absent
+        from the saved state starts fresh.
+
+    Returns:
+      For each remapped dataset, the counts of `set_state_remapped` (a
+      dataset new to the state: everything 'new').
+    """
+    remap = dict(remap or {})
+    missing = sorted(set(self.names) - set(state['tables']) - set(remap))
     if missing:
       raise ValueError(f'sampler state has no dataset {missing[0]!r}')
+    report = {}
     for name, table in zip(self.names, self.tables):
-      table.set_state(state['tables'][name])
+      if name not in remap:
+        table.set_state(state['tables'][name])
+      elif name in state['tables']:
+        saved_ids, ids = remap[name]
+        report[name] = table.set_state_remapped(
+            state['tables'][name], saved_ids, ids)
+      else:
+        report[name] = {'kept': 0, 'new': table.size, 'removed': 0}
     self.start_step(int(state['step']))
+    return report

@@ -38,7 +38,9 @@ successes and trials uint16 (halved together before trials would overflow,
 which keeps the pass rate) and last_step int32.
 """
 
+from collections.abc import Iterable
 import dataclasses
+import hashlib
 
 import numpy as np
 
@@ -58,6 +60,16 @@ _MAX_CHUNK = 1 << 16
 _BLOCK = 1 << 15
 _STATE_KEYS = frozenset(_PER_EXAMPLE + _SKIPS + (
     'size', 'seed', 'epoch', 'position', 'total_successes', 'total_trials'))
+
+
+def id_hashes(ids: Iterable[str]) -> np.ndarray:
+  """64-bit hashes of example ids, for matching examples across versions.
+
+  Stable across processes and Python versions (BLAKE2b), unlike hash().
+  """
+  return np.array(
+      [int.from_bytes(hashlib.blake2b(i.encode(), digest_size=8).digest(),
+                      'little') for i in ids], np.uint64)
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
@@ -468,3 +480,55 @@ class SnoozeTable:
     self._total_successes = float(state['total_successes'])
     self._total_trials = int(state['total_trials'])
     self._keys = None
+
+  def set_state_remapped(
+      self, state: dict, saved_ids: np.ndarray, ids: np.ndarray
+  ) -> dict[str, int]:
+    """Restores a state saved for another version of the dataset, by id.
+
+    Each example whose id hash (see `sources.id_hashes`) was in the saved
+    dataset gets that example's saved state; new examples start fresh. The
+    walk starts the next epoch at its beginning (the old order does not fit
+    the new size), so snoozes count the cut-short epoch as one slept.
+
+    Args:
+      state: a `get_state` dict of the old dataset.
+      saved_ids: [old size] uint64 id hashes of the old dataset, by index.
+      ids: [size] uint64 id hashes of this dataset, by index.
+
+    Returns:
+      Counts: 'kept' (examples found in the saved state), 'new' (not found)
+      and 'removed' (saved examples no longer present).
+    """
+    missing = sorted(_STATE_KEYS - set(state))
+    if missing:
+      raise ValueError(f'snooze table state lacks {missing}')
+    saved_ids = np.asarray(saved_ids, np.uint64)
+    ids = np.asarray(ids, np.uint64)
+    if saved_ids.shape != (int(state['size']),):
+      raise ValueError(f'{saved_ids.shape[0]} saved ids for a state of '
+                       f'{int(state["size"])} examples')
+    if ids.shape != (self.size,):
+      raise ValueError(f'{ids.shape[0]} ids for {self.size} examples')
+    order = np.argsort(saved_ids, kind='stable')
+    sorted_ids = saved_ids[order]
+    at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    found = sorted_ids[at] == ids
+    old = order[at[found]]
+    fresh = SnoozeTable(self.size, self.cfg, seed=self.seed)
+    for a in _PER_EXAMPLE:
+      value = getattr(fresh, a)
+      value[found] = np.asarray(state[a])[old].astype(value.dtype)
+      setattr(self, a, value)
+    self._skipped = {k: int(state[k]) for k in _SKIPS}
+    self.seed = int(state['seed'])
+    self.epoch = int(state['epoch']) + 1
+    self.position = 0
+    self._total_successes = float(state['total_successes'])
+    self._total_trials = int(state['total_trials'])
+    self._keys = None
+    kept = int(found.sum())
+    still = np.isin(saved_ids, ids)
+    return {'kept': kept, 'new': self.size - kept,
+            'removed': int((~still).sum())}
+

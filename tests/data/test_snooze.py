@@ -395,6 +395,45 @@ class SnoozeTableTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'wake_epoch'):
       _table('none', 7).set_state(state)
 
+  def test_remap_by_id_keeps_each_examples_state(self):
+    old_ids = [f'q{i}' for i in range(50)]
+    table = _table('snooze', 50, snooze_factor=3)
+    sim = _Sim(table, _pass_rates(50, 3), seed=3)
+    for step in range(12):
+      sim.round(16, step)
+    state = table.get_state()
+    # The new version: shuffled, 10 records removed, 7 added.
+    rng = np.random.default_rng(0)
+    new_ids = [old_ids[i] for i in rng.permutation(50)[:40]]
+    new_ids += [f'new{i}' for i in range(7)]
+    rng.shuffle(new_ids)
+    remapped = _table('snooze', 47, snooze_factor=3, seed=99)
+    counts = remapped.set_state_remapped(
+        state, snooze.id_hashes(old_ids), snooze.id_hashes(new_ids))
+    self.assertEqual(counts, {'kept': 40, 'new': 7, 'removed': 10})
+    for j, example_id in enumerate(new_ids):
+      if example_id.startswith('new'):
+        self.assertEqual(remapped.status[j], ACTIVE)
+        self.assertEqual(remapped.trials[j], 0)
+        self.assertEqual(remapped.last_step[j], -1)
+        continue
+      i = old_ids.index(example_id)
+      for key in ('status', 'wake_epoch', 'successes', 'trials', 'last_step'):
+        self.assertEqual(getattr(remapped, key)[j], state[key][i],
+                         (example_id, key))
+    self.assertEqual(remapped.epoch, int(state['epoch']) + 1)
+    self.assertEqual(remapped.position, 0)
+    self.assertEqual(remapped.seed, int(state['seed']))
+    self.assertNotEmpty(remapped.draw(8, 12))  # the walk goes on
+
+  def test_id_hashes_are_stable(self):
+    # A fixed value: a resume in another process or Python version must get
+    # the same hash (BLAKE2b-64 of the UTF-8 id, little-endian).
+    self.assertEqual(int(snooze.id_hashes(['a'])[0]),
+                     int.from_bytes(bytes.fromhex('40f89e395b66422f'), 'little'))
+    self.assertEqual(snooze.id_hashes(['a', 'b', 'a']).dtype, np.uint64)
+    self.assertLen(set(snooze.id_hashes(f'q{i}' for i in range(1000))), 1000)
+
   def test_bytes_per_example(self):
     table = _table('weighted', 1000)
     self.assertLessEqual(table.bytes_per_example, 16)
