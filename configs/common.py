@@ -69,6 +69,9 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = 'demo'
+  # 'char': the arithmetic task's alphabet (56 ids); 'byte': UTF-8 bytes,
+  # for datasets with any text (GSM8K, SQuAD) on models trained from scratch.
+  c.model.tokenizer = 'char'
   c.model.dtype = 'float32'
   c.model.param_dtype = 'float32'
 
@@ -146,4 +149,16 @@ def base_config() -> ml_collections.ConfigDict:
   c.checkpoint.every = 100
   c.checkpoint.every_minutes = 0.0  # > 0: also save when this much time passed
   c.checkpoint.max_to_keep = 2
+  # Resuming when a dataset's size or content changed: 'error' stops with a
+  # message naming it; 'remap' keeps each example's sampler state by its
+  # stable id (new examples start fresh, removed ones are forgotten).
+  c.checkpoint.on_dataset_change = 'error'
+
+  c.verify = ml_collections.ConfigDict()
+  # Verifier worker processes (0: score in the trainer's process) and the
+  # per-call limit; a call past it scores 0 and counts in verify/timeouts.
+  c.verify.workers = 2
+  c.verify.timeout_s = 10.0
+  # Modules imported first (and in every worker) to register verifiers.
+  c.verify.imports = ()
   return c

@@ -1,9 +1,3 @@
 """jaxgrpo: GRPO for language models with verifiable rewards, in JAX."""
 
-from flax import nnx as _nnx
-
-# Params carry logical axis names from creation; they are bound to a mesh only
-# when `jaxgrpo.sharding` places them, so creating a model needs no mesh.
-_nnx.use_eager_sharding(False)
-
 __version__ = "0.1.0"

@@ -20,10 +20,13 @@ POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
 SCHEDULES = ('constant', 'cosine')
 SURPLUS = ('drop', 'carry')
 DTYPES = ('float32', 'bfloat16')
+TOKENIZERS = ('char', 'byte')
 BALANCES = ('pre_filter', 'post_filter')
-DATASET_KINDS = ('arithmetic', 'jsonl', 'array_record', 'tfds')
+DATASET_KINDS = ('arithmetic', 'jsonl', 'array_record', 'tfds', 'gsm8k',
+                 'squad2')
 ON_BAD_RECORD = ('error', 'skip')
 LONG_PROMPTS = ('error', 'truncate', 'drop')
+ON_DATASET_CHANGE = ('error', 'remap')
 
 
 class _Section:
@@ -52,10 +55,12 @@ class _Section:
 class ModelSection(_Section):
   SECTION: ClassVar[str] = 'model'
   preset: str
+  tokenizer: str
   dtype: str
   param_dtype: str
 
   def __post_init__(self):
+    self._one_of('tokenizer', TOKENIZERS)
     self._one_of('dtype', DTYPES)
     self._one_of('param_dtype', DTYPES)
 
@@ -81,18 +86,50 @@ class DatasetSection(_Section):
   carries: str = 'any'
   num_train: int = 20_000
   seed: int = 0
-  # kind='jsonl' / 'array_record' (path) and 'tfds' (tfds_name)
+  # kind='jsonl' / 'array_record' / 'gsm8k' / 'squad2' (path) and 'tfds'
+  # (tfds_name). 'gsm8k' is GSM8K's JSONL file and 'squad2' a SQuAD 2.0
+  # JSON file, as shipped.
   path: str | None = None
   eval_path: str | None = None
   tfds_name: str | None = None
   split: str = 'train'
   eval_split: str | None = None
   data_dir: str | None = None
+  # Held-out records taken from the training file, spread evenly over it,
+  # when there is no eval_path / eval_split; training uses the others.
+  holdout: int = 0
+  # The record schema (one of FORMATS): None is the kind's own ('gsm8k',
+  # 'squad2'), for 'tfds' that of a jaxgrpo_gsm8k / jaxgrpo_squad2 builder,
+  # else 'fields': the *_field keys below name the record's fields.
+  format: str | None = None
   prompt_field: str = 'prompt'
   answer_field: str = 'answer'
   id_field: str | None = None
   subset_field: str | None = None
-  template: str = '{prompt}'
+  # The prompt's str.format template over the record's fields; None is the
+  # format's default ('{prompt}' for 'fields').
+  template: str | None = None
+
+  FORMATS: ClassVar[tuple[str, ...]] = ('fields', 'gsm8k', 'squad2')
+  _FIELD_KEYS: ClassVar[dict[str, Any]] = {
+      'prompt_field': 'prompt', 'answer_field': 'answer', 'id_field': None,
+      'subset_field': None}
+
+  def _check_format(self) -> None:
+    self._check(self.format is None or self.format in self.FORMATS, 'format',
+                f'must be one of {self.FORMATS} or None (the kind\'s own)')
+    if self.kind in ('gsm8k', 'squad2'):
+      self._check(self.format in (None, self.kind), 'format',
+                  f'must be None or {self.kind!r} for kind={self.kind!r}')
+    if self.format in ('gsm8k', 'squad2') or self.kind in ('gsm8k', 'squad2'):
+      for key, default in self._FIELD_KEYS.items():
+        self._check(getattr(self, key) == default, key,
+                    "applies to format='fields' only")
+    self._non_negative('holdout')
+    if self.holdout:
+      self._check(not self.eval_path and not self.eval_split, 'holdout',
+                  'needs no eval_path or eval_split (they are the held-out '
+                  'set)')
 
   def __post_init__(self):
     self._one_of('kind', DATASET_KINDS)
@@ -113,10 +150,17 @@ class DatasetSection(_Section):
                   "must be a non-empty string of '+', '-', '*'")
       self._one_of('carries', ('any', 'none', 'required'))
       self._positive('num_train')
-    elif self.kind == 'tfds':
+      for key in ('format', 'template'):
+        self._check(getattr(self, key) is None, key,
+                    "does not apply to kind='arithmetic'")
+      self._check(self.holdout == 0, 'holdout',
+                  "does not apply to kind='arithmetic' (it has num_eval)")
+      return
+    if self.kind == 'tfds':
       self._check(bool(self.tfds_name), 'tfds_name', "is required for kind='tfds'")
     else:
       self._check(bool(self.path), 'path', f"is required for kind={self.kind!r}")
+    self._check_format()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -266,10 +310,28 @@ class CheckpointSection(_Section):
   every: int
   every_minutes: float
   max_to_keep: int
+  on_dataset_change: str
 
   def __post_init__(self):
     self._non_negative('every', 'every_minutes')
     self._positive('max_to_keep')
+    self._one_of('on_dataset_change', ON_DATASET_CHANGE)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerifySection(_Section):
+  SECTION: ClassVar[str] = 'verify'
+  workers: int
+  timeout_s: float
+  imports: tuple[str, ...]
+
+  def __post_init__(self):
+    self._non_negative('workers', 'timeout_s')
+    self._check(
+        isinstance(self.imports, (list, tuple))
+        and all(isinstance(m, str) and m for m in self.imports),
+        'imports', 'must be a list of module names')
+    object.__setattr__(self, 'imports', tuple(self.imports))
 
 
 _SECTIONS: dict[str, type[_Section]] = {
@@ -282,6 +344,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     'warmstart': WarmStartSection,
     'eval': EvalSection,
     'checkpoint': CheckpointSection,
+    'verify': VerifySection,
 }
 
 
@@ -301,6 +364,7 @@ class Config(_Section):
   warmstart: WarmStartSection
   eval: EvalSection
   checkpoint: CheckpointSection
+  verify: VerifySection
 
   def __post_init__(self):
     self._check(self.total_steps >= 0, 'total_steps', 'must be >= 0')

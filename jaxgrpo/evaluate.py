@@ -1,15 +1,16 @@
 """Held-out accuracy: mean@k of sampled completions, overall and per subset."""
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
 
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
 from jaxgrpo.generate.sampler import Generator
-from jaxgrpo.typing import Example, PyTree
-from jaxgrpo.verifiers import base as verifiers_base
+from jaxgrpo.typing import PyTree
+from jaxgrpo.verifiers import pool as verifier_pool
 
 
 def sample_rewards(
@@ -17,7 +18,7 @@ def sample_rewards(
     params: PyTree,
     tokenizer: tokenizer_lib.Tokenizer,
     examples: Sequence[Example],
-    verify: Callable[[str, Example], float],
+    scorer: verifier_pool.Scorer,
     rng: jax.Array,
     *,
     max_prompt_len: int,
@@ -45,9 +46,7 @@ def sample_rewards(
         generator.generate(params, tokens, mask, jax.random.fold_in(rng, start))
     )
     texts = [tokenizer.decode(row) for row in completions.tokens[:n * k]]
-    rewards, _ = verifiers_base.score_batch(
-        verify, texts, [ex for ex in chunk[:n] for _ in range(k)]
-    )
+    rewards, _ = scorer.score(texts, [ex for ex in chunk[:n] for _ in range(k)])
     out[start:start + n] = rewards.reshape(n, k)
   return out
 

@@ -1,7 +1,9 @@
 """The training loop: build, warm start, rollout, step, evaluate, checkpoint."""
 
 from collections.abc import Callable
+import contextlib
 import dataclasses
+import importlib
 import os
 import time
 
@@ -22,6 +24,7 @@ from jaxgrpo import verifiers
 from jaxgrpo import warmstart
 from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
+from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.generate import sampling as sampling_lib
@@ -29,7 +32,7 @@ from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import rollout as rollout_lib
-from jaxgrpo.typing import Example
+from jaxgrpo.verifiers import pool as verifier_pool
 
 Log = Callable[[str], None]
 
@@ -52,9 +55,11 @@ def _check_workdir(workdir: str) -> None:
     ) from None
 
 
-def _save(ckpt, step, state, source, rollout, meta) -> None:
-  ckpt.save(step, state, {'source': source.get_state(),
-                          'rollout': rollout.get_state()}, meta)
+def _save(ckpt, step, state, source, rollout, meta, ids=None) -> None:
+  data = {'source': source.get_state(), 'rollout': rollout.get_state()}
+  if ids:
+    data['ids'] = ids
+  ckpt.save(step, state, data, meta)
 
 
 def run(
@@ -78,12 +83,61 @@ def run(
       if isinstance(config, config_lib.Config)
       else config_lib.from_config_dict(config)
   )
+  # Closes what the run starts (verifier worker processes) however it ends.
+  with contextlib.ExitStack() as resources:
+    return _run(cfg, workdir, log, resources)
+
+
+def _build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
+  """Each dataset's verifier, scored per cfg.verify; errors name the key."""
+  for i, module in enumerate(cfg.verify.imports):
+    try:
+      importlib.import_module(module)
+    except ImportError as e:
+      raise errors.ConfigError(
+          f'verify.imports[{i}]={module!r}: cannot import it ({e})') from None
+  built, names = {}, {}
+  for i, entry in enumerate(cfg.data.datasets):
+    key = f'data.datasets[{i}].verifier'
+    try:
+      built[entry.name] = verifiers.from_config(entry.verifier, key)
+    except ValueError as e:
+      raise errors.ConfigError(str(e)) from None
+    names[entry.name] = _verifier_name(entry.verifier)
+  try:
+    return verifier_pool.Scorer(
+        built, workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s,
+        imports=cfg.verify.imports, names=names)
+  except ValueError as e:
+    raise errors.ConfigError(f'verify.workers={cfg.verify.workers}: {e}') from None
+
+
+def _verifier_name(value) -> str:
+  """A short name of a verifier config value, for log lines."""
+  if isinstance(value, str):
+    return value
+  if isinstance(value, dict):
+    if 'parts' in value:
+      return '+'.join(_verifier_name(p) for p in value['parts'])
+    return str(value.get('name', '?'))
+  if isinstance(value, (list, tuple)):
+    return '+'.join(_verifier_name(p) for p in value)
+  return str(value)
+
+
+def _run(
+    cfg: config_lib.Config,
+    workdir: str,
+    log: Log,
+    resources: contextlib.ExitStack,
+) -> summary_lib.RunSummary:
+  """The body of `run`; `resources` closes what it opens."""
   t_start = time.perf_counter()
   workdir = os.path.abspath(workdir)
   _check_workdir(workdir)
 
   # Data and reward.
-  tokenizer = tokenizer_lib.CharTokenizer()
+  tokenizer = tokenizer_lib.make_tokenizer(cfg.model.tokenizer)
   datasets = [loading.load_dataset(cfg, entry, tokenizer)
               for entry in cfg.data.datasets]
   eval_examples = [ex for _, _, held_out in datasets for ex in held_out]
@@ -91,15 +145,7 @@ def run(
   # warm start trains on (read once: records may come from large files).
   head_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]
   loading.check_lengths(cfg, tokenizer, head_examples + eval_examples)
-  verify_by_dataset = {}
-  for i, entry in enumerate(cfg.data.datasets):
-    try:
-      verify_by_dataset[entry.name] = verifiers.get(entry.verifier)
-    except ValueError as e:
-      raise errors.ConfigError(f'data.datasets[{i}].verifier: {e}') from None
-
-  def verify(text: str, example: Example) -> float:
-    return verify_by_dataset[example.dataset](text, example)
+  scorer = resources.enter_context(_build_scorer(cfg))
 
   # Model, generators, optimizer.
   try:
@@ -159,13 +205,12 @@ def run(
           easy_threshold=ro.easy_threshold, hard_threshold=ro.hard_threshold,
           advantage=cfg.rl.advantage,
       ),
-      source, tokenizer, generator, verify,
-      verifier_name='/'.join(sorted({d.verifier for d in cfg.data.datasets})),
+      source, tokenizer, generator, scorer,
   )
 
   def run_eval(params, step: int) -> dict[str, float]:
     rewards = evaluate.sample_rewards(
-        eval_generator, params, tokenizer, eval_examples, verify,
+        eval_generator, params, tokenizer, eval_examples, scorer,
         jax.random.fold_in(eval_rng, step), max_prompt_len=ro.max_prompt_len,
         truncate=ro.long_prompts == 'truncate',
     )
@@ -183,17 +228,37 @@ def run(
                                'fingerprint': sources.fingerprint(train)}
                    for spec, train, _ in datasets},
   }
+  remap = cfg.checkpoint.on_dataset_change == 'remap'
+  # Hashes of every example id (8 bytes each), saved so that a resume with
+  # a changed dataset can match sampler state by id.
+  ids = ({spec.name: snooze.id_hashes(train[i].id for i in range(len(train)))
+          for spec, train, _ in datasets} if remap else None)
   latest = ckpt.latest_step()
   resumed_from = latest
   if latest is not None:
-    checkpoint_lib.check_resumable(
+    changed = checkpoint_lib.check_resumable(
         ckpt.read_meta(latest), step=latest, directory=ckpt.directory,
-        model=meta['model'], datasets=meta['datasets'])
+        model=meta['model'], datasets=meta['datasets'], remap=remap)
     target = train_state_lib.create_train_state(
         graphdef, params, optimizer, keep_reference=keep_reference)
     restored = ckpt.restore(latest, target)
     state = restored.state
-    source.set_state(restored.data['source'])
+    saved_ids = restored.data.get('ids', {})
+    for name in changed:
+      if name in restored.data['source']['tables'] and name not in saved_ids:
+        raise errors.ResumeError(
+            f'dataset {name!r} changed since the checkpoint of step {latest} '
+            f'in {ckpt.directory}, which holds no example ids to match its '
+            "sampler state by (they are saved from the first run with "
+            "checkpoint.on_dataset_change='remap'); restore the dataset or "
+            'use a new --workdir')
+    report = source.set_state(
+        restored.data['source'],
+        remap={name: (saved_ids.get(name), ids[name]) for name in changed})
+    for name, counts in report.items():
+      log(f'dataset {name!r} changed: sampler state kept for '
+          f'{counts["kept"]} examples by id, {counts["new"]} new, '
+          f'{counts["removed"]} removed')
     rollout.set_state(restored.data['rollout'])
     meta = {**restored.meta, **meta}
     log(f'resumed from {workdir} at step {latest}')
@@ -205,7 +270,7 @@ def run(
       result = warmstart.warm_start(
           graphdef, params, tokenizer=tokenizer,
           train_examples=head_examples, check_generator=generator,
-          verify=verify, rng=warm_rng, max_steps=ws.max_steps,
+          scorer=scorer, rng=warm_rng, max_steps=ws.max_steps,
           batch_size=ws.batch_size, learning_rate=ws.learning_rate,
           target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,
           check_examples=ws.check_examples,
@@ -228,7 +293,7 @@ def run(
     first = run_eval(state.params, 0)
     writer.write(0, first)
     log(f'step 0: held-out accuracy {first["eval/accuracy"]:.3f}')
-    _save(ckpt, 0, state, source, rollout, meta)
+    _save(ckpt, 0, state, source, rollout, meta, ids)
 
   window = metrics_lib.ConsoleWindow()
   log(f'GRPO: {cfg.total_steps} steps of {ro.batch_size} prompts x '
@@ -273,7 +338,7 @@ def run(
       if (ckpt.should_save(step) or step == cfg.total_steps
           or stop.signal is not None
           or 0 < cfg.checkpoint.every_minutes <= minutes):
-        _save(ckpt, step, state, source, rollout, meta)
+        _save(ckpt, step, state, source, rollout, meta, ids)
         last_save = time.monotonic()
       if nonfinite_run >= cfg.rl.max_nonfinite_steps:
         ckpt.close()

@@ -7,11 +7,12 @@ Dimension legend used in array suffixes and einsum strings across jaxgrpo:
   F feed-forward width   V vocabulary   G generations per prompt
 """
 
-import dataclasses
 from typing import Any
 
 import flax.struct
 import jax
+
+from jaxgrpo.example import Example  # noqa: F401  (re-exported)
 
 PyTree = Any
 PRNGKey = jax.Array
@@ -43,22 +44,3 @@ class TrainBatch:
   completion_mask: jax.Array
   old_logps: jax.Array
   advantages: jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class Example:
-  """One prompt with its verifiable ground truth.
-
-  Attributes:
-    id: stable example id, unique within its dataset.
-    prompt: the prompt text given to the model.
-    answer: the ground truth the verifier checks against.
-    dataset: name of the dataset the example belongs to.
-    subset: optional label that metrics and evals report separately.
-  """
-
-  id: str
-  prompt: str
-  answer: str
-  dataset: str = 'default'
-  subset: str = ''

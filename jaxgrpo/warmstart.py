@@ -20,10 +20,13 @@ import numpy as np
 import optax
 
 from jaxgrpo import evaluate
+from jaxgrpo import example as example_lib
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
 from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.model import decoder
-from jaxgrpo.typing import Example, PyTree
+from jaxgrpo.typing import PyTree
+from jaxgrpo.verifiers import pool as verifier_pool
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -62,7 +65,7 @@ def make_sft_batch(
     prompt = [tokenizer.bos_id] + tokenizer.encode(ex.prompt)
     if truncate_prompts_to:
       prompt = tokenizer_lib.left_truncate(prompt, truncate_prompts_to)
-    seq = prompt + tokenizer.encode(ex.answer) + [tokenizer.eos_id]
+    seq = prompt + tokenizer.encode(example_lib.shortest_answer(ex)) + [tokenizer.eos_id]
     if len(seq) - 1 > length:
       raise ValueError(
           f'warm-start sequence for {ex.id} is {len(seq) - 1} tokens, '
@@ -73,6 +76,13 @@ def make_sft_batch(
     targets[b, :n] = seq[1:]
     loss_mask[b, len(prompt) - 1:n] = True
   return inputs, targets, loss_mask
+
+
+def _sequence_len(tokenizer, example: Example, cut: int | None) -> int:
+  prompt = 1 + len(tokenizer.encode(example.prompt))
+  if cut:
+    prompt = min(prompt, cut)
+  return prompt + len(tokenizer.encode(example_lib.shortest_answer(example)))
 
 
 def _sft_loss(graphdef, params, inputs, targets, loss_mask):
@@ -103,7 +113,7 @@ def warm_start(
     tokenizer: tokenizer_lib.Tokenizer,
     train_examples: Sequence[Example],
     check_generator: Generator,
-    verify: Callable[[str, Example], float],
+    scorer: verifier_pool.Scorer,
     rng: jax.Array,
     max_steps: int,
     batch_size: int,
@@ -125,7 +135,7 @@ def warm_start(
     train_examples: examples to train on (and to measure the pass rate on).
     check_generator: samples completions for the pass-rate check (its
       num_samples completions per prompt, at its temperature).
-    verify: the task verifier.
+    scorer: scores completions with their dataset's verifier.
     rng: randomness for batches and checks.
     max_steps: most supervised steps.
     batch_size: sequences per step.
@@ -143,6 +153,15 @@ def warm_start(
     The warm-started params, steps taken, the last measured pass rate, the
     wall time and the (step, pass rate) history.
   """
+  # Examples whose sequence cannot fit are not taught (a long-tailed QA
+  # answer); check_lengths bounds how many that may be.
+  cut = max_prompt_len if truncate_prompts else None
+  fits = [ex for ex in train_examples
+          if _sequence_len(tokenizer, ex, cut) <= seq_len]
+  if not fits:
+    raise ValueError(
+        f'no warm-start example fits {seq_len} tokens (prompt and answer)')
+  train_examples = fits
   # The step donates its params; work on a copy so the caller's stay valid.
   params = jax.tree.map(jnp.copy, params)
   optimizer = optax.adam(learning_rate)
@@ -157,7 +176,7 @@ def warm_start(
 
   def check(step: int) -> float:
     rewards = evaluate.sample_rewards(
-        check_generator, params, tokenizer, check_set, verify,
+        check_generator, params, tokenizer, check_set, scorer,
         jax.random.fold_in(rng, step), max_prompt_len=max_prompt_len,
         truncate=truncate_prompts, chunk_size=len(check_set),
     )

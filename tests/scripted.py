@@ -6,13 +6,14 @@ is exact and fast: no network, just per-example pass rates.
 
 import numpy as np
 
+from jaxgrpo import verifiers
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
 from jaxgrpo.generate.sampler import Completions
 from jaxgrpo.rl import rollout as rollout_lib
-from jaxgrpo.typing import Example
-from jaxgrpo import verifiers
+from jaxgrpo.verifiers import pool as verifier_pool
 
 T = 6
 
@@ -91,5 +92,6 @@ def make_rollout(datasets, *, policy='none', balance='pre_filter',
       batch_size=batch_size, group_size=group_size, round_size=round_size,
       max_rounds=max_rounds, surplus=surplus, max_prompt_len=8,
       max_round_size=max_round_size)
-  ro = rollout_lib.Rollout(cfg, sampler, tok, gen, verifiers.get('exact_match'))
+  ro = rollout_lib.Rollout(
+      cfg, sampler, tok, gen, verifier_pool.Scorer(verifiers.get('exact_match')))
   return ro, sampler, gen

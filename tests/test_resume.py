@@ -4,11 +4,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from absl.testing import absltest
 import numpy as np
 
+from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import train
@@ -27,7 +29,8 @@ class ResumeChecksTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.workdir = os.path.join(absltest.get_default_test_tmpdir(), 'one_step')
+    cls.workdir = tempfile.mkdtemp(prefix='one_step',
+                                   dir=absltest.get_default_test_tmpdir())
     train.run(_config(total_steps=1), cls.workdir, log=lambda _: None)
 
   def test_changed_dataset_is_named(self):
@@ -41,6 +44,14 @@ class ResumeChecksTest(absltest.TestCase):
     with self.assertRaisesRegex(errors.ResumeError, 'fingerprint'):
       train.run(c, self.workdir, log=lambda _: None)
 
+  def test_changed_dataset_without_saved_ids_cannot_remap(self):
+    c = _config(total_steps=2)
+    c.data.datasets[0]['num_train'] = 200
+    c.checkpoint.on_dataset_change = 'remap'
+    with self.assertRaisesRegex(errors.ResumeError,
+                                "'arithmetic' changed.*holds no example ids"):
+      train.run(c, self.workdir, log=lambda _: None)
+
   def test_other_model_is_named(self):
     c = _config(total_steps=2)
     c.model.preset = 'tiny'
@@ -51,6 +62,46 @@ class ResumeChecksTest(absltest.TestCase):
     blocker = self.create_tempfile('a_file').full_path
     with self.assertRaisesRegex(errors.ConfigError, 'cannot write there'):
       train.run(_config(), os.path.join(blocker, 'run'), log=lambda _: None)
+
+
+class RemapTest(absltest.TestCase):
+
+  def test_resume_with_a_changed_dataset_keeps_state_by_id(self):
+    workdir = self.create_tempdir().full_path
+    c = _config(total_steps=2)
+    c.checkpoint.on_dataset_change = 'remap'
+    train.run(c, workdir, log=lambda _: None)
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, 'checkpoints'), every=1, max_to_keep=2)
+    before = ckpt.restore_data(2)
+    ckpt.close()
+    c = _config(total_steps=3)
+    c.checkpoint.on_dataset_change = 'remap'
+    c.data.datasets[0]['num_train'] = 200  # the first 200 ids stay
+    lines = []
+    train.run(c, workdir, log=lines.append)
+    self.assertTrue(any(
+        "dataset 'arithmetic' changed: sampler state kept for 200 examples "
+        'by id, 0 new, 56 removed' in line for line in lines), lines)
+    records = metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in records], [0, 1, 2, 3])
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, 'checkpoints'), every=1, max_to_keep=2)
+    after = ckpt.restore_data(3)
+    ckpt.close()
+    old = before['source']['tables']['arithmetic']
+    new = after['source']['tables']['arithmetic']
+    self.assertEqual(int(new['size']), 200)
+    self.assertEqual(int(new['epoch']), int(old['epoch']) + 1)
+    # Step 3 draws few examples; the others keep their step-2 state.
+    untouched = np.asarray(new['last_step'][:200]) < 3
+    self.assertGreater(untouched.sum(), 150)
+    np.testing.assert_array_equal(
+        np.asarray(new['trials'])[untouched],
+        np.asarray(old['trials'])[:200][untouched])
+    np.testing.assert_array_equal(
+        np.asarray(after['ids']['arithmetic']),
+        np.asarray(before['ids']['arithmetic'])[:200])
 
 
 class FullDiskTest(absltest.TestCase):

@@ -7,6 +7,7 @@ import sys
 from absl.testing import absltest
 
 from configs import demo
+from configs import squad_qa
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import metrics as metrics_lib
@@ -15,22 +16,16 @@ from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
-from jaxgrpo.verifiers import base as verifiers_base
+from tests import flaky_verifiers  # noqa: F401  (registers starts_with_digit)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@verifiers_base.register('starts_with_digit')
-def _starts_with_digit(completion, example):
-  """An untrained model passes this about one time in five: mixed groups."""
-  del example
-  return float(completion[:1].isdigit())
 
 
 def _config(**overrides):
   c = demo.get_config('runlocal')
   c.warmstart.enabled = False
   c.data.datasets[0]['verifier'] = 'starts_with_digit'
+  c.verify.imports = ('tests.flaky_verifiers',)
   c.rollout.group_size = 8
   for key, value in overrides.items():
     section, _, name = key.rpartition('.')
@@ -210,10 +205,6 @@ class BadInputTest(absltest.TestCase):
                           tokenizer_lib.CharTokenizer(), [ds[0]])
 
 
-if __name__ == '__main__':
-  absltest.main()
-
-
 class ConfigFilesTest(absltest.TestCase):
   """Every config's runlocal variant trains 2 steps."""
 
@@ -228,3 +219,68 @@ class ConfigFilesTest(absltest.TestCase):
       records = metrics_lib.read_metrics(workdir)
       self.assertEqual([r['step'] for r in records], [0, 1, 2])
       self.assertTrue(any('run summary' in line for line in lines))
+
+  def test_gsm8k_format_mixture_trains(self):
+    from configs import gsm8k_mixture  # pylint: disable=g-import-not-at-top
+    c = gsm8k_mixture.get_config('runlocal')
+    c.warmstart.enabled = False  # its teacher forcing is tested elsewhere
+    workdir = self.create_tempdir().full_path
+    train.run(c, workdir, log=lambda _: None)
+    records = metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in records], [0, 1, 2])
+    for key in ('reward/mean/gsm8k', 'reward/mean/arithmetic',
+                'rollout/prompts_generated/gsm8k', 'verify/errors',
+                'verify/timeouts', 'perf/verify_s'):
+      self.assertIn(key, records[1])
+    self.assertGreater(records[1]['rollout/prompts_generated/gsm8k'], 0)
+    self.assertIn('eval/accuracy/gsm8k', records[0])
+
+  @absltest.skipUnless(os.path.exists(squad_qa.SQUAD2),
+                       f'SQuAD 2.0 file not found: {squad_qa.SQUAD2}')
+  def test_grounded_qa_reports_each_subset(self):
+    c = squad_qa.get_config('runlocal')
+    c.warmstart.enabled = False
+    workdir = self.create_tempdir().full_path
+    train.run(c, workdir, log=lambda _: None)
+    records = metrics_lib.read_metrics(workdir)
+    for subset in ('answerable', 'unanswerable'):
+      self.assertIn(f'eval/accuracy/squad2/{subset}', records[0])
+    drawn = [k for r in records[1:] for k in r
+             if k.startswith('reward/mean/squad2/')]
+    self.assertNotEmpty(drawn)
+
+
+class VerifierFailuresTest(absltest.TestCase):
+
+  def test_timeouts_and_errors_are_counted_and_training_goes_on(self):
+    c = _config(total_steps=2)
+    c.data.datasets[0]['verifier'] = 'unreliable'
+    c.verify.timeout_s = 0.2
+    workdir = self.create_tempdir().full_path
+    summary = train.run(c, workdir, log=lambda _: None)
+    self.assertEqual(summary.steps, 2)
+    records = metrics_lib.read_metrics(workdir)[1:]
+    self.assertGreater(sum(r['verify/timeouts'] for r in records), 0)
+    self.assertGreater(sum(r['verify/errors'] for r in records), 0)
+    self.assertTrue(all(0 <= r['reward/mean'] <= 1 for r in records))
+
+  def test_verifier_config_errors_name_the_key(self):
+    for value, pattern in (
+        ('nope', r"data.datasets\[0\].verifier='nope': unknown verifier"),
+        ({'name': 'math', 'fallback': 'x'},
+         r'data.datasets\[0\].verifier: .*fallback'),
+        ([{'name': 'math', 'weight': -1}],
+         r'data.datasets\[0\].verifier\[0\].weight'),
+    ):
+      c = _config()
+      c.data.datasets[0]['verifier'] = value
+      with self.assertRaisesRegex(errors.ConfigError, pattern):
+        train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+    c = _config()
+    c.verify.imports = ('no_such_module_here',)
+    with self.assertRaisesRegex(errors.ConfigError, r'verify.imports\[0\]'):
+      train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+
+
+if __name__ == '__main__':
+  absltest.main()

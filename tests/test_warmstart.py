@@ -8,11 +8,12 @@ from jaxgrpo import verifiers
 from jaxgrpo import warmstart
 from jaxgrpo.data import arithmetic
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
 from jaxgrpo.generate import sampling
 from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
-from jaxgrpo.typing import Example
+from jaxgrpo.verifiers import pool as verifier_pool
 
 
 class WarmStartTest(absltest.TestCase):
@@ -57,7 +58,7 @@ class WarmStartTest(absltest.TestCase):
     lines = []
     result = warmstart.warm_start(
         graphdef, params, tokenizer=tok, train_examples=examples,
-        check_generator=gen, verify=verifiers.get('exact_match'),
+        check_generator=gen, scorer=verifier_pool.Scorer(verifiers.get('exact_match')),
         rng=jax.random.key(1), max_steps=60, batch_size=32,
         learning_rate=1e-2, target_pass_rate=1.1, check_every=30,
         check_examples=8, max_prompt_len=6, seq_len=8, progress=lines.append)
@@ -71,7 +72,7 @@ class WarmStartTest(absltest.TestCase):
     # A target already met stops at the first check.
     result = warmstart.warm_start(
         graphdef, params, tokenizer=tok, train_examples=examples,
-        check_generator=gen, verify=verifiers.get('exact_match'),
+        check_generator=gen, scorer=verifier_pool.Scorer(verifiers.get('exact_match')),
         rng=jax.random.key(1), max_steps=60, batch_size=32,
         learning_rate=1e-2, target_pass_rate=0.0, check_every=30,
         check_examples=8, max_prompt_len=6, seq_len=8)

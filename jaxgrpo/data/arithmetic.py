@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxgrpo.typing import Example
+from jaxgrpo.example import Example
 
 _OPS = ('+', '-', '*')
 _CARRIES = ('any', 'none', 'required')

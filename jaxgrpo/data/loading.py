@@ -2,22 +2,28 @@
 
 Each `data.datasets` entry becomes (mixture spec, training source, held-out
 examples): the built-in arithmetic generator, or a grain source over JSONL,
-ArrayRecord or TFDS records, screened for bad records and over-long prompts
-when the config asks for it.
+ArrayRecord or TFDS records or a GSM8K / SQuAD 2.0 file as shipped, screened
+for bad records and over-long prompts when the config asks for it. The
+held-out examples come from eval_path / eval_split, or are `holdout` records
+of the training file that training then never sees.
 """
+
+import logging
 
 import grain
 import numpy as np
 
 from jaxgrpo import config_lib
 from jaxgrpo import errors
+from jaxgrpo import example as example_lib
 from jaxgrpo.data import arithmetic
+from jaxgrpo.data import formats
 from jaxgrpo.data import mixture
 from jaxgrpo.data import screening
 from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
-from jaxgrpo.typing import Example
+from jaxgrpo.example import Example
 
 
 def check_lengths(
@@ -31,6 +37,15 @@ def check_lengths(
   rollout.long_prompts='error': 'truncate' cuts it when it is encoded, and
   'drop' left it out when its dataset was loaded.
   """
+  for ex in examples:
+    for what, text in (('prompt', ex.prompt), ('answer', ex.answer)):
+      try:
+        tokenizer.encode(text)
+      except ValueError as e:
+        raise errors.ConfigError(
+            f'model.tokenizer={cfg.model.tokenizer!r}: the {what} of example '
+            f'{ex.id} (dataset {ex.dataset!r}) cannot be encoded ({e}); '
+            "model.tokenizer='byte' encodes any text") from None
   max_len = cfg.rollout.max_prompt_len
   if cfg.rollout.long_prompts == 'error':
     lengths = [1 + len(tokenizer.encode(ex.prompt)) for ex in examples]
@@ -42,13 +57,35 @@ def check_lengths(
           '(BOS included; the longest checked); raise it, or set '
           "rollout.long_prompts to 'truncate' or 'drop'"
       )
-  answer_len = 1 + max(len(tokenizer.encode(ex.answer)) for ex in examples)
-  if answer_len > cfg.rollout.max_new_tokens:
+  limit = cfg.rollout.max_new_tokens
+  lengths = np.array([answer_tokens(tokenizer, ex) for ex in examples])
+  too_long = lengths > limit
+  if too_long.mean() > MAX_UNREACHABLE:
+    need = int(np.quantile(lengths, 1.0 - MAX_UNREACHABLE, method='higher'))
+    worst = examples[int(np.argmax(lengths))]
     raise errors.ConfigError(
-        f'rollout.max_new_tokens={cfg.rollout.max_new_tokens}: the task has '
-        f'answers of {answer_len} tokens (EOS included), which could never '
-        'be generated in full; raise it'
+        f'rollout.max_new_tokens={limit}: {int(too_long.sum())} of the '
+        f'{len(examples)} examples checked have no answer that fits (EOS '
+        f'included; the longest, {worst.id}, needs {lengths.max()} tokens), '
+        f'so they could never be answered in full; raise it to {need} or '
+        'more'
     )
+  if too_long.any():
+    logging.warning(
+        'rollout.max_new_tokens=%d: %d of the %d examples checked (%.1f%%) '
+        'have no answer that fits; they can score only 0 (under %.0f%% '
+        'is allowed)', limit, int(too_long.sum()), len(examples),
+        100 * too_long.mean(), 100 * MAX_UNREACHABLE)
+
+
+# Share of examples whose every acceptable answer is longer than
+# rollout.max_new_tokens that is tolerated (long-tailed QA answers).
+MAX_UNREACHABLE = 0.05
+
+
+def answer_tokens(tokenizer: tokenizer_lib.Tokenizer, example: Example) -> int:
+  """Tokens of the example's shortest acceptable answer, EOS included."""
+  return 1 + len(tokenizer.encode(example_lib.shortest_answer(example)))
 
 
 PEEK = 20_000
@@ -75,6 +112,27 @@ def policy_config(cfg: config_lib.Config, entry) -> snooze.PolicyConfig:
   )
 
 
+def _record_format(entry) -> formats.RecordFormat:
+  """The record format of a file or TFDS dataset entry."""
+  name = entry.format or formats.default_format(entry.kind, entry.tfds_name)
+  keys = {'prompt': entry.prompt_field, 'answer': entry.answer_field,
+          'id': entry.id_field, 'subset': entry.subset_field}
+  if name != 'fields':
+    default = formats.RecordFields()
+    changed = sorted(f'{k}_field' for k, v in keys.items()
+                     if v != getattr(default, k))
+    if changed:
+      raise errors.ConfigError(
+          f'dataset {entry.name!r}: {changed[0]} applies to '
+          f"format='fields' only; this dataset's records use format {name!r}")
+    keys = {}
+  try:
+    return formats.make_format(name, template=entry.template, **keys)
+  except ValueError as e:
+    raise errors.ConfigError(
+        f'dataset {entry.name!r}: template={entry.template!r}: {e}') from e
+
+
 def load_dataset(
     cfg: config_lib.Config, entry, tokenizer: tokenizer_lib.Tokenizer
 ):
@@ -85,6 +143,12 @@ def load_dataset(
   context: either reads every record once here, logs what it left out and
   counts it in the spec (the held-out set's removals are logged only).
   Otherwise records are read when first used, and a bad one raises there.
+  With `holdout`, the held-out records are chosen by position before any
+  screening, so the split does not depend on which records are bad.
+
+  Raises:
+    errors.ConfigError: `holdout` is not below the number of records, or
+      the entry's field keys or template do not fit its record format.
   """
   if entry.kind == 'arithmetic':
     problems = arithmetic.ArithmeticSpec(
@@ -94,22 +158,26 @@ def load_dataset(
         problems, entry.num_train, entry.num_eval, name=entry.name)
     train = grain.MapDataset.source(train)
   else:
-    fields = sources.RecordFields(
-        prompt=entry.prompt_field, answer=entry.answer_field,
-        id=entry.id_field, subset=entry.subset_field, template=entry.template)
+    record_format = _record_format(entry)
     if entry.kind == 'tfds':
       def load(split):
         return sources.make_dataset(
-            'tfds', name=entry.name, fields=fields, tfds_name=entry.tfds_name,
-            split=split, data_dir=entry.data_dir)
+            'tfds', name=entry.name, record_format=record_format,
+            tfds_name=entry.tfds_name, split=split, data_dir=entry.data_dir)
       train = load(entry.split)
       held = load(entry.eval_split) if entry.eval_split else None
     else:
       def load(path):
         return sources.make_dataset(entry.kind, name=entry.name, path=path,
-                                    fields=fields)
+                                    record_format=record_format)
       train = load(entry.path)
       held = load(entry.eval_path) if entry.eval_path else None
+    if entry.holdout:
+      if entry.holdout >= len(train):
+        raise errors.ConfigError(
+            f'dataset {entry.name!r}: holdout={entry.holdout} must be less '
+            f'than the number of its records ({len(train)})')
+      train, held = sources.split_holdout(train, entry.holdout)
 
   max_len = cfg.rollout.max_prompt_len
 

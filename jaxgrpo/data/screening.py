@@ -8,7 +8,7 @@ import grain
 import numpy as np
 
 from jaxgrpo.data import sources
-from jaxgrpo.typing import Example
+from jaxgrpo.example import Example
 
 # Reasons quoted in the log per kind of removal; the counts cover the rest.
 _SHOWN = 3

@@ -5,20 +5,19 @@ import dataclasses
 import functools
 import glob
 import hashlib
+import importlib
 import json
 import os
-import re
-import string
 from typing import Any
 
 import grain
 import numpy as np
 
-from jaxgrpo import errors
 from jaxgrpo.data import arithmetic as arithmetic_lib
-from jaxgrpo.typing import Example
+from jaxgrpo.data import formats
+from jaxgrpo.example import Example
 
-KINDS = ('jsonl', 'array_record', 'tfds', 'arithmetic')
+KINDS = ('jsonl', 'array_record', 'tfds', 'arithmetic', 'gsm8k', 'squad2')
 
 # Bytes scanned per step when indexing a JSONL file; bounds the temporary
 # memory of the scan independently of the file size.
@@ -29,8 +28,8 @@ _READ_BYTES = 1 << 12
 _SPACE = np.frombuffer(b' \t\r\x0b\x0c', np.uint8)
 
 
-class BadRecordError(errors.UserError, ValueError):
-  """A record cannot become an Example; the message says where and why."""
+# Defined with the formats that raise it; most callers know it from here.
+BadRecordError = formats.BadRecordError
 
 
 def _index_lines(path: str) -> tuple[np.ndarray, int]:
@@ -140,51 +139,8 @@ class JsonlSource:
     return record
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RecordFields:
-  """How a record (a dict) becomes an Example.
-
-  Attributes:
-    prompt: field holding the prompt; `{prompt}` in the template means it.
-    answer: field holding the ground truth (numbers become strings).
-    id: field holding a stable id; None uses `f'{name}/{index}'`.
-    subset: field holding the subset label; None leaves it empty.
-    template: `str.format` template of the prompt text over the record's
-      fields, e.g. 'Solve: {question}\\nAnswer:'.
-  """
-
-  prompt: str = 'prompt'
-  answer: str = 'answer'
-  id: str | None = None
-  subset: str | None = None
-  template: str = '{prompt}'
-
-  def __post_init__(self):
-    try:
-      names = [f for _, f, _, _ in string.Formatter().parse(self.template)]
-    except ValueError as e:
-      raise ValueError(f'bad prompt template {self.template!r}: {e}') from e
-    if '' in names:
-      raise ValueError(
-          f'prompt template {self.template!r} has a positional field {{}}; '
-          'name a record field instead'
-      )
-
-
-@functools.lru_cache(maxsize=64)
-def _template_fields(template: str) -> frozenset[str]:
-  """Top-level record fields a prompt template names."""
-  names = (f for _, f, _, _ in string.Formatter().parse(template) if f)
-  return frozenset(re.split(r'[.\[]', n, maxsplit=1)[0] for n in names)
-
-
-def _plain(value: Any) -> Any:
-  """Text and numpy values as Python ones (TFDS returns bytes and numpy)."""
-  if isinstance(value, (np.ndarray, np.generic)) and np.ndim(value) == 0:
-    value = value.item()
-  if isinstance(value, bytes):
-    value = value.decode('utf-8')
-  return value
+# The generic record format (see `formats`), the default of file kinds.
+RecordFields = formats.RecordFields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,85 +151,24 @@ class _ToExample:
   the records are JSON-encoded bytes (ArrayRecord).
   """
 
-  fields: RecordFields
+  record_format: formats.RecordFormat
   name: str
   size: int
   describe: Callable[[int], str]
   is_json: bool = False
 
-  def _field(self, record: Mapping[str, Any], key: str, index: int) -> str:
-    if key not in record:
-      raise BadRecordError(
-          f'{self.describe(index)}: record has no field {key!r} (dataset '
-          f'{self.name!r}; its fields: {", ".join(sorted(record))})'
-      )
-    value = _plain(record[key])
-    if not isinstance(value, (str, int, float)):
-      raise BadRecordError(
-          f'{self.describe(index)}: field {key!r} must be text or a number, '
-          f'got {type(value).__name__}'
-      )
-    return str(value)
-
-  def _prompt(self, record: Mapping[str, Any], index: int) -> str:
-    """The prompt text: the template over the record's fields, not empty."""
-    f = self.fields
-    try:
-      values = {k: _plain(v) for k, v in record.items()}
-    except UnicodeDecodeError as e:
-      raise BadRecordError(
-          f'{self.describe(index)}: not valid UTF-8 ({e})'
-      ) from e
-    if 'prompt' in _template_fields(f.template):
-      values['prompt'] = self._field(record, f.prompt, index)
-      if not values['prompt'].strip():
-        raise BadRecordError(
-            f'{self.describe(index)}: field {f.prompt!r} (the prompt) is '
-            'empty'
-        )
-    try:
-      prompt = f.template.format(**values)
-    except KeyError as e:
-      raise BadRecordError(
-          f'{self.describe(index)}: prompt template {f.template!r} names '
-          f'field {e.args[0]!r}, which the record lacks (dataset '
-          f'{self.name!r}; its fields: {", ".join(sorted(record))})'
-      ) from e
-    except (AttributeError, IndexError, TypeError, ValueError) as e:
-      raise BadRecordError(
-          f'{self.describe(index)}: prompt template {f.template!r} does not '
-          f'fit this record ({type(e).__name__}: {e})'
-      ) from e
-    if not prompt.strip():
-      raise BadRecordError(
-          f'{self.describe(index)}: the prompt is empty (template '
-          f'{f.template!r})'
-      )
-    return prompt
-
   def __call__(self, index: int, record: Any) -> Example:
     index %= self.size  # grain wraps indices past the end; ids must too
+    where = functools.partial(self.describe, index)
     if self.is_json:
       try:
         record = json.loads(bytes(record).decode('utf-8'))
       except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadRecordError(
-            f'{self.describe(index)}: invalid JSON: {e}') from e
+        raise BadRecordError(f'{where()}: invalid JSON: {e}') from e
       if not isinstance(record, dict):
-        raise BadRecordError(f'{self.describe(index)}: expected a JSON object')
-    f = self.fields
-    prompt = self._prompt(record, index)
-    if f.id:
-      example_id = self._field(record, f.id, index)
-    else:
-      example_id = f'{self.name}/{index}'
-    return Example(
-        id=example_id,
-        prompt=prompt,
-        answer=self._field(record, f.answer, index),
-        dataset=self.name,
-        subset=self._field(record, f.subset, index) if f.subset else '',
-    )
+        raise BadRecordError(f'{where()}: expected a JSON object')
+    return self.record_format.example(record, name=self.name, index=index,
+                                      where=where)
 
 
 def _describe_record(origin: str, index: int) -> str:
@@ -318,19 +213,26 @@ def write_array_record(path: str, records: Iterable[Mapping[str, Any]]) -> int:
 
 def _tfds_source(name: str, split: str, data_dir: str | None) -> Any:
   """A prepared TFDS split as a random-access source; never downloads."""
+  # pylint: disable=g-import-not-at-top
   try:
     # Optional extra, and slow to import: only load it when asked for.
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds
   except ImportError as e:
     raise ImportError(
         "kind='tfds' needs tensorflow_datasets: pip install 'jaxgrpo[tfds]'"
     ) from e
+  # pylint: enable=g-import-not-at-top
+  # Registers the local builders (jaxgrpo_gsm8k, jaxgrpo_squad2).
+  importlib.import_module('jaxgrpo.data.tfds_builders')
   builder = tfds.builder(name, data_dir=data_dir)
   if not builder.is_prepared():
+    local = formats.TFDS_BUILDERS.get(builder.name)
+    how = (f'python -m jaxgrpo.data.tfds_builders {local} --manual_dir DIR '
+           f'--data_dir {data_dir or "DIR"}' if local else
+           "download_and_prepare(file_format='array_record')")
     raise ValueError(
         f'tfds dataset {name!r} is not prepared under {builder.data_dir}; '
-        "build it first with download_and_prepare(file_format='array_record')"
-        ' (training never downloads)'
+        f'build it first with {how} (training never downloads)'
     )
   return builder.as_data_source(split=split)
 
@@ -346,7 +248,7 @@ def make_dataset(
     *,
     name: str,
     path: str | None = None,
-    fields: RecordFields | None = None,
+    record_format: formats.RecordFormat | None = None,
     tfds_name: str | None = None,
     split: str = 'train',
     data_dir: str | None = None,
@@ -356,20 +258,26 @@ def make_dataset(
   """Builds one dataset as a grain MapDataset of Example, read by index.
 
   Records are fetched and converted on access (`ds[i]`). A bad record (not
-  valid UTF-8 or JSON, not an object, lacking a field `fields` names, or
-  with an empty prompt) raises BadRecordError naming the file and line
-  (JSONL) or the record index; `screening.screen` reads every record once
-  to skip such records instead.
+  valid UTF-8 or JSON, not an object, or one its format rejects, e.g. a
+  missing field or an empty prompt) raises BadRecordError naming the file
+  and line (JSONL), the JSON path (SQuAD) or the record index;
+  `screening.screen` reads every record once to skip such records instead.
 
   Args:
     kind: 'jsonl', 'array_record' (JSON-encoded records, see
-      `write_array_record`), 'tfds' (a prepared split; nothing is downloaded)
-      or 'arithmetic' (generated; see `jaxgrpo.data.arithmetic`).
+      `write_array_record`), 'tfds' (a prepared split; nothing is
+      downloaded), 'gsm8k' (GSM8K's JSONL file as shipped), 'squad2' (a
+      SQuAD 2.0 JSON file as shipped, one example per question) or
+      'arithmetic' (generated; see `jaxgrpo.data.arithmetic`).
     name: dataset name: Example.dataset and the prefix of index-based ids.
-    path: the file, for 'jsonl' and 'array_record' (a glob pattern selects
-      sorted ArrayRecord shards).
-    fields: record-to-Example mapping (not for 'arithmetic').
-    tfds_name: TFDS name, e.g. 'gsm8k' or 'name/config:1.0.0', for 'tfds'.
+    path: the file, for every kind but 'tfds' and 'arithmetic' (a glob
+      pattern selects sorted ArrayRecord shards).
+    record_format: how a record becomes an Example (`formats.RecordFields`,
+      `Gsm8kFormat` or `Squad2Format`; not for 'arithmetic'). None: the
+      kind's format (`formats.default_format`) with its default template;
+      'gsm8k' and 'squad2' take only their own format.
+    tfds_name: TFDS name, e.g. 'jaxgrpo_gsm8k' or 'name/config:1.0.0', for
+      'tfds'.
     split: TFDS split, e.g. 'train' or 'train[:90%]', for 'tfds'.
     data_dir: TFDS data directory (None: the TFDS default), for 'tfds'.
     arithmetic: problems of an 'arithmetic' dataset (None: defaults).
@@ -380,13 +288,16 @@ def make_dataset(
     A MapDataset whose element i is the Example of record i.
   """
   given = {
-      'path': path, 'fields': fields, 'tfds_name': tfds_name,
+      'path': path, 'record_format': record_format, 'tfds_name': tfds_name,
       'data_dir': data_dir, 'arithmetic': arithmetic,
   }
+  file_keys = {'path', 'record_format'}
   allowed = {
-      'jsonl': {'path', 'fields'},
-      'array_record': {'path', 'fields'},
-      'tfds': {'tfds_name', 'fields', 'data_dir'},
+      'jsonl': file_keys,
+      'array_record': file_keys,
+      'gsm8k': file_keys,
+      'squad2': file_keys,
+      'tfds': {'tfds_name', 'record_format', 'data_dir'},
       'arithmetic': {'arithmetic'},
   }
   if kind not in allowed:
@@ -407,6 +318,14 @@ def make_dataset(
     return grain.MapDataset.range(size).map(
         functools.partial(_arithmetic_example, spec, name)
     )
+  if record_format is None:
+    record_format = formats.make_format(
+        formats.default_format(kind, tfds_name))
+  elif kind in ('gsm8k', 'squad2') and record_format.FORMAT != kind:
+    raise ValueError(
+        f'{kind} dataset {name!r} takes only the {kind!r} record format, '
+        f'got {record_format.FORMAT!r}'
+    )
   if kind == 'tfds':
     if not tfds_name:
       raise ValueError(f'tfds dataset {name!r} needs tfds_name')
@@ -415,8 +334,11 @@ def make_dataset(
     describe = functools.partial(_describe_record, origin)
   elif not path:
     raise ValueError(f'{kind} dataset {name!r} needs a path')
-  elif kind == 'jsonl':
+  elif kind in ('jsonl', 'gsm8k'):
     source = JsonlSource(path)
+    origin, describe = path, source.describe
+  elif kind == 'squad2':
+    source = formats.Squad2File(path)
     origin, describe = path, source.describe
   else:
     paths = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
@@ -436,13 +358,71 @@ def make_dataset(
     ds = ds[:size]
   return ds.map_with_index(
       _ToExample(
-          fields=fields or RecordFields(),
+          record_format=record_format,
           name=name,
           size=len(ds),
           describe=describe,
           is_json=kind == 'array_record',
       )
   )
+
+
+class _Subset:
+  """Some elements of a dataset, by position: a grain data source.
+
+  Element j is `ds[indices[j]]`, so index-based ids stay those of the
+  record's position in its file. It holds 8 bytes per element.
+  """
+
+  def __init__(self, ds: grain.MapDataset, indices: np.ndarray, what: str):
+    self._ds = ds
+    self._indices = indices
+    self._what = what
+
+  def __len__(self) -> int:
+    return len(self._indices)
+
+  def __getitem__(self, index: int) -> Example:
+    return self._ds[int(self._indices[index])]
+
+  def __repr__(self) -> str:
+    return f'_Subset({self._what}: {len(self)} of {len(self._ds)})'
+
+
+def holdout_indices(size: int, holdout: int) -> np.ndarray:
+  """Positions of `holdout` of `size` records, spread evenly.
+
+  Position i of the held-out set is record `i * size // holdout`.
+  """
+  if not 0 < holdout < size:
+    raise ValueError(
+        f'holdout must be in [1, {size - 1}] for {size} records, got {holdout}'
+    )
+  return np.arange(holdout, dtype=np.int64) * size // holdout
+
+
+def split_holdout(
+    ds: grain.MapDataset, holdout: int
+) -> tuple[grain.MapDataset, grain.MapDataset]:
+  """Splits a dataset into training and held-out examples, disjoint.
+
+  The held-out examples are the records at `holdout_indices(len(ds),
+  holdout)`, in file order; training keeps all the others, in file order.
+  The split depends only on the size, so it is the same on every run.
+
+  Args:
+    ds: a dataset, e.g. from `make_dataset`.
+    holdout: how many records to hold out, in [1, len(ds) - 1].
+
+  Returns:
+    (training examples, held-out examples) as MapDatasets.
+  """
+  held = holdout_indices(len(ds), holdout)
+  keep = np.ones(len(ds), bool)
+  keep[held] = False
+  train = _Subset(ds, np.flatnonzero(keep), 'training')
+  return (grain.MapDataset.source(train),
+          grain.MapDataset.source(_Subset(ds, held, 'held out')))
 
 
 def fingerprint(ds: grain.MapDataset) -> str:

@@ -66,6 +66,48 @@ class CharTokenizer:
     return ''.join(out)
 
 
+class ByteTokenizer:
+  """UTF-8 bytes as tokens: any text, for small models trained from scratch.
+
+  Ids 0-2 are PAD, BOS and EOS; byte b is id b + 3. The vocabulary (259) is
+  padded to 264, a multiple of 8. Decoding replaces a byte sequence cut in
+  the middle of a character with U+FFFD.
+  """
+
+  PAD, BOS, EOS = 0, 1, 2
+
+  def __init__(self):
+    self.vocab_size = 264
+    self.pad_id, self.bos_id, self.eos_id = self.PAD, self.BOS, self.EOS
+
+  def encode(self, text: str) -> list[int]:
+    return [b + 3 for b in text.encode('utf-8')]
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """Decodes up to the first EOS; PAD, BOS and unused ids are dropped."""
+    out = bytearray()
+    for i in ids:
+      i = int(i)
+      if i == self.EOS:
+        break
+      if 3 <= i < 259:
+        out.append(i - 3)
+    return out.decode('utf-8', errors='replace')
+
+
+TOKENIZERS = ('char', 'byte')
+
+
+def make_tokenizer(name: str) -> Tokenizer:
+  """The built-in tokenizer `name`: 'char' (the arithmetic alphabet) or
+  'byte' (any UTF-8 text)."""
+  if name == 'char':
+    return CharTokenizer()
+  if name == 'byte':
+    return ByteTokenizer()
+  raise ValueError(f'unknown tokenizer {name!r}; known: {TOKENIZERS}')
+
+
 def left_truncate(ids: list[int], max_len: int) -> list[int]:
   """BOS-first `ids` cut to `max_len`: BOS and the last max_len - 1 tokens
   (the question usually ends a prompt). Shorter ids are returned as is."""

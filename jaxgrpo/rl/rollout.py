@@ -10,7 +10,7 @@ carried to the next step.
 """
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 import dataclasses
 import json
 import math
@@ -21,10 +21,11 @@ import jax
 import numpy as np
 
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
 from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.rl import advantages as advantages_lib
-from jaxgrpo.typing import Example, PyTree, TrainBatch
-from jaxgrpo.verifiers import base as verifiers_base
+from jaxgrpo.typing import PyTree, TrainBatch
+from jaxgrpo.verifiers import pool as verifier_pool
 
 _SURPLUS = ('drop', 'carry')
 _LONG_PROMPTS = ('error', 'truncate', 'drop')
@@ -157,9 +158,7 @@ class Rollout:
       source: PromptSource,
       tokenizer: tokenizer_lib.Tokenizer,
       generator: Generator,
-      verify: Callable[[str, Example], float],
-      *,
-      verifier_name: str = 'verifier',
+      scorer: verifier_pool.Scorer,
   ):
     if generator.num_samples != cfg.group_size:
       raise ValueError(
@@ -170,8 +169,7 @@ class Rollout:
     self.source = source
     self.tokenizer = tokenizer
     self.generator = generator
-    self.verify = verify
-    self.verifier_name = verifier_name
+    self.scorer = scorer
     self.carried: list[Group] = []
     self.cum_prompts_generated = 0
     self.cum_groups_used = 0
@@ -214,9 +212,9 @@ class Rollout:
     texts = [self.tokenizer.decode(row)
              for row in out.tokens[:len(examples) * G]]
     repeated = [ex for ex in examples for _ in range(G)]
-    rewards, stats = verifiers_base.score_batch(
-        self.verify, texts, repeated, name=self.verifier_name
-    )
+    t0 = time.perf_counter()
+    rewards, stats = self.scorer.score(texts, repeated)
+    verify_s = time.perf_counter() - t0
     rewards_RG = rewards.reshape(len(examples), G)
     self.source.observe(examples, rewards_RG)
     informative, easy, hard = classify(
@@ -241,6 +239,8 @@ class Rollout:
         'gen_s': gen_s,
         'gen_tokens': float(out.mask[:len(examples) * G].sum()),
         'verify_errors': float(stats.errors + stats.out_of_range),
+        'verify_timeouts': float(stats.timeouts),
+        'verify_s': verify_s,
         'round_size': float(size),
     }
     for ex, cut in zip(examples, truncated):
@@ -280,8 +280,11 @@ class Rollout:
         totals[key] += value
       for ex, row in zip(examples, rewards_RG):
         generated[index[ex.dataset]] += 1
-        reward_sums[ex.dataset][0] += float(row.sum())
-        reward_sums[ex.dataset][1] += row.size
+        keys = [ex.dataset] + ([f'{ex.dataset}/{ex.subset}'] if ex.subset
+                               else [])
+        for key in keys:
+          reward_sums[key][0] += float(row.sum())
+          reward_sums[key][1] += row.size
     groups, surplus = source.choose(groups)
     if cfg.surplus == 'carry':
       self.carried = list(surplus)
@@ -304,14 +307,18 @@ class Rollout:
         'rollout/carried_in': float(carried_in),
         'rollout/surplus': float(len(surplus)),
         'verify/errors': totals['verify_errors'],
+        'verify/timeouts': totals['verify_timeouts'],
+        'perf/verify_s': totals['verify_s'],
         'perf/gen_s': totals['gen_s'],
         'perf/gen_tokens_per_s': (
             totals['gen_tokens'] / totals['gen_s'] if totals['gen_s'] else 0.0
         ),
     }
-    n_all = sum(c for _, c in reward_sums.values())
+    totals_by_dataset = [reward_sums[name] for name in source.names
+                         if name in reward_sums]
+    n_all = sum(c for _, c in totals_by_dataset)
     if n_all:
-      metrics['reward/mean'] = sum(s for s, _ in reward_sums.values()) / n_all
+      metrics['reward/mean'] = sum(s for s, _ in totals_by_dataset) / n_all
       for name, (s, c) in sorted(reward_sums.items()):
         metrics[f'reward/mean/{name}'] = s / c
     used = defaultdict(int)

@@ -1,49 +1,217 @@
-"""Verifier protocol, name registry and batch scoring.
+"""Verifier protocol, name registry, combination and inline batch scoring.
 
-A verifier maps (completion text, example) to a reward in [0, 1]. Batches are
-scored in one place, `score_batch`, which turns a verifier's exception or an
-out-of-range value into reward 0 and counts it, so one bad call never stops a
-training run.
+A verifier maps (completion text, example) to a reward in [0, 1], either a
+float or a `Verdict` that adds details (what was extracted, which check
+failed). Verifiers are registered by name; a registered class is built with
+its options as keyword arguments (its constructor checks them), a registered
+function takes none. Config entries name them:
+
+    verifier='math'
+    verifier={'name': 'math', 'fallback': 'none'}
+    verifier=[{'name': 'math', 'weight': 0.9}, {'name': 'format', 'weight': 0.1}]
+
+Built verifiers must pickle (worker processes receive them), so classes are
+plain dataclasses and functions live at module level.
+
+Scoring turns a verifier's exception or an out-of-range value into reward 0
+and counts it, so one bad call never stops a training run. `score_batch`
+scores in the calling process; `jaxgrpo.verifiers.pool.Scorer` adds worker
+processes and per-call timeouts on top of it.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import logging
 import math
+import signal
+import threading
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from jaxgrpo.typing import Example
-
-VerifyFn = Callable[[str, Example], float]
-
-_REGISTRY: dict[str, VerifyFn] = {}
+from jaxgrpo.example import Example
 
 
-def register(name: str) -> Callable[[VerifyFn], VerifyFn]:
-  """Registers a verify function under `name` (decorator)."""
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """A reward with details, e.g. {'extracted': '18'} or {'failed': 'tags'}."""
 
-  def wrap(fn: VerifyFn) -> VerifyFn:
-    if name in _REGISTRY and _REGISTRY[name] is not fn:
+  reward: float
+  details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Verifier(Protocol):
+
+  def __call__(self, completion: str, example: Example) -> float | Verdict:
+    ...
+
+
+VerifyFn = Callable[[str, Example], 'float | Verdict']
+
+_REGISTRY: dict[str, Any] = {}
+
+
+def register(name: str) -> Callable[[Any], Any]:
+  """Registers a verifier class or function under `name` (decorator).
+
+  A class is built with the config's options as keyword arguments and must
+  raise ValueError on a bad one; a function takes no options.
+  """
+
+  def wrap(obj):
+    if name in _REGISTRY and _REGISTRY[name] is not obj:
       raise ValueError(f'verifier {name!r} is already registered')
-    _REGISTRY[name] = fn
-    return fn
+    _REGISTRY[name] = obj
+    return obj
 
   return wrap
 
 
-def get(name: str) -> VerifyFn:
-  """The verify function registered as `name`."""
-  try:
-    return _REGISTRY[name]
-  except KeyError:
-    raise ValueError(
-        f'unknown verifier {name!r}; known: {sorted(_REGISTRY)}'
-    ) from None
-
-
 def names() -> list[str]:
   return sorted(_REGISTRY)
+
+
+def build(name: str, **options: Any) -> Verifier:
+  """The verifier registered as `name`, built with `options`.
+
+  Raises:
+    ValueError: unknown name, or options the verifier does not take or
+      rejects; the message names them.
+  """
+  try:
+    obj = _REGISTRY[name]
+  except KeyError:
+    raise ValueError(
+        f'unknown verifier {name!r}; known: {names()}') from None
+  if not isinstance(obj, type):
+    if options:
+      raise ValueError(
+          f'verifier {name!r} takes no options, got {sorted(options)}')
+    return obj
+  if dataclasses.is_dataclass(obj):
+    known = {f.name for f in dataclasses.fields(obj) if f.init}
+    unknown = sorted(set(options) - known)
+    if unknown:
+      raise ValueError(
+          f'verifier {name!r} has no option {", ".join(unknown)}; its '
+          f'options: {", ".join(sorted(known)) or "none"}')
+  try:
+    return obj(**options)
+  except TypeError as e:
+    raise ValueError(f'verifier {name!r}: {e}') from None
+
+
+def get(name: str) -> Verifier:
+  """The verifier registered as `name` with default options."""
+  return build(name)
+
+
+COMBINE = ('mean', 'product')
+
+
+@dataclasses.dataclass(frozen=True)
+class Combined:
+  """Several verifiers as one reward.
+
+  'mean' is the weighted mean of the parts' rewards (weights need not sum to
+  1); 'product' multiplies them, so any part scoring 0 (e.g. a format check)
+  gates the rest. The details hold each part's reward by name.
+  """
+
+  parts: tuple[tuple[str, float, Any], ...]  # (name, weight, verifier)
+  combine: str = 'mean'
+
+  def __call__(self, completion: str, example: Example) -> Verdict:
+    rewards, details = [], {}
+    for name, _, verify in self.parts:
+      value = verify(completion, example)
+      reward = value.reward if isinstance(value, Verdict) else float(value)
+      if not (math.isfinite(reward) and 0.0 <= reward <= 1.0):
+        raise ValueError(
+            f'part {name!r} returned {reward}; rewards must lie in [0, 1]')
+      rewards.append(reward)
+      details[name] = reward
+    if self.combine == 'product':
+      total = float(np.prod(rewards))
+    else:
+      weights = [w for _, w, _ in self.parts]
+      total = sum(w * r for w, r in zip(weights, rewards)) / sum(weights)
+    return Verdict(total, details)
+
+
+def from_config(value: Any, key: str = 'verifier') -> Verifier:
+  """Builds a verifier from a config value (see the module docstring).
+
+  Args:
+    value: a name, a dict with 'name' and options, or a list of those (each
+      with an optional 'weight', default 1), or a dict
+      {'combine': 'mean'|'product', 'parts': [...]}.
+    key: the config key, for error messages.
+
+  Raises:
+    ValueError: naming `key` (and the part) and what is wrong.
+  """
+  if hasattr(value, 'to_dict'):  # ml_collections.ConfigDict
+    value = value.to_dict()
+  if isinstance(value, str):
+    try:
+      return build(value)
+    except ValueError as e:
+      raise ValueError(f'{key}={value!r}: {e}') from None
+  if isinstance(value, Mapping) and 'parts' in value:
+    extra = sorted(set(value) - {'parts', 'combine'})
+    if extra:
+      raise ValueError(f'{key}: unknown keys {extra} (a combination takes '
+                       "'parts' and 'combine')")
+    combine = value.get('combine', 'mean')
+    if combine not in COMBINE:
+      raise ValueError(f'{key}.combine={combine!r}: must be one of {COMBINE}')
+    return _combine(value['parts'], combine, f'{key}.parts')
+  if isinstance(value, Mapping):
+    if 'weight' in value:
+      raise ValueError(f"{key}: 'weight' only applies to a part of a list")
+    return _one(value, key)
+  if isinstance(value, (list, tuple)):
+    return _combine(value, 'mean', key)
+  raise ValueError(
+      f'{key}={value!r}: expected a verifier name, a dict with a name and '
+      'options, or a list of them')
+
+
+def _one(value: Mapping[str, Any], key: str) -> Verifier:
+  options = dict(value)
+  name = options.pop('name', None)
+  if not isinstance(name, str):
+    raise ValueError(f"{key}: needs a 'name' (one of {names()})")
+  try:
+    return build(name, **options)
+  except ValueError as e:
+    raise ValueError(f'{key}: {e}') from None
+
+
+def _combine(parts: Any, combine: str, key: str) -> Verifier:
+  if not isinstance(parts, (list, tuple)) or not parts:
+    raise ValueError(f'{key}: expected a non-empty list of verifiers')
+  built = []
+  for i, part in enumerate(parts):
+    where = f'{key}[{i}]'
+    if hasattr(part, 'to_dict'):
+      part = part.to_dict()
+    if isinstance(part, str):
+      part = {'name': part}
+    if not isinstance(part, Mapping):
+      raise ValueError(f'{where}={part!r}: expected a name or a dict')
+    part = dict(part)
+    weight = part.pop('weight', 1.0)
+    if not isinstance(weight, (int, float)) or not weight >= 0:
+      raise ValueError(f'{where}.weight={weight!r}: must be a number >= 0')
+    built.append((part.get('name'), float(weight), _one(part, where)))
+  if combine == 'mean' and sum(w for _, w, _ in built) <= 0:
+    raise ValueError(f'{key}: weights must have a positive sum')
+  names_ = [n for n, _, _ in built]
+  if len(set(names_)) != len(names_):  # details are keyed by name
+    built = [(f'{n}[{i}]', w, v) for i, (n, w, v) in enumerate(built)]
+  return Combined(tuple(built), combine)
 
 
 @dataclasses.dataclass
@@ -52,15 +220,119 @@ class ScoreStats:
 
   errors: int = 0
   out_of_range: int = 0
+  timeouts: int = 0
+
+  def add(self, other: 'ScoreStats') -> None:
+    self.errors += other.errors
+    self.out_of_range += other.out_of_range
+    self.timeouts += other.timeouts
 
 
 _logged_kinds: set[tuple[str, str]] = set()
 
 
-def _log_once(kind: str, name: str, message: str) -> None:
+def log_once(kind: str, name: str, message: str) -> None:
+  """Logs `message` the first time (kind, name) is seen in this process."""
   if (kind, name) not in _logged_kinds:
     _logged_kinds.add((kind, name))
     logging.warning('%s (logged once per verifier and kind)', message)
+
+
+class VerifierTimeout(BaseException):
+  """A verifier call ran past its time limit.
+
+  A BaseException, so that verifier code (or a library it calls) catching
+  Exception cannot swallow it and turn a timeout into a normal result.
+  """
+
+
+class Outcome(NamedTuple):
+  """One scored completion: reward, how it went, and the verdict details."""
+
+  reward: float
+  kind: str  # 'ok', 'error', 'range' or 'timeout'
+  message: str = ''
+  details: Mapping[str, Any] = {}
+
+
+def _on_alarm(signum, frame):
+  del signum, frame
+  raise VerifierTimeout()
+
+
+_alarm_kept = False
+
+
+def keep_alarm_handler() -> None:
+  """Installs the timeout handler for good (worker processes), so that
+  `score_one` need not install and restore it around every call."""
+  global _alarm_kept
+  signal.signal(signal.SIGALRM, _on_alarm)
+  _alarm_kept = True
+
+
+def score_one(
+    verify: VerifyFn, text: str, example: Example, timeout_s: float | None,
+) -> Outcome:
+  """Calls `verify` once, turning every failure into reward 0 and a kind.
+
+  With `timeout_s` on the main thread, a SIGALRM timer interrupts Python
+  code that runs too long (a call stuck in C code is not interrupted; the
+  worker pool's parent process kills such a worker).
+  """
+  use_alarm = (timeout_s is not None and timeout_s > 0
+               and threading.current_thread() is threading.main_thread())
+  if use_alarm:
+    if not _alarm_kept:
+      previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+  try:
+    value = verify(text, example)
+  except VerifierTimeout:
+    return Outcome(0.0, 'timeout', f'took longer than {timeout_s} s')
+  except Exception as e:  # pylint: disable=broad-except
+    return Outcome(0.0, 'error', repr(e))
+  finally:
+    if use_alarm:
+      signal.setitimer(signal.ITIMER_REAL, 0)
+      if not _alarm_kept:
+        signal.signal(signal.SIGALRM, previous)
+  details = {}
+  if isinstance(value, Verdict):
+    value, details = value.reward, value.details
+  try:
+    value = float(value)
+  except (TypeError, ValueError):
+    return Outcome(0.0, 'range', f'returned {value!r}, not a number')
+  if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+    return Outcome(0.0, 'range', f'returned {value}; rewards must lie in '
+                   '[0, 1]')
+  return Outcome(value, 'ok', '', details)
+
+
+def tally(
+    outcomes: Sequence[Outcome], examples: Sequence[Example], name: str,
+) -> tuple[np.ndarray, ScoreStats]:
+  """Rewards and failure counts of scored completions, logging each kind once."""
+  stats = ScoreStats()
+  rewards = np.zeros(len(outcomes), np.float32)
+  for i, (out, example) in enumerate(zip(outcomes, examples)):
+    rewards[i] = out.reward
+    if out.kind == 'ok':
+      continue
+    if out.kind == 'error':
+      stats.errors += 1
+      what = 'raised'
+    elif out.kind == 'range':
+      stats.out_of_range += 1
+      what = 'gave an invalid reward'
+    else:
+      stats.timeouts += 1
+      what = 'timed out'
+    log_once(out.kind, name,
+             f'verifier {name} {what} on example {example.id} (dataset '
+             f'{example.dataset}): {out.message}; scored 0')
+  return rewards, stats
 
 
 def score_batch(
@@ -69,38 +341,24 @@ def score_batch(
     examples: Sequence[Example],
     *,
     name: str = 'verifier',
+    timeout_s: float | None = None,
 ) -> tuple[np.ndarray, ScoreStats]:
-  """Scores completions against their examples.
+  """Scores completions against their examples in this process.
 
   Args:
-    verify: the verify function.
+    verify: the verifier.
     completions: N completion texts.
     examples: the N examples they answer (repeated G times per prompt).
     name: verifier name for log messages.
+    timeout_s: per-call limit (see `score_one`); None: no limit.
 
   Returns:
-    rewards [N] float32 in [0, 1] and the error counts.
+    rewards [N] float32 in [0, 1] and the failure counts.
   """
   if len(completions) != len(examples):
     raise ValueError(
         f'{len(completions)} completions for {len(examples)} examples'
     )
-  stats = ScoreStats()
-  rewards = np.zeros(len(completions), np.float32)
-  for i, (text, example) in enumerate(zip(completions, examples)):
-    try:
-      value = float(verify(text, example))
-    except Exception as e:  # pylint: disable=broad-except
-      stats.errors += 1
-      _log_once('error', name, f'verifier {name} raised on example {example.id}: {e!r}')
-      continue
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-      stats.out_of_range += 1
-      _log_once(
-          'range', name,
-          f'verifier {name} returned {value} for example {example.id}; '
-          'rewards must lie in [0, 1], scored 0',
-      )
-      continue
-    rewards[i] = value
-  return rewards, stats
+  outcomes = [score_one(verify, text, example, timeout_s)
+              for text, example in zip(completions, examples)]
+  return tally(outcomes, examples, name)

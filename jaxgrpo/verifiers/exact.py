@@ -1,6 +1,6 @@
 """Exact-answer verifier: the completion, stripped, equals the ground truth."""
 
-from jaxgrpo.typing import Example
+from jaxgrpo.example import Example
 from jaxgrpo.verifiers import base
 
 

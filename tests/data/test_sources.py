@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from jaxgrpo import errors
 from jaxgrpo.data import arithmetic
+from jaxgrpo.data import formats
 from jaxgrpo.data import sources
-from jaxgrpo.typing import Example
+from jaxgrpo.example import Example
 
 _HAS_TFDS = importlib.util.find_spec('tensorflow_datasets') is not None
 
@@ -149,7 +150,7 @@ class MakeDatasetTest(parameterized.TestCase):
 
   def test_jsonl_fields_template_and_ids(self):
     ds = sources.make_dataset(
-        'jsonl', name='qa', path=self._jsonl_path(), fields=_FIELDS
+        'jsonl', name='qa', path=self._jsonl_path(), record_format=_FIELDS
     )
     self.assertEqual(ds[1], Example(
         id='q8', prompt='Q: Why?\nA:', answer='because', dataset='qa',
@@ -160,7 +161,7 @@ class MakeDatasetTest(parameterized.TestCase):
   def test_template_over_record_fields(self):
     fields = sources.RecordFields(template='[{level}] {question}')
     ds = sources.make_dataset(
-        'jsonl', name='qa', path=self._jsonl_path(), fields=fields
+        'jsonl', name='qa', path=self._jsonl_path(), record_format=fields
     )
     # The template does not name {prompt}, so no 'prompt' field is needed.
     self.assertEqual(ds[0].prompt, '[easy] 1+1=')
@@ -168,8 +169,10 @@ class MakeDatasetTest(parameterized.TestCase):
   def test_default_ids_are_stable_and_index_based(self):
     path = self._jsonl_path()
     fields = sources.RecordFields(prompt='question')
-    a = sources.make_dataset('jsonl', name='qa', path=path, fields=fields)
-    b = sources.make_dataset('jsonl', name='qa', path=path, fields=fields)
+    a = sources.make_dataset('jsonl', name='qa', path=path,
+                             record_format=fields)
+    b = sources.make_dataset('jsonl', name='qa', path=path,
+                             record_format=fields)
     self.assertEqual([a[i].id for i in (2, 0, 1)], ['qa/2', 'qa/0', 'qa/1'])
     self.assertEqual([a[i] for i in range(3)], [b[i] for i in range(3)])
     self.assertEqual(a[4], a[1])  # grain wraps indices; ids follow
@@ -183,7 +186,8 @@ class MakeDatasetTest(parameterized.TestCase):
   def test_missing_field_names_field_file_and_line(self, fields, field):
     path = _write(self.create_tempfile().full_path,
                   '\n' + _jsonl(_RECORDS[:2]))
-    ds = sources.make_dataset('jsonl', name='qa', path=path, fields=fields)
+    ds = sources.make_dataset('jsonl', name='qa', path=path,
+                              record_format=fields)
     with self.assertRaisesRegex(ValueError, f"{path}:3: .*'{field}'"):
       ds[1]  # pylint: disable=pointless-statement
 
@@ -203,8 +207,9 @@ class MakeDatasetTest(parameterized.TestCase):
                                                message):
     path = self._jsonl_path([{'prompt': 'ok', 'question': 'ok', 'answer': 1},
                              dict(record, answer=2)])
+    fields = sources.RecordFields(template=template)
     ds = sources.make_dataset('jsonl', name='qa', path=path,
-                              fields=sources.RecordFields(template=template))
+                              record_format=fields)
     self.assertEqual(ds[0].answer, '1')
     with self.assertRaisesRegex(sources.BadRecordError,
                                 f'{path}:2: .*{message}'):
@@ -227,9 +232,10 @@ class MakeDatasetTest(parameterized.TestCase):
     self.assertEqual(
         sources.write_array_record(out, (src[i] for i in range(len(src)))), 3
     )
-    a = sources.make_dataset('jsonl', name='qa', path=path, fields=_FIELDS)
+    a = sources.make_dataset('jsonl', name='qa', path=path,
+                             record_format=_FIELDS)
     b = sources.make_dataset('array_record', name='qa', path=out,
-                             fields=_FIELDS)
+                             record_format=_FIELDS)
     self.assertLen(b, 3)
     self.assertEqual([b[i] for i in range(3)], [a[i] for i in range(3)])
     self.assertEqual(sources.fingerprint(a), sources.fingerprint(b))
@@ -252,7 +258,8 @@ class MakeDatasetTest(parameterized.TestCase):
           _RECORDS[2 * shard:2 * shard + 2],
       )
     ds = sources.make_dataset('array_record', name='qa',
-                              path=os.path.join(root, 'qa-*'), fields=_FIELDS)
+                              path=os.path.join(root, 'qa-*'),
+                              record_format=_FIELDS)
     self.assertEqual([ds[i].id for i in range(len(ds))], ['q7', 'q8', 'q9'])
 
   @absltest.skipUnless(
@@ -271,8 +278,10 @@ class MakeDatasetTest(parameterized.TestCase):
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
         manual_dir=manual.full_path))
     ds = sources.make_dataset('tfds', name='qa', tfds_name=builder.name,
-                              split='train', data_dir=data_dir, fields=_FIELDS)
-    want = sources.make_dataset('jsonl', name='qa', path=jsonl, fields=_FIELDS)
+                              split='train', data_dir=data_dir,
+                              record_format=_FIELDS)
+    want = sources.make_dataset('jsonl', name='qa', path=jsonl,
+                                record_format=_FIELDS)
     self.assertLen(ds, 3)
     self.assertEqual([ds[i] for i in range(3)], [want[i] for i in range(3)])
     with self.assertRaisesRegex(ValueError, 'not prepared'):
@@ -289,9 +298,10 @@ class MakeDatasetTest(parameterized.TestCase):
     out = os.path.join(self.create_tempdir().full_path, 'qa.array_record')
     sources.write_array_record(out, _RECORDS)
     for ds in (
-        sources.make_dataset('jsonl', name='qa', path=path, fields=_FIELDS),
+        sources.make_dataset('jsonl', name='qa', path=path,
+                             record_format=_FIELDS),
         sources.make_dataset('array_record', name='qa', path=out,
-                             fields=_FIELDS),
+                             record_format=_FIELDS),
         sources.make_dataset('arithmetic', name='ar', size=5),
     ):
       self.assertEqual(pickle.loads(pickle.dumps(ds))[2], ds[2])
@@ -306,11 +316,26 @@ class MakeDatasetTest(parameterized.TestCase):
 
   def test_size_keeps_first_records(self):
     ds = sources.make_dataset('jsonl', name='qa', path=self._jsonl_path(),
-                              fields=_FIELDS, size=2)
+                              record_format=_FIELDS, size=2)
     self.assertEqual([ds[i].id for i in range(len(ds))], ['q7', 'q8'])
     with self.assertRaisesRegex(ValueError, 'size 4 exceeds the 3 records'):
       sources.make_dataset('jsonl', name='qa', path=self._jsonl_path(),
                            size=4)
+
+  def test_gsm8k_and_squad2_kinds_take_only_their_format(self):
+    path = self._jsonl_path([{'question': 'q', 'answer': 'x\n#### 4'}])
+    ds = sources.make_dataset('gsm8k', name='g', path=path)
+    self.assertEqual((ds[0].answer, ds[0].meta), ('4', {
+        'solution': 'x\n#### 4'}))
+    ds = sources.make_dataset('jsonl', name='g', path=path,
+                              record_format=formats.Gsm8kFormat())
+    self.assertEqual(ds[0].answer, '4')
+    with self.assertRaisesRegex(ValueError, "only the 'gsm8k' record format"):
+      sources.make_dataset('gsm8k', name='g', path=path,
+                           record_format=_FIELDS)
+    with self.assertRaisesRegex(ValueError, "only the 'squad2' record format"):
+      sources.make_dataset('squad2', name='s', path=path,
+                           record_format=formats.Gsm8kFormat())
 
   @parameterized.named_parameters(
       ('unknown_kind', dict(kind='csv', path='x'), 'kind must be one of'),
@@ -318,6 +343,9 @@ class MakeDatasetTest(parameterized.TestCase):
       ('no_size', dict(kind='arithmetic'), 'needs a size'),
       ('wrong_arg', dict(kind='jsonl', path='x', tfds_name='y'), 'tfds_name'),
       ('no_tfds_name', dict(kind='tfds'), 'needs tfds_name'),
+      ('squad2_no_path', dict(kind='squad2'), 'needs a path'),
+      ('gsm8k_tfds_name', dict(kind='gsm8k', path='x', tfds_name='y'),
+       'tfds_name'),
   )
   def test_bad_arguments(self, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
@@ -331,7 +359,8 @@ class MakeDatasetTest(parameterized.TestCase):
   def test_fingerprint_tracks_content_and_size(self):
     def fp(records):
       return sources.fingerprint(sources.make_dataset(
-          'jsonl', name='qa', path=self._jsonl_path(records), fields=_FIELDS))
+          'jsonl', name='qa', path=self._jsonl_path(records),
+          record_format=_FIELDS))
 
     base = fp(_RECORDS)
     self.assertEqual(fp(_RECORDS), base)
@@ -348,6 +377,52 @@ class MakeDatasetTest(parameterized.TestCase):
         sources.fingerprint(ar(size=10)),
         sources.fingerprint(ar(size=10,
                                arithmetic=arithmetic.ArithmeticSpec(seed=1))))
+
+
+class SplitHoldoutTest(parameterized.TestCase):
+
+  @parameterized.parameters((10, 3), (10, 9), (7, 1), (1319, 100))
+  def test_disjoint_spread_and_sized(self, size, holdout):
+    ds = sources.make_dataset('arithmetic', name='ar', size=size)
+    train, held = sources.split_holdout(ds, holdout)
+    self.assertEqual((len(train), len(held)), (size - holdout, holdout))
+    held_ids = [held[i].id for i in range(len(held))]
+    train_ids = [train[i].id for i in range(len(train))]
+    self.assertEqual(held_ids, [ds[i * size // holdout].id
+                                for i in range(holdout)])
+    self.assertEmpty(set(held_ids) & set(train_ids))
+    self.assertEqual(sorted(held_ids + train_ids),
+                     sorted(ds[i].id for i in range(size)))
+    self.assertEqual(train_ids, sorted(train_ids, key=lambda x: int(
+        x.split('/')[1])))  # file order kept
+
+  def test_index_based_ids_are_file_positions(self):
+    path = _write(self.create_tempfile().full_path, _jsonl(_RECORDS * 2))
+    ds = sources.make_dataset('jsonl', name='qa', path=path,
+                              record_format=sources.RecordFields(
+                                  prompt='question'))
+    train, held = sources.split_holdout(ds, 2)
+    self.assertEqual([held[i].id for i in range(2)], ['qa/0', 'qa/3'])
+    self.assertEqual([train[i].id for i in range(4)],
+                     ['qa/1', 'qa/2', 'qa/4', 'qa/5'])
+    again = pickle.loads(pickle.dumps(train))
+    self.assertEqual(again[3], train[3])
+
+  def test_squad2_file(self):
+    qa = {'id': 'x', 'question': 'q', 'answers': [], 'is_impossible': True}
+    path = _write(self.create_tempfile().full_path, json.dumps({'data': [
+        {'title': 't', 'paragraphs': [{'context': 'c', 'qas': [
+            dict(qa, id=str(i)) for i in range(5)]}]}]}))
+    ds = sources.make_dataset('squad2', name='sq', path=path)
+    train, held = sources.split_holdout(ds, 2)
+    self.assertEqual([held[i].id for i in range(2)], ['0', '2'])
+    self.assertEqual([train[i].id for i in range(3)], ['1', '3', '4'])
+
+  @parameterized.parameters(0, 5, 6, -1)
+  def test_out_of_range(self, holdout):
+    ds = sources.make_dataset('arithmetic', name='ar', size=5)
+    with self.assertRaisesRegex(ValueError, r'holdout must be in \[1, 4\]'):
+      sources.split_holdout(ds, holdout)
 
 
 if __name__ == '__main__':

@@ -65,5 +65,28 @@ class TokenizerTest(absltest.TestCase):
     self.assertTrue(truncated[0])
 
 
+class ByteTokenizerTest(absltest.TestCase):
+
+  def test_any_text_round_trips(self):
+    tok = tokenizer_lib.make_tokenizer('byte')
+    text = 'Janet’s ducks lay 16 eggs: $2 each. #### 18 — é ☃'
+    ids = tok.encode(text)
+    self.assertEqual(len(ids), len(text.encode('utf-8')))
+    self.assertTrue(all(3 <= i < 259 for i in ids))
+    self.assertEqual(tok.decode(ids), text)
+    self.assertEqual(tok.decode(ids[:2] + [tok.eos_id] + ids[2:]), text[:2])
+    self.assertEqual(tok.vocab_size % 8, 0)
+
+  def test_cut_character_decodes_with_replacement(self):
+    tok = tokenizer_lib.make_tokenizer('byte')
+    ids = tok.encode('é')
+    self.assertEqual(tok.decode(ids[:1]), '\ufffd')
+    self.assertEqual(tok.decode([tok.pad_id, tok.bos_id, 260] + ids), 'é')
+
+  def test_unknown_name(self):
+    with self.assertRaisesRegex(ValueError, "'byte'"):
+      tokenizer_lib.make_tokenizer('bpe')
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -7,9 +7,10 @@ import numpy as np
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
 from jaxgrpo.generate.sampler import Completions
 from jaxgrpo.rl import rollout as rollout_lib
-from jaxgrpo.typing import Example
+from jaxgrpo.verifiers import pool as verifier_pool
 from tests import scripted
 
 G = 4
@@ -201,7 +202,8 @@ class LongPromptTest(absltest.TestCase):
         batch_size=2, group_size=G, round_size=4, max_rounds=1,
         max_prompt_len=5, long_prompts=long_prompts)
     gen = _EosGenerator(G, tok.eos_id)
-    return (rollout_lib.Rollout(cfg, sampler, tok, gen, lambda t, ex: 0.0),
+    return (rollout_lib.Rollout(
+        cfg, sampler, tok, gen, verifier_pool.Scorer(lambda t, ex: 0.0)),
             gen, tok)
 
   def test_truncate_keeps_bos_and_the_end_and_counts(self):

@@ -4,7 +4,7 @@ from absl.testing import absltest
 import numpy as np
 
 from jaxgrpo import verifiers
-from jaxgrpo.typing import Example
+from jaxgrpo.example import Example
 from jaxgrpo.verifiers import base
 
 _EX = Example(id='a/1', prompt='1+1=', answer='2')

@@ -1,0 +1,560 @@
+"""Record formats: how one record (a dict) becomes an Example.
+
+A dataset picks one format by name (`FORMATS`):
+
+  fields: generic; `RecordFields` names the prompt, answer, id and subset
+    fields of the record.
+  gsm8k: GSM8K's `{question, answer}` records as shipped; the ground truth
+    is the final answer after the last '####' of the worked solution.
+  squad2: one SQuAD 2.0 question with its paragraph's context and its
+    article's title; `Squad2File` flattens the JSON file as shipped into
+    such records.
+
+Records come from JSONL lines, ArrayRecord entries, TFDS examples (text as
+bytes, numbers as numpy values) or a `Squad2File`. A record that cannot
+become an Example raises BadRecordError naming where it came from (file and
+line, record index, or JSON path), so that load-time screening can skip it.
+"""
+
+from collections.abc import Callable, Mapping
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import re
+import string
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from jaxgrpo import errors
+from jaxgrpo.example import Example
+
+FORMATS = ('fields', 'gsm8k', 'squad2')
+
+# The local TFDS builders (`jaxgrpo.data.tfds_builders`) and their format.
+TFDS_BUILDERS = {'jaxgrpo_gsm8k': 'gsm8k', 'jaxgrpo_squad2': 'squad2'}
+
+GSM8K_TEMPLATE = (
+    '{question}\nSolve it step by step, then write the final answer on its '
+    'own line as "#### <number>".'
+)
+# The refusal the default SQuAD 2.0 template asks for.
+UNANSWERABLE = 'unanswerable'
+SQUAD2_TEMPLATE = (
+    'Answer the question using only the context. If the context does not '
+    'contain the answer, reply "unanswerable".\n\nContext: {context}\n\n'
+    'Question: {question}\nAnswer:'
+)
+# Fields a squad2 prompt template may name.
+SQUAD2_TEMPLATE_FIELDS = ('context', 'question', 'title', 'id')
+
+# Where a record came from, for error messages: e.g. 'data.jsonl:3'.
+Where = Callable[[], str]
+
+
+class BadRecordError(errors.UserError, ValueError):
+  """A record cannot become an Example; the message says where and why."""
+
+
+class RecordFormat(Protocol):
+  """Maps one record to an Example, or raises BadRecordError."""
+
+  FORMAT: ClassVar[str]
+  template: str
+
+  def example(self, record: Mapping[str, Any], *, name: str, index: int,
+              where: Where) -> Example:
+    ...
+
+
+def _template_names(template: str) -> list[str]:
+  """Names of the fields a `str.format` template uses; ValueError if bad."""
+  try:
+    names = [f for _, f, _, _ in string.Formatter().parse(template)
+             if f is not None]
+  except ValueError as e:
+    raise ValueError(f'bad prompt template {template!r}: {e}') from e
+  if '' in names:
+    raise ValueError(
+        f'prompt template {template!r} has a positional field {{}}; '
+        'name a record field instead'
+    )
+  return names
+
+
+@functools.lru_cache(maxsize=64)
+def _template_fields(template: str) -> frozenset[str]:
+  """Top-level record fields a prompt template names."""
+  names = (f for _, f, _, _ in string.Formatter().parse(template) if f)
+  return frozenset(re.split(r'[.\[]', n, maxsplit=1)[0] for n in names)
+
+
+def plain(value: Any) -> Any:
+  """Text and numpy values as Python ones (TFDS returns bytes and numpy)."""
+  if isinstance(value, np.ndarray) and value.ndim == 1:
+    return [plain(v) for v in value.tolist()]
+  if isinstance(value, (np.ndarray, np.generic)) and np.ndim(value) == 0:
+    value = value.item()
+  if isinstance(value, bytes):
+    value = value.decode('utf-8')
+  return value
+
+
+def _keys(record: Mapping[str, Any]) -> str:
+  return ', '.join(sorted(record))
+
+
+def _field(record: Mapping[str, Any], key: str, *, name: str,
+           where: Where) -> str:
+  """A text (or number) field as text; BadRecordError if absent or not."""
+  if key not in record:
+    raise BadRecordError(
+        f'{where()}: record has no field {key!r} (dataset {name!r}; its '
+        f'fields: {_keys(record)})'
+    )
+  try:
+    value = plain(record[key])
+  except UnicodeDecodeError as e:
+    raise BadRecordError(f'{where()}: not valid UTF-8 ({e})') from e
+  if not isinstance(value, (str, int, float)):
+    raise BadRecordError(
+        f'{where()}: field {key!r} must be text or a number, got '
+        f'{type(value).__name__}'
+    )
+  return str(value)
+
+
+def _text(record: Mapping[str, Any], key: str, what: str, *, name: str,
+          where: Where) -> str:
+  """A field that must hold non-blank text (a prompt, question or id)."""
+  value = _field(record, key, name=name, where=where)
+  if not value.strip():
+    raise BadRecordError(f'{where()}: field {key!r} ({what}) is empty')
+  return value
+
+
+def _render(template: str, record: Mapping[str, Any],
+            values: dict[str, Any], *, name: str, where: Where) -> str:
+  """The prompt: `template` over `values`, which must not come out empty."""
+  try:
+    prompt = template.format(**values)
+  except KeyError as e:
+    raise BadRecordError(
+        f'{where()}: prompt template {template!r} names field '
+        f'{e.args[0]!r}, which the record lacks (dataset {name!r}; its '
+        f'fields: {_keys(record)})'
+    ) from e
+  except (AttributeError, IndexError, TypeError, ValueError) as e:
+    raise BadRecordError(
+        f'{where()}: prompt template {template!r} does not fit this record '
+        f'({type(e).__name__}: {e})'
+    ) from e
+  if not prompt.strip():
+    raise BadRecordError(
+        f'{where()}: the prompt is empty (template {template!r})'
+    )
+  return prompt
+
+
+def _plain_values(record: Mapping[str, Any], where: Where) -> dict[str, Any]:
+  try:
+    return {k: plain(v) for k, v in record.items()}
+  except UnicodeDecodeError as e:
+    raise BadRecordError(f'{where()}: not valid UTF-8 ({e})') from e
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordFields:
+  """The generic format: named fields of a record make the Example.
+
+  Attributes:
+    prompt: field holding the prompt; `{prompt}` in the template means it.
+    answer: field holding the ground truth (numbers become strings).
+    id: field holding a stable id; None uses `f'{name}/{index}'`.
+    subset: field holding the subset label; None leaves it empty.
+    template: `str.format` template of the prompt text over the record's
+      fields, e.g. 'Solve: {question}\\nAnswer:'.
+  """
+
+  FORMAT: ClassVar[str] = 'fields'
+  prompt: str = 'prompt'
+  answer: str = 'answer'
+  id: str | None = None
+  subset: str | None = None
+  template: str = '{prompt}'
+
+  def __post_init__(self):
+    _template_names(self.template)
+
+  def example(self, record: Mapping[str, Any], *, name: str, index: int,
+              where: Where) -> Example:
+    """The Example of `record`, the `index`-th of dataset `name`."""
+    values = _plain_values(record, where)
+    if 'prompt' in _template_fields(self.template):
+      values['prompt'] = _text(record, self.prompt, 'the prompt', name=name,
+                               where=where)
+    prompt = _render(self.template, record, values, name=name, where=where)
+    if self.id:
+      example_id = _field(record, self.id, name=name, where=where)
+    else:
+      example_id = f'{name}/{index}'
+    subset = ''
+    if self.subset:
+      subset = _field(record, self.subset, name=name, where=where)
+    return Example(
+        id=example_id,
+        prompt=prompt,
+        answer=_field(record, self.answer, name=name, where=where),
+        dataset=name,
+        subset=subset,
+    )
+
+
+def gsm8k_final_answer(solution: str) -> str | None:
+  """The text after the last '####' of a GSM8K solution, or None."""
+  head, marker, final = solution.rpartition('####')
+  del head
+  return final.strip() if marker else None
+
+
+def gsm8k_id(question: str, final: str) -> str:
+  """A GSM8K example's id: a hash of its question and final answer."""
+  digest = hashlib.sha256(f'{question}\0{final}'.encode('utf-8'))
+  return f'gsm8k-{digest.hexdigest()[:12]}'
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Gsm8kFormat:
+  """GSM8K records `{question, answer}` as shipped.
+
+  `answer` is a worked solution ending in a line `#### <final answer>`. The
+  Example's answer is that final answer, stripped (thousands separators such
+  as '1,000' are kept: verifiers normalise numbers), and
+  `meta['solution']` is the whole solution. A record without '####', or
+  with nothing after it, is a bad record.
+
+  The id is 'gsm8k-' and 12 hex digits of the SHA-256 of the question and
+  the final answer, so it does not depend on the record's position: it
+  survives reordering, filtering and re-sharding of the file. Exact
+  duplicate records (same question and final answer) therefore share one
+  id, and both stay in the dataset as separate examples; the shipped train
+  and test files hold no duplicates (and no question of one is in the
+  other).
+
+  Attributes:
+    template: `str.format` template of the prompt over the record's fields.
+  """
+
+  FORMAT: ClassVar[str] = 'gsm8k'
+  template: str = GSM8K_TEMPLATE
+
+  def __post_init__(self):
+    _template_names(self.template)
+
+  def example(self, record: Mapping[str, Any], *, name: str, index: int,
+              where: Where) -> Example:
+    """The Example of `record`; `index` is unused (ids are content hashes)."""
+    del index
+    values = _plain_values(record, where)
+    question = _text(record, 'question', 'the question', name=name,
+                     where=where)
+    solution = _field(record, 'answer', name=name, where=where)
+    final = gsm8k_final_answer(solution)
+    if final is None:
+      raise BadRecordError(
+          f"{where()}: field 'answer' has no '#### <final answer>' line"
+      )
+    if not final:
+      raise BadRecordError(
+          f"{where()}: field 'answer' has nothing after its last '####'"
+      )
+    return Example(
+        id=gsm8k_id(question, final),
+        prompt=_render(self.template, record, values, name=name, where=where),
+        answer=final,
+        dataset=name,
+        meta={'solution': solution},
+    )
+
+
+def _squad2_answers(value: Any, where: Where) -> list[str]:
+  """The gold texts of a question, in order, duplicates kept."""
+  try:
+    value = plain(value)
+  except UnicodeDecodeError as e:
+    raise BadRecordError(f'{where()}: not valid UTF-8 ({e})') from e
+  if not isinstance(value, (list, tuple)):
+    raise BadRecordError(
+        f"{where()}: field 'answers' must be a list, got "
+        f'{type(value).__name__}'
+    )
+  texts = []
+  for i, answer in enumerate(value):
+    text = answer.get('text') if isinstance(answer, Mapping) else answer
+    text = plain(text)
+    if not isinstance(text, str) or not text.strip():
+      raise BadRecordError(
+          f"{where()}: answers[{i}] must be non-empty text or a dict with "
+          f"non-empty 'text', got {answer!r:.80}"
+      )
+    texts.append(text)
+  return texts
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Squad2Format:
+  """One SQuAD 2.0 question: fields id, question, context, answers, ...
+
+  A record holds `id`, `question`, `context`, `answers` (a list of
+  `{'text': ...}` dicts as shipped, or of texts), optionally `title` and
+  `is_impossible` (a bool; absent means "unanswerable when `answers` is
+  empty"). The Example's id is the record's `id`; its answer is the first
+  gold text, or for an unanswerable question `UNANSWERABLE`, the reply the
+  default template asks for (what a warm start teaches; the `qa` verifier
+  accepts any refusal); `meta['answers']` lists
+  the distinct gold texts in order and `meta['answerable']` says whether
+  there are any; the subset is 'answerable' or 'unanswerable'. A missing
+  id, question or context, `answers` that is not a list of texts, or an
+  `is_impossible` that contradicts `answers` makes a bad record.
+
+  Attributes:
+    template: `str.format` template of the prompt over the fields named in
+      `SQUAD2_TEMPLATE_FIELDS`.
+  """
+
+  FORMAT: ClassVar[str] = 'squad2'
+  template: str = SQUAD2_TEMPLATE
+
+  def __post_init__(self):
+    names = _template_names(self.template)
+    unknown = sorted(set(_template_fields(self.template))
+                     - set(SQUAD2_TEMPLATE_FIELDS))
+    if unknown or not names:
+      raise ValueError(
+          f'squad2 prompt template {self.template!r} may name only '
+          f'{", ".join(SQUAD2_TEMPLATE_FIELDS)}'
+          + (f' (it names {", ".join(unknown)})' if unknown else
+             ' and names none of them')
+      )
+
+  def example(self, record: Mapping[str, Any], *, name: str, index: int,
+              where: Where) -> Example:
+    """The Example of `record`; `index` is unused (ids come from the file)."""
+    del index
+    values = {
+        'id': _text(record, 'id', 'the id', name=name, where=where),
+        'question': _text(record, 'question', 'the question', name=name,
+                          where=where),
+        'context': _text(record, 'context', 'the context', name=name,
+                         where=where),
+        'title': (_field(record, 'title', name=name, where=where)
+                  if record.get('title') is not None else ''),
+    }
+    if 'answers' not in record:
+      raise BadRecordError(
+          f"{where()}: record has no field 'answers' (dataset {name!r}; its "
+          f'fields: {_keys(record)})'
+      )
+    texts = _squad2_answers(record['answers'], where)
+    answerable = bool(texts)
+    if record.get('is_impossible') is not None:
+      impossible = plain(record['is_impossible'])
+      if not isinstance(impossible, bool):
+        raise BadRecordError(
+            f"{where()}: field 'is_impossible' must be true or false, got "
+            f'{impossible!r:.40}'
+        )
+      if impossible == answerable:
+        raise BadRecordError(
+            f"{where()}: 'is_impossible' is {json.dumps(impossible)} but "
+            f"'answers' has {len(texts)} entries"
+        )
+    return Example(
+        id=values['id'],
+        prompt=_render(self.template, record, values, name=name, where=where),
+        answer=texts[0] if texts else UNANSWERABLE,
+        dataset=name,
+        subset='answerable' if answerable else 'unanswerable',
+        meta={'answers': list(dict.fromkeys(texts)),
+              'answerable': answerable},
+    )
+
+
+def make_format(name: str, *, template: str | None = None,
+                **fields: Any) -> RecordFormat:
+  """The format called `name` (one of FORMATS).
+
+  Args:
+    name: 'fields', 'gsm8k' or 'squad2'.
+    template: the prompt template; None takes the format's default.
+    **fields: `RecordFields` attributes (prompt, answer, id, subset), for
+      'fields' only.
+
+  Returns:
+    The format.
+  """
+  if name not in FORMATS:
+    raise ValueError(f'record format must be one of {FORMATS}, got {name!r}')
+  kwargs = {} if template is None else {'template': template}
+  if name == 'fields':
+    return RecordFields(**fields, **kwargs)
+  if fields:
+    raise ValueError(
+        f'record format {name!r} does not take {sorted(fields)} (only '
+        "format 'fields' does)"
+    )
+  return (Gsm8kFormat if name == 'gsm8k' else Squad2Format)(**kwargs)
+
+
+def default_format(kind: str, tfds_name: str | None = None) -> str:
+  """The format of a dataset kind when its config names none.
+
+  'gsm8k' and 'squad2' files use their own format, a TFDS dataset of
+  `TFDS_BUILDERS` that of its builder, anything else 'fields'.
+  """
+  if kind in ('gsm8k', 'squad2'):
+    return kind
+  if kind == 'tfds' and tfds_name:
+    return TFDS_BUILDERS.get(re.split('[/:]', tfds_name)[0], 'fields')
+  return 'fields'
+
+
+class Squad2File:
+  """The questions of a SQuAD 2.0 JSON file, one flat record each.
+
+  A grain RandomAccessDataSource. The file as shipped,
+  `{'version': ..., 'data': [articles]}` with articles ->
+  `paragraphs` (`context`, `qas`) -> questions, is read and parsed once; record
+  i is the i-th question's dict with its paragraph's `context` and its
+  article's `title` added, for `Squad2Format`. An article or paragraph too
+  broken to list its questions counts as one record that raises
+  BadRecordError, as does a question that is not a dict: errors name the
+  file and the JSON path, e.g. `data[3].paragraphs[2].qas[5]`.
+
+  Attributes:
+    path: the JSON file.
+  """
+
+  def __init__(self, path: str):
+    self.path = os.fspath(path)
+    with open(self.path, 'rb') as f:
+      raw = f.read()
+    try:
+      data = json.loads(raw.decode('utf-8-sig'))
+    except UnicodeDecodeError as e:
+      raise BadRecordError(f'{self.path}: not valid UTF-8 ({e})') from e
+    except json.JSONDecodeError as e:
+      raise BadRecordError(
+          f'{self.path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}'
+      ) from e
+    if not isinstance(data, dict) or not isinstance(data.get('data'), list):
+      shape = (f'keys {sorted(data)}' if isinstance(data, dict)
+               else type(data).__name__)
+      raise BadRecordError(
+          f'{self.path}: not a SQuAD 2.0 file: expected a JSON object '
+          f'{{"version": ..., "data": [articles]}}, got {shape}'
+      )
+    self._articles = data['data']
+    # (article, paragraph, question) of each record; -1 marks a broken
+    # article or paragraph, one record.
+    places = []
+    for a, article in enumerate(self._articles):
+      paragraphs = (article.get('paragraphs')
+                    if isinstance(article, dict) else None)
+      if not isinstance(paragraphs, list):
+        places.append((a, -1, -1))
+        continue
+      for p, paragraph in enumerate(paragraphs):
+        qas = paragraph.get('qas') if isinstance(paragraph, dict) else None
+        if not isinstance(qas, list):
+          places.append((a, p, -1))
+          continue
+        places.extend((a, p, q) for q in range(len(qas)))
+    self._places = np.asarray(places, np.int32).reshape(-1, 3)
+
+  def __len__(self) -> int:
+    return len(self._places)
+
+  def __repr__(self) -> str:
+    return f'Squad2File({self.path!r}, records={len(self)})'
+
+  def _place(self, index: int) -> tuple[int, int, int]:
+    if not -len(self) <= index < len(self):
+      raise IndexError(
+          f'{self.path}: record {index} out of range ({len(self)} records)'
+      )
+    a, p, q = (int(i) for i in self._places[index])
+    return a, p, q
+
+  def json_path(self, index: int) -> str:
+    """The JSON path of record `index`, e.g. 'data[3].paragraphs[2].qas[5]'."""
+    a, p, q = self._place(index)
+    path = f'data[{a}]'
+    if p >= 0:
+      path += f'.paragraphs[{p}]'
+    if q >= 0:
+      path += f'.qas[{q}]'
+    return path
+
+  def describe(self, index: int) -> str:
+    """`path: data[a].paragraphs[p].qas[q]` of record `index`."""
+    return f'{self.path}: {self.json_path(index)}'
+
+  def __getitem__(self, index: int) -> dict[str, Any]:
+    a, p, q = self._place(index)
+    article = self._articles[a]
+    if p < 0:
+      raise BadRecordError(
+          f"{self.describe(index)}: an article must be an object with a list "
+          f"'paragraphs', got {_shape(article)}"
+      )
+    paragraph = article['paragraphs'][p]
+    if q < 0:
+      raise BadRecordError(
+          f"{self.describe(index)}: a paragraph must be an object with a "
+          f"list 'qas', got {_shape(paragraph)}"
+      )
+    qa = paragraph['qas'][q]
+    if not isinstance(qa, dict):
+      raise BadRecordError(
+          f'{self.describe(index)}: a question must be an object, got '
+          f'{type(qa).__name__}'
+      )
+    record = dict(qa)
+    if 'context' in paragraph:
+      record['context'] = paragraph['context']
+    if 'title' in article:
+      record['title'] = article['title']
+    return record
+
+
+def _shape(value: Any) -> str:
+  if isinstance(value, dict):
+    return f'an object with keys {sorted(value)}'
+  return type(value).__name__
+
+
+def squad2_features(record: Mapping[str, Any]) -> dict[str, Any]:
+  """A valid squad2 record as flat typed features (TFDS, ArrayRecord).
+
+  Args:
+    record: a record `Squad2Format` accepts.
+
+  Returns:
+    {'id', 'title', 'context', 'question': text, 'answers': [texts],
+    'is_impossible': bool}; the same Example comes out of it.
+  """
+  texts = _squad2_answers(record['answers'], lambda: 'record')
+  impossible = record.get('is_impossible')
+  return {
+      'id': str(plain(record['id'])),
+      'title': str(plain(record.get('title') or '')),
+      'context': plain(record['context']),
+      'question': plain(record['question']),
+      'answers': texts,
+      'is_impossible': bool(not texts if impossible is None
+                            else plain(impossible)),
+  }
+

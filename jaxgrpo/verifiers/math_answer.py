@@ -1,0 +1,349 @@
+"""Math final-answer verifier: extracts a completion's answer, checks it."""
+
+from collections.abc import Callable
+import dataclasses
+import functools
+import importlib
+import math
+import re
+from typing import Any
+
+from jaxgrpo.example import Example
+from jaxgrpo.verifiers import base
+
+# Extraction rules, tried in the order of the `extract` option.
+RULES = ('hashes', 'boxed', 'answer_tag', 'answer_is')
+FALLBACKS = ('last_number', 'none')
+
+# Longest normalised answer handed to sympy; a longer one is no final answer.
+_SYMBOLIC_MAX_CHARS = 500
+
+# Every pattern below runs in time linear in its input: no nested or adjacent
+# quantifiers over the same characters, so 10 KB of adversarial text is safe.
+_HASHES_RE = re.compile(r'#{4,}([^\n]*)')
+_BOXED_RE = re.compile(r'\\(?:boxed|fbox)(?![A-Za-z])\s*')
+_BOXED_TOKEN_RE = re.compile(r'[^\s{}$\\]+')
+_BRACE_RE = re.compile(r'\\[\\{}]|[{}]')  # escaped braces do not group
+_TAG_RE = re.compile(r'<(/?)answer\s*>', re.I)
+_ANSWER_IS_RE = re.compile(  # not "the answer isn't"
+    r"\banswer(?:\s+is\b(?!['\u2019])|\s*:)\s*:?\s*", re.I)
+_SEGMENT_END_RE = re.compile(r'\n|[.!?;](?=\s|$)')
+_NUMBER_TOKEN_RE = re.compile(
+    r'(?<![\w.])(?:\d+ (?=\d+/\d))?[-\u2212]?\$?'  # 2 1/2
+    r'(?:(?:\d{1,3}(?:(?:,|\{,\}|\\,|[\u00a0\u2009\u202f])\d{3})+(?!\d)|\d+)'
+    r'(?:\.\d+)?|\.\d+)'
+    r'(?:\s*/\s*\d+(?:\.\d+)?)?')
+
+# (pattern, replacement) pairs that strip LaTeX down to plain text.
+_LATEX_SUBS = tuple((re.compile(p), r) for p, r in (
+    (r'\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*'
+     r'\{([^{}]*)\}', r'\1'),
+    (r'\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*'
+     r'\{([^{}]*)\}', r'\1'),  # once more for one level of nesting
+    (r'\\[dt]?frac\s*\{\s*([-\u2212]?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}',
+     r' \1/\2'),
+    (r'\\[dt]?frac\s*(\d)\s*(\d)', r' \1/\2'),  # \frac34
+    (r'\\[dt]frac(?![A-Za-z])', r'\\frac'),
+    (r'(?<=\d)\\,(?=\d{3})', ''),  # 1\,000
+    (r'\\[,;: ]|\\q?quad(?![A-Za-z])', ' '),
+    (r'\\!', ''),
+    (r'\\%', '%'),
+    (r'\\\$', ''),
+    (r'\\(?:left|right|displaystyle)(?![A-Za-z])', ''),
+    (r'\^\s*\{?\s*\\circ\s*\}?|\\(?:circ|degree)(?![A-Za-z])', ''),
+    (r'\\[()\[\]]', ''),
+))
+_THIN_SPACE_RE = re.compile(r'(?<=\d)[\u00a0\u2009\u202f](?=\d{3})')
+_CHAR_MAP = str.maketrans({
+    '$': '', '\u00b0': '', '\u2212': '-', '\ufe63': '-', '\uff0d': '-',
+    '\u00a0': ' ', '\u2009': ' ', '\u202f': ' '})
+
+_NUM = (r'(?:\d{1,3}(?:,\d{3})+(?!\d)|\d{1,3}(?: \d{3})+(?!\d)|\d+)'
+        r'(?:\.\d+)?|\.\d+')
+_CUR = r'(?:[\u20ac\u00a3\u00a5\u20b9]|(?:US|USD|EUR|GBP|Rs\.?)(?=[ \d]))'
+_NUMBER_RE = re.compile(
+    r'(?:[A-Za-z] ?= ?)?'                                 # x = 5
+    r'(?P<s1>[-+]?) ?(?:' + _CUR + r' ?)?(?P<s2>[-+]?) ?'  # -$5, $-5
+    r'(?P<a>' + _NUM + r')'
+    r'(?: ?/ ?(?P<b>' + _NUM + r')'                       # 3/4
+    r'| (?P<n>\d+) ?/ ?(?P<d>\d+))?'                      # 2 1/2
+    r' ?(?:%|[\u20ac\u00a3\u00a5\u20b9\u00a2])?'          # 25%, 5€
+    r"(?:(?: | ?/ ?)[^\W\d_](?:[^\W\d_]|[ ./'\u2019\u00b2\u00b3()])*)?")
+
+
+def _hashes(text: str) -> str | None:
+  """Text after the last GSM8K-style `####` that is not a markdown heading."""
+  if '####' not in text:
+    return None
+  for m in reversed(list(_HASHES_RE.finditer(text))):
+    content = m.group(1).rsplit('####', 1)[-1].strip()
+    head = content.lstrip('*_ \t')
+    if head and not head[0].isalpha():  # '#### Step 2' is a heading
+      return content
+  return None
+
+
+def _boxed(text: str) -> str | None:
+  """Content of the last complete, non-empty `\\boxed{...}` or `\\fbox{...}`."""
+  if '\\boxed' not in text and '\\fbox' not in text:
+    return None
+  # A box still open where a later unclosed box starts can never close, so
+  # each box is scanned only up to the last unclosed one: linear time.
+  limit = len(text)
+  for m in reversed(list(_BOXED_RE.finditer(text))):
+    start = m.end()
+    if start < len(text) and text[start] == '{':
+      depth = 0
+      for brace in _BRACE_RE.finditer(text, start, limit):
+        char = brace.group()
+        if char == '{':
+          depth += 1
+        elif char == '}':
+          depth -= 1
+          if depth == 0:
+            content = text[start + 1:brace.start()].strip()
+            if content:
+              return content
+            break
+      else:
+        limit = m.start()
+    else:  # \boxed 5
+      token = _BOXED_TOKEN_RE.match(text, start, limit)
+      if token:
+        return token.group()
+  return None
+
+
+def _answer_tag(text: str) -> str | None:
+  """Content of the last complete, non-empty `<answer>...</answer>` pair."""
+  if '<' not in text:
+    return None
+  found, open_end = None, None
+  for m in _TAG_RE.finditer(text):
+    if not m.group(1):
+      open_end = m.end()
+    elif open_end is not None:
+      content = text[open_end:m.start()].strip()
+      if content:
+        found = content
+      open_end = None
+  return found
+
+
+def _answer_is(text: str) -> str | None:
+  """The rest of the sentence after the last 'answer is' or 'answer:'."""
+  for m in reversed(list(_ANSWER_IS_RE.finditer(text))):
+    end = _SEGMENT_END_RE.search(text, m.end())
+    content = text[m.end():end.start() if end else len(text)].strip(' \t*')
+    if content:
+      return content
+  return None
+
+
+def _last_number(text: str) -> str | None:
+  numbers = _NUMBER_TOKEN_RE.findall(text)
+  return numbers[-1] if numbers else None
+
+
+_EXTRACTORS: dict[str, Callable[[str], str | None]] = {
+    'hashes': _hashes, 'boxed': _boxed, 'answer_tag': _answer_tag,
+    'answer_is': _answer_is}
+
+
+def _clean(text: str) -> str:
+  """`text` without LaTeX wrappers, markdown emphasis and spacing variants."""
+  if '\\' in text:
+    inner = _boxed(text)
+    if inner is not None:
+      text = inner
+    for pattern, repl in _LATEX_SUBS:
+      text = pattern.sub(repl, text)
+  text = text.replace('{,}', ',')
+  text = _THIN_SPACE_RE.sub('', text).translate(_CHAR_MAP)
+  text = ' '.join(text.split())  # one space at most: keeps _NUMBER_RE linear
+  return text.lstrip(' *_:').rstrip(' *_.,;')
+
+
+def _number(text: str) -> float | None:
+  """The value of a cleaned number such as '-1,000.5', '3/4', '2 1/2', '25%'.
+
+  Unit words after the number are dropped without conversion ('50 cents' is
+  50, '25 percent' is 25).
+  """
+  m = _NUMBER_RE.fullmatch(text)
+  if m is None or (m['s1'] and m['s2']):
+    return None
+  value = float(m['a'].replace(',', '').replace(' ', ''))
+  if m['b'] is not None:
+    denominator = float(m['b'].replace(',', '').replace(' ', ''))
+    if denominator == 0:
+      return None
+    value /= denominator
+  elif m['n'] is not None:
+    denominator = float(m['d'])
+    if denominator == 0:
+      return None
+    value += float(m['n']) / denominator
+  if '-' in (m['s1'], m['s2']):
+    value = -value
+  return value if math.isfinite(value) else None
+
+
+def _normalise_uncached(text: str) -> tuple[float | None, str]:
+  """(numeric value or None, whitespace-free cleaned text) of an answer."""
+  cleaned = _clean(text)
+  return _number(cleaned), cleaned.replace(' ', '')
+
+
+_normalise_cached = functools.lru_cache(maxsize=8192)(_normalise_uncached)
+
+
+def _normalise(text: str) -> tuple[float | None, str]:
+  # Gold answers and short extractions repeat across the samples of a group.
+  if len(text) <= 64:
+    return _normalise_cached(text)
+  return _normalise_uncached(text)
+
+
+def _load_math_verify() -> Any:
+  try:
+    return importlib.import_module('math_verify')
+  except ImportError as e:
+    raise ValueError(
+        'math verifier option symbolic=True needs the math_verify package: '
+        f"pip install 'jaxgrpo[math]' ({e})") from None
+
+
+@base.register('math')
+@dataclasses.dataclass(frozen=True)
+class MathAnswer:
+  """Reward 1.0 when a completion's final answer equals `example.answer`.
+
+  The answer is taken by the first rule of `extract` that finds one:
+    'hashes': text after the last GSM8K `#### ` marker (a line such as
+      '#### Step 2', which starts with a letter, is a markdown heading);
+    'boxed': content of the last `\\boxed{...}` or `\\fbox{...}`, braces
+      nested;
+    'answer_tag': content of the last `<answer>...</answer>`;
+    'answer_is': the rest of the sentence after the last 'the (final) answer
+      is', 'Answer:' or 'Final answer:' (any case);
+  and failing those, with fallback='last_number', the last number in the text
+  (extract=() leaves only that fallback).
+
+  The extracted text and the gold are normalised alike: LaTeX wrappers
+  (`$..$`, `\\(..\\)`, `\\text{}`, `\\boxed{}`, spacing commands), `**bold**`,
+  currency symbols, thousands separators ('1,000', '1{,}000', thin spaces;
+  '1 000' only within a marked answer), unicode minus, a trailing period, '%'
+  and unit words go, without unit conversion ('25%' and '25 percent' are 25,
+  '50 cents' is 50); '3/4', '\\frac{3}{4}', '\\dfrac34' and '2 1/2' become
+  numbers, while '1,5' is ambiguous and no number. When both sides are
+  numbers they are compared as numbers: exactly when the gold is an integer
+  (so 1000001 never passes for 1000000), else within `rel_tol`. Otherwise the
+  cleaned texts must be equal, ignoring whitespace, so a non-numeric gold such
+  as 'x+1' can still match.
+
+  With symbolic=True a failed comparison is retried with math_verify (sympy),
+  e.g. 'x^2+2x+1' for '(x+1)^2', for answers up to 500 characters after
+  normalisation. math_verify's own SIGALRM timeouts are disabled because they
+  would replace the trainer's timer: the trainer runs verifiers in worker
+  processes with a per-call timeout (and kills a worker stuck in C code), and
+  that is what keeps sympy from stalling training. Unpickling rebuilds the
+  verifier through its constructor, so a worker imports math_verify when it
+  receives the verifier rather than inside its first timed call.
+
+  Details: {'extracted': the answer text or None, 'how': the rule that found
+  it, 'last_number', or 'none'}.
+
+  Attributes:
+    extract: extraction rules to try, in order; a subset of RULES.
+    fallback: 'last_number' or 'none' (no answer unless a rule finds one).
+    rel_tol: relative tolerance for comparing with a non-integer gold.
+    symbolic: retry a failed comparison with math_verify (needs
+      `pip install 'jaxgrpo[math]'`).
+  """
+
+  extract: tuple[str, ...] = RULES
+  fallback: str = 'last_number'
+  rel_tol: float = 1e-6
+  symbolic: bool = False
+
+  def __post_init__(self):
+    extract = self.extract
+    if isinstance(extract, str) or not isinstance(extract, (list, tuple)):
+      raise ValueError(
+          f'math verifier option extract={extract!r}: expected a list of '
+          f'rules from {RULES}')
+    bad = [r for r in extract if r not in RULES]
+    if bad or len(set(extract)) != len(extract):
+      raise ValueError(
+          f'math verifier option extract={extract!r}: rules must be distinct '
+          f'and drawn from {RULES}')
+    object.__setattr__(self, 'extract', tuple(extract))
+    if self.fallback not in FALLBACKS:
+      raise ValueError(
+          f'math verifier option fallback={self.fallback!r}: must be one of '
+          f'{FALLBACKS}')
+    if not extract and self.fallback == 'none':
+      raise ValueError(
+          "math verifier options extract=() and fallback='none' never find an "
+          'answer; name a rule in extract or use fallback=\'last_number\'')
+    tol = self.rel_tol
+    if (isinstance(tol, bool) or not isinstance(tol, (int, float))
+        or not 0 <= tol < 1):
+      raise ValueError(
+          f'math verifier option rel_tol={tol!r}: must be a number in [0, 1)')
+    if not isinstance(self.symbolic, bool):
+      raise ValueError(
+          f'math verifier option symbolic={self.symbolic!r}: must be True or '
+          'False')
+    if self.symbolic:
+      _load_math_verify()
+
+  def __reduce__(self):
+    return (type(self), tuple(
+        getattr(self, f.name) for f in dataclasses.fields(self)))
+
+  def extract_answer(self, completion: str) -> tuple[str | None, str]:
+    """(answer text or None, rule that found it) for a completion."""
+    for rule in self.extract:
+      found = _EXTRACTORS[rule](completion)
+      if found is not None:
+        return found, rule
+    if self.fallback == 'last_number':
+      found = _last_number(completion)
+      if found is not None:
+        return found, 'last_number'
+    return None, 'none'
+
+  def matches(self, answer: str, gold: str) -> bool:
+    """Whether an extracted answer equals the gold (see the class doc)."""
+    value, text = _normalise(answer)
+    gold_value, gold_text = _normalise(gold)
+    if value is not None and gold_value is not None:
+      if gold_value.is_integer():
+        equal = value == gold_value
+      else:
+        equal = math.isclose(value, gold_value, rel_tol=self.rel_tol)
+    else:
+      equal = bool(gold_text) and text == gold_text
+    if not equal and self.symbolic:
+      equal = _symbolic_equal(_clean(answer), _clean(gold))
+    return equal
+
+  def __call__(self, completion: str, example: Example) -> base.Verdict:
+    answer, how = self.extract_answer(completion)
+    reward = 0.0
+    if answer is not None and self.matches(answer, example.answer):
+      reward = 1.0
+    return base.Verdict(reward, {'extracted': answer, 'how': how})
+
+
+def _symbolic_equal(answer: str, gold: str) -> bool:
+  """math_verify equivalence of two cleaned answers, without its timers."""
+  if not answer or not gold or len(answer) > _SYMBOLIC_MAX_CHARS:
+    return False
+  mv = _load_math_verify()
+  parsed_gold = mv.parse(f'${gold}$', parsing_timeout=None)
+  parsed = mv.parse(f'${answer}$', parsing_timeout=None)
+  return bool(parsed_gold and parsed) and mv.verify(
+      parsed_gold, parsed, timeout_seconds=None)

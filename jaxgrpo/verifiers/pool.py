@@ -1,0 +1,301 @@
+"""Scores completions with each dataset's verifier, in worker processes.
+
+`Scorer` owns one verifier per dataset and scores a batch either in the
+calling process (`workers=0`) or in a pool of worker processes, each call
+limited to `timeout_s`. Inside a worker a SIGALRM timer stops Python code
+that runs too long; a call stuck where a signal cannot reach it (C code, a
+regex backtracking) is ended by the parent, which kills the worker after a
+grace period, scores that completion 0 and starts a new worker. Either way
+the completion is counted as a timeout and the batch completes.
+
+Workers are started with the 'forkserver' method where it exists (else
+'spawn'): never by forking the trainer, whose JAX runtime threads do not
+survive a fork. They import only `jaxgrpo.verifiers` and what the verifiers
+need (no JAX), plus the modules named in `imports`, which is how verifiers
+registered by user code reach them.
+"""
+
+from collections.abc import Mapping, Sequence
+import importlib
+import multiprocessing
+from multiprocessing import connection
+import os
+import pickle
+import time
+from typing import Any
+
+import numpy as np
+
+from jaxgrpo.example import Example
+from jaxgrpo.verifiers import base
+
+# Extra time the parent allows past `timeout_s` before it kills a worker: the
+# worker's own timer normally answers first.
+_GRACE_S = 1.0
+
+
+def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
+                 timeout_s: float | None) -> None:
+  """Worker loop: score chunks of (slot, key, text, example), reply per chunk.
+
+  Before each call it writes the call's start time and position in the chunk
+  to `progress` (shared memory), so the parent can tell which call hangs
+  without a message per completion.
+  """
+  for module in imports:
+    importlib.import_module(module)
+  verifiers = pickle.loads(payload)
+  base.keep_alarm_handler()
+  while True:
+    try:
+      chunk = conn.recv()
+    except (EOFError, OSError):
+      return
+    if chunk is None:
+      return
+    results = []
+    for k, (slot, key, text, example) in enumerate(chunk):
+      progress[1] = time.monotonic()  # the time first: see Scorer._hung
+      progress[0] = k
+      results.append((slot, base.score_one(verifiers[key], text, example,
+                                           timeout_s)))
+    try:
+      conn.send(results)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+      conn.send([(slot, base.Outcome(
+          out.reward if out.kind == 'ok' else 0.0, out.kind, out.message,
+          {'unsent': f'details could not be sent back: {e!r}'}))
+                 for slot, out in results])
+
+
+class _Worker:
+  """One worker process, its pipe and the chunk it is working on."""
+
+  def __init__(self, ctx, payload, imports, timeout_s):
+    parent, child = ctx.Pipe()
+    self.progress = ctx.RawArray('d', 2)  # [position in chunk, start time]
+    self.process = ctx.Process(
+        target=_worker_main,
+        args=(child, self.progress, payload, tuple(imports), timeout_s),
+        daemon=True, name='jaxgrpo-verifier')
+    self.process.start()
+    child.close()
+    self.conn = parent
+    self.pending: list[int] = []  # slots of the chunk being scored
+
+  def send(self, items: list[tuple[int, str, str, Example]]) -> None:
+    self.progress[1] = time.monotonic()
+    self.progress[0] = 0
+    self.conn.send(items)
+    self.pending = [slot for slot, _, _, _ in items]
+
+  def current(self) -> tuple[int, float]:
+    """(position in the chunk, start time) of the call in progress."""
+    return int(self.progress[0]), float(self.progress[1])
+
+  def kill(self) -> None:
+    self.process.kill()
+    self.process.join()
+    self.conn.close()
+
+
+class Scorer:
+  """Verifies completions with their dataset's verifier.
+
+  Use as a context manager (or call `close`) so that worker processes end.
+
+  Args:
+    verifiers: dataset name -> verifier (`base.from_config` builds them),
+      or one verifier for every dataset.
+    workers: worker processes; 0 scores in the calling process (timeouts then
+      only stop Python code, on the main thread).
+    timeout_s: per-call limit in seconds (None or 0: none).
+    imports: modules to import in each worker before unpickling the
+      verifiers (where user-defined verifiers are registered).
+    names: dataset name -> verifier name, for log messages.
+  """
+
+  def __init__(
+      self,
+      verifiers: Mapping[str, base.VerifyFn] | base.VerifyFn,
+      *,
+      workers: int = 0,
+      timeout_s: float | None = None,
+      imports: Sequence[str] = (),
+      names: Mapping[str, str] | None = None,
+  ):
+    if workers < 0:
+      raise ValueError(f'workers must be >= 0, got {workers}')
+    self._shared = not isinstance(verifiers, Mapping)
+    self.verifiers = {None: verifiers} if self._shared else dict(verifiers)
+    self.timeout_s = timeout_s if timeout_s and timeout_s > 0 else None
+    self.names = dict(names or {})
+    self.imports = tuple(imports)
+    self.restarts = 0
+    self._workers: list[_Worker] = []
+    if workers:
+      try:
+        self._payload = pickle.dumps(self.verifiers)
+      except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise ValueError(
+            'verifiers must pickle to run in worker processes (define them '
+            'at module level, or set verify.workers=0): '
+            f'{e}') from e
+      methods = multiprocessing.get_all_start_methods()
+      self._ctx = multiprocessing.get_context(
+          'forkserver' if 'forkserver' in methods else 'spawn')
+      self._workers = [self._start() for _ in range(workers)]
+
+  def _start(self) -> _Worker:
+    return _Worker(self._ctx, self._payload, self.imports, self.timeout_s)
+
+  @property
+  def workers(self) -> int:
+    return len(self._workers)
+
+  def __enter__(self) -> 'Scorer':
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  def close(self) -> None:
+    """Stops the workers (idempotent)."""
+    for w in self._workers:
+      try:
+        w.conn.send(None)
+      except (OSError, ValueError):
+        pass
+    for w in self._workers:
+      w.process.join(timeout=2.0)
+      if w.process.is_alive():
+        w.process.kill()
+        w.process.join()
+      w.conn.close()
+    self._workers = []
+
+  def __del__(self):
+    try:
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      pass
+
+  def _verifier(self, example: Example) -> base.VerifyFn:
+    return self.verifiers[None if self._shared else example.dataset]
+
+  def score(
+      self,
+      completions: Sequence[str],
+      examples: Sequence[Example],
+      *,
+      with_details: bool = False,
+  ) -> Any:
+    """Scores each completion against its example.
+
+    Args:
+      completions: N completion texts.
+      examples: the N examples they answer.
+      with_details: also return each completion's Outcome.
+
+    Returns:
+      rewards [N] float32 in [0, 1] and ScoreStats (failures scored 0 and
+      counted), plus the N outcomes when `with_details`.
+    """
+    if len(completions) != len(examples):
+      raise ValueError(
+          f'{len(completions)} completions for {len(examples)} examples')
+    unknown = sorted({ex.dataset for ex in examples} - set(self.verifiers))
+    if unknown and not self._shared:
+      raise ValueError(
+          f'no verifier for dataset(s) {unknown}; known: '
+          f'{sorted(self.verifiers)}')
+    if self._workers:
+      outcomes = self._score_pool(completions, examples)
+    else:
+      outcomes = [
+          base.score_one(self._verifier(ex), text, ex, self.timeout_s)
+          for text, ex in zip(completions, examples)]
+    by_dataset: dict[str, list[int]] = {}
+    for i, ex in enumerate(examples):
+      by_dataset.setdefault(ex.dataset, []).append(i)
+    rewards = np.zeros(len(outcomes), np.float32)
+    stats = base.ScoreStats()
+    for dataset, rows in by_dataset.items():
+      part, part_stats = base.tally(
+          [outcomes[i] for i in rows], [examples[i] for i in rows],
+          self.names.get(dataset, dataset))
+      rewards[rows] = part
+      stats.add(part_stats)
+    if with_details:
+      return rewards, stats, outcomes
+    return rewards, stats
+
+  def _score_pool(self, completions, examples) -> list[base.Outcome]:
+    n = len(completions)
+    outcomes: list[base.Outcome | None] = [None] * n
+    # Chunks of a few hundred keep the per-message cost small and every
+    # worker busy to the end; a killed worker's unanswered items are sent
+    # again, so a chunk also bounds the work a hang throws away.
+    size = max(1, min(256, -(-n // (4 * len(self._workers)))))
+    todo = list(range(n))
+    todo.reverse()  # pop() from the end hands out slots in order
+
+    def feed(w: _Worker) -> None:
+      chunk = []
+      while todo and len(chunk) < size:
+        i = todo.pop()
+        key = None if self._shared else examples[i].dataset
+        chunk.append((i, key, completions[i], examples[i]))
+      if chunk:
+        w.send(chunk)
+
+    def replace(w: _Worker, hung: int | None, kind: str, message: str):
+      """Ends a worker: scores its current call 0, requeues the others."""
+      rest = list(w.pending)
+      if hung is not None and 0 <= hung < len(rest):
+        outcomes[rest.pop(hung)] = base.Outcome(0.0, kind, message)
+      todo.extend(reversed(rest))
+      w.kill()
+      self.restarts += 1
+      fresh = self._start()
+      self._workers[self._workers.index(w)] = fresh
+      feed(fresh)
+
+    for w in self._workers:
+      feed(w)
+    limit = None if self.timeout_s is None else self.timeout_s + _GRACE_S
+    while any(w.pending for w in self._workers):
+      busy = [w for w in self._workers if w.pending]
+      wait_s = None
+      if limit is not None:
+        now = time.monotonic()
+        wait_s = max(0.0, min(w.current()[1] + limit - now for w in busy))
+      ready = connection.wait([w.conn for w in busy], timeout=wait_s)
+      for w in busy:
+        if w.conn not in ready:
+          continue
+        try:
+          results = w.conn.recv()
+        except (EOFError, OSError):
+          code = w.process.exitcode
+          replace(w, w.current()[0], 'error',
+                  f'the verifier worker died (exit code {code})')
+          continue
+        for slot, out in results:
+          outcomes[slot] = out
+        w.pending = []
+        feed(w)
+      if limit is not None:
+        now = time.monotonic()
+        for w in list(self._workers):
+          position, since = w.current()
+          if w.pending and now - since > limit:
+            replace(w, position, 'timeout',
+                    f'took longer than {self.timeout_s} s and did not stop; '
+                    'its worker process was killed')
+    return outcomes  # type: ignore[return-value]
+
+
+def default_workers() -> int:
+  """A worker per CPU core, at most 8."""
+  return max(1, min(8, os.cpu_count() or 1))

@@ -1,0 +1,53 @@
+"""Verifiers that misbehave on purpose, importable by verifier workers."""
+
+import dataclasses
+import os
+import signal
+import time
+
+from jaxgrpo.verifiers import base
+
+@dataclasses.dataclass(frozen=True)
+class Flaky:
+  """Scores by the completion's text: 'ok' 1, 'half' 0.5, and misbehaves on
+  'raise', 'big' (2.0), 'nan', 'sleep' (Python sleep), 'stuck' (blind to
+  the timer signal, like a call stuck in C code) and 'die' (the process
+  exits)."""
+
+  sleep_s: float = 30.0
+
+  def __call__(self, completion, example):
+    if completion == 'raise':
+      raise RuntimeError('verifier bug')
+    if completion == 'big':
+      return 2.0
+    if completion == 'nan':
+      return float('nan')
+    if completion == 'sleep':
+      time.sleep(self.sleep_s)
+    if completion == 'stuck':
+      signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+      time.sleep(self.sleep_s)
+    if completion == 'die':
+      os._exit(3)
+    if completion == 'half':
+      return base.Verdict(0.5, {'why': 'half'})
+    return float(completion == 'ok')
+
+
+@base.register('starts_with_digit')
+def starts_with_digit(completion, example):
+  """An untrained model passes this about one time in five: mixed groups."""
+  del example
+  return float(completion[:1].isdigit())
+
+
+@base.register('unreliable')
+def unreliable(completion, example):
+  """Sleeps on completions starting with '1', raises on '2', else 1.0."""
+  del example
+  if completion[:1] == '1':
+    time.sleep(30)
+  if completion[:1] == '2':
+    raise ValueError('unreliable verifier')
+  return 1.0

@@ -1,0 +1,325 @@
+"""Tests for the math final-answer verifier ('math')."""
+
+import importlib.util
+import json
+import os
+import pickle
+import signal
+import sys
+import time
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from jaxgrpo import verifiers
+from jaxgrpo.example import Example
+from jaxgrpo.verifiers import base
+from jaxgrpo.verifiers import math_answer
+
+_GSM8K = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared',
+                      'data', 'gsm8k', 'test.jsonl')
+_HAS_MATH_VERIFY = importlib.util.find_spec('math_verify') is not None
+
+
+def _score(completion, gold, **options):
+  verify = math_answer.MathAnswer(**options)
+  return verify(completion, Example(id='t/1', prompt='', answer=gold))
+
+
+# (name, completion, gold, expected reward, options)
+_CASES = (
+    # GSM8K `####` marker.
+    ('hashes', 'She makes 9 * 2 = 18 dollars.\n#### 18', '18', 1),
+    ('hashes_wins_over_later_numbers', '#### 18\nCheck: 18 + 2 = 20', '18',
+     1),
+    ('hashes_last_occurrence', '#### 12\nRecount.\n#### 18', '18', 1),
+    ('hashes_heading_is_no_marker',
+     '#### Step 1\n9 * 2 = 18\n#### Step 2\nThe answer is 18.', '18', 1),
+    ('hashes_wrong', '#### 17', '18', 0),
+    ('hashes_commas', '#### 1,000', '1000', 1),
+    ('gold_with_commas', 'The total is 1000.\n#### 1000', '1,000', 1),
+    ('hashes_trailing_period', '#### 18.', '18', 1),
+    ('hashes_negative', '#### -10', '-10', 1),
+    ('hashes_sign_matters', '#### 10', '-10', 0),
+    ('trailing_zeros', '#### 18.00', '18', 1),
+    ('integer_gold_is_exact', '#### 1000001', '1,000,000', 0),
+    ('space_thousands', '#### 1 000 000', '1000000', 1),
+    # \boxed and \fbox.
+    ('boxed', 'So she makes $\\boxed{18}$.', '18', 1),
+    ('boxed_last_wins', '\\boxed{12} is wrong, so \\boxed{18}', '18', 1),
+    ('boxed_wins_over_later_numbers',
+     'Hence \\boxed{18}. That is 2 more than 16.', '18', 1),
+    ('boxed_unclosed_last', '\\boxed{18} and then \\boxed{19', '18', 1),
+    ('boxed_nested_frac', '$\\boxed{\\frac{3}{4}}$', '0.75', 1),
+    ('boxed_dfrac_vs_fraction_gold', '\\boxed{\\dfrac{3}{4}}', '3/4', 1),
+    ('boxed_dfrac_shorthand', '\\boxed{\\dfrac34}', '0.75', 1),
+    ('boxed_frac_wrong', '\\boxed{\\frac{4}{3}}', '0.75', 0),
+    ('boxed_text_unit', '\\boxed{18 \\text{ eggs}}', '18', 1),
+    ('boxed_escaped_dollar', '\\boxed{\\$18}', '18', 1),
+    ('boxed_latex_thousands', '\\boxed{1{,}000}', '1000', 1),
+    ('boxed_percent', '\\boxed{25\\%}', '25', 1),
+    ('fbox', 'The result: \\fbox{42}', '42', 1),
+    ('boxed_wrong', '\\boxed{19}', '18', 0),
+    # <answer> tags.
+    ('answer_tag', '<think>9 * 2</think><answer>18</answer>', '18', 1),
+    ('answer_tag_dollars', '<answer> $18.00 </answer> and 5 more', '18', 1),
+    ('answer_tag_wins_over_later_number', '<answer>17</answer> 18', '18', 0),
+    # 'the answer is' / 'Answer:' phrases.
+    ('answer_is', 'The answer is 18.', '18', 1),
+    ('final_answer_is_any_case', 'THE FINAL ANSWER IS 18', '18', 1),
+    ('answer_colon_units', 'Answer: 18 eggs', '18', 1),
+    ('final_answer_colon_bold', '**Final answer:** **18**', '18', 1),
+    ('answer_is_wins_over_later_numbers',
+     'The answer is 18. Check: 9 + 9 = 18, then add 3.', '18', 1),
+    ('answer_is_last_occurrence',
+     'The answer is 12. No, the answer is 18.', '18', 1),
+    ('answer_is_two_numbers', 'The answer is 18 or 19.', '18', 0),
+    ('answer_isnt_is_no_marker', "The answer isn't 5, it is 7", '7', 1),
+    ('answer_is_dollars', 'The answer is $18.', '18', 1),
+    ('answer_is_euro', 'The answer is \u20ac5', '5', 1),
+    ('answer_is_per_day', 'Answer: $18/day', '18', 1),
+    ('answer_is_percent', 'The answer is 25%.', '25', 1),
+    ('answer_is_percent_word', 'Answer: 25 percent', '25%', 1),
+    ('answer_is_fraction', 'The answer is 3/4', '0.75', 1),
+    ('answer_is_mixed_number', 'The answer is 2 1/2 cups.', '2.5', 1),
+    ('answer_is_mixed_number_wrong', 'The answer is 2 1/3 cups.', '2.5', 0),
+    ('answer_is_inline_latex', 'The answer is \\(18\\).', '18', 1),
+    ('answer_is_bold', 'The answer is **18**.', '18', 1),
+    ('answer_is_thin_space', 'The answer is 1\u2009000', '1000', 1),
+    ('answer_is_variable', 'The answer is x = 5.', '5', 1),
+    ('answer_is_decimal_gold', 'The answer is 0.5', '0.50', 1),
+    ('comma_decimal_is_ambiguous', 'The answer is 1,5', '1.5', 0),
+    ('symbolic_gold_string_match', 'So the answer is x + 1.', 'x+1', 1),
+    ('symbolic_gold_string_mismatch', 'The answer is x - 1.', 'x+1', 0),
+    # The last number, without a marker.
+    ('last_number', 'She sells 9 eggs at $2 each, so she makes 18', '18', 1),
+    ('last_number_wrong', '9 * 2 = 18, plus 2 = 20', '18', 0),
+    ('last_number_dollar', 'She makes $18 every day.', '18', 1),
+    ('last_number_unicode_minus', 'It drops to \u22123 degrees.', '-3', 1),
+    ('last_number_after_hyphen_is_positive', 'so 20-18', '18', 1),
+    ('last_number_calculator_note', 'She makes 9 * 2 = $<<9*2=18>>18.', '18',
+     1),
+    ('last_number_mixed', 'She needs 2 1/2 cups', '2.5', 1),
+    ('empty', '', '18', 0),
+    ('no_number', 'I do not know.', '18', 0),
+    # Options.
+    ('fallback_none_without_marker', '9 * 2 = 18', '18', 0,
+     {'fallback': 'none'}),
+    ('fallback_none_with_marker', 'The answer is 18', '18', 1,
+     {'fallback': 'none'}),
+    ('default_order_prefers_hashes', '#### 17\n\\boxed{18}', '18', 0),
+    ('extract_order_option', '#### 17\n\\boxed{18}', '18', 1,
+     {'extract': ['boxed', 'hashes']}),
+    ('extract_subset_skips_phrase', 'The answer is 18. Then 20.', '18', 0,
+     {'extract': ['boxed']}),
+    ('answer_tag_content_unwrapped', '<answer>$\\boxed{18}$</answer>', '18',
+     1, {'extract': ['answer_tag']}),
+    ('rel_tol_default', '#### 0.3333', '1/3', 0),
+    ('rel_tol_loose', '#### 0.3333', '1/3', 1, {'rel_tol': 1e-3}),
+    ('rel_tol_within_default', '#### 0.5000001', '0.5', 1),
+)
+
+
+class MathAnswerTableTest(parameterized.TestCase):
+
+  def test_table_is_large_and_mixed(self):
+    rewards = [case[3] for case in _CASES]
+    self.assertGreaterEqual(len(_CASES), 45)
+    self.assertGreaterEqual(rewards.count(0), 15)
+    self.assertGreaterEqual(rewards.count(1), 15)
+
+  @parameterized.named_parameters(*_CASES)
+  def test_reward(self, completion, gold, expected, options=None):
+    verdict = _score(completion, gold, **(options or {}))
+    self.assertEqual(verdict.reward, expected, verdict.details)
+
+
+class MathAnswerTest(absltest.TestCase):
+
+  def test_details_name_extracted_text_and_rule(self):
+    cases = (
+        ('x\n#### 1,000', '1,000', 'hashes'),
+        ('$\\boxed{\\frac{1}{2}}$', '\\frac{1}{2}', 'boxed'),
+        ('<answer> 7 </answer>', '7', 'answer_tag'),
+        ('Final answer: $18.', '$18', 'answer_is'),
+        ('3 then 4', '4', 'last_number'),
+        ('no digits', None, 'none'),
+    )
+    for completion, extracted, how in cases:
+      verdict = _score(completion, '0')
+      self.assertEqual(verdict.details, {'extracted': extracted, 'how': how})
+
+  def test_registered_and_built_from_config(self):
+    self.assertIn('math', verifiers.names())
+    verify = base.from_config({'name': 'math', 'fallback': 'none',
+                               'extract': ['boxed']})
+    self.assertEqual(verify, math_answer.MathAnswer(('boxed',), 'none'))
+    self.assertIsInstance(verify.extract, tuple)
+    example = Example(id='t/1', prompt='', answer='18')
+    self.assertEqual(verify('\\boxed{18}', example).reward, 1.0)
+    self.assertEqual(verify('The answer is 18', example).reward, 0.0)
+
+  def test_invalid_options_name_the_option(self):
+    bad = (
+        ({'extract': 'boxed'}, 'extract'),
+        ({'extract': ['boxed', 'nope']}, 'extract'),
+        ({'extract': ['boxed', 'boxed']}, 'extract'),
+        ({'extract': (), 'fallback': 'none'}, 'extract'),
+        ({'fallback': 'first_number'}, 'fallback'),
+        ({'rel_tol': -1e-6}, 'rel_tol'),
+        ({'rel_tol': 1.0}, 'rel_tol'),
+        ({'rel_tol': True}, 'rel_tol'),
+        ({'rel_tol': '1e-6'}, 'rel_tol'),
+        ({'symbolic': 'yes'}, 'symbolic'),
+    )
+    for options, option in bad:
+      with self.subTest(options=options):
+        with self.assertRaisesRegex(ValueError, option):
+          base.build('math', **options)
+    with self.assertRaisesRegex(ValueError, 'no option'):
+      base.build('math', tolerance=0.1)
+
+  def test_symbolic_without_math_verify_says_how_to_install(self):
+    with mock.patch.dict(sys.modules, {'math_verify': None}):
+      with self.assertRaisesRegex(ValueError, r"pip install 'jaxgrpo\[math\]'"):
+        math_answer.MathAnswer(symbolic=True)
+
+  def test_empty_extract_uses_last_number_only(self):
+    verify = math_answer.MathAnswer(extract=())
+    verdict = verify('#### 18\nthen 20', Example(id='t', prompt='',
+                                                 answer='20'))
+    self.assertEqual(verdict, base.Verdict(1.0, {'extracted': '20',
+                                                 'how': 'last_number'}))
+
+  def test_pickles(self):
+    verify = math_answer.MathAnswer(extract=('boxed',), rel_tol=1e-3)
+    clone = pickle.loads(pickle.dumps(verify))
+    self.assertEqual(clone, verify)
+    example = Example(id='t', prompt='', answer='0.3333')
+    self.assertEqual(clone('\\boxed{1/3}', example).reward, 1.0)
+    self.assertEqual(clone('\\boxed{1/4}', example).reward, 0.0)
+
+  def test_scored_in_batch(self):
+    examples = [Example(id=f't/{i}', prompt='', answer='18') for i in range(3)]
+    rewards, stats = base.score_batch(
+        verifiers.get('math'), ['#### 18', '#### 17', 'The answer is 18.'],
+        examples, name='math', timeout_s=5.0)
+    self.assertEqual(rewards.tolist(), [1.0, 0.0, 1.0])
+    self.assertEqual((stats.errors, stats.out_of_range, stats.timeouts),
+                     (0, 0, 0))
+
+  def test_adversarial_inputs_finish_quickly(self):
+    verify = math_answer.MathAnswer()
+    example = Example(id='t', prompt='', answer='1')
+    inputs = {
+        'commas': '1,' * 5000,
+        'open boxes': '\\boxed{' * 1500,
+        'hash lines': '####\n' * 2000,
+        'open tags': '<answer>' * 1200,
+        'close tags': '</answer>' * 1100,
+        'answer phrases': 'answer: .' * 1100,
+        'spaces': '1' + ' ' * 10000 + 'x',
+        'space groups': '#### ' + '1 000 ' * 1700,
+        'long number': 'The answer is ' + '9' * 10000,
+        'latex thousands': '1{,}' * 2500,
+        'open fracs': '\\frac{1}{' * 1100,
+        'open text': '\\text{' * 1600,
+    }
+    for name, text in inputs.items():
+      with self.subTest(name):
+        self.assertGreaterEqual(len(text), 9000)
+        start = time.perf_counter()
+        verdict = verify(text, example)
+        self.assertLess(time.perf_counter() - start, 0.05)
+        self.assertIn(verdict.reward, (0.0, 1.0))
+
+
+@absltest.skipUnless(os.path.exists(_GSM8K),
+                     f'GSM8K test split not found: {_GSM8K}')
+class Gsm8kTest(absltest.TestCase):
+  """Each GSM8K reference solution, as a completion, against the golds."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    with open(_GSM8K) as f:
+      records = [json.loads(line) for line in f]
+    cls.solutions = [r['answer'] for r in records]
+    cls.golds = [s.split('#### ')[-1].strip() for s in cls.solutions]
+    cls.examples = [Example(id=f'gsm8k/{i}', prompt=r['question'], answer=g,
+                            dataset='gsm8k')
+                    for i, (r, g) in enumerate(zip(records, cls.golds))]
+    cls.verify = math_answer.MathAnswer()
+
+  def test_own_solution_scores_one(self):
+    self.assertLen(self.solutions, 1319)
+    rewards, extracted = [], []
+    for solution, example in zip(self.solutions, self.examples):
+      verdict = self.verify(solution, example)
+      rewards.append(verdict.reward)
+      extracted.append(verdict.details['extracted'])
+    self.assertEqual(sum(rewards), 1319)
+    self.assertEqual(extracted, self.golds)
+
+  def test_next_solution_scores_one_only_for_equal_answers(self):
+    values = [float(g.replace(',', '')) for g in self.golds]
+    equal = sum(a == b for a, b in zip(values, values[1:]))
+    rewards = [self.verify(solution, example).reward
+               for solution, example in zip(self.solutions[1:],
+                                            self.examples)]
+    self.assertEqual(sum(rewards), equal)
+    self.assertGreater(equal, 0)
+    self.assertLess(equal, 50)
+
+
+@absltest.skipUnless(_HAS_MATH_VERIFY,
+                     "math_verify not installed (pip install 'jaxgrpo[math]')")
+class SymbolicTest(parameterized.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.verify = math_answer.MathAnswer(symbolic=True)
+
+  @parameterized.parameters(
+      # completion, gold, reward, reward without symbolic
+      ('The answer is $\\frac{1}{2}$.', '0.5', 1, 1),
+      ('\\boxed{\\frac{\\sqrt{2}}{2}}', '\\frac{1}{\\sqrt{2}}', 1, 0),
+      ('\\boxed{x^2+2x+1}', '(x+1)^2', 1, 0),
+      ('The answer is 1 + x.', 'x+1', 1, 0),
+      ('\\boxed{x^2+2x+2}', '(x+1)^2', 0, 0),
+      ('\\boxed{\\frac{2}{3}}', '0.5', 0, 0),
+      ('\\boxed{\\sqrt{3}}', '\\frac{1}{\\sqrt{2}}', 0, 0),
+  )
+  def test_equivalence(self, completion, gold, expected, plain_expected):
+    example = Example(id='t', prompt='', answer=gold)
+    self.assertEqual(self.verify(completion, example).reward, expected)
+    plain = math_answer.MathAnswer()
+    self.assertEqual(plain(completion, example).reward, plain_expected)
+
+  def test_leaves_the_callers_alarm_alone(self):
+    fired = []
+    handler = lambda *_: fired.append(1)
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 30.0)
+    try:
+      example = Example(id='t', prompt='', answer='(x+1)^2')
+      self.assertEqual(self.verify('\\boxed{x^2+2x+1}', example).reward, 1.0)
+      self.assertIs(signal.getsignal(signal.SIGALRM), handler)
+      self.assertGreater(signal.getitimer(signal.ITIMER_REAL)[0], 25.0)
+    finally:
+      signal.setitimer(signal.ITIMER_REAL, 0)
+      signal.signal(signal.SIGALRM, previous)
+    self.assertEqual(fired, [])
+
+  def test_unpickling_loads_math_verify_before_any_call(self):
+    data = pickle.dumps(self.verify)
+    with mock.patch.object(math_answer, '_load_math_verify') as load:
+      clone = pickle.loads(data)
+    load.assert_called_once_with()
+    self.assertEqual(clone, self.verify)
+
+
+if __name__ == '__main__':
+  absltest.main()
