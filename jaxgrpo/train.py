@@ -31,6 +31,7 @@ from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.model import pretrained
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.verifiers import pool as verifier_pool
 
@@ -112,6 +113,26 @@ def _build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
     raise errors.ConfigError(f'verify.workers={cfg.verify.workers}: {e}') from None
 
 
+def _load_pretrained(cfg: config_lib.Config, log: Log):
+  """The model at model.path with its tokenizer, set up per cfg.model."""
+  if cfg.model.tokenizer in ('char', 'byte'):
+    raise errors.ConfigError(
+        f'model.tokenizer={cfg.model.tokenizer!r} does not fit the pretrained '
+        f'model.path={cfg.model.path!r}; use \'auto\' (its own tokenizer)')
+  t0 = time.perf_counter()
+  model = pretrained.load(cfg.model.path, dtype=cfg.model.dtype,
+                          param_dtype=cfg.model.param_dtype)
+  try:
+    tokenizer = model.tokenizer.with_prompts(
+        chat=cfg.model.chat_template, system=cfg.model.system_prompt)
+  except ValueError as e:
+    raise errors.ConfigError(str(e)) from None
+  log(f'loaded {model.source}: {model.cfg.num_layers} layers, '
+      f'{model_config.param_count(model.cfg) / 1e6:.1f}M params, vocab '
+      f'{model.cfg.vocab_size}, in {time.perf_counter() - t0:.1f}s')
+  return dataclasses.replace(model, tokenizer=tokenizer)
+
+
 def _verifier_name(value) -> str:
   """A short name of a verifier config value, for log lines."""
   if isinstance(value, str):
@@ -137,7 +158,14 @@ def _run(
   _check_workdir(workdir)
 
   # Data and reward.
-  tokenizer = tokenizer_lib.make_tokenizer(cfg.model.tokenizer)
+  rng = jax.random.key(cfg.seed)
+  init_rng, warm_rng, run_rng, eval_rng = jax.random.split(rng, 4)
+  pretrained_model = _load_pretrained(cfg, log) if cfg.model.path else None
+  if pretrained_model is not None:
+    tokenizer = pretrained_model.tokenizer
+  else:
+    tokenizer = tokenizer_lib.make_tokenizer(
+        'char' if cfg.model.tokenizer == 'auto' else cfg.model.tokenizer)
   datasets = [loading.load_dataset(cfg, entry, tokenizer)
               for entry in cfg.data.datasets]
   eval_examples = [ex for _, _, held_out in datasets for ex in held_out]
@@ -148,23 +176,28 @@ def _run(
   scorer = resources.enter_context(_build_scorer(cfg))
 
   # Model, generators, optimizer.
-  try:
-    model_cfg = model_config.preset(
-        cfg.model.preset, vocab_size=tokenizer.vocab_size,
-        dtype=cfg.model.dtype, param_dtype=cfg.model.param_dtype,
-    )
-  except ValueError as e:
-    raise errors.ConfigError(f'model.preset: {e}') from None
-  rng = jax.random.key(cfg.seed)
-  init_rng, warm_rng, run_rng, eval_rng = jax.random.split(rng, 4)
-  graphdef, params = decoder.init_params(model_cfg, init_rng)
+  if pretrained_model is not None:
+    model_cfg = pretrained_model.cfg
+    graphdef, params = pretrained_model.graphdef, pretrained_model.params
+    model_name = cfg.model.path
+  else:
+    try:
+      model_cfg = model_config.preset(
+          cfg.model.preset, vocab_size=tokenizer.vocab_size,
+          dtype=cfg.model.dtype, param_dtype=cfg.model.param_dtype,
+      )
+    except ValueError as e:
+      raise errors.ConfigError(f'model.preset: {e}') from None
+    graphdef, params = decoder.init_params(model_cfg, init_rng)
+    model_name = cfg.model.preset
   ro = cfg.rollout
   generator = Generator(
       graphdef=graphdef, model_cfg=model_cfg,
       sampling=sampling_lib.Sampling(
           temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p),
       max_new_tokens=ro.max_new_tokens, num_samples=ro.group_size,
-      stop_tokens=(tokenizer.eos_id,), pad_id=tokenizer.pad_id,
+      stop_tokens=tuple(getattr(tokenizer, 'stop_ids', (tokenizer.eos_id,))),
+      pad_id=tokenizer.pad_id,
   )
   eval_generator = dataclasses.replace(
       generator, num_samples=cfg.eval.num_samples,
@@ -297,7 +330,7 @@ def _run(
 
   window = metrics_lib.ConsoleWindow()
   log(f'GRPO: {cfg.total_steps} steps of {ro.batch_size} prompts x '
-      f'{ro.group_size} samples, model {cfg.model.preset} '
+      f'{ro.group_size} samples, model {model_name} '
       f'({model_config.param_count(model_cfg) / 1e6:.2f}M params)')
   def _train_one_step(step: int) -> dict[str, float]:
     nonlocal state

@@ -45,26 +45,35 @@ def make_sft_batch(
     *,
     truncate_prompts_to: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """Right-padded `BOS prompt answer EOS` sequences for teacher forcing.
+  """Right-padded `[BOS] prompt answer EOS` sequences for teacher forcing.
+
+  The prompt is encoded as rollouts see it (`tokenizer.prompt_ids`: BOS
+  first only when the tokenizer adds one).
 
   Args:
     tokenizer: the task tokenizer.
     examples: B examples.
     length: L, the padded sequence length.
-    truncate_prompts_to: a longer `BOS prompt` keeps BOS and its last
+    truncate_prompts_to: a longer prompt keeps its BOS, if any, and its last
       tokens, as rollouts cut it with rollout.long_prompts='truncate'.
 
   Returns:
     inputs [B, L] int32, targets [B, L] int32 (inputs shifted by one) and
     loss_mask [B, L] bool, True where the target is an answer token or EOS.
+
+  Raises:
+    ValueError: a sequence is longer than `length`, or a prompt has no
+      tokens to predict the answer from (empty, and no BOS).
   """
   inputs = np.full((len(examples), length), tokenizer.pad_id, np.int32)
   targets = np.full((len(examples), length), tokenizer.pad_id, np.int32)
   loss_mask = np.zeros((len(examples), length), bool)
   for b, ex in enumerate(examples):
-    prompt = [tokenizer.bos_id] + tokenizer.encode(ex.prompt)
-    if truncate_prompts_to:
-      prompt = tokenizer_lib.left_truncate(prompt, truncate_prompts_to)
+    prompt = tokenizer_lib.prompt_ids(tokenizer, ex.prompt,
+                                      truncate_prompts_to or None)
+    if not prompt:
+      raise ValueError(f'warm-start example {ex.id} has an empty prompt and '
+                       'the tokenizer adds no BOS')
     seq = prompt + tokenizer.encode(example_lib.shortest_answer(ex)) + [tokenizer.eos_id]
     if len(seq) - 1 > length:
       raise ValueError(
@@ -79,9 +88,7 @@ def make_sft_batch(
 
 
 def _sequence_len(tokenizer, example: Example, cut: int | None) -> int:
-  prompt = 1 + len(tokenizer.encode(example.prompt))
-  if cut:
-    prompt = min(prompt, cut)
+  prompt = len(tokenizer_lib.prompt_ids(tokenizer, example.prompt, cut or None))
   return prompt + len(tokenizer.encode(example_lib.shortest_answer(example)))
 
 

@@ -220,6 +220,17 @@ class ConfigFilesTest(absltest.TestCase):
       self.assertEqual([r['step'] for r in records], [0, 1, 2])
       self.assertTrue(any('run summary' in line for line in lines))
 
+  def test_accelerator_templates_validate(self):
+    from configs import qwen25_gsm8k  # pylint: disable=g-import-not-at-top
+    from configs import smollm2_arith  # pylint: disable=g-import-not-at-top
+    cfg = config_lib.from_config_dict(
+        qwen25_gsm8k.get_config('path=/data/qwen,gsm8k=/data/gsm8k'))
+    self.assertEqual(cfg.model.path, '/data/qwen')
+    self.assertEqual(cfg.data.datasets[0].path, '/data/gsm8k/train.jsonl')
+    for arg in ('', 'full', 'runlocal'):
+      cfg = config_lib.from_config_dict(smollm2_arith.get_config(arg))
+      self.assertEqual(cfg.model.path, 'smollm2')
+
   def test_gsm8k_format_mixture_trains(self):
     from configs import gsm8k_mixture  # pylint: disable=g-import-not-at-top
     c = gsm8k_mixture.get_config('runlocal')

@@ -98,6 +98,7 @@ def make_examples(
     indices: Sequence[int] | range,
     *,
     name: str = 'arithmetic',
+    template: str | None = None,
 ) -> list[Example]:
   """Builds examples for the given problem indices of a dataset.
 
@@ -105,6 +106,9 @@ def make_examples(
     spec: which problems.
     indices: problem indices; ids are `f'{name}/{index}'`.
     name: dataset name, also the id prefix.
+    template: prompt text for models that read questions, a `str.format`
+      template over `{expression}` ('47+385') and `{prompt}` ('47+385=');
+      None: the prompt is `{prompt}`.
 
   Returns:
     Examples whose subset label is the operand digit count, e.g. '3d'.
@@ -113,10 +117,14 @@ def make_examples(
   for i in indices:
     a, op, b = make_problem(spec, i)
     digits = max(len(str(a)), len(str(b)))
+    expression = f'{a}{op}{b}'
+    prompt = f'{expression}='
+    if template is not None:
+      prompt = template.format(expression=expression, prompt=prompt)
     out.append(
         Example(
             id=f'{name}/{i}',
-            prompt=f'{a}{op}{b}=',
+            prompt=prompt,
             answer=str(_solve(a, op, b)),
             dataset=name,
             subset=f'{digits}d',
@@ -126,7 +134,8 @@ def make_examples(
 
 
 def split_train_eval(
-    spec: ArithmeticSpec, num_train: int, num_eval: int, *, name: str
+    spec: ArithmeticSpec, num_train: int, num_eval: int, *, name: str,
+    template: str | None = None,
 ) -> tuple[list[Example], list[Example]]:
   """A train set and a held-out eval set with no prompt in common.
 
@@ -134,13 +143,13 @@ def split_train_eval(
   prompt also occurs in the train set is skipped (and the next index used),
   so held-out accuracy never measures memorised training prompts.
   """
-  train = make_examples(spec, range(num_train), name=name)
+  train = make_examples(spec, range(num_train), name=name, template=template)
   seen = {ex.prompt for ex in train}
   held_out: list[Example] = []
   index = num_train
   limit = num_train + 100 * max(num_eval, 1)
   while len(held_out) < num_eval and index < limit:
-    (ex,) = make_examples(spec, [index], name=name)
+    (ex,) = make_examples(spec, [index], name=name, template=template)
     if ex.prompt not in seen:
       held_out.append(ex)
       seen.add(ex.prompt)

@@ -48,7 +48,8 @@ def check_lengths(
             "model.tokenizer='byte' encodes any text") from None
   max_len = cfg.rollout.max_prompt_len
   if cfg.rollout.long_prompts == 'error':
-    lengths = [1 + len(tokenizer.encode(ex.prompt)) for ex in examples]
+    lengths = [len(tokenizer_lib.prompt_ids(tokenizer, ex.prompt))
+               for ex in examples]
     longest = int(np.argmax(lengths))
     if lengths[longest] > max_len:
       raise errors.ConfigError(
@@ -155,7 +156,8 @@ def load_dataset(
         min_digits=entry.min_digits, max_digits=entry.max_digits,
         ops=entry.ops, carries=entry.carries, seed=entry.seed)
     train, held = arithmetic.split_train_eval(
-        problems, entry.num_train, entry.num_eval, name=entry.name)
+        problems, entry.num_train, entry.num_eval, name=entry.name,
+        template=entry.template)
     train = grain.MapDataset.source(train)
   else:
     record_format = _record_format(entry)
@@ -182,7 +184,7 @@ def load_dataset(
   max_len = cfg.rollout.max_prompt_len
 
   def too_long(example: Example) -> str | None:
-    n = 1 + len(tokenizer.encode(example.prompt))
+    n = len(tokenizer_lib.prompt_ids(tokenizer, example.prompt))
     if n <= max_len:
       return None
     return (f'{example.id}: prompt of {n} tokens (BOS included) > '

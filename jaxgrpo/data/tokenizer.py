@@ -9,12 +9,20 @@ from jaxgrpo import errors
 
 
 class Tokenizer(Protocol):
-  """What the generator, learner and verifiers need from a tokenizer."""
+  """What the generator, learner and verifiers need from a tokenizer.
+
+  `bos_id` is None for a model that starts prompts with no BOS (Qwen); with
+  `add_bos` False a tokenizer keeps its BOS out of prompts too (see
+  `adds_bos`). `stop_ids` are the tokens that end a completion: EOS and, for
+  chat models, end-of-turn tokens such as <|im_end|>.
+  """
 
   vocab_size: int
   pad_id: int
-  bos_id: int
+  bos_id: int | None
   eos_id: int
+  add_bos: bool
+  stop_ids: tuple[int, ...]
 
   def encode(self, text: str) -> list[int]:
     ...
@@ -44,6 +52,8 @@ class CharTokenizer:
     self._ids = {c: i + 3 for i, c in enumerate(alphabet)}
     self.vocab_size = -(-(len(alphabet) + 3) // 8) * 8
     self.pad_id, self.bos_id, self.eos_id = self.PAD, self.BOS, self.EOS
+    self.add_bos = True
+    self.stop_ids = (self.EOS,)
 
   def encode(self, text: str) -> list[int]:
     try:
@@ -79,6 +89,8 @@ class ByteTokenizer:
   def __init__(self):
     self.vocab_size = 264
     self.pad_id, self.bos_id, self.eos_id = self.PAD, self.BOS, self.EOS
+    self.add_bos = True
+    self.stop_ids = (self.EOS,)
 
   def encode(self, text: str) -> list[int]:
     return [b + 3 for b in text.encode('utf-8')]
@@ -108,12 +120,58 @@ def make_tokenizer(name: str) -> Tokenizer:
   raise ValueError(f'unknown tokenizer {name!r}; known: {TOKENIZERS}')
 
 
-def left_truncate(ids: list[int], max_len: int) -> list[int]:
-  """BOS-first `ids` cut to `max_len`: BOS and the last max_len - 1 tokens
-  (the question usually ends a prompt). Shorter ids are returned as is."""
+def adds_bos(tokenizer: Tokenizer) -> bool:
+  """Whether prompts start with the tokenizer's BOS: it has one and its
+  `add_bos` (True when absent) is on."""
+  return (tokenizer.bos_id is not None
+          and bool(getattr(tokenizer, 'add_bos', True)))
+
+
+def _starts_with_bos(tokenizer: Tokenizer, ids: Sequence[int]) -> bool:
+  return tokenizer.bos_id is not None and ids[:1] == [tokenizer.bos_id]
+
+
+def left_truncate(ids: list[int], max_len: int, *,
+                  keep_first: bool = True) -> list[int]:
+  """`ids` cut to their last `max_len` tokens (the question usually ends a
+  prompt); with `keep_first` (a BOS-first prompt), the first token and the
+  last max_len - 1. Shorter ids are returned as is."""
   if len(ids) <= max_len:
     return ids
-  return ids[:1] + ids[len(ids) - max_len + 1:]
+  if keep_first:
+    return ids[:1] + ids[len(ids) - max_len + 1:]
+  return ids[len(ids) - max_len:]
+
+
+def prompt_ids(tokenizer: Tokenizer, text: str,
+               max_len: int | None = None) -> list[int]:
+  """The token ids a model sees for prompt `text`.
+
+  BOS comes first when the tokenizer adds one (`adds_bos`) and the text does
+  not already start with it (a chat template that writes the BOS string).
+  With `max_len`, a longer prompt keeps its BOS, if any, and its last tokens.
+
+  A tokenizer with a `prompt_text` method (a chat model's) turns the prompt
+  into the text to encode first.
+
+  Args:
+    tokenizer: the tokenizer.
+    text: the prompt.
+    max_len: the most tokens to keep, or None to keep all.
+
+  Returns:
+    The prompt's token ids.
+  """
+  prompt_text = getattr(tokenizer, 'prompt_text', None)
+  if prompt_text is not None:  # a chat template, see HFTokenizer.with_prompts
+    text = prompt_text(text)
+  ids = tokenizer.encode(text)
+  if adds_bos(tokenizer) and not _starts_with_bos(tokenizer, ids):
+    ids = [tokenizer.bos_id] + ids
+  if max_len is not None:
+    ids = left_truncate(ids, max_len,
+                        keep_first=_starts_with_bos(tokenizer, ids))
+  return ids
 
 
 def encode_prompts(
@@ -124,14 +182,14 @@ def encode_prompts(
     truncate: bool = False,
     names: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """Encodes prompts (BOS first) into a left-padded batch.
+  """Encodes prompts (`prompt_ids`: BOS first if any) into a left-padded batch.
 
   Args:
     tokenizer: the tokenizer.
     prompts: R prompt texts.
     max_len: P, the padded prompt length.
-    truncate: a longer prompt keeps BOS and its last P - 1 tokens (the
-      question usually ends a prompt) instead of raising.
+    truncate: a longer prompt keeps its BOS, if any, and its last tokens
+      (the question usually ends a prompt) instead of raising.
     names: R example ids, to name a prompt that is too long.
 
   Returns:
@@ -141,21 +199,26 @@ def encode_prompts(
   Raises:
     PromptTooLongError: a prompt needs more than `max_len` tokens and
       `truncate` is off.
+    ValueError: a prompt has no tokens (an empty text and no BOS).
   """
   tokens = np.full((len(prompts), max_len), tokenizer.pad_id, np.int32)
   mask = np.zeros((len(prompts), max_len), bool)
   truncated = np.zeros(len(prompts), bool)
   for r, text in enumerate(prompts):
-    ids = [tokenizer.bos_id] + tokenizer.encode(text)
+    ids = prompt_ids(tokenizer, text)
+    what = f'example {names[r]}' if names else f'prompt {text[:40]!r}'
+    if not ids:
+      raise ValueError(f'{what} is empty and the tokenizer adds no BOS')
     if len(ids) > max_len:
       if not truncate:
-        what = f'example {names[r]}' if names else f'prompt {text[:40]!r}'
+        bos = ' (BOS included)' if _starts_with_bos(tokenizer, ids) else ''
         raise PromptTooLongError(
-            f'{what} is {len(ids)} tokens (BOS included), longer than '
+            f'{what} is {len(ids)} tokens{bos}, longer than '
             f'rollout.max_prompt_len={max_len}; raise it, or set '
             "rollout.long_prompts to 'truncate' or 'drop'"
         )
-      ids = left_truncate(ids, max_len)
+      ids = left_truncate(ids, max_len,
+                          keep_first=_starts_with_bos(tokenizer, ids))
       truncated[r] = True
     tokens[r, max_len - len(ids):] = ids
     mask[r, max_len - len(ids):] = True

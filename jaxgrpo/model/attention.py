@@ -94,6 +94,7 @@ class Attention(nnx.Module):
     d, n, k, h = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.rope_theta = cfg.rope_theta
+    self.rope_scaling = cfg.rope_scaling
     self.num_kv_heads = k
     self.q = layers.Einsum((d, n, h), ('embed', 'heads', 'head_dim'), **kw)
     self.k = layers.Einsum((d, k, h), ('embed', 'kv_heads', 'head_dim'), **kw)
@@ -147,8 +148,9 @@ class Attention(nnx.Module):
     if self.q_norm is not None:
       q_BTNH = self.q_norm(q_BTNH)
       k_BTKH = self.k_norm(k_BTKH)
-    q_BTNH = layers.apply_rope(q_BTNH, positions_BT, theta=self.rope_theta)
-    k_BTKH = layers.apply_rope(k_BTKH, positions_BT, theta=self.rope_theta)
+    rope = dict(theta=self.rope_theta, scaling=self.rope_scaling)
+    q_BTNH = layers.apply_rope(q_BTNH, positions_BT, **rope)
+    k_BTKH = layers.apply_rope(k_BTKH, positions_BT, **rope)
 
     if cache is None:
       k_BSKH, v_BSKH = k_BTKH, v_BTKH

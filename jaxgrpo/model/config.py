@@ -7,6 +7,37 @@ _DTYPES = ('float32', 'bfloat16')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class RopeScaling:
+  """Llama 3.x ('llama3') rescaling of the RoPE frequencies.
+
+  Frequencies whose wavelength exceeds `original_max_position_embeddings /
+  low_freq_factor` are divided by `factor`; those shorter than
+  `original_max_position_embeddings / high_freq_factor` are kept; the ones
+  between are interpolated smoothly. The fields are the ones of a Hugging
+  Face `rope_scaling` entry of type 'llama3'.
+  """
+
+  factor: float
+  low_freq_factor: float
+  high_freq_factor: float
+  original_max_position_embeddings: int
+
+  def __post_init__(self):
+    for name in (
+        'factor', 'low_freq_factor', 'original_max_position_embeddings'
+    ):
+      if not getattr(self, name) > 0:
+        raise ValueError(
+            f'RopeScaling.{name} must be > 0, got {getattr(self, name)!r}'
+        )
+    if not self.high_freq_factor > self.low_freq_factor:
+      raise ValueError(
+          f'RopeScaling.high_freq_factor ({self.high_freq_factor!r}) must '
+          f'exceed low_freq_factor ({self.low_freq_factor!r})'
+      )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConfig:
   """Shape and numerics of a Llama-family decoder.
 
@@ -22,6 +53,9 @@ class ModelConfig:
     norm_eps: epsilon of every RMSNorm.
     qkv_bias: adds biases to the q/k/v projections (Qwen2).
     qk_norm: RMSNorm over head_dim on queries and keys before RoPE (Qwen3).
+    rope_scaling: Llama 3.x RoPE frequency rescaling, or None for plain
+      RoPE. A dict with RopeScaling's fields (as `dataclasses.asdict` writes
+      it) is converted.
     tie_embeddings: the output projection reuses the input embedding.
     dtype: compute dtype, 'float32' or 'bfloat16'. Softmax and logits are
       always float32.
@@ -39,6 +73,7 @@ class ModelConfig:
   norm_eps: float = 1e-6
   qkv_bias: bool = False
   qk_norm: bool = False
+  rope_scaling: RopeScaling | None = None
   tie_embeddings: bool = True
   dtype: str = 'float32'
   param_dtype: str = 'float32'
@@ -74,6 +109,19 @@ class ModelConfig:
     if not self.norm_eps > 0:
       raise ValueError(
           f'ModelConfig.norm_eps must be > 0, got {self.norm_eps!r}'
+      )
+    if isinstance(self.rope_scaling, dict):
+      try:
+        scaling = RopeScaling(**self.rope_scaling)
+      except TypeError as e:
+        raise ValueError(
+            f'ModelConfig.rope_scaling {self.rope_scaling!r}: {e}'
+        ) from None
+      object.__setattr__(self, 'rope_scaling', scaling)
+    if not isinstance(self.rope_scaling, (RopeScaling, type(None))):
+      raise ValueError(
+          'ModelConfig.rope_scaling must be a RopeScaling or None, got '
+          f'{self.rope_scaling!r}'
       )
     for name in ('dtype', 'param_dtype'):
       if getattr(self, name) not in _DTYPES:
@@ -165,8 +213,6 @@ def _qwen3_06b() -> ModelConfig:
 
 
 def _llama32_1b() -> ModelConfig:
-  # Shapes only: the released checkpoint also rescales its low RoPE
-  # frequencies ('llama3' rope scaling), which this config does not model.
   return ModelConfig(
       vocab_size=128_256,
       num_layers=16,
@@ -176,6 +222,12 @@ def _llama32_1b() -> ModelConfig:
       head_dim=64,
       mlp_dim=8192,
       rope_theta=500_000.0,
+      rope_scaling=RopeScaling(
+          factor=32.0,
+          low_freq_factor=1.0,
+          high_freq_factor=4.0,
+          original_max_position_embeddings=8192,
+      ),
       norm_eps=1e-5,
   )
 

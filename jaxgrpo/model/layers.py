@@ -13,6 +13,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
+from jaxgrpo.model.config import RopeScaling
 from jaxgrpo.sharding import LogicalAxes
 
 
@@ -137,8 +138,45 @@ class Bias(nnx.Module):
     return x + b.reshape((1,) * (x.ndim - b.ndim) + b.shape)
 
 
+def rope_frequencies(
+    head_dim: int, *, theta: float, scaling: RopeScaling | None = None
+) -> jax.Array:
+  """The head_dim / 2 rotary angular frequencies, float32.
+
+  Args:
+    head_dim: H, width of each head (even).
+    theta: frequency base; frequency i is theta ** (-2 i / H).
+    scaling: Llama 3.x rescaling of the low frequencies, or None. It
+      follows Hugging Face's 'llama3' rope type: wavelengths above
+      original_max_position_embeddings / low_freq_factor are stretched by
+      `factor`, those below original_max_position_embeddings /
+      high_freq_factor are kept and the band between is interpolated.
+  """
+  half = head_dim // 2
+  inv_freq = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+  if scaling is None:
+    return inv_freq
+  context = scaling.original_max_position_embeddings
+  low_freq_wavelen = context / scaling.low_freq_factor
+  high_freq_wavelen = context / scaling.high_freq_factor
+  wavelen = 2 * math.pi / inv_freq
+  inv_freq = jnp.where(
+      wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq
+  )
+  smooth = (context / wavelen - scaling.low_freq_factor) / (
+      scaling.high_freq_factor - scaling.low_freq_factor
+  )
+  smoothed = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+  is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+  return jnp.where(is_medium, smoothed, inv_freq)
+
+
 def apply_rope(
-    x_BTNH: jax.Array, positions_BT: jax.Array, *, theta: float
+    x_BTNH: jax.Array,
+    positions_BT: jax.Array,
+    *,
+    theta: float,
+    scaling: RopeScaling | None = None,
 ) -> jax.Array:
   """Rotates each head by its token's position (rotary embedding).
 
@@ -150,12 +188,13 @@ def apply_rope(
     positions_BT: int position of each token, [batch, length]. Left padding
       makes these differ per row, hence explicit positions.
     theta: frequency base.
+    scaling: optional Llama 3.x frequency rescaling (see
+      `rope_frequencies`).
 
   Returns:
     Rotated x, same shape and dtype.
   """
-  half = x_BTNH.shape[-1] // 2
-  inv_freq = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
+  inv_freq = rope_frequencies(x_BTNH.shape[-1], theta=theta, scaling=scaling)
   angles_BTH = (
       positions_BT.astype(jnp.float32)[..., None] * inv_freq[None, None]
   )

@@ -74,5 +74,26 @@ class ArithmeticTest(parameterized.TestCase):
       arithmetic.ArithmeticSpec(ops='/')
 
 
+class TemplateTest(absltest.TestCase):
+
+  def test_template_words_the_same_problems(self):
+    spec = arithmetic.ArithmeticSpec(seed=3)
+    plain = arithmetic.make_examples(spec, range(5), name='a')
+    worded = arithmetic.make_examples(
+        spec, range(5), name='a',
+        template='What is {expression}? Reply with the number only.')
+    for p, w in zip(plain, worded):
+      self.assertEqual(w.prompt, f'What is {p.prompt[:-1]}? Reply with the '
+                       'number only.')
+      self.assertEqual((w.id, w.answer, w.subset), (p.id, p.answer, p.subset))
+
+  def test_config_rejects_other_fields(self):
+    from jaxgrpo import config_lib  # pylint: disable=g-import-not-at-top
+    from jaxgrpo import errors  # pylint: disable=g-import-not-at-top
+    with self.assertRaisesRegex(errors.ConfigError, r'template=.*\{expression\}'):
+      config_lib.DatasetSection(name='a', kind='arithmetic',
+                                template='Q: {question}')
+
+
 if __name__ == '__main__':
   absltest.main()

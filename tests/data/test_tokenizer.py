@@ -65,6 +65,65 @@ class TokenizerTest(absltest.TestCase):
     self.assertTrue(truncated[0])
 
 
+class _NoBos(tokenizer_lib.CharTokenizer):
+  """A character tokenizer for a model that starts prompts with no BOS."""
+
+  def __init__(self):
+    super().__init__()
+    self.bos_id = None
+
+
+class _TemplateBos(tokenizer_lib.CharTokenizer):
+  """'^' is the BOS string, as a chat template may write it."""
+
+  def encode(self, text):
+    return [self.BOS if c == '^' else i
+            for c, i in zip(text, super().encode(text.replace('^', ' ')))]
+
+
+class PromptIdsTest(absltest.TestCase):
+
+  def test_bos_rule(self):
+    tok = tokenizer_lib.CharTokenizer()
+    self.assertTrue(tokenizer_lib.adds_bos(tok))
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, '1+2='),
+                     [tok.bos_id, *tok.encode('1+2=')])
+    self.assertEqual(tokenizer_lib.prompt_ids(_NoBos(), '1+2='),
+                     tok.encode('1+2='))
+    tok.add_bos = False
+    self.assertFalse(tokenizer_lib.adds_bos(tok))
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, '1+2='), tok.encode('1+2='))
+    # A prompt that already starts with BOS gets no second one.
+    tok = _TemplateBos()
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, '^1='),
+                     [tok.bos_id, *tok.encode('1=')])
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, '^12345=', max_len=3),
+                     [tok.bos_id, *tok.encode('5=')])
+
+  def test_left_truncate(self):
+    self.assertEqual(tokenizer_lib.left_truncate([1, 5, 6, 7, 8], 3),
+                     [1, 7, 8])
+    self.assertEqual(
+        tokenizer_lib.left_truncate([5, 6, 7, 8], 3, keep_first=False),
+        [6, 7, 8])
+    self.assertEqual(tokenizer_lib.left_truncate([5, 6], 3), [5, 6])
+
+  def test_encode_prompts_without_bos(self):
+    tok = _NoBos()
+    tokens, mask, truncated = tokenizer_lib.encode_prompts(
+        tok, ['1+2=', '123+456='], 6, truncate=True)
+    np.testing.assert_array_equal(tokens[0, :2], [tok.pad_id] * 2)
+    np.testing.assert_array_equal(tokens[0, 2:], tok.encode('1+2='))
+    np.testing.assert_array_equal(tokens[1], tok.encode('3+456='))
+    np.testing.assert_array_equal(mask.sum(1), [4, 6])
+    np.testing.assert_array_equal(truncated, [False, True])
+    with self.assertRaisesRegex(tokenizer_lib.PromptTooLongError,
+                                r'is 8 tokens, longer than'):
+      tokenizer_lib.encode_prompts(tok, ['123+456='], 6)
+    with self.assertRaisesRegex(ValueError, 'adds no BOS'):
+      tokenizer_lib.encode_prompts(tok, [''], 6)
+
+
 class ByteTokenizerTest(absltest.TestCase):
 
   def test_any_text_round_trips(self):

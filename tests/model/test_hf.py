@@ -1,0 +1,437 @@
+"""Tests for Hugging Face config parsing, checkpoint loading and export.
+
+Checkpoint directories are written with `hf.export` or by hand with
+`safetensors.numpy`; nothing here needs torch or transformers (see
+test_hf_parity.py for the comparison with transformers itself).
+"""
+
+import dataclasses
+import importlib.util
+import json
+import os
+
+from absl.testing import absltest
+from absl.testing import parameterized
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgrpo.model import config
+from jaxgrpo.model import decoder
+from jaxgrpo.model import hf
+from jaxgrpo.model import layers
+
+_HAVE_SAFETENSORS = importlib.util.find_spec('safetensors') is not None
+if _HAVE_SAFETENSORS:
+  # pylint: disable-next=g-import-not-at-top
+  from safetensors import numpy as st_numpy
+
+_LLAMA = dict(
+    model_type='llama',
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    rope_theta=500_000.0,
+    tie_word_embeddings=True,
+)
+_LLAMA3_SCALING = dict(
+    rope_type='llama3',
+    factor=8.0,
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+    original_max_position_embeddings=8192,
+)
+
+
+def _flat(params: nnx.State) -> dict[str, np.ndarray]:
+  return {
+      '.'.join(map(str, path)): np.asarray(var.get_value())
+      for path, var in nnx.to_flat_state(params)
+  }
+
+
+def _random_params(cfg: config.ModelConfig, seed: int = 0) -> nnx.State:
+  """Params with every value random (norm scales and biases included)."""
+  rng = np.random.default_rng(seed)
+  _, abstract = decoder.abstract_params(cfg)
+  return nnx.from_flat_state([
+      (path, var.replace(jnp.asarray(
+          rng.normal(size=var.shape).astype(var.dtype))))
+      for path, var in nnx.to_flat_state(abstract)
+  ])
+
+
+def _cfg(**overrides) -> config.ModelConfig:
+  return dataclasses.replace(
+      config.ModelConfig.tiny(vocab_size=40), **(dict(mlp_dim=96) | overrides)
+  )
+
+
+class ConfigFromHFTest(parameterized.TestCase):
+
+  def test_llama_with_legacy_rope_scaling(self):
+    cfg = hf.config_from_hf(_LLAMA | dict(rope_scaling=_LLAMA3_SCALING))
+    self.assertEqual(
+        cfg,
+        config.ModelConfig(
+            vocab_size=128, num_layers=2, embed_dim=64, num_heads=4,
+            num_kv_heads=2, head_dim=16, mlp_dim=96, rope_theta=500_000.0,
+            norm_eps=1e-5, tie_embeddings=True,
+            rope_scaling=config.RopeScaling(
+                factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                original_max_position_embeddings=8192,
+            ),
+        ),
+    )
+
+  def test_rope_parameters_of_transformers_5(self):
+    hf_config = dict(_LLAMA)
+    del hf_config['rope_theta']
+    hf_config['rope_parameters'] = dict(_LLAMA3_SCALING, rope_theta=1e6)
+    cfg = hf.config_from_hf(hf_config)
+    self.assertEqual(cfg.rope_theta, 1e6)
+    self.assertEqual(cfg.rope_scaling.factor, 8.0)
+    hf_config['rope_parameters'] = dict(rope_type='default', rope_theta=3.0)
+    cfg = hf.config_from_hf(hf_config)
+    self.assertEqual((cfg.rope_theta, cfg.rope_scaling), (3.0, None))
+
+  def test_llama3_context_defaults_to_max_position_embeddings(self):
+    scaling = dict(_LLAMA3_SCALING)
+    del scaling['original_max_position_embeddings']
+    cfg = hf.config_from_hf(
+        _LLAMA | dict(rope_scaling=scaling, max_position_embeddings=512)
+    )
+    self.assertEqual(cfg.rope_scaling.original_max_position_embeddings, 512)
+
+  def test_defaults(self):
+    hf_config = {k: v for k, v in _LLAMA.items()
+                 if k not in ('num_key_value_heads', 'rope_theta',
+                              'tie_word_embeddings', 'rms_norm_eps')}
+    cfg = hf.config_from_hf(hf_config, dtype='bfloat16')
+    self.assertEqual(
+        (cfg.num_kv_heads, cfg.head_dim, cfg.rope_theta, cfg.norm_eps,
+         cfg.tie_embeddings, cfg.dtype, cfg.param_dtype),
+        (4, 16, 10_000.0, 1e-6, False, 'bfloat16', 'float32'),
+    )
+
+  @parameterized.parameters(
+      ('qwen2', dict(use_sliding_window=False, sliding_window=4096),
+       (True, False)),
+      ('qwen3', dict(head_dim=32, attention_bias=False), (False, True)),
+      ('mistral', dict(sliding_window=None), (False, False)),
+  )
+  def test_families(self, model_type, extra, bias_and_norm):
+    cfg = hf.config_from_hf(_LLAMA | dict(model_type=model_type) | extra)
+    self.assertEqual((cfg.qkv_bias, cfg.qk_norm), bias_and_norm)
+    self.assertEqual(cfg.head_dim, extra.get('head_dim', 16))
+
+  @parameterized.named_parameters(
+      ('model_type', dict(model_type='gemma'), "model_type='gemma'"),
+      ('missing_key', dict(hidden_size=None), "no 'hidden_size'"),
+      ('rope_type', dict(rope_scaling=dict(rope_type='yarn', factor=4.0)),
+       "rope_scaling.rope_type='yarn'"),
+      ('rope_legacy_type_key', dict(rope_scaling=dict(type='linear')),
+       "rope_type='linear'"),
+      ('per_layer_rope',
+       dict(rope_parameters=dict(full_attention=dict(rope_theta=1.0))),
+       'rope_parameters='),
+      ('llama3_without_factor',
+       dict(rope_scaling=dict(rope_type='llama3', low_freq_factor=1.0,
+                              high_freq_factor=4.0,
+                              original_max_position_embeddings=64)),
+       'no factor'),
+      ('llama3_bad_factors',
+       dict(rope_scaling=_LLAMA3_SCALING | dict(high_freq_factor=1.0)),
+       'high_freq_factor'),
+      ('partial_rotary', dict(partial_rotary_factor=0.5),
+       'partial_rotary_factor=0.5'),
+      ('llama_attention_bias', dict(attention_bias=True),
+       'attention_bias=True'),
+      ('mlp_bias', dict(mlp_bias=True), 'mlp_bias=True'),
+      ('activation', dict(hidden_act='gelu'), "hidden_act='gelu'"),
+      ('layer_types', dict(layer_types=['full_attention',
+                                        'sliding_attention']),
+       "layer_types has \\['sliding_attention'\\]"),
+      ('mistral_window', dict(model_type='mistral', sliding_window=4096),
+       'sliding_window=4096'),
+      ('qwen2_window', dict(model_type='qwen2', use_sliding_window=True,
+                            sliding_window=64, max_window_layers=1),
+       'sliding_window=64'),
+      ('qwen3_attention_bias', dict(model_type='qwen3', attention_bias=True),
+       'attention_bias=True'),
+      ('bad_shape', dict(num_key_value_heads=3), 'num_kv_heads'),
+  )
+  def test_unsupported_is_named(self, overrides, message):
+    with self.assertRaisesRegex(hf.CheckpointError, message):
+      hf.config_from_hf(_LLAMA | overrides)
+
+  def test_inactive_qwen2_window_is_fine(self):
+    cfg = hf.config_from_hf(_LLAMA | dict(
+        model_type='qwen2', use_sliding_window=True, sliding_window=64,
+        max_window_layers=2,
+    ))
+    self.assertTrue(cfg.qkv_bias)
+
+  def test_scaled_config_is_hashable_and_json_round_trips(self):
+    cfg = hf.config_from_hf(_LLAMA | dict(rope_scaling=_LLAMA3_SCALING))
+    text = json.dumps(dataclasses.asdict(cfg))
+    self.assertEqual(config.ModelConfig(**json.loads(text)), cfg)
+    self.assertEqual(hash(config.ModelConfig(**json.loads(text))), hash(cfg))
+
+
+class RopeScalingTest(absltest.TestCase):
+
+  def test_llama3_bands(self):
+    scaling = config.RopeScaling(
+        factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=64,
+    )
+    plain = np.asarray(layers.rope_frequencies(32, theta=10_000.0))
+    scaled = np.asarray(
+        layers.rope_frequencies(32, theta=10_000.0, scaling=scaling)
+    )
+    wavelen = 2 * np.pi / plain
+    high, low = wavelen < 64 / 4, wavelen > 64 / 1
+    medium = ~high & ~low
+    self.assertTrue(high.any() and low.any() and medium.any())
+    np.testing.assert_array_equal(scaled[high], plain[high])
+    np.testing.assert_allclose(scaled[low], plain[low] / 8, rtol=1e-6)
+    self.assertTrue(np.all(scaled[medium] < plain[medium]))
+    self.assertTrue(np.all(scaled[medium] > plain[medium] / 8))
+    # Longer wavelengths are stretched more, so the order is kept.
+    self.assertTrue(np.all(np.diff(scaled) < 0))
+
+  def test_apply_rope_uses_scaling(self):
+    x = jax.random.normal(jax.random.key(0), (1, 3, 2, 32))
+    positions = jnp.array([[0, 5, 900]])
+    scaling = config.RopeScaling(
+        factor=4.0, low_freq_factor=1.0, high_freq_factor=2.0,
+        original_max_position_embeddings=16,
+    )
+    plain = layers.apply_rope(x, positions, theta=100.0)
+    scaled = layers.apply_rope(x, positions, theta=100.0, scaling=scaling)
+    np.testing.assert_allclose(scaled[:, 0], x[:, 0], rtol=1e-6)
+    self.assertGreater(float(jnp.abs(scaled[:, 2] - plain[:, 2]).max()), 0.1)
+
+
+@absltest.skipUnless(_HAVE_SAFETENSORS, 'pip install safetensors')
+class RoundTripTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ('llama_tied', dict(), 'llama', 'LlamaForCausalLM'),
+      ('llama_untied_scaled',
+       dict(tie_embeddings=False, rope_scaling=config.RopeScaling(
+           factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+           original_max_position_embeddings=8192)),
+       'llama', 'LlamaForCausalLM'),
+      ('qwen2_bf16', dict(qkv_bias=True, param_dtype='bfloat16'), 'qwen2',
+       'Qwen2ForCausalLM'),
+      ('qwen3_untied', dict(qk_norm=True, tie_embeddings=False), 'qwen3',
+       'Qwen3ForCausalLM'),
+  )
+  def test_export_then_load_is_exact(self, overrides, model_type, arch):
+    cfg = _cfg(**overrides)
+    graphdef, _ = decoder.abstract_params(cfg)
+    params = _random_params(cfg, seed=1)
+    out = hf.export(cfg, params, self.create_tempdir().full_path)
+    self.assertEqual(sorted(os.listdir(out)),
+                     ['config.json', 'model.safetensors'])
+    written = json.loads((out / 'config.json').read_text())
+    self.assertEqual((written['model_type'], written['architectures']),
+                     (model_type, [arch]))
+    self.assertEqual(written['torch_dtype'], cfg.param_dtype)
+
+    loaded_cfg, loaded_graphdef, loaded = hf.load(out)
+    self.assertEqual(loaded_cfg, cfg)
+    self.assertEqual(loaded_graphdef, graphdef)
+    want, got = _flat(params), _flat(loaded)
+    self.assertEqual(sorted(got), sorted(want))
+    for name, value in want.items():
+      self.assertEqual(got[name].dtype, value.dtype, name)
+      np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+  def test_hf_layout_is_out_by_in(self):
+    cfg = _cfg(qkv_bias=True, tie_embeddings=False)
+    params = _random_params(cfg, 2)
+    out = hf.export(cfg, params, self.create_tempdir().full_path)
+    tensors = st_numpy.load_file(out / 'model.safetensors')
+    ours = _flat(params)
+    x = np.random.default_rng(0).normal(size=(64,)).astype(np.float32)
+    y = np.random.default_rng(1).normal(size=(4, 16)).astype(np.float32)
+    pairs = (
+        ('model.layers.1.self_attn.q_proj.weight', 'blocks.1.attn.q.w', x,
+         np.einsum('D,DNH->NH', x, ours['blocks.1.attn.q.w'])),
+        ('model.layers.0.self_attn.o_proj.weight', 'blocks.0.attn.o.w', y,
+         np.einsum('NH,NHD->D', y, ours['blocks.0.attn.o.w'])),
+        ('model.layers.0.mlp.up_proj.weight', 'blocks.0.mlp.up.w', x,
+         x @ ours['blocks.0.mlp.up.w']),
+        ('lm_head.weight', 'unembedding.w', x, x @ ours['unembedding.w']),
+    )
+    for name, _, inputs, expected in pairs:
+      # A Hugging Face Linear computes inputs @ weight.T.
+      np.testing.assert_allclose(
+          tensors[name] @ inputs.reshape(-1), expected.reshape(-1),
+          rtol=1e-5, atol=1e-5, err_msg=name,
+      )
+    np.testing.assert_array_equal(
+        tensors['model.layers.0.self_attn.k_proj.bias'],
+        ours['blocks.0.attn.k_bias.b'].reshape(-1),
+    )
+
+  def test_sharded_export_and_stale_files(self):
+    cfg = _cfg(tie_embeddings=False)
+    params = _random_params(cfg, 3)
+    path = self.create_tempdir().full_path
+    out = hf.export(cfg, params, path, max_shard_bytes=50_000)
+    index = json.loads((out / hf._INDEX).read_text())
+    shards = sorted(set(index['weight_map'].values()))
+    self.assertGreater(len(shards), 2)
+    self.assertEqual(shards[0], f'model-00001-of-{len(shards):05d}.safetensors')
+    self.assertEqual(sorted(os.listdir(out)),
+                     sorted(shards + ['config.json', hf._INDEX]))
+    self.assertEqual(index['metadata']['total_size'],
+                     sum(x.nbytes for x in _flat(params).values()))
+    for shard in shards:
+      self.assertLessEqual(os.path.getsize(out / shard), 50_000 + 4096)
+    _, _, loaded = hf.load(out)
+    np.testing.assert_array_equal(_flat(loaded)['unembedding.w'],
+                                  _flat(params)['unembedding.w'])
+
+    out = hf.export(cfg, params, path)
+    self.assertEqual(sorted(os.listdir(out)),
+                     ['config.json', 'model.safetensors'])
+
+  def test_config_extra(self):
+    cfg = _cfg()
+    params = _random_params(cfg, 0)
+    out = hf.export(
+        cfg, params, self.create_tempdir().full_path,
+        hf_config_extra=dict(eos_token_id=7, hidden_size=1, rope_parameters={},
+                             max_position_embeddings=2048),
+    )
+    written = json.loads((out / 'config.json').read_text())
+    self.assertEqual((written['eos_token_id'], written['hidden_size'],
+                      written['max_position_embeddings']), (7, 64, 2048))
+    self.assertNotIn('rope_parameters', written)
+
+  def test_export_errors(self):
+    cfg = _cfg()
+    params = _random_params(cfg, 0)
+    tmp = self.create_tempdir().full_path
+    with self.assertRaisesRegex(ValueError, 'both q/k/v biases'):
+      hf.export(_cfg(qkv_bias=True, qk_norm=True), params, tmp)
+    with self.assertRaisesRegex(ValueError, 'unexpected.*unembedding'):
+      untied = _random_params(_cfg(tie_embeddings=False))
+      hf.export(cfg, untied, tmp)
+    with self.assertRaisesRegex(
+        ValueError, r'mlp.gate.w has shape \[64, 96\], .* \[64, 128\]'):
+      hf.export(_cfg(mlp_dim=128), params, tmp)
+
+
+@absltest.skipUnless(_HAVE_SAFETENSORS, 'pip install safetensors')
+class LoadErrorTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.cfg = _cfg()
+    self.params = _random_params(self.cfg)
+    self.dir = hf.export(self.cfg, self.params,
+                         self.create_tempdir().full_path)
+    self.file = self.dir / 'model.safetensors'
+    self.tensors = st_numpy.load_file(self.file)
+
+  def _rewrite(self, tensors=None, **config_changes):
+    if tensors is not None:
+      st_numpy.save_file(tensors, self.file)
+    if config_changes:
+      path = self.dir / 'config.json'
+      path.write_text(json.dumps(
+          json.loads(path.read_text()) | config_changes
+      ))
+
+  def test_missing_config(self):
+    os.remove(self.dir / 'config.json')
+    with self.assertRaisesRegex(hf.CheckpointError, 'config.json not found'):
+      hf.load(self.dir)
+
+  def test_bad_config_names_dir_and_key(self):
+    self._rewrite(model_type='phi3')
+    with self.assertRaisesRegex(hf.CheckpointError,
+                                f"{self.dir}.*model_type='phi3'"):
+      hf.load(self.dir)
+
+  def test_no_weights(self):
+    os.remove(self.file)
+    with self.assertRaisesRegex(hf.CheckpointError, 'no model.safetensors'):
+      hf.load(self.dir)
+
+  def test_missing_tensor(self):
+    del self.tensors['model.layers.1.mlp.down_proj.weight']
+    self._rewrite(self.tensors)
+    with self.assertRaisesRegex(
+        hf.CheckpointError,
+        "'model.layers.1.mlp.down_proj.weight' is missing from "
+        'model.safetensors'):
+      hf.load(self.dir)
+
+  def test_missing_tensor_in_shard_names_the_shard(self):
+    out = hf.export(self.cfg, self.params, self.dir, max_shard_bytes=50_000)
+    index = json.loads((out / hf._INDEX).read_text())
+    name = 'model.layers.1.self_attn.v_proj.weight'
+    shard = index['weight_map'][name]
+    tensors = st_numpy.load_file(out / shard)
+    del tensors[name]
+    st_numpy.save_file(tensors, out / shard)
+    with self.assertRaisesRegex(
+        hf.CheckpointError, f"'{name}' is missing from {shard} "):
+      hf.load(out)
+
+  def test_unexpected_tensors_are_listed(self):
+    self.tensors['model.layers.2.mlp.up_proj.weight'] = np.zeros(3)
+    self.tensors['lm_head.bias'] = np.zeros(3)
+    self._rewrite(self.tensors)
+    with self.assertRaisesRegex(
+        hf.CheckpointError,
+        '2 tensors have no place.*lm_head.bias, '
+        'model.layers.2.mlp.up_proj.weight'):
+      hf.load(self.dir)
+
+  def test_shape_mismatch(self):
+    self._rewrite(intermediate_size=128)
+    with self.assertRaisesRegex(
+        hf.CheckpointError,
+        r"model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' "
+        r'has shape \[96, 64\], expected \[128, 64\]'):
+      hf.load(self.dir)
+
+  def test_tied_lm_head_must_equal_embedding(self):
+    embedding = self.tensors['model.embed_tokens.weight']
+    self.tensors['lm_head.weight'] = embedding.copy()
+    self.tensors['model.layers.0.self_attn.rotary_emb.inv_freq'] = np.ones(8)
+    self._rewrite(self.tensors)
+    hf.load(self.dir)  # An equal copy (and a RoPE buffer) are fine.
+    self.tensors['lm_head.weight'] = embedding + 1
+    self._rewrite(self.tensors)
+    with self.assertRaisesRegex(hf.CheckpointError, 'lm_head.weight differs'):
+      hf.load(self.dir)
+
+  def test_unsharded_files_without_index(self):
+    os.rename(self.file, self.dir / 'weights.safetensors')
+    cfg, _, params = hf.load(self.dir, param_dtype='bfloat16')
+    self.assertEqual(cfg.param_dtype, 'bfloat16')
+    self.assertEqual(_flat(params)['embedding'].dtype, jnp.bfloat16)
+
+  def test_corrupt_file(self):
+    self.file.write_bytes(b'not a safetensors file')
+    with self.assertRaisesRegex(hf.CheckpointError,
+                                'model.safetensors: unreadable'):
+      hf.load(self.dir)
+
+
+if __name__ == '__main__':
+  absltest.main()

