@@ -93,6 +93,7 @@ class DatasetSection(_Section):
   carries: str = 'any'
   num_train: int = 20_000
   seed: int = 0
+  unanswerable: bool = False
   # kind='jsonl' / 'array_record' / 'gsm8k' / 'squad2' (path) and 'tfds'
   # (tfds_name). 'gsm8k' is GSM8K's JSONL file and 'squad2' a SQuAD 2.0
   # JSON file, as shipped.

@@ -13,6 +13,8 @@ import numpy as np
 from jaxgrpo.example import Example
 
 _OPS = ('+', '-', '*')
+# The right answer to an unanswerable problem.
+REFUSAL = 'none'
 _CARRIES = ('any', 'none', 'required')
 
 
@@ -27,6 +29,10 @@ class ArithmeticSpec:
     carries: 'any', 'none' (no carry or borrow anywhere) or 'required' (at
       least one); only constrains '+' and '-' problems.
     seed: generation seed; different seeds give different problems.
+    unanswerable: the second operand is missing ('47+?='): the right answer
+      is the refusal `REFUSAL` ('none'), and the subset label is
+      'unanswerable'. A mixture of these with answerable problems is a pair
+      of conflicting tasks (answer vs refuse).
   """
 
   min_digits: int = 1
@@ -34,6 +40,7 @@ class ArithmeticSpec:
   ops: str = '+'
   carries: str = 'any'
   seed: int = 0
+  unanswerable: bool = False
 
   def __post_init__(self):
     if not 1 <= self.min_digits <= self.max_digits <= 9:
@@ -117,7 +124,7 @@ def make_examples(
   for i in indices:
     a, op, b = make_problem(spec, i)
     digits = max(len(str(a)), len(str(b)))
-    expression = f'{a}{op}{b}'
+    expression = f'{a}{op}{"?" if spec.unanswerable else b}'
     prompt = f'{expression}='
     if template is not None:
       prompt = template.format(expression=expression, prompt=prompt)
@@ -125,9 +132,9 @@ def make_examples(
         Example(
             id=f'{name}/{i}',
             prompt=prompt,
-            answer=str(_solve(a, op, b)),
+            answer=REFUSAL if spec.unanswerable else str(_solve(a, op, b)),
             dataset=name,
-            subset=f'{digits}d',
+            subset='unanswerable' if spec.unanswerable else f'{digits}d',
         )
     )
   return out

@@ -154,7 +154,8 @@ def load_dataset(
   if entry.kind == 'arithmetic':
     problems = arithmetic.ArithmeticSpec(
         min_digits=entry.min_digits, max_digits=entry.max_digits,
-        ops=entry.ops, carries=entry.carries, seed=entry.seed)
+        ops=entry.ops, carries=entry.carries, seed=entry.seed,
+        unanswerable=entry.unanswerable)
     train, held = arithmetic.split_train_eval(
         problems, entry.num_train, entry.num_eval, name=entry.name,
         template=entry.template)

@@ -95,5 +95,19 @@ class TemplateTest(absltest.TestCase):
                                 template='Q: {question}')
 
 
+class UnanswerableTest(absltest.TestCase):
+
+  def test_missing_operand_and_refusal(self):
+    spec = arithmetic.ArithmeticSpec(seed=4, unanswerable=True)
+    plain = arithmetic.make_examples(
+        arithmetic.ArithmeticSpec(seed=4), range(20), name='a')
+    refuse = arithmetic.make_examples(spec, range(20), name='u')
+    for p, u in zip(plain, refuse):
+      self.assertRegex(u.prompt, r'^\d+[-+*]\?=$')
+      self.assertTrue(p.prompt.startswith(u.prompt[:-2]))
+      self.assertEqual((u.answer, u.subset), (arithmetic.REFUSAL,
+                                               'unanswerable'))
+
+
 if __name__ == '__main__':
   absltest.main()
