@@ -37,29 +37,36 @@ def check_lengths(
   rollout.long_prompts='error': 'truncate' cuts it when it is encoded, and
   'drop' left it out when its dataset was loaded.
   """
+  # One encoding per prompt and answer: a text the tokenizer cannot encode
+  # is named here, and the lengths serve both checks below.
+  prompt_lengths, answer_lengths = [], []
   for ex in examples:
-    for what, text in (('prompt', ex.prompt), ('answer', ex.answer)):
-      try:
-        tokenizer.encode(text)
-      except ValueError as e:
-        raise errors.ConfigError(
-            f'model.tokenizer={cfg.model.tokenizer!r}: the {what} of example '
-            f'{ex.id} (dataset {ex.dataset!r}) cannot be encoded ({e}); '
-            "model.tokenizer='byte' encodes any text") from None
+    what = 'prompt'
+    try:
+      prompt_lengths.append(len(tokenizer_lib.prompt_ids(tokenizer, ex.prompt)))
+      what = 'answer'
+      answer_lengths.append(answer_tokens(tokenizer, ex))
+      if example_lib.shortest_answer(ex) != ex.answer:
+        tokenizer.encode(ex.answer)
+    except errors.UserError:
+      raise  # e.g. a chat template that fails: its own message
+    except ValueError as e:
+      raise errors.ConfigError(
+          f'model.tokenizer={cfg.model.tokenizer!r}: the {what} of example '
+          f'{ex.id} (dataset {ex.dataset!r}) cannot be encoded ({e}); '
+          "model.tokenizer='byte' encodes any text") from None
   max_len = cfg.rollout.max_prompt_len
   if cfg.rollout.long_prompts == 'error':
-    lengths = [len(tokenizer_lib.prompt_ids(tokenizer, ex.prompt))
-               for ex in examples]
-    longest = int(np.argmax(lengths))
-    if lengths[longest] > max_len:
+    longest = int(np.argmax(prompt_lengths))
+    if prompt_lengths[longest] > max_len:
       raise errors.ConfigError(
           f'rollout.max_prompt_len={max_len}: example '
-          f'{examples[longest].id} has a prompt of {lengths[longest]} tokens '
-          '(BOS included; the longest checked); raise it, or set '
+          f'{examples[longest].id} has a prompt of {prompt_lengths[longest]} '
+          'tokens (BOS included; the longest checked); raise it, or set '
           "rollout.long_prompts to 'truncate' or 'drop'"
       )
   limit = cfg.rollout.max_new_tokens
-  lengths = np.array([answer_tokens(tokenizer, ex) for ex in examples])
+  lengths = np.array(answer_lengths)
   too_long = lengths > limit
   if too_long.mean() > MAX_UNREACHABLE:
     need = int(np.quantile(lengths, 1.0 - MAX_UNREACHABLE, method='higher'))

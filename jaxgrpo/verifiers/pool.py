@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 import importlib
 import multiprocessing
 from multiprocessing import connection
-import os
 import pickle
 import time
 from typing import Any
@@ -295,7 +294,3 @@ class Scorer:
                     'its worker process was killed')
     return outcomes  # type: ignore[return-value]
 
-
-def default_workers() -> int:
-  """A worker per CPU core, at most 8."""
-  return max(1, min(8, os.cpu_count() or 1))
