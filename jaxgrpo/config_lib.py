@@ -93,7 +93,8 @@ class DatasetSection(_Section):
   carries: str = 'any'
   num_train: int = 20_000
   seed: int = 0
-  unanswerable: bool = False
+  # False, True / 'missing' ('47+?=') or 'negative' ('23-57=', ops='-').
+  unanswerable: bool | str = False
   # kind='jsonl' / 'array_record' / 'gsm8k' / 'squad2' (path) and 'tfds'
   # (tfds_name). 'gsm8k' is GSM8K's JSONL file and 'squad2' a SQuAD 2.0
   # JSON file, as shipped.
@@ -157,6 +158,11 @@ class DatasetSection(_Section):
       self._check(bool(self.ops) and set(self.ops) <= set('+-*'), 'ops',
                   "must be a non-empty string of '+', '-', '*'")
       self._one_of('carries', ('any', 'none', 'required'))
+      self._check(self.unanswerable in (False, True, 'missing', 'negative'),
+                  'unanswerable', "must be False, True, 'missing' or "
+                  "'negative'")
+      self._check(self.unanswerable != 'negative' or self.ops == '-',
+                  'unanswerable', "'negative' needs ops='-'")
       self._positive('num_train')
       self._check(self.format is None, 'format',
                   "does not apply to kind='arithmetic'")

@@ -13,9 +13,12 @@ and a plot `OUT/<experiment>.png`:
   drift       an easy and a hard dataset at equal weights under filter:
               each one's batch share over steps, pre_filter vs post_filter.
   conflict    answerable (90%) and unanswerable (10%, the right answer is
-              the refusal 'none') problems: per-subset held-out accuracy and
-              the minority's batch share for none, filter, snooze N=2, 3, 5
+              the refusal 'none') subtractions, '57-23=' vs '23-57=' (no
+              negative numbers): per-subset held-out accuracy and the
+              minority's batch share for none, filter, snooze N=2, 3, 5
               and snooze_prob.
+  conflict_missing
+              the same with an obvious cue: answerable sums and '47+?='.
 
 Every variant of a seed starts from the same warm-started checkpoint (the
 warm start runs once per seed and its step-0 checkpoint is copied), so the
@@ -39,7 +42,7 @@ from configs import common
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import train
 
-EXPERIMENTS = ('waste', 'efficiency', 'drift', 'conflict')
+EXPERIMENTS = ('waste', 'efficiency', 'drift', 'conflict', 'conflict_missing')
 
 
 def _base(steps: int, seed: int, smoke: bool):
@@ -95,6 +98,16 @@ def variants(experiment: str, smoke: bool) -> tuple[list, dict]:
                         'data.balance': 'post_filter'},
     }
   if experiment == 'conflict':
+    # The two tasks look alike: only comparing the operands tells whether
+    # to answer or refuse, so refusing leaks into answerable problems.
+    datasets = [
+        _dataset('answerable', smoke, weight=0.9, min_digits=1, max_digits=2,
+                 ops='-', num_train=2000, num_eval=256, seed=3),
+        _dataset('unanswerable', smoke, weight=0.1, min_digits=1, max_digits=2,
+                 ops='-', num_train=500, num_eval=128, seed=4,
+                 unanswerable='negative'),
+    ]
+  elif experiment == 'conflict_missing':
     datasets = [
         _dataset('answerable', smoke, weight=0.9, min_digits=1, max_digits=2,
                  num_train=2000, num_eval=256, seed=3),
@@ -102,6 +115,7 @@ def variants(experiment: str, smoke: bool) -> tuple[list, dict]:
         _dataset('unanswerable', smoke, weight=0.1, min_digits=1, max_digits=3,
                  num_train=500, num_eval=128, seed=4, unanswerable=True),
     ]
+  if experiment in ('conflict', 'conflict_missing'):
     out = {'none': {'sampler.policy': 'none'},
            'filter': {'sampler.policy': 'filter'}}
     for n in (2, 3, 5):

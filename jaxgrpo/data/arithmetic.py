@@ -16,6 +16,7 @@ _OPS = ('+', '-', '*')
 # The right answer to an unanswerable problem.
 REFUSAL = 'none'
 _CARRIES = ('any', 'none', 'required')
+UNANSWERABLE = (False, True, 'missing', 'negative')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -29,10 +30,15 @@ class ArithmeticSpec:
     carries: 'any', 'none' (no carry or borrow anywhere) or 'required' (at
       least one); only constrains '+' and '-' problems.
     seed: generation seed; different seeds give different problems.
-    unanswerable: the second operand is missing ('47+?='): the right answer
-      is the refusal `REFUSAL` ('none'), and the subset label is
-      'unanswerable'. A mixture of these with answerable problems is a pair
-      of conflicting tasks (answer vs refuse).
+    unanswerable: False: ordinary problems. True or 'missing': the second
+      operand is missing ('47+?='), a cue the model sees at once. 'negative':
+      subtractions whose result would be negative ('23-57='), which in
+      natural numbers have no answer; they look like the answerable
+      subtractions ('57-23=', drawn with a >= b), so the model must compare
+      the operands to know whether to answer. The right answer is the
+      refusal `REFUSAL` ('none') and the subset label 'unanswerable'. A
+      mixture of these with answerable problems is a pair of conflicting
+      tasks (answer vs refuse); 'negative' makes them interfere.
   """
 
   min_digits: int = 1
@@ -40,9 +46,15 @@ class ArithmeticSpec:
   ops: str = '+'
   carries: str = 'any'
   seed: int = 0
-  unanswerable: bool = False
+  unanswerable: bool | str = False
 
   def __post_init__(self):
+    if self.unanswerable not in UNANSWERABLE:
+      raise ValueError('arithmetic unanswerable must be one of '
+                       f'{UNANSWERABLE}, got {self.unanswerable!r}')
+    if self.unanswerable == 'negative' and self.ops != '-':
+      raise ValueError("arithmetic unanswerable='negative' needs ops='-', "
+                       f'got {self.ops!r}')
     if not 1 <= self.min_digits <= self.max_digits <= 9:
       raise ValueError(
           'arithmetic digits need 1 <= min_digits <= max_digits <= 9, got '
@@ -86,6 +98,10 @@ def make_problem(spec: ArithmeticSpec, index: int) -> tuple[int, str, int]:
     a, b = _operand(rng, spec), _operand(rng, spec)
     if op == '-' and b > a:
       a, b = b, a
+    if spec.unanswerable == 'negative':
+      if a == b:
+        continue
+      a, b = b, a
     carries = count_carries(a, b, op)
     if (
         spec.carries == 'any'
@@ -124,7 +140,8 @@ def make_examples(
   for i in indices:
     a, op, b = make_problem(spec, i)
     digits = max(len(str(a)), len(str(b)))
-    expression = f'{a}{op}{"?" if spec.unanswerable else b}'
+    missing = spec.unanswerable in (True, 'missing')
+    expression = f'{a}{op}{"?" if missing else b}'
     prompt = f'{expression}='
     if template is not None:
       prompt = template.format(expression=expression, prompt=prompt)

@@ -108,6 +108,34 @@ class UnanswerableTest(absltest.TestCase):
       self.assertEqual((u.answer, u.subset), (arithmetic.REFUSAL,
                                                'unanswerable'))
 
+  def test_negative_subtractions_are_refused(self):
+    answer = arithmetic.make_examples(
+        arithmetic.ArithmeticSpec(ops='-', max_digits=2, seed=5), range(200),
+        name='a')
+    refuse = arithmetic.make_examples(
+        arithmetic.ArithmeticSpec(ops='-', max_digits=2, seed=6,
+                                  unanswerable='negative'), range(200),
+        name='u')
+    for e in answer:
+      a, b = map(int, e.prompt[:-1].split('-'))
+      self.assertGreaterEqual(a, b)
+      self.assertEqual(e.answer, str(a - b))
+    for e in refuse:
+      self.assertRegex(e.prompt, r'^\d+-\d+=$')
+      a, b = map(int, e.prompt[:-1].split('-'))
+      self.assertLess(a, b, e.prompt)
+      self.assertEqual((e.answer, e.subset),
+                       (arithmetic.REFUSAL, 'unanswerable'))
+    # The same cue-free shape: only the operands' order differs.
+    self.assertEqual({len(e.prompt) for e in answer} & {
+        len(e.prompt) for e in refuse}, {len(e.prompt) for e in refuse})
+
+  def test_bad_unanswerable_mode(self):
+    with self.assertRaisesRegex(ValueError, "needs ops='-'"):
+      arithmetic.ArithmeticSpec(unanswerable='negative')
+    with self.assertRaisesRegex(ValueError, 'must be one of'):
+      arithmetic.ArithmeticSpec(unanswerable='maybe')
+
 
 if __name__ == '__main__':
   absltest.main()
