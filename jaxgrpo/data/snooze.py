@@ -24,6 +24,14 @@ geometric with mean (N / (N + 1)) / (1 / (N + 1)) = N, the same mean sleep
 as `snooze` with the same N, so N means "epochs asleep" for both policies.
 Skipping with probability 1 / N instead would make a larger N sleep less.
 
+Strata (offline difficulty strata, `set_strata`) add a curriculum skip: an
+example of a stratum with relative weight m (its weight over the largest) is
+offered with probability m each epoch it comes up, so a stratum of weight 0
+is postponed until a later curriculum stage gives it weight, and the
+dataset's share of the mixture is unchanged. With pass rates from
+stratification, `set_strata` also gives each example its own prior mean for
+the `weighted` policy.
+
 `snooze_hard_factor` H > 0 snoozes too-hard examples for H epochs like
 `snooze`, under every policy, `none` included: it is a separate switch for
 the hard side. Skip rules read only the status, so a state restored under
@@ -50,15 +58,17 @@ POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
 ACTIVE, SNOOZED, FILTERED, EASY = 0, 1, 2, 3
 
 _PER_EXAMPLE = ('status', 'wake_epoch', 'successes', 'trials', 'last_step')
-_SKIPS = ('skipped_snoozed', 'skipped_filtered', 'skipped_weighted')
+_SKIPS = ('skipped_snoozed', 'skipped_filtered', 'skipped_weighted',
+          'skipped_curriculum')
 _M64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
-_ORDER_SALT, _SKIP_SALT = 0x6F72646572, 0x736B6970
+_ORDER_SALT, _SKIP_SALT, _STAGE_SALT = 0x6F72646572, 0x736B6970, 0x7374616765
 _ROUNDS = 6  # Even, so the unbalanced halves end where they started.
 _COUNT_MAX = int(np.iinfo(np.uint16).max)
 _MAX_CHUNK = 1 << 16
 _BLOCK = 1 << 15
-_STATE_KEYS = frozenset(_PER_EXAMPLE + _SKIPS + (
+# 'skipped_curriculum' came later: states saved before it restore as 0.
+_STATE_KEYS = frozenset(_PER_EXAMPLE + _SKIPS[:3] + (
     'size', 'seed', 'epoch', 'position', 'total_successes', 'total_trials'))
 
 
@@ -88,9 +98,10 @@ def _key(*words: int) -> np.uint64:
   return h[0]
 
 
-def uniform(seed: int, epoch: int, indices: np.ndarray) -> np.ndarray:
+def uniform(seed: int, epoch: int, indices: np.ndarray,
+            salt: int = _SKIP_SALT) -> np.ndarray:
   """[K] float64 uniforms in [0, 1), one per (seed, epoch, indices[k])."""
-  key = _key(_SKIP_SALT, seed, epoch)
+  key = _key(salt, seed, epoch)
   h = _mix(np.asarray(indices, np.uint64).reshape(-1) ^ key)
   return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
@@ -206,6 +217,62 @@ class SnoozeTable:
     self._total_trials = 0
     self._keys: tuple[int, tuple[np.uint64, ...]] | None = None
     self._rate = 0.5  # Offers per walked position; sizes chunks only.
+    # Strata (set_strata): [size] stratum index, per-stratum offer chance.
+    self.stratum: np.ndarray | None = None
+    self._offer: np.ndarray | None = None
+    self._prior: np.ndarray | None = None
+
+  def set_strata(self, stratum: np.ndarray, num_strata: int,
+                 prior: np.ndarray | None = None) -> None:
+    """Assigns each example a stratum (and optionally a prior pass rate).
+
+    Args:
+      stratum: [size] integer stratum index of each example.
+      num_strata: number of strata; weights come via `set_stratum_weights`
+        (all 1 until then).
+      prior: [size] prior mean pass rate of each example for the `weighted`
+        policy, NaN where unknown (those use the dataset's running mean).
+    """
+    stratum = np.asarray(stratum)
+    if stratum.shape != (self.size,):
+      raise ValueError(f'strata need one index per example ({self.size}), '
+                       f'got shape {stratum.shape}')
+    if stratum.size and not 0 <= stratum.min() <= stratum.max() < num_strata:
+      raise ValueError(f'stratum indices must be in [0, {num_strata})')
+    self.stratum = stratum.astype(np.uint8 if num_strata <= 256 else np.int32)
+    self._offer = np.ones(num_strata)
+    if prior is not None:
+      prior = np.asarray(prior, np.float64)
+      if prior.shape != (self.size,):
+        raise ValueError(f'prior needs one rate per example ({self.size}), '
+                         f'got shape {prior.shape}')
+      if np.any((prior < 0) | (prior > 1)):
+        raise ValueError('prior pass rates must be in [0, 1] (or NaN)')
+    self._prior = prior
+
+  def set_stratum_weights(self, weights: np.ndarray) -> None:
+    """Per-stratum weights (>= 0); each stratum is offered with chance
+    weight / max(weight) (all 0: nothing is offered)."""
+    if self.stratum is None:
+      raise ValueError('set_stratum_weights needs set_strata first')
+    w = np.asarray(weights, np.float64)
+    if w.shape != self._offer.shape or np.any(w < 0) or not np.all(
+        np.isfinite(w)):
+      raise ValueError(f'stratum weights must be {self._offer.size} finite '
+                       f'values >= 0, got {weights!r}')
+    self._offer = w / w.max() if w.max() > 0 else w
+
+  def offer_chance(self, indices: np.ndarray | slice) -> np.ndarray | float:
+    """The curriculum's chance of offering each example (1 without strata)."""
+    if self.stratum is None:
+      return 1.0
+    return self._offer[self.stratum[indices]]
+
+  def postponed(self) -> int:
+    """Examples whose stratum has weight 0 now."""
+    if self.stratum is None:
+      return 0
+    return int(np.count_nonzero(self._offer[self.stratum] == 0))
 
   def _round_keys(self, epoch: int) -> tuple[np.uint64, ...]:
     if self._keys is None or self._keys[0] != epoch:
@@ -235,14 +302,17 @@ class SnoozeTable:
 
   def _informative(self, indices: np.ndarray | slice) -> np.ndarray:
     k = self.cfg.prior_strength
-    p = (self._prior_mean() * k + self.successes[indices]) / (
+    mean = self._prior_mean()
+    if self._prior is not None:
+      own = self._prior[indices]
+      mean = np.where(np.isnan(own), mean, own)
+    p = (mean * k + self.successes[indices]) / (
         k + self.trials[indices])
     g = self.cfg.group_size
     return 1.0 - _ipow(p, g) - _ipow(1.0 - p, g)
 
-  def _skips(self, idx: np.ndarray,
-             epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Why each example of idx [K] is skipped in epoch (three [K] masks)."""
+  def _skips(self, idx: np.ndarray, epoch: int) -> tuple[np.ndarray, ...]:
+    """Why each example of idx [K] is skipped in epoch (four [K] masks)."""
     st = self.status[idx]
     filtered = st == FILTERED
     asleep = (st == SNOOZED) & (self.wake_epoch[idx] > epoch)
@@ -255,7 +325,12 @@ class SnoozeTable:
       open_ = np.flatnonzero(~(filtered | asleep))
       w = np.maximum(self.cfg.w_min, self._informative(idx[open_]))
       weighted[open_] = uniform(self.seed, epoch, idx[open_]) >= w
-    return asleep, filtered, weighted
+    stage = np.zeros_like(asleep)
+    if self.stratum is not None:
+      open_ = np.flatnonzero(~(filtered | asleep | weighted))
+      stage[open_] = uniform(self.seed, epoch, idx[open_],
+                             _STAGE_SALT) >= self.offer_chance(idx[open_])
+    return asleep, filtered, weighted, stage
 
   def draw(self, n: int, step: int) -> np.ndarray:
     """Walks the epochs from the current position and offers examples.
@@ -297,7 +372,7 @@ class SnoozeTable:
       where = np.flatnonzero(perm < self.size)
       idx = perm[where].astype(np.int64)
       masks = self._skips(idx, self.epoch)
-      kept = np.flatnonzero(~(masks[0] | masks[1] | masks[2]))
+      kept = np.flatnonzero(~(masks[0] | masks[1] | masks[2] | masks[3]))
       if kept.size >= need:
         kept = kept[:need]
         used, cut = int(kept[-1]) + 1, int(where[kept[-1]]) + 1
@@ -416,6 +491,7 @@ class SnoozeTable:
     informative = self._informative(idx)
     if self.cfg.policy == 'weighted':
       offer = offer * np.maximum(self.cfg.w_min, informative)
+    offer = offer * self.offer_chance(idx)
     total = offer.sum()
     return float((offer * informative).sum() / total) if total > 0 else 0.0
 
@@ -473,7 +549,7 @@ class SnoozeTable:
         raise ValueError(f'snooze table state {a!r} has shape {value.shape}, '
                          f'expected ({self.size},)')
       setattr(self, a, value.astype(getattr(self, a).dtype, copy=True))
-    self._skipped = {k: int(state[k]) for k in _SKIPS}
+    self._skipped = {k: int(state.get(k, 0)) for k in _SKIPS}
     self.seed = int(state['seed'])
     self.epoch = int(state['epoch'])
     self.position = int(state['position'])
@@ -520,7 +596,7 @@ class SnoozeTable:
       value = getattr(fresh, a)
       value[found] = np.asarray(state[a])[old].astype(value.dtype)
       setattr(self, a, value)
-    self._skipped = {k: int(state[k]) for k in _SKIPS}
+    self._skipped = {k: int(state.get(k, 0)) for k in _SKIPS}
     self.seed = int(state['seed'])
     self.epoch = int(state['epoch']) + 1
     self.position = 0

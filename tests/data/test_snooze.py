@@ -467,7 +467,8 @@ class SnoozeTableTest(parameterized.TestCase):
     counts = table.counts()
     self.assertEqual(counts, {
         'active': 20, 'snoozed': 10, 'filtered': 0, 'epoch': 0,
-        'skipped_snoozed': 0, 'skipped_filtered': 0, 'skipped_weighted': 0})
+        'skipped_snoozed': 0, 'skipped_filtered': 0, 'skipped_weighted': 0,
+        'skipped_curriculum': 0})
     self.assertTrue(all(type(v) is int for v in counts.values()))
     table.draw(20, step=1)  # The rest of epoch 0.
     # All 20 awake ones of epoch 1 (the 10 sleep through it), 1 of epoch 2.
