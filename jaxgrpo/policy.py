@@ -1,0 +1,300 @@
+"""Models for inference, named by a checkpoint spec string.
+
+A spec is one of
+
+  * 'init': the model a run of the config starts from: the built-in
+    `model.preset` initialised as `train.py` does from `seed` (before any
+    warm start), or the pretrained model at `model.path`;
+  * a run workdir (a directory holding `checkpoints/`): the params of its
+    latest checkpoint, or of step STEP with `WORKDIR@STEP`; the model config
+    and tokenizer are those the run trained with;
+  * a pretrained model `jaxgrpo.model.pretrained.load` reads: a Hugging Face
+    directory, a .gguf file, or 'smollm2'; its tokenizer is set up per the
+    config's model.chat_template and model.system_prompt.
+
+Checkpoints are read without the optimizer state and without writing to
+the run's directory, so a live training run may be read from.
+"""
+
+from collections.abc import Callable
+import dataclasses
+import logging
+import os
+from typing import Any
+
+from flax import nnx
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from jaxgrpo import config_lib
+from jaxgrpo import errors
+from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.model import config as model_config
+from jaxgrpo.model import decoder
+from jaxgrpo.model import pretrained
+
+INIT = 'init'
+CHECKPOINTS = 'checkpoints'
+
+Log = Callable[[str], None]
+
+
+class PolicyError(errors.UserError):
+  """A checkpoint spec names no model that can be loaded."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+  """A model ready to sample from.
+
+  Attributes:
+    name: a spec that loads this same model again: 'init', an absolute
+      workdir path with its step resolved (`/runs/warm@100`), or the
+      pretrained model's absolute path (or 'smollm2').
+    model_cfg: the decoder's config.
+    graphdef: the decoder's graph definition.
+    params: its parameters.
+    tokenizer: the tokenizer prompts are encoded with (chat template
+      applied where the model has one and the config asks for it).
+  """
+
+  name: str
+  model_cfg: model_config.ModelConfig
+  graphdef: nnx.GraphDef
+  params: nnx.State
+  tokenizer: tokenizer_lib.Tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class _Resolved:
+  kind: str  # 'init', 'run' or 'pretrained'
+  path: str  # the workdir or model path ('' for init)
+  step: int | None  # a run's checkpoint step
+
+
+def _ignore(_: str) -> None:
+  pass
+
+
+def _split_step(spec: str) -> tuple[str, int | None]:
+  """(path, step) of 'PATH@STEP'; (spec, None) without a step."""
+  if os.path.exists(spec):
+    return spec, None
+  head, sep, tail = spec.rpartition('@')
+  if not sep or not head:
+    return spec, None
+  if not tail.isdigit():
+    raise PolicyError(f'checkpoint {spec!r}: {tail!r} after @ is not a '
+                      'step number (use WORKDIR@STEP, e.g. runs/warm@100)')
+  return head, int(tail)
+
+
+def _manager(directory: str) -> ocp.CheckpointManager:
+  # Read-only: a manager that may write would also remove the temporary
+  # folders of a save in progress by a run still training there. Orbax
+  # warns that the directory is read-only, as asked; those lines are muted.
+  absl_logger = logging.getLogger('absl')
+  level = absl_logger.level
+  absl_logger.setLevel(logging.ERROR)
+  try:
+    return ocp.CheckpointManager(
+        directory,
+        options=ocp.CheckpointManagerOptions(read_only=True, create=False))
+  finally:
+    absl_logger.setLevel(level)
+
+
+def _resolve(spec: str) -> _Resolved:
+  """What `spec` names, with a workdir's step checked (or the latest)."""
+  if spec == INIT:
+    return _Resolved(INIT, '', None)
+  target, step = _split_step(spec)
+  path = os.path.abspath(os.path.expanduser(target))
+  directory = os.path.join(path, CHECKPOINTS)
+  if os.path.isdir(directory):
+    manager = _manager(directory)
+    try:
+      steps = sorted(manager.all_steps())
+    finally:
+      manager.close()
+    if not steps:
+      raise PolicyError(f'checkpoint {spec!r}: no checkpoint in {directory} '
+                        '(the run saved none yet)')
+    if step is not None and step not in steps:
+      raise PolicyError(
+          f'checkpoint {spec!r}: no step {step} in {directory} (steps '
+          f'there: {", ".join(map(str, steps))})')
+    return _Resolved('run', path, steps[-1] if step is None else step)
+  if step is not None:
+    raise PolicyError(
+        f'checkpoint {spec!r}: {path} is not a run workdir (no '
+        f'{CHECKPOINTS}/ in it), so @{step} names no checkpoint')
+  if target == pretrained.SMOLLM2:
+    return _Resolved('pretrained', target, None)
+  if not os.path.exists(path):
+    raise PolicyError(
+        f"checkpoint {spec!r}: {path} does not exist (expected 'init', a "
+        'run workdir, WORKDIR@STEP, a Hugging Face model directory, a '
+        ".gguf file or 'smollm2')")
+  if os.path.isdir(path) and not os.path.exists(
+      os.path.join(path, 'config.json')):
+    raise PolicyError(
+        f'checkpoint {spec!r}: {path} is neither a run workdir (no '
+        f'{CHECKPOINTS}/ in it) nor a Hugging Face model directory (no '
+        'config.json in it)')
+  return _Resolved('pretrained', path, None)
+
+
+def name_of(spec: str) -> str:
+  """The `Policy.name` that `load(spec, ...)` gives, without loading it.
+
+  Raises:
+    PolicyError: as `load` does for a missing path or step.
+  """
+  resolved = _resolve(spec)
+  if resolved.kind == 'run':
+    return f'{resolved.path}@{resolved.step}'
+  return resolved.path or spec
+
+
+def load(spec: str, cfg: config_lib.Config, *, log: Log = _ignore) -> Policy:
+  """Loads the model `spec` names (see the module docstring).
+
+  Args:
+    spec: 'init', a run workdir, WORKDIR@STEP, or a pretrained model path.
+    cfg: the config; 'init' builds its model, a pretrained spec takes its
+      model.dtype, model.param_dtype, chat template and system prompt.
+    log: receives a line about what was loaded.
+
+  Returns:
+    The policy.
+
+  Raises:
+    PolicyError: the spec names nothing loadable (a missing path, a workdir
+      without checkpoints or without step STEP, an unreadable checkpoint).
+    errors.ConfigError: the config's model section is invalid for 'init'.
+  """
+  resolved = _resolve(spec)
+  if resolved.kind == INIT:
+    if cfg.model.path:
+      return _load_pretrained(spec, cfg.model.path, cfg, log, name=INIT)
+    return _init(cfg, log)
+  if resolved.kind == 'run':
+    return _load_run(spec, resolved.path, resolved.step, log)
+  return _load_pretrained(spec, resolved.path, cfg, log,
+                          name=name_of(spec))
+
+
+def _init(cfg: config_lib.Config, log: Log) -> Policy:
+  """The config's preset, initialised as train.py does."""
+  tokenizer = tokenizer_lib.make_tokenizer(
+      'char' if cfg.model.tokenizer == 'auto' else cfg.model.tokenizer)
+  try:
+    model_cfg = model_config.preset(
+        cfg.model.preset, vocab_size=tokenizer.vocab_size,
+        dtype=cfg.model.dtype, param_dtype=cfg.model.param_dtype)
+  except ValueError as e:
+    raise errors.ConfigError(f'model.preset: {e}') from None
+  # The first of the four keys train.py splits from the seed inits params.
+  init_rng = jax.random.split(jax.random.key(cfg.seed), 4)[0]
+  graphdef, params = decoder.init_params(model_cfg, init_rng)
+  log(f'init: preset {cfg.model.preset!r} initialised from seed {cfg.seed} '
+      f'({model_config.param_count(model_cfg) / 1e6:.2f}M params)')
+  return Policy(name=INIT, model_cfg=model_cfg, graphdef=graphdef,
+                params=params, tokenizer=tokenizer)
+
+
+def _load_pretrained(spec: str, path: str, cfg: config_lib.Config, log: Log,
+                     *, name: str) -> Policy:
+  """A pretrained model with its tokenizer set up per cfg.model."""
+  # Imported here: train imports most of the project, which a policy
+  # loaded from a workdir or preset does not need.
+  from jaxgrpo import train  # pylint: disable=g-import-not-at-top
+  model = cfg.model
+  if model.tokenizer in ('char', 'byte'):  # The model's own is needed.
+    model = dataclasses.replace(model, tokenizer='auto')
+  try:
+    loaded = train._load_pretrained(  # pylint: disable=protected-access
+        dataclasses.replace(cfg, model=dataclasses.replace(model, path=path)),
+        log)
+  except (errors.UserError, ValueError, OSError) as e:
+    message = str(e)
+    prefix = f'model.path={path!r}: '
+    raise PolicyError(f'checkpoint {spec!r}: '
+                      f'{message.removeprefix(prefix)}') from None
+  return Policy(name=name, model_cfg=loaded.cfg, graphdef=loaded.graphdef,
+                params=loaded.params, tokenizer=loaded.tokenizer)
+
+
+def _load_run(spec: str, workdir: str, step: int, log: Log) -> Policy:
+  """Checkpoint `step` of a run: its params, model config and tokenizer."""
+  directory = os.path.join(workdir, CHECKPOINTS)
+  where = f'checkpoint {spec!r} (step {step} in {directory})'
+  manager = _manager(directory)
+  try:
+    meta = dict(manager.restore(
+        step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
+    if 'model' not in meta:
+      raise PolicyError(f'{where}: its metadata holds no model config')
+    try:
+      model_cfg = model_config.ModelConfig(**meta['model'])
+    except (TypeError, ValueError) as e:
+      raise PolicyError(f'{where}: bad model config ({e})') from None
+    graphdef, state = decoder.abstract_params(model_cfg)
+    # Train states hold each param as {'value': array}; only the params
+    # are restored, not the optimizer state or the reference params.
+    target = {'params': jax.tree.map(
+        lambda x: {'value': jax.ShapeDtypeStruct(x.shape, x.dtype)},
+        nnx.to_pure_dict(state))}
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.PyTreeRestore(
+            item=target,
+            restore_args=jax.tree.map(
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target),
+            partial_restore=True)))
+  except PolicyError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # Orbax reports missing or mismatched arrays with assorted types.
+    raise PolicyError(f'{where}: cannot read its params '
+                      f'({str(e).splitlines()[0][:300]})') from None
+  finally:
+    manager.close()
+  pure = jax.tree.map(lambda leaf: leaf['value'], restored.state['params'],
+                      is_leaf=lambda x: isinstance(x, dict) and 'value' in x)
+  nnx.replace_by_pure_dict(state, pure)
+  params = jax.device_put(state)
+  tokenizer = _run_tokenizer(where, meta.get('config', {}).get('model', {}),
+                             model_cfg)
+  log(f'loaded {workdir} step {step}: {model_cfg.num_layers} layers, '
+      f'{model_config.param_count(model_cfg) / 1e6:.2f}M params')
+  return Policy(name=f'{workdir}@{step}', model_cfg=model_cfg,
+                graphdef=graphdef, params=params, tokenizer=tokenizer)
+
+
+def _run_tokenizer(where: str, model: dict[str, Any],
+                   model_cfg: model_config.ModelConfig):
+  """The tokenizer a run trained with, from its saved model section."""
+  path = model.get('path')
+  if not path:
+    name = model.get('tokenizer', 'auto')
+    try:
+      return tokenizer_lib.make_tokenizer('char' if name == 'auto' else name)
+    except ValueError as e:
+      raise PolicyError(f'{where}: {e}') from None
+  try:
+    source = pretrained.resolve(path)
+    if not os.path.exists(source):
+      raise PolicyError(
+          f"{where}: the run's model.path {source} is missing (its "
+          'tokenizer is needed)')
+    tokenizer = pretrained.load_tokenizer(source,
+                                          vocab_size=model_cfg.vocab_size)
+    return tokenizer.with_prompts(chat=model.get('chat_template', True),
+                                  system=model.get('system_prompt'))
+  except PolicyError:
+    raise
+  except (errors.UserError, ValueError, OSError) as e:
+    raise PolicyError(f"{where}: the run's tokenizer ({path}): {e}"
+                      ) from None

@@ -1,0 +1,327 @@
+"""Per-example pass rates on disk: Parquet parts and a JSON summary.
+
+An output directory OUT holds
+
+    OUT/summary.json
+    OUT/parts/<dataset>/<tag>/shard-<i:05d>-of-<n:05d>-part-<c:05d>.parquet
+
+Each part holds the examples of chunk c of shard i (of n) of a dataset's
+training examples, sampled under the checkpoint labelled <tag>, with columns
+
+    id           string   the example's stable id
+    k            int32    completions sampled
+    passes       int32    completions whose reward reached the threshold
+    mean_reward  float32  mean reward of the k completions
+
+and, in its schema metadata (key `jaxgrpo.stratify`), JSON describing how it
+was made: the checkpoint spec, K, seed, threshold, sampling settings, config
+file, dataset size and fingerprint, sharding and chunking. Parts are written
+to a `*.tmp` file and renamed, so a part that reads is complete; the summary
+is rebuilt from the parts alone (`write_summary`).
+
+Readers need only numpy and pyarrow: `read` pools the rates of any selection
+of checkpoints, keyed by dataset.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+import json
+import os
+import re
+from typing import Any
+import uuid
+
+import numpy as np
+
+from jaxgrpo import errors
+
+SUMMARY = 'summary.json'
+PARTS = 'parts'
+METADATA_KEY = b'jaxgrpo.stratify'
+_PART = re.compile(r'^shard-(\d{5,})-of-(\d{5,})-part-(\d{5,})\.parquet$')
+
+
+def _arrow():
+  """(pyarrow, pyarrow.parquet); imported on use, so that training, which
+  imports this module, needs pyarrow only when it reads pass rates."""
+  try:
+    # pylint: disable=g-import-not-at-top
+    import pyarrow
+    import pyarrow.parquet
+  except ImportError:
+    raise errors.UserError(
+        'pass-rate files are Parquet: pip install pyarrow') from None
+  return pyarrow, pyarrow.parquet
+
+
+def schema():
+  """The pyarrow schema of a part file."""
+  pa, _ = _arrow()
+  return pa.schema([
+      ('id', pa.string()),
+      ('k', pa.int32()),
+      ('passes', pa.int32()),
+      ('mean_reward', pa.float32()),
+  ])
+
+
+@dataclasses.dataclass(frozen=True)
+class PassRates:
+  """Pass rates of one dataset's examples, pooled over checkpoints.
+
+  Attributes:
+    ids: [E] example ids, sorted.
+    trials: [E] int64, completions sampled (summed over checkpoints).
+    passes: [E] int64, completions that passed (summed).
+    mean_reward: [E] float64, mean reward per completion (trial-weighted).
+  """
+
+  ids: list[str]
+  trials: np.ndarray
+  passes: np.ndarray
+  mean_reward: np.ndarray
+
+  @property
+  def pass_rate(self) -> np.ndarray:
+    """[E] float64, passes / trials."""
+    return np.asarray(self.passes, np.float64) / np.asarray(self.trials)
+
+
+def part_name(shard: int, num_shards: int, part: int) -> str:
+  return f'shard-{shard:05d}-of-{num_shards:05d}-part-{part:05d}.parquet'
+
+
+def tag_dir(out_dir: str, dataset: str, tag: str) -> str:
+  return os.path.join(out_dir, PARTS, dataset, tag)
+
+
+def atomic_write(path: str, write: Callable[[str], None]) -> None:
+  """Calls `write(tmp)` on a unique `*.tmp` path, then renames it to `path`.
+
+  A process killed midway leaves at most the tmp file, which no reader
+  takes for a result.
+  """
+  tmp = f'{path}.{uuid.uuid4().hex[:8]}.tmp'
+  try:
+    write(tmp)
+    with open(tmp, 'rb') as f:
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def write_part(
+    out_dir: str,
+    dataset: str,
+    tag: str,
+    *,
+    shard: int,
+    num_shards: int,
+    part: int,
+    ids: Sequence[str],
+    k: np.ndarray,
+    passes: np.ndarray,
+    mean_reward: np.ndarray,
+    info: Mapping[str, Any],
+) -> str:
+  """Writes one part atomically and returns its path.
+
+  Args:
+    out_dir: the output directory.
+    dataset: dataset name.
+    tag: checkpoint tag.
+    shard: this shard's index.
+    num_shards: number of shards.
+    part: chunk index within the shard.
+    ids: [E] example ids.
+    k: [E] completions sampled per example.
+    passes: [E] completions that passed.
+    mean_reward: [E] mean reward per example.
+    info: JSON-serialisable description stored in the schema metadata.
+  """
+  pa, pq = _arrow()
+  directory = tag_dir(out_dir, dataset, tag)
+  os.makedirs(directory, exist_ok=True)
+  table = pa.table({
+      'id': pa.array(list(ids), pa.string()),
+      'k': pa.array(np.asarray(k, np.int32)),
+      'passes': pa.array(np.asarray(passes, np.int32)),
+      'mean_reward': pa.array(np.asarray(mean_reward, np.float32)),
+  }, schema=schema().with_metadata({METADATA_KEY: json.dumps(dict(info))}))
+  path = os.path.join(directory, part_name(shard, num_shards, part))
+  atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+  return path
+
+
+def list_parts(out_dir: str, dataset: str,
+               tag: str) -> dict[tuple[int, int, int], str]:
+  """(shard, num_shards, part) -> path of each complete part file."""
+  directory = tag_dir(out_dir, dataset, tag)
+  out = {}
+  for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
+    match = _PART.match(name)
+    if match:
+      out[tuple(int(g) for g in match.groups())] = os.path.join(directory, name)
+  return out
+
+
+def part_info(path: str) -> dict[str, Any]:
+  """The JSON description stored with a part, and its row count as 'rows'.
+
+  Raises:
+    errors.UserError: the file is not a readable part.
+  """
+  pa, pq = _arrow()
+  try:
+    meta = pq.read_metadata(path)
+    info = json.loads((meta.schema.to_arrow_schema().metadata or {})
+                      .get(METADATA_KEY, b'{}'))
+  except (OSError, pa.ArrowException, ValueError) as e:
+    raise errors.UserError(f'{path}: not a readable pass-rate part ({e})'
+                           ) from None
+  return {**info, 'rows': meta.num_rows}
+
+
+def layout(out_dir: str) -> dict[str, list[str]]:
+  """Dataset -> sorted tags with at least one part in `out_dir`."""
+  root = os.path.join(out_dir, PARTS)
+  out = {}
+  for dataset in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+    tags = [t for t in sorted(os.listdir(os.path.join(root, dataset)))
+            if list_parts(out_dir, dataset, t)]
+    if tags:
+      out[dataset] = tags
+  return out
+
+
+def tags(out_dir: str) -> list[str]:
+  """Every checkpoint tag with pass rates in `out_dir`, sorted."""
+  return sorted({t for ts in layout(out_dir).values() for t in ts})
+
+
+def _read_tag(out_dir: str, dataset: str, tag: str):
+  """(ids, k, passes, mean_reward) of one tag, each id once (the first)."""
+  pa, pq = _arrow()
+  tables = []
+  for path in list_parts(out_dir, dataset, tag).values():
+    try:
+      tables.append(pq.read_table(path, schema=schema()))
+    except (OSError, pa.ArrowException) as e:
+      raise errors.UserError(
+          f'{path}: not a readable pass-rate part ({e})') from None
+  table = pa.concat_tables(tables)
+  ids = np.asarray(table['id'].to_pylist(), dtype=object)
+  _, first = np.unique(ids, return_index=True)
+  keep = np.sort(first)
+  return (ids[keep], table['k'].to_numpy()[keep],
+          table['passes'].to_numpy()[keep],
+          table['mean_reward'].to_numpy()[keep])
+
+
+def _no_pass_rates(out_dir: str) -> errors.UserError:
+  return errors.UserError(
+      f'{out_dir}: no pass rates there (no {PARTS}/<dataset>/<tag>/'
+      '*.parquet files); write them with `jaxgrpo-stratify run '
+      f'--out={out_dir}`')
+
+
+def read(
+    out_dir: str, *, checkpoints: Sequence[str] | None = None
+) -> dict[str, PassRates]:
+  """Pass rates per dataset, pooled over the selected checkpoint tags.
+
+  Rows repeated for the same (tag, id) count once.
+
+  Args:
+    out_dir: a `jaxgrpo-stratify` output directory.
+    checkpoints: tags to pool (see `tags`); None: all.
+
+  Returns:
+    Dataset name -> its pass rates (datasets that any selected tag has).
+
+  Raises:
+    errors.UserError: `out_dir` holds no pass rates, or not for a selected
+      tag.
+  """
+  found = layout(out_dir)
+  if not found:
+    raise _no_pass_rates(out_dir)
+  known = sorted({t for ts in found.values() for t in ts})
+  selected = known if checkpoints is None else list(dict.fromkeys(checkpoints))
+  unknown = [t for t in selected if t not in known]
+  if unknown or not selected:
+    what = (f'no pass rates of checkpoint tag {unknown[0]!r}' if unknown
+            else 'an empty selection of checkpoint tags')
+    raise errors.UserError(
+        f'{out_dir}: {what} (tags there: {", ".join(known)})')
+  out = {}
+  for dataset, dataset_tags in found.items():
+    parts = [_read_tag(out_dir, dataset, t) for t in selected
+             if t in dataset_tags]
+    if not parts:
+      continue
+    ids, k, passes, reward = (np.concatenate(x) for x in zip(*parts))
+    unique, inverse = np.unique(ids, return_inverse=True)
+    n = len(unique)
+    k = k.astype(np.int64)
+    trials = np.bincount(inverse, weights=k, minlength=n).astype(np.int64)
+    reward_sum = np.bincount(inverse, weights=reward.astype(np.float64) * k,
+                             minlength=n)
+    out[dataset] = PassRates(
+        ids=[str(i) for i in unique],
+        trials=trials,
+        passes=np.bincount(inverse, weights=passes.astype(np.int64),
+                           minlength=n).astype(np.int64),
+        mean_reward=reward_sum / np.maximum(trials, 1))
+  return out
+
+
+# Keys of a part's description that describe its checkpoint tag as a whole.
+TAG_KEYS = ('spec', 'policy', 'config', 'k', 'seed', 'success_threshold',
+            'sampling')
+
+
+def summarize(out_dir: str) -> dict[str, Any]:
+  """The summary of `out_dir`'s parts (see `write_summary`)."""
+  _, pq = _arrow()
+  found = layout(out_dir)
+  if not found:
+    raise _no_pass_rates(out_dir)
+  checkpoints, datasets = {}, {}
+  for dataset, dataset_tags in found.items():
+    entry = {'examples': 0, 'done': {}}
+    for tag in dataset_tags:
+      paths = list_parts(out_dir, dataset, tag)
+      info = part_info(next(iter(paths.values())))
+      checkpoints.setdefault(tag, {key: info.get(key) for key in TAG_KEYS})
+      checkpoints[tag].setdefault('datasets', {})[dataset] = {
+          'num_shards': info.get('num_shards'), 'chunk': info.get('chunk')}
+      ids = set()
+      for path in paths.values():
+        ids.update(pq.read_table(path, columns=['id'])['id'].to_pylist())
+        entry['examples'] = max(entry['examples'],
+                                int(part_info(path).get('examples', 0)))
+      entry['done'][tag] = len(ids)
+    datasets[dataset] = entry
+  return {'checkpoints': dict(sorted(checkpoints.items())),
+          'datasets': datasets}
+
+
+def write_summary(out_dir: str) -> dict[str, Any]:
+  """Rebuilds `OUT/summary.json` from the part files and returns it.
+
+  The summary maps each checkpoint tag to its spec, K, seed, success
+  threshold and config file, and each dataset to its number of examples
+  and the examples done per tag. Any process may rewrite it at any time.
+  """
+  summary = summarize(out_dir)
+
+  def write(tmp: str) -> None:
+    with open(tmp, 'w') as f:
+      json.dump(summary, f, indent=2)
+      f.write('\n')
+
+  atomic_write(os.path.join(out_dir, SUMMARY), write)
+  return summary

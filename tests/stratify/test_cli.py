@@ -1,0 +1,110 @@
+"""The command line end to end: a real checkpoint, generator and verifier."""
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+import numpy as np
+
+from jaxgrpo.stratify import cli
+from jaxgrpo.stratify import passrates
+from tests.stratify import fixtures
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+CONFIG = os.path.join(REPO, 'configs', 'demo.py') + ':runlocal'
+
+
+def _main(*argv):
+  """(exit code, stdout, stderr) of cli.main(argv)."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = cli.main(list(argv))
+  return code, out.getvalue(), err.getvalue()
+
+
+class CommandLineTest(absltest.TestCase):
+
+  def test_run_resume_and_report(self):
+    workdir = fixtures.run_workdir()
+    out = self.create_tempdir().full_path
+    args = ('run', f'--config={CONFIG}',
+            f'--checkpoint={workdir}@0', '--checkpoint=init', f'--out={out}',
+            '--k=3', '--limit=6', '--chunk=4', '--batch=4',
+            '--config.verify.workers=0', '--config.rollout.temperature=0.5',
+            '--quiet')
+    code, stdout, stderr = _main(*args)
+    self.assertEqual(code, 0, stderr)
+    self.assertIn('stratify: 12 examples sampled, 0 resumed', stdout)
+    rates = passrates.read(out)
+    self.assertEqual(list(rates), ['arithmetic'])
+    self.assertLen(rates['arithmetic'].ids, 6)
+    np.testing.assert_array_equal(rates['arithmetic'].trials, [6] * 6)
+    with open(os.path.join(out, passrates.SUMMARY)) as f:
+      summary = json.load(f)
+    tag = f'{os.path.basename(workdir)}-step0'
+    self.assertEqual(sorted(summary['checkpoints']), sorted([tag, 'init']))
+    self.assertEqual(summary['checkpoints'][tag]['spec'], f'{workdir}@0')
+    self.assertEqual(summary['checkpoints'][tag]['k'], 3)
+    self.assertEqual(
+        summary['checkpoints'][tag]['sampling']['temperature'], 0.5)
+    self.assertEqual(summary['datasets']['arithmetic'],
+                     {'examples': 6, 'done': {tag: 6, 'init': 6}})
+    # The same command again finds everything done.
+    code, stdout, stderr = _main(*args)
+    self.assertEqual(code, 0, stderr)
+    self.assertIn('0 examples sampled, 12 resumed', stdout)
+
+    code, stdout, stderr = _main('report', f'--out={out}', '--bands=0.5',
+                                 f'--checkpoint={tag}')
+    self.assertEqual(code, 0, stderr)
+    self.assertIn('0.5-1', stdout)
+    with open(os.path.join(out, 'strata.json')) as f:
+      self.assertEqual(json.load(f)['checkpoints'], [tag])
+    self.assertTrue(os.path.exists(os.path.join(out, 'pass_rates.png')))
+
+  def test_mistakes_end_with_one_line(self):
+    missing = os.path.join(self.create_tempdir().full_path, 'nope')
+    out = self.create_tempdir().full_path
+    run = ('run', f'--config={CONFIG}', f'--out={out}')
+    cases = (
+        ((*run, f'--checkpoint={missing}'), 1, 'does not exist'),
+        ((*run, '--checkpoint=init', '--config.rollout.gruop_size=3'), 2,
+         'gruop_size'),
+        ((*run, '--checkpoint=init', '--datasets=nope'), 2,
+         "--datasets: 'nope' is not"),
+        ((*run, '--checkpoint=init', '--shard=3', '--num_shards=2'), 2,
+         '--shard=3'),
+        ((*run, '--checkpoint=init', '--bogus'), 2, 'unrecognized'),
+        (run, 2, '--checkpoint'),
+        (('report', f'--out={out}'), 1, 'no pass rates'),
+        (('report', f'--out={out}', '--bands=0.5,0.2'), 2, '--bands'),
+        (('frobnicate',), 2, 'invalid choice'),
+    )
+    for argv, want, pattern in cases:
+      with self.subTest(argv=argv):
+        code, _, stderr = _main(*argv)
+        self.assertEqual(code, want, stderr)
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        self.assertLen(lines, 1, stderr)
+        self.assertStartsWith(lines[0], 'jaxgrpo-stratify: error: ')
+        self.assertIn(pattern, lines[0])
+
+  def test_python_dash_m(self):
+    out = self.create_tempdir().full_path
+    proc = subprocess.run(
+        [sys.executable, '-m', 'jaxgrpo.stratify', 'report', f'--out={out}'],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    self.assertEqual(proc.returncode, 1, proc.stderr)
+    self.assertEqual(proc.stderr.strip().splitlines(),
+                     [f'jaxgrpo-stratify: error: {out}: no pass rates there '
+                      '(no parts/<dataset>/<tag>/*.parquet files); write '
+                      f'them with `jaxgrpo-stratify run --out={out}`'])
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,101 @@
+"""The pass-rate file format: parts, pooling, duplicates, summary, errors."""
+
+import os
+import shutil
+
+from absl.testing import absltest
+import numpy as np
+
+from jaxgrpo import errors
+from jaxgrpo.stratify import passrates
+
+
+def _write(out, tag, ids, passes, *, k=4, part=0, shard=0, num_shards=1,
+           dataset='a'):
+  return passrates.write_part(
+      out, dataset, tag, shard=shard, num_shards=num_shards, part=part,
+      ids=ids, k=np.full(len(ids), k), passes=np.asarray(passes),
+      mean_reward=np.asarray(passes) / k,
+      info={'spec': f'runs/{tag}', 'policy': tag, 'k': k, 'seed': 0,
+            'success_threshold': 1.0, 'config': 'c.py', 'examples': 3,
+            'num_shards': num_shards, 'chunk': 2})
+
+
+class PassRatesTest(absltest.TestCase):
+
+  def test_layout_and_columns(self):
+    out = self.create_tempdir().full_path
+    path = _write(out, 'm1', ['x', 'y'], [1, 4], part=3, shard=1,
+                  num_shards=2)
+    self.assertEqual(path, os.path.join(
+        out, 'parts', 'a', 'm1', 'shard-00001-of-00002-part-00003.parquet'))
+    import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+    table = pq.read_table(path)
+    self.assertEqual(
+        [(f.name, str(f.type)) for f in table.schema],
+        [('id', 'string'), ('k', 'int32'), ('passes', 'int32'),
+         ('mean_reward', 'float')])
+    info = passrates.part_info(path)
+    self.assertEqual((info['spec'], info['k'], info['rows']), ('runs/m1', 4, 2))
+
+  def test_pools_checkpoints_and_counts_duplicates_once(self):
+    out = self.create_tempdir().full_path
+    _write(out, 'm1', ['x', 'y'], [1, 4])
+    _write(out, 'm1', ['z'], [0], part=1)
+    _write(out, 'm2', ['x', 'z'], [3, 2], k=8)
+    # The same rows again, as a second part (e.g. copied by hand).
+    first = passrates.list_parts(out, 'a', 'm1')[(0, 1, 0)]
+    shutil.copy(first, first.replace('part-00000', 'part-00007'))
+    # Unfinished writes never count.
+    with open(first.replace('.parquet', '.parquet.abc.tmp'), 'w') as f:
+      f.write('half a file')
+
+    rates = passrates.read(out)['a']
+    self.assertEqual(rates.ids, ['x', 'y', 'z'])
+    np.testing.assert_array_equal(rates.trials, [12, 4, 12])
+    np.testing.assert_array_equal(rates.passes, [4, 4, 2])
+    np.testing.assert_allclose(rates.pass_rate, [4 / 12, 1.0, 2 / 12])
+    # Trial-weighted: (4 * 1/4 + 8 * 3/8) / 12.
+    np.testing.assert_allclose(rates.mean_reward, [4 / 12, 1.0, 2 / 12])
+    self.assertEqual(rates.trials.dtype, np.int64)
+    self.assertEqual(rates.mean_reward.dtype, np.float64)
+
+    only = passrates.read(out, checkpoints=['m2'])['a']
+    self.assertEqual(only.ids, ['x', 'z'])
+    np.testing.assert_allclose(only.pass_rate, [3 / 8, 2 / 8])
+    self.assertEqual(passrates.tags(out), ['m1', 'm2'])
+
+  def test_summary_from_the_parts(self):
+    out = self.create_tempdir().full_path
+    _write(out, 'm1', ['x', 'y'], [1, 4])
+    _write(out, 'm1', ['x'], [1], dataset='b')
+    summary = passrates.write_summary(out)
+    self.assertEqual(summary['datasets'], {
+        'a': {'examples': 3, 'done': {'m1': 2}},
+        'b': {'examples': 3, 'done': {'m1': 1}}})
+    m1 = summary['checkpoints']['m1']
+    self.assertEqual((m1['spec'], m1['k'], m1['seed'], m1['config'],
+                      m1['success_threshold']), ('runs/m1', 4, 0, 'c.py', 1.0))
+    self.assertTrue(os.path.exists(os.path.join(out, passrates.SUMMARY)))
+
+  def test_errors_name_the_directory(self):
+    out = self.create_tempdir().full_path
+    with self.assertRaisesRegex(errors.UserError, f'{out}: no pass rates'):
+      passrates.read(out)
+    with self.assertRaisesRegex(errors.UserError, 'no pass rates'):
+      passrates.read(os.path.join(out, 'missing'))
+    _write(out, 'm1', ['x'], [1])
+    with self.assertRaisesRegex(errors.UserError,
+                                f"{out}: no pass rates of checkpoint tag "
+                                "'m9' \\(tags there: m1\\)"):
+      passrates.read(out, checkpoints=['m9'])
+    bad = os.path.join(out, 'parts', 'a', 'm1',
+                       'shard-00000-of-00001-part-00001.parquet')
+    with open(bad, 'w') as f:
+      f.write('not parquet')
+    with self.assertRaisesRegex(errors.UserError, f'{bad}: not a readable'):
+      passrates.read(out)
+
+
+if __name__ == '__main__':
+  absltest.main()

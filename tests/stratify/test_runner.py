@@ -1,0 +1,185 @@
+"""The runner's core with a scripted model: rates, resume and shards."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from absl.testing import absltest
+import numpy as np
+
+from jaxgrpo import errors
+from jaxgrpo.stratify import passrates
+from jaxgrpo.stratify import runner
+from jaxgrpo.verifiers import pool as verifier_pool
+from tests.stratify import fixtures
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def _table(out_dir):
+  rates = passrates.read(out_dir)['a']
+  return rates.ids, rates.trials, rates.passes, rates.mean_reward
+
+
+class PassRateTest(absltest.TestCase):
+
+  def test_rates_match_the_scripted_success_probabilities(self):
+    out = self.create_tempdir().full_path
+    k = 64
+    counts, _ = fixtures.stratify_scripted(out, n=40, k=k, chunk=16)
+    self.assertEqual((counts.done, counts.resumed), (40, 0))
+    _, examples, rates = fixtures.scripted_dataset(40)
+    got = passrates.read(out)['a']
+    self.assertEqual(got.ids, sorted(ex.id for ex in examples))
+    np.testing.assert_array_equal(got.trials, np.full(40, k))
+    by_id = {ex.id: rates[ex.prompt] for ex in examples}
+    for i, rate in zip(got.ids, got.pass_rate):
+      p = by_id[i]
+      if p in (0.0, 1.0):
+        self.assertEqual(rate, p, i)
+      else:
+        self.assertLess(abs(rate - p), 4 * np.sqrt(p * (1 - p) / k), i)
+    # exact_match rewards are 0 or 1: the mean reward is the pass rate.
+    np.testing.assert_allclose(got.mean_reward, got.pass_rate, atol=1e-6)
+
+  def test_threshold_decides_what_passes(self):
+    out = self.create_tempdir().full_path
+    tok, examples, _ = fixtures.scripted_dataset(4)
+    gen = fixtures.KeyedGenerator(
+        tok, examples, {ex.prompt: 1.0 for ex in examples}, group_size=2)
+    # A scorer that gives every completion 0.5.
+    scorer = verifier_pool.Scorer(lambda text, ex: 0.5)
+    for threshold, passes in ((0.5, 2), (0.75, 0)):
+      runner.stratify(
+          out, tag=f't{passes}', info={'policy': 'p', 'sampling': {}},
+          generator=gen, params=None, tokenizer=tok, scorer=scorer,
+          datasets=[(0, 'a', examples)], progress=False,
+          settings=runner.Settings(seed=0, threshold=threshold,
+                                   max_prompt_len=8, chunk=4))
+      rates = passrates.read(out, checkpoints=[f't{passes}'])['a']
+      np.testing.assert_array_equal(rates.passes, np.full(4, passes))
+      np.testing.assert_allclose(rates.mean_reward, 0.5)
+
+
+class ResumeTest(absltest.TestCase):
+
+  def test_resume_after_a_crash_redoes_and_loses_nothing(self):
+    straight = self.create_tempdir('straight').full_path
+    fixtures.stratify_scripted(straight, n=40, chunk=8)
+
+    out = self.create_tempdir('resumed').full_path
+    with self.assertRaises(fixtures.Crash):
+      fixtures.stratify_scripted(out, n=40, chunk=8, crash_after=2)
+    first = passrates.read(out)['a'].ids
+    self.assertLen(first, 16)  # Two complete chunks, nothing else.
+    counts, gen = fixtures.stratify_scripted(out, n=40, chunk=8)
+    self.assertEqual((counts.done, counts.resumed), (24, 16))
+    self.assertEqual(gen.calls, 3)  # Chunks 2-4 only.
+    _, examples, _ = fixtures.scripted_dataset(40)
+    prompts = {ex.id: ex.prompt for ex in examples}
+    self.assertEmpty(set(gen.prompts_seen) & {prompts[i] for i in first})
+
+    ids, trials, passes, reward = _table(out)
+    self.assertEqual(ids, sorted(prompts))  # Every id, once.
+    for got, want in zip((trials, passes, reward), _table(straight)[1:]):
+      np.testing.assert_array_equal(got, want)
+
+    # A third run finds everything done.
+    counts, gen = fixtures.stratify_scripted(out, n=40, chunk=8)
+    self.assertEqual((counts.done, counts.resumed, gen.calls), (0, 40, 0))
+
+  def test_killed_process_leaves_only_complete_parts(self):
+    out = self.create_tempdir().full_path
+    code = ('import sys\nfrom tests.stratify import fixtures\n'
+            'fixtures.stratify_scripted(sys.argv[1], chunk=4, delay_s=0.2)\n')
+    proc = subprocess.Popen([sys.executable, '-c', code, out], cwd=REPO,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while (len(passrates.list_parts(out, 'a', 'scripted')) < 2
+           and proc.poll() is None and time.monotonic() < deadline):
+      time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    self.assertEqual(proc.returncode, -signal.SIGKILL,
+                     proc.stderr.read().decode()[-2000:])
+    proc.stderr.close()
+    parts = passrates.list_parts(out, 'a', 'scripted')
+    self.assertBetween(len(parts), 2, 9)
+    for path in parts.values():
+      self.assertEqual(passrates.part_info(path)['rows'], 4)
+    self.assertLen(passrates.read(out)['a'].ids, 4 * len(parts))
+
+    counts, _ = fixtures.stratify_scripted(out, chunk=4)
+    self.assertEqual(counts.resumed, 4 * len(parts))
+    straight = self.create_tempdir().full_path
+    fixtures.stratify_scripted(straight, chunk=4)
+    for got, want in zip(_table(out), _table(straight)):
+      np.testing.assert_array_equal(got, want)
+    tmp = [n for n in os.listdir(passrates.tag_dir(out, 'a', 'scripted'))
+           if n.endswith('.tmp')]
+    self.assertEmpty(tmp)  # A killed write's tmp file was removed.
+
+  def test_other_settings_in_the_same_out_dir_are_refused(self):
+    out = self.create_tempdir().full_path
+    fixtures.stratify_scripted(out, n=8, k=4, chunk=4)
+    with self.assertRaisesRegex(errors.UserError, 'k=4, this run has 8'):
+      fixtures.stratify_scripted(out, n=8, k=8, chunk=4)
+    with self.assertRaisesRegex(errors.UserError, 'chunk=4, this run has 2'):
+      fixtures.stratify_scripted(out, n=8, k=4, chunk=2)
+    with self.assertRaisesRegex(errors.UserError, '--num_shards=2'):
+      fixtures.stratify_scripted(out, n=8, k=4, chunk=4, num_shards=2)
+    with self.assertRaisesRegex(errors.UserError, 'the dataset changed'):
+      fixtures.stratify_scripted(out, n=12, k=4, chunk=4)
+
+
+class ShardTest(absltest.TestCase):
+
+  def test_two_shards_read_back_as_the_whole(self):
+    out = self.create_tempdir().full_path
+    for shard in (0, 1):
+      counts, gen = fixtures.stratify_scripted(out, n=40, chunk=8,
+                                               shard=shard, num_shards=2)
+      self.assertEqual(counts.done, 20)
+      _, examples, _ = fixtures.scripted_dataset(40)
+      self.assertEqual(set(gen.prompts_seen),
+                       {ex.prompt for ex in examples[shard::2]})
+    parts = passrates.list_parts(out, 'a', 'scripted')
+    self.assertEqual(sorted(parts), [(s, 2, c) for s in (0, 1)
+                                     for c in (0, 1, 2)])
+    by_shard = {0: set(), 1: set()}
+    for (shard, _, _), path in parts.items():
+      by_shard[shard] |= set(_part_ids(path))
+    self.assertEmpty(by_shard[0] & by_shard[1])
+    self.assertEqual(by_shard[0] | by_shard[1],
+                     {ex.id for ex in examples})
+    self.assertEqual(passrates.read(out)['a'].ids,
+                     sorted(ex.id for ex in examples))
+    summary = passrates.write_summary(out)
+    self.assertEqual(summary['datasets']['a'],
+                     {'examples': 40, 'done': {'scripted': 40}})
+
+  def test_shard_settings_are_checked(self):
+    for kwargs, pattern in ((dict(shard=2, num_shards=2), '--shard=2'),
+                            (dict(chunk=0), '--chunk=0'),
+                            (dict(limit=0), '--limit=0')):
+      with self.assertRaisesRegex(errors.ConfigError, pattern):
+        runner.Settings(seed=0, threshold=1.0, max_prompt_len=8, **kwargs)
+
+  def test_chunks_of_a_shard(self):
+    settings = runner.Settings(seed=0, threshold=1.0, max_prompt_len=8,
+                               chunk=2, shard=1, num_shards=3)
+    self.assertEqual([list(c) for c in runner.shard_chunks(10, settings)],
+                     [[1, 4], [7]])
+
+
+def _part_ids(path):
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+  return pq.read_table(path, columns=['id'])['id'].to_pylist()
+
+
+if __name__ == '__main__':
+  absltest.main()
