@@ -170,4 +170,21 @@ def base_config() -> ml_collections.ConfigDict:
   c.verify.timeout_s = 10.0
   # Modules imported first (and in every worker) to register verifiers.
   c.verify.imports = ()
+
+  # Offline difficulty strata and a curriculum over them (README
+  # "Stratification and curriculum").
+  c.curriculum = ml_collections.ConfigDict()
+  # A jaxgrpo-stratify output directory; None: no strata.
+  c.curriculum.strata = ml_collections.FieldReference(None, field_type=str)
+  # Checkpoint tags whose pass rates are pooled; empty: all of them.
+  c.curriculum.checkpoints = ()
+  # Band edges in (0, 1): strata too_hard (pass rate 0), '0-0.25', ...,
+  # '0.75-1', too_easy (pass rate 1), and unrated (no pass rate).
+  c.curriculum.bands = (0.25, 0.5, 0.75)
+  # The pass rates as the weighted policy's per-example prior mean.
+  c.curriculum.prior = True
+  # ({'step': S, 'weights': {stratum or 'dataset/stratum': w}}, ...): from
+  # step S on, each named stratum is offered with weight w (relative to the
+  # largest); unnamed strata weigh 1. Weight 0 postpones a stratum.
+  c.curriculum.stages = ()
   return c

@@ -354,6 +354,64 @@ class VerifySection(_Section):
     object.__setattr__(self, 'imports', tuple(self.imports))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CurriculumSection(_Section):
+  """Offline strata and stages (see `jaxgrpo.data.curriculum`)."""
+
+  SECTION: ClassVar[str] = 'curriculum'
+  strata: str | None
+  checkpoints: tuple[str, ...]
+  bands: tuple[float, ...]
+  prior: bool
+  stages: tuple[dict[str, Any], ...]
+
+  def __post_init__(self):
+    # pylint: disable=g-import-not-at-top
+    from jaxgrpo.data import curriculum
+    self._check(self.strata is None or bool(self.strata), 'strata',
+                'must be a jaxgrpo-stratify output directory or None')
+    self._check(isinstance(self.checkpoints, (list, tuple)) and all(
+        isinstance(t, str) and t for t in self.checkpoints), 'checkpoints',
+                'must be a list of checkpoint tags (empty: all)')
+    object.__setattr__(self, 'checkpoints', tuple(self.checkpoints))
+    try:
+      names = curriculum.stratum_names(tuple(self.bands))
+    except (TypeError, ValueError) as e:
+      self._check(False, 'bands', f'must be increasing edges in (0, 1) ({e})')
+    object.__setattr__(self, 'bands', tuple(float(b) for b in self.bands))
+    self._check(isinstance(self.stages, (list, tuple)), 'stages',
+                "must be a list of {'step': S, 'weights': {...}} dicts")
+    self._check(not self.stages or self.strata is not None, 'stages',
+                'need curriculum.strata (a jaxgrpo-stratify output)')
+    last = -1
+    for i, stage in enumerate(self.stages):
+      where = f'curriculum.stages[{i}]'
+      if not isinstance(stage, dict) or set(stage) != {'step', 'weights'}:
+        raise ConfigError(f"{where}={stage!r}: must be a dict with keys "
+                          "'step' and 'weights'")
+      step, weights = stage['step'], stage['weights']
+      if not isinstance(step, int) or step <= last:
+        raise ConfigError(f'{where}.step={step!r}: must be an int >= 0, '
+                          'greater than the previous stage\'s')
+      last = step
+      if not isinstance(weights, dict):
+        raise ConfigError(f'{where}.weights={weights!r}: must be a dict of '
+                          'stratum name -> weight')
+      for key, w in weights.items():
+        stratum = str(key).rsplit('/', 1)[-1]
+        if stratum not in names:
+          raise ConfigError(
+              f'{where}.weights[{key!r}]: unknown stratum {stratum!r} (with '
+              f'curriculum.bands={tuple(self.bands)}: {", ".join(names)}; '
+              "'dataset/stratum' for one dataset)")
+        if not isinstance(w, (int, float)) or not 0 <= w < float('inf'):
+          raise ConfigError(f'{where}.weights[{key!r}]={w!r}: must be a '
+                            'number >= 0')
+    object.__setattr__(self, 'stages', tuple(
+        {'step': s['step'], 'weights': dict(s['weights'])}
+        for s in self.stages))
+
+
 _SECTIONS: dict[str, type[_Section]] = {
     'model': ModelSection,
     'data': DataSection,
@@ -365,6 +423,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     'eval': EvalSection,
     'checkpoint': CheckpointSection,
     'verify': VerifySection,
+    'curriculum': CurriculumSection,
 }
 
 
@@ -385,6 +444,7 @@ class Config(_Section):
   eval: EvalSection
   checkpoint: CheckpointSection
   verify: VerifySection
+  curriculum: CurriculumSection
 
   def __post_init__(self):
     self._check(self.total_steps >= 0, 'total_steps', 'must be >= 0')
@@ -396,6 +456,13 @@ class Config(_Section):
         f'must divide rollout.batch_size = {self.rollout.batch_size} '
         '(minibatches hold whole groups)',
     )
+    names = {d.name for d in self.data.datasets}
+    for i, stage in enumerate(self.curriculum.stages):
+      for key in stage['weights']:
+        if '/' in key and key.rsplit('/', 1)[0] not in names:
+          raise ConfigError(
+              f'curriculum.stages[{i}].weights[{key!r}]: no dataset '
+              f'{key.rsplit("/", 1)[0]!r} in data.datasets ({sorted(names)})')
 
 
 def _fields(cls: type) -> set[str]:

@@ -104,8 +104,10 @@ class ConsoleWindow:
         parts.append(f'{label} {fmt.format(float(self._avg[key].compute()))}')
     self._avg = {}
     latest = dict(latest)
-    shares = {k.rsplit('/', 1)[1]: v for k, v in latest.items()
-              if k.startswith('data/batch_share/')}
+    # Datasets only: strata ('data/batch_share/<dataset>/<stratum>') are
+    # in metrics.jsonl.
+    shares = {k.split('/')[2]: v for k, v in latest.items()
+              if k.startswith('data/batch_share/') and k.count('/') == 2}
     if len(shares) > 1:
       parts.append('share ' + ' '.join(
           f'{name}={v:.2f}' for name, v in sorted(shares.items())))

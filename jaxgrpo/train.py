@@ -22,6 +22,7 @@ from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
 from jaxgrpo import verifiers
 from jaxgrpo import warmstart
+from jaxgrpo.data import curriculum as curriculum_lib
 from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
@@ -224,9 +225,19 @@ def _run(
       num_minibatches=cfg.rl.num_minibatches,
   )
 
+  cur = cfg.curriculum
+  strata = curriculum_lib.load(
+      cur.strata, {spec.name: train for spec, train, _ in datasets},
+      edges=cur.bands, checkpoints=cur.checkpoints, prior=cur.prior,
+      log=log) if cur.strata else None
   source = mixture.MixtureSampler(
       [(spec, train) for spec, train, _ in datasets],
       balance=cfg.data.balance, batch_size=ro.batch_size, seed=cfg.seed,
+      strata=strata,
+      curriculum=curriculum_lib.Curriculum(
+          [curriculum_lib.Stage(s['step'], s['weights'])
+           for s in cur.stages]),
+      log=log,
   )
   rollout = rollout_lib.Rollout(
       rollout_lib.RolloutConfig(
@@ -346,8 +357,14 @@ def _run(
           {k: float(v) for k, v in jax.device_get(train_metrics).items()})
     else:
       metrics['train/skipped'] = 1.0
-      log(f'step {step}: no informative group in {ro.max_rounds} rounds; '
-          'update skipped')
+      rounds = int(metrics.get('rollout/rounds', ro.max_rounds))
+      if rounds:
+        log(f'step {step}: no informative group in {rounds} rounds; '
+            'update skipped')
+      else:
+        log(f'step {step}: no dataset had a prompt to offer (every stratum '
+            'postponed by the curriculum, or every example filtered); '
+            'update skipped')
     metrics['perf/step_s'] = time.perf_counter() - t0
     if cfg.eval.every and (step % cfg.eval.every == 0
                            or step == cfg.total_steps):

@@ -16,15 +16,20 @@ Balance modes:
     the metrics count the hand-over.
 `min_fraction` reserves ceil(min_fraction * B) slots of a dataset in either
 mode, against starvation.
+
+Datasets with offline difficulty strata (`curriculum.Strata`) offer each
+example with its stratum's weight at the current step (`curriculum`), and
+report each stratum's batch share.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import logging
 import math
 
 import numpy as np
 
+from jaxgrpo.data import curriculum as curriculum_lib
 from jaxgrpo.data import snooze
 from jaxgrpo.example import Example
 
@@ -84,6 +89,9 @@ class MixtureSampler:
       balance: str,
       batch_size: int,
       seed: int,
+      strata: Mapping[str, curriculum_lib.Strata] | None = None,
+      curriculum: curriculum_lib.Curriculum | None = None,
+      log: Callable[[str], None] = logging.info,
   ):
     if balance not in BALANCES:
       raise ValueError(f'balance must be one of {BALANCES}, got {balance!r}')
@@ -106,6 +114,22 @@ class MixtureSampler:
         snooze.SnoozeTable(len(src), spec.policy, seed=_seed_of(seed, spec.name))
         for spec, src in datasets
     ]
+    self.strata = dict(strata or {})
+    unknown = sorted(set(self.strata) - set(names))
+    if unknown:
+      raise ValueError(f'strata for unknown datasets {unknown}')
+    for d, name in enumerate(names):
+      if name in self.strata:
+        st = self.strata[name]
+        self.tables[d].set_strata(st.index, len(st.names), st.prior)
+    self.curriculum = curriculum or curriculum_lib.Curriculum(())
+    self._log = log
+    self._stage = None
+    self._weights = {name: np.ones(len(st.names))
+                     for name, st in self.strata.items()}
+    self._stratum_used: dict[tuple[int, int], int] = {}
+    self._chosen = 0
+    self._closed = np.zeros(len(names), bool)
     self.floors = np.array(
         [math.ceil(s.min_fraction * batch_size) for s in self.specs], np.int64)
     if self.floors.sum() > batch_size:
@@ -147,13 +171,39 @@ class MixtureSampler:
     """Resets the per-step counters; draws of this step are keyed by it."""
     self.step = step
     self._round = 0
-    self._exhausted[:] = False
+    self._apply_stage(step)
+    # A dataset whose strata all weigh 0 now has nothing to offer.
+    self._exhausted[:] = self._closed
+    self._stratum_used = {}
     k = len(self.names)
     self._step_counts = {
         key: np.zeros(k, np.int64)
         for key in ('drawn', 'informative', 'easy', 'hard', 'handover_out',
                     'handover_in')
     }
+
+  def _apply_stage(self, step: int) -> None:
+    """Sets the strata weights of the curriculum stage in force at `step`."""
+    stage = self.curriculum.stage_at(step)
+    if stage == self._stage:
+      return
+    for d, name in enumerate(self.names):
+      st = self.strata.get(name)
+      if st is None:
+        continue
+      weights = self.curriculum.weights(name, st.names, step)
+      self.tables[d].set_stratum_weights(weights)
+      self._weights[name] = weights
+      self._closed[d] = self.tables[d].postponed() == self.tables[d].size
+      if self._stage is not None or stage >= 0:
+        named = ', '.join(f'{n} {w:g}' for n, w in zip(st.names, weights))
+        self._log(f'step {step}: curriculum stage {stage}, dataset {name!r} '
+                  f'strata weights: {named}')
+      if self._closed[d]:
+        self._log(f'step {step}: curriculum stage {stage} gives every '
+                  f'example of dataset {name!r} weight 0; it offers nothing '
+                  'until a later stage')
+    self._stage = stage
 
   def _allocate(self, n: int, need: np.ndarray) -> np.ndarray:
     """Round slots per dataset before exhaustion is known."""
@@ -209,7 +259,16 @@ class MixtureSampler:
     self._last = picked
     for d, _ in picked:
       self._step_counts['drawn'][d] += 1
-    return [self.sources[d][i] for d, i in picked]
+    return [self._example(d, i) for d, i in picked]
+
+  def _example(self, d: int, i: int) -> Example:
+    ex = self.sources[d][i]
+    st = self.strata.get(self.names[d])
+    if st is None:
+      return ex
+    # The stratum travels with the example to `choose` (batch shares).
+    return dataclasses.replace(
+        ex, meta={**ex.meta, 'stratum': st.names[st.index[i]]})
 
   def observe(self, examples: Sequence[Example], rewards_RG: np.ndarray) -> None:
     """Feeds a round's rewards [R, G] back to each dataset's table."""
@@ -263,6 +322,15 @@ class MixtureSampler:
     free = self.batch_size - len(chosen)
     chosen.extend(rest[:free])
     surplus = rest[free:]
+    for g in chosen if self.strata else ():
+      d = index[key(g)]
+      st = self.strata.get(self.names[d])
+      meta = getattr(getattr(g, 'example', None), 'meta', None) or {}
+      name = meta.get('stratum')
+      if st is not None and name in st.names:
+        s = st.names.index(name)
+        self._stratum_used[d, s] = self._stratum_used.get((d, s), 0) + 1
+    self._chosen = len(chosen)
     if self.balance == 'post_filter':
       short = np.maximum(self.quotas - taken, 0)
       extra = np.zeros(len(self.names), np.int64)
@@ -301,6 +369,18 @@ class MixtureSampler:
       out[f'data/skipped_records/{name}'] = float(
           self.specs[d].skipped_records)
       out[f'data/dropped_long/{name}'] = float(self.specs[d].dropped_long)
+      st = self.strata.get(name)
+      if st is not None:
+        table = self.tables[d]
+        out[f'data/postponed/{name}'] = float(table.postponed())
+        chosen = max(self._chosen, 1)
+        weights = self._weights[name]
+        for s, stratum in enumerate(st.names):
+          out[f'data/batch_share/{name}/{stratum}'] = (
+              self._stratum_used.get((d, s), 0) / chosen)
+          out[f'data/stratum_weight/{name}/{stratum}'] = float(weights[s])
+    if self.strata:
+      out['data/curriculum_stage'] = float(self._stage)
     return out
 
   def informative_rate(self) -> float:

@@ -1,0 +1,169 @@
+"""Offline difficulty strata as sub-datasets of the mixture, and a curriculum.
+
+`jaxgrpo-stratify` measures each training example's pass rate under one or
+more baseline models. Matched to a run's examples by stable id, the rates put
+every example of a dataset in a stratum: 'too_hard' (pass rate 0), one band
+per interval of `bands` ('0-0.25', '0.25-0.5', ...), 'too_easy' (pass rate
+1), or 'unrated' (no pass rate in the files). Each stratum behaves as a
+sub-dataset with a weight: an example is offered with its stratum's weight
+relative to the largest (see `snooze.SnoozeTable.set_strata`), so weight 0
+postpones a stratum and the dataset's share of the mixture is kept. Its batch
+share is reported as `data/batch_share/<dataset>/<stratum>`.
+
+A curriculum is a list of stages, each `{'step': S, 'weights': {...}}`: from
+step S until the next stage, each named stratum gets its weight (keys are a
+stratum name for every dataset, or 'dataset/stratum' for one dataset, which
+wins); strata not named weigh 1, as do all before the first stage. E.g.
+postpone the too-hard until step 200 and drop the too-easy from step 400:
+
+    stages = (
+        {'step': 0, 'weights': {'too_hard': 0.0}},
+        {'step': 200, 'weights': {}},
+        {'step': 400, 'weights': {'too_easy': 0.0}},
+    )
+
+The pass rates also seed the `weighted` policy's prior, example by example.
+"""
+
+from collections.abc import Mapping, Sequence
+import dataclasses
+import logging
+
+import numpy as np
+
+from jaxgrpo import errors
+from jaxgrpo.data import snooze
+from jaxgrpo.stratify import bands as bands_lib
+from jaxgrpo.stratify import passrates
+
+UNRATED = 'unrated'
+
+
+def stratum_names(edges: Sequence[float]) -> tuple[str, ...]:
+  """Every stratum name for these band edges, 'unrated' last."""
+  return tuple(bands_lib.stratum_names(edges)) + (UNRATED,)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  step: int
+  weights: Mapping[str, float]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Strata:
+  """The strata of one dataset's training examples.
+
+  Attributes:
+    names: stratum names (`stratum_names`).
+    index: [size] stratum index of each example.
+    prior: [size] pass rate of each example, NaN where unrated; None when
+      the pass rates are not to be used as the weighted policy's prior.
+  """
+
+  names: tuple[str, ...]
+  index: np.ndarray
+  prior: np.ndarray | None
+
+  def counts(self) -> dict[str, int]:
+    n = np.bincount(self.index, minlength=len(self.names))
+    return dict(zip(self.names, n.tolist()))
+
+
+class Curriculum:
+  """Per-stratum weights by step (module docstring)."""
+
+  def __init__(self, stages: Sequence[Stage]):
+    self.stages = tuple(sorted(stages, key=lambda s: s.step))
+
+  def stage_at(self, step: int) -> int:
+    """Index of the stage in force at `step`; -1 before the first."""
+    at = -1
+    for i, stage in enumerate(self.stages):
+      if stage.step <= step:
+        at = i
+    return at
+
+  def weights(self, dataset: str, names: Sequence[str],
+              step: int) -> np.ndarray:
+    """[len(names)] weights of a dataset's strata at `step`."""
+    out = np.ones(len(names))
+    at = self.stage_at(step)
+    if at < 0:
+      return out
+    given = self.stages[at].weights
+    for i, name in enumerate(names):
+      for key in (name, f'{dataset}/{name}'):  # The dataset's own wins.
+        if key in given:
+          out[i] = float(given[key])
+    return out
+
+
+def match(rates: passrates.PassRates, ids: Sequence[str],
+          edges: Sequence[float], *, prior: bool) -> tuple[Strata, int]:
+  """Strata of the examples with these ids (by index), from pass rates.
+
+  Returns:
+    (strata, number of pass-rate rows whose id is not among `ids`).
+  """
+  names = stratum_names(edges)
+  have = snooze.id_hashes(rates.ids)
+  want = snooze.id_hashes(ids)
+  order = np.argsort(have, kind='stable')
+  sorted_have = have[order]
+  at = np.minimum(np.searchsorted(sorted_have, want), max(len(have) - 1, 0))
+  found = (sorted_have[at] == want) if len(have) else np.zeros(len(ids), bool)
+  rate = np.full(len(ids), np.nan)
+  rate[found] = rates.pass_rate[order[at[found]]]
+  index = np.full(len(ids), len(names) - 1, np.int64)
+  index[found] = bands_lib.assign(rate[found], edges)
+  unknown = int((~np.isin(have, want)).sum())
+  return Strata(names=names, index=index,
+                prior=rate if prior else None), unknown
+
+
+def load(
+    path: str,
+    datasets: Mapping[str, Sequence],
+    *,
+    edges: Sequence[float],
+    checkpoints: Sequence[str] = (),
+    prior: bool = True,
+    log=logging.info,
+) -> dict[str, Strata]:
+  """Strata of the datasets that have pass rates in `path`.
+
+  Args:
+    path: a `jaxgrpo-stratify` output directory.
+    datasets: dataset name -> training examples (indexable, `.id` each).
+    edges: band edges (`curriculum.bands`).
+    checkpoints: tags whose pass rates are pooled; empty: all.
+    prior: keep the pass rates as the weighted policy's prior.
+    log: where to report what was matched.
+
+  Raises:
+    errors.ConfigError: no dataset of the run has pass rates in `path`.
+  """
+  try:
+    table = passrates.read(path, checkpoints=list(checkpoints) or None)
+  except errors.UserError as e:
+    raise errors.ConfigError(f'curriculum.strata={path!r}: {e}') from None
+  out = {}
+  for name, examples in datasets.items():
+    if name not in table:
+      log(f'curriculum: dataset {name!r} has no pass rates in {path}; '
+          'it is not stratified')
+      continue
+    ids = [examples[i].id for i in range(len(examples))]
+    strata, unknown = match(table[name], ids, edges, prior=prior)
+    counts = strata.counts()
+    log(f'curriculum: dataset {name!r} strata '
+        + ', '.join(f'{k} {v}' for k, v in counts.items() if v)
+        + (f'; {unknown} pass rates for ids not in the dataset'
+           if unknown else ''))
+    out[name] = strata
+  if not out:
+    raise errors.ConfigError(
+        f'curriculum.strata={path!r}: none of the datasets '
+        f'{sorted(datasets)} has pass rates there (it has {sorted(table)})')
+  return out

@@ -1,0 +1,204 @@
+"""Strata as sub-datasets of the mixture, and curriculum stages by step."""
+
+import dataclasses
+
+from absl.testing import absltest
+import numpy as np
+
+from configs import common
+from jaxgrpo import config_lib
+from jaxgrpo import errors
+from jaxgrpo.data import curriculum
+from jaxgrpo.data import mixture
+from jaxgrpo.data import snooze
+from jaxgrpo.stratify import passrates
+from tests import scripted
+
+EDGES = (0.25, 0.5, 0.75)
+NAMES = curriculum.stratum_names(EDGES)
+
+
+def _strata(index, prior=None):
+  return curriculum.Strata(names=NAMES, index=np.asarray(index),
+                           prior=prior)
+
+
+def _sampler(n, index, stages=(), policy='none', prior=None, batch_size=8):
+  examples = scripted.make_examples('a', n)
+  spec = mixture.DatasetSpec(name='a', weight=1.0,
+                             policy=snooze.PolicyConfig(policy=policy))
+  return mixture.MixtureSampler(
+      [(spec, examples)], balance='pre_filter', batch_size=batch_size,
+      seed=0, strata={'a': _strata(index, prior)},
+      curriculum=curriculum.Curriculum(
+          [curriculum.Stage(s, w) for s, w in stages]))
+
+
+class CurriculumTest(absltest.TestCase):
+
+  def test_names(self):
+    self.assertEqual(NAMES, ('too_hard', '0-0.25', '0.25-0.5', '0.5-0.75',
+                             '0.75-1', 'too_easy', 'unrated'))
+
+  def test_weights_by_step(self):
+    c = curriculum.Curriculum([
+        curriculum.Stage(10, {'too_hard': 1.0, 'too_easy': 0.0}),
+        curriculum.Stage(0, {'too_hard': 0.0, 'b/too_easy': 2.0}),
+    ])
+    names = ('too_hard', 'too_easy')
+    self.assertEqual(c.stage_at(0), 0)
+    self.assertEqual(c.stage_at(9), 0)
+    self.assertEqual(c.stage_at(10), 1)
+    np.testing.assert_array_equal(c.weights('a', names, 5), [0.0, 1.0])
+    np.testing.assert_array_equal(c.weights('b', names, 5), [0.0, 2.0])
+    np.testing.assert_array_equal(c.weights('a', names, 10), [1.0, 0.0])
+    late = curriculum.Curriculum([curriculum.Stage(3, {'too_hard': 0.0})])
+    self.assertEqual(late.stage_at(2), -1)
+    np.testing.assert_array_equal(late.weights('a', names, 2), [1.0, 1.0])
+
+  def test_match_by_id(self):
+    rates = passrates.PassRates(
+        ids=['a/3', 'a/0', 'a/1', 'zzz'],
+        trials=np.array([4, 4, 4, 4]), passes=np.array([4, 0, 1, 2]),
+        mean_reward=np.array([1.0, 0.0, 0.25, 0.5]))
+    ids = [f'a/{i}' for i in range(5)]
+    strata, unknown = curriculum.match(rates, ids, EDGES, prior=True)
+    self.assertEqual(unknown, 1)
+    self.assertEqual([NAMES[i] for i in strata.index],
+                     ['too_hard', '0.25-0.5', 'unrated', 'too_easy',
+                      'unrated'])
+    np.testing.assert_array_equal(strata.prior[[0, 1, 3]], [0.0, 0.25, 1.0])
+    self.assertTrue(np.isnan(strata.prior[[2, 4]]).all())
+    self.assertEqual(strata.counts()['unrated'], 2)
+
+  def test_postponed_until_the_stage_then_offered(self):
+    # Examples 0-9 too hard, 10-39 in a band; too hard weigh 0 until step 3.
+    index = [0] * 10 + [2] * 30
+    s = _sampler(40, index, stages=[(0, {'too_hard': 0.0}), (3, {})])
+    seen = {0: set(), 1: set()}
+    for step in range(6):
+      s.start_step(step)
+      got = s.next_prompts(16)
+      stage = 0 if step < 3 else 1
+      seen[stage].update(int(ex.id.split('/')[1]) for ex in got)
+      self.assertTrue(all(ex.meta['stratum'] in NAMES for ex in got))
+      metrics = s.metrics()
+      self.assertEqual(metrics['data/curriculum_stage'], stage)
+      self.assertEqual(metrics['data/postponed/a'], 10.0 if stage == 0 else 0)
+      self.assertEqual(metrics['data/stratum_weight/a/too_hard'],
+                       0.0 if stage == 0 else 1.0)
+    self.assertFalse(seen[0] & set(range(10)))
+    self.assertEqual(seen[0], set(range(10, 40)))
+    # Postponed, not lost: every too-hard example comes back.
+    self.assertLessEqual(set(range(10)), seen[1])
+
+  def test_weights_set_each_stratum_share(self):
+    # Two equal strata, weights 1 : 3 -> offers about 1 : 3.
+    index = [1] * 500 + [3] * 500
+    s = _sampler(1000, index, stages=[(0, {'0-0.25': 1.0, '0.5-0.75': 3.0})])
+    got = s.next_prompts(400)
+    low = sum(ex.meta['stratum'] == '0-0.25' for ex in got)
+    self.assertAlmostEqual(low / len(got), 0.25, delta=0.06)
+    counts = s.tables[0].counts()
+    self.assertGreater(counts['skipped_curriculum'], 0)
+
+  def test_batch_share_of_strata(self):
+    index = [0] * 20 + [5] * 20
+    s = _sampler(40, index)
+    got = s.next_prompts(40)
+
+    @dataclasses.dataclass
+    class G:
+      example: object
+    chosen, _ = s.choose([G(ex) for ex in got])
+    m = s.metrics()
+    self.assertLen(chosen, 8)
+    total = sum(m[f'data/batch_share/a/{n}'] for n in NAMES)
+    self.assertAlmostEqual(total, 1.0)
+    hard = sum(g.example.meta['stratum'] == 'too_hard' for g in chosen)
+    self.assertAlmostEqual(m['data/batch_share/a/too_hard'], hard / 8)
+
+  def test_all_strata_postponed_closes_the_dataset(self):
+    s = _sampler(10, [0] * 10, stages=[(0, {'too_hard': 0.0})])
+    self.assertEqual(s.metrics()['data/exhausted/a'], 1.0)
+    self.assertEqual(s.next_prompts(4), [])
+
+  def test_prior_drives_the_weighted_policy(self):
+    prior = np.array([1.0] * 10 + [0.5] * 10 + [np.nan] * 10)
+    table = snooze.SnoozeTable(30, snooze.PolicyConfig(policy='weighted'),
+                               seed=0)
+    table.set_strata(np.zeros(30, int), 1, prior)
+    p = table.informative_prob()
+    self.assertAlmostEqual(p[0], 0.0)
+    self.assertAlmostEqual(p[10], 1 - 2 * 0.5**8)
+    self.assertAlmostEqual(p[25], p[10])  # unrated: the running mean (0.5)
+    offered = np.zeros(30)
+    for _ in range(200):
+      for i in table.draw(30, 0):
+        offered[i] += 1
+    self.assertLess(offered[:10].mean(), offered[10:20].mean() * 0.2)
+
+  def test_old_state_without_curriculum_counter_restores(self):
+    table = snooze.SnoozeTable(8, snooze.PolicyConfig(), seed=0)
+    state = table.get_state()
+    del state['skipped_curriculum']
+    table.set_state(state)
+    self.assertEqual(table.counts()['skipped_curriculum'], 0)
+
+  def test_bad_strata(self):
+    table = snooze.SnoozeTable(4, snooze.PolicyConfig(), seed=0)
+    with self.assertRaisesRegex(ValueError, 'one index per example'):
+      table.set_strata(np.zeros(3, int), 2)
+    with self.assertRaisesRegex(ValueError, r'in \[0, 2\)'):
+      table.set_strata(np.array([0, 1, 2, 0]), 2)
+    table.set_strata(np.zeros(4, int), 2)
+    with self.assertRaisesRegex(ValueError, 'finite values >= 0'):
+      table.set_stratum_weights([1.0, -1.0])
+
+
+class ConfigTest(absltest.TestCase):
+
+  def _config(self, **keys):
+    c = common.base_config()
+    for k, v in keys.items():
+      c.curriculum[k] = v
+    return c
+
+  def test_defaults_and_valid_stages(self):
+    cfg = config_lib.from_config_dict(self._config(
+        strata='/tmp/s', stages=({'step': 0, 'weights': {'too_hard': 0.0}},
+                                 {'step': 5, 'weights': {
+                                     'arithmetic/too_easy': 0}})))
+    self.assertEqual(cfg.curriculum.stages[1]['step'], 5)
+    self.assertIsNone(config_lib.from_config_dict(
+        common.base_config()).curriculum.strata)
+
+  def test_errors_name_the_key(self):
+    cases = [
+        (dict(stages=({'step': 0, 'weights': {}},)),
+         'curriculum.stages.*need curriculum.strata'),
+        (dict(strata='s', stages=({'step': 0, 'weights': {'hardest': 0}},)),
+         r"curriculum.stages\[0\].weights\['hardest'\]: unknown stratum"),
+        (dict(strata='s', stages=({'step': 5, 'weights': {}},
+                                  {'step': 5, 'weights': {}})),
+         r'curriculum.stages\[1\].step=5'),
+        (dict(strata='s', stages=({'step': 0, 'weights': {'too_hard': -1}},)),
+         r"weights\['too_hard'\]=-1: must be a number >= 0"),
+        (dict(strata='s', stages=({'step': 0},)),
+         r"curriculum.stages\[0\].*'step' and 'weights'"),
+        (dict(strata='s', stages=({'step': 0, 'weights': {'b/too_hard': 0}},)),
+         "no dataset 'b' in data.datasets"),
+        (dict(bands=(0.5, 0.25)), 'curriculum.bands'),
+    ]
+    for keys, pattern in cases:
+      with self.subTest(keys=keys):
+        with self.assertRaisesRegex(errors.ConfigError, pattern):
+          config_lib.from_config_dict(self._config(**keys))
+
+  def test_load_errors(self):
+    with self.assertRaisesRegex(errors.ConfigError, 'curriculum.strata='):
+      curriculum.load(self.create_tempdir().full_path, {'a': []}, edges=EDGES)
+
+
+if __name__ == '__main__':
+  absltest.main()
