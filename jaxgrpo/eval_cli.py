@@ -1,0 +1,403 @@
+r"""Command line: pass@1, mean@k and pass@k of checkpoints on held-out data.
+
+  jaxgrpo-eval --config=configs/demo.py --checkpoint=runs/demo \
+      [--checkpoint=init ...] [--datasets=a,b] [--k=4] [--temperature=1.0] \
+      [--split=eval|train] [--limit=N] [--seed=0] [--batch=64] \
+      [--json=PATH] [--quiet] [--config.KEY=VALUE ...]
+  python -m jaxgrpo.eval_cli ...
+
+A checkpoint is 'init' (the config's model as a run starts it), a run
+workdir (its latest checkpoint) or WORKDIR@STEP, a Hugging Face model
+directory, a .gguf file or 'smollm2' (see `jaxgrpo.policy`). Each is
+evaluated on the examples of the config's datasets, loaded as training
+loads them: the held-out sets (`--split=eval`) or the training sets
+(`--split=train`), the first `--limit` of each. k completions per example
+are sampled with the project's generator (`--temperature`, default
+eval.temperature; 0 is greedy, and then one completion is drawn, the k
+being identical) and scored by each dataset's verifiers. With a completion
+succeeding when its reward is >= rollout.easy_threshold:
+
+  pass@1  share of examples whose first completion succeeds
+  mean@k  mean reward of all k completions (the training run's held-out
+          accuracy, eval/accuracy, for k = eval.num_samples)
+  pass@k  share of examples with at least one success among k
+
+are reported overall ('all'), per dataset and per subset, in a table and,
+with --json, a file. Every checkpoint samples with the same keys. Mistakes
+end with one line `jaxgrpo-eval: error: ...` (exit code 2 for the command
+line, the config and checkpoint specs, 1 otherwise).
+"""
+
+import argparse
+from collections.abc import Callable, Sequence
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any, TYPE_CHECKING
+
+from jaxgrpo import errors
+from jaxgrpo.example import Example
+
+if TYPE_CHECKING:
+  # The modules behind these import jax; `--help` and mistakes on the
+  # command line should not wait for it.
+  # pylint: disable=g-bad-import-order
+  import jax
+  import ml_collections
+  import tqdm
+  from jaxgrpo import config_lib
+  from jaxgrpo.data import tokenizer as tokenizer_lib
+  from jaxgrpo.stratify import runner
+  from jaxgrpo.typing import PyTree
+  from jaxgrpo.verifiers import pool as verifier_pool
+
+PROG = 'jaxgrpo-eval'
+SPLITS = ('eval', 'train')
+METRICS = ('pass@1', 'mean@k', 'pass@k')
+
+Log = Callable[[str], None]
+
+
+def _print(line: str) -> None:
+  print(line, flush=True)
+
+
+def evaluate_policy(
+    generator: 'runner.SampleGenerator',
+    params: 'PyTree',
+    tokenizer: 'tokenizer_lib.Tokenizer',
+    scorer: 'verifier_pool.Scorer',
+    datasets: Sequence[tuple[int, Sequence[Example]]],
+    *,
+    key: 'jax.Array',
+    threshold: float,
+    max_prompt_len: int,
+    truncate: bool = False,
+    batch: int = 64,
+    bar: 'tqdm.tqdm | None' = None,
+) -> dict[str, dict[str, float]]:
+  """pass@1, mean@k and pass@k of one model (`evaluate.grouped_pass_metrics`).
+
+  Args:
+    generator: samples `generator.num_samples` = k completions per prompt
+      (a `Generator`, or a stand-in with `generate(params, tokens, mask,
+      rng)`).
+    params: the model params passed to the generator.
+    tokenizer: encodes prompts and decodes completions.
+    scorer: scores completions against their examples.
+    datasets: (config index, examples) of each dataset; the examples of
+      index d are sampled in chunks of `batch`, chunk c with the key
+      fold_in(fold_in(key, d), c).
+    key: the sampling key.
+    threshold: a completion succeeds when its reward is >= this.
+    max_prompt_len: P, the padded prompt length.
+    truncate: cut longer prompts as rollouts do instead of failing.
+    batch: prompts per generator call (every call has this size).
+    bar: a tqdm bar advanced by the examples done, or None.
+
+  Returns:
+    Group ('all', '<dataset>', '<dataset>/<subset>') -> metrics.
+  """
+  # pylint: disable=g-import-not-at-top
+  import jax
+  import numpy as np
+  from jaxgrpo import evaluate
+  # pylint: enable=g-import-not-at-top
+  examples, rewards = [], []
+  for index, members in datasets:
+    dataset_key = jax.random.fold_in(key, index)
+    for c, start in enumerate(range(0, len(members), batch)):
+      chunk = list(members[start:start + batch])
+      if bar is not None:
+        bar.set_postfix_str(chunk[0].dataset, refresh=False)
+      rewards.append(evaluate.sample_rewards(
+          generator, params, tokenizer, chunk, scorer,
+          jax.random.fold_in(dataset_key, c), max_prompt_len=max_prompt_len,
+          truncate=truncate, chunk_size=batch))
+      examples += chunk
+      if bar is not None:
+        bar.update(len(chunk))
+  return evaluate.grouped_pass_metrics(examples, np.concatenate(rewards),
+                                       threshold)
+
+
+def _check(cfg: 'config_lib.Config', specs: Sequence[str],
+           datasets: Sequence[str] | None, k: int | None,
+           temperature: float | None, split: str, limit: int | None,
+           batch: int) -> list[str]:
+  """The dataset names to evaluate; a bad argument raises ConfigError."""
+  if not specs:
+    raise errors.ConfigError('--checkpoint: give at least one')
+  for name, value, low in (('k', k, 1), ('limit', limit, 1),
+                           ('batch', batch, 1)):
+    if value is not None and value < low:
+      raise errors.ConfigError(f'--{name}={value}: must be >= {low}')
+  if temperature is not None and not temperature >= 0:
+    raise errors.ConfigError(f'--temperature={temperature}: must be >= 0')
+  if split not in SPLITS:
+    raise errors.ConfigError(
+        f'--split={split!r}: must be one of {", ".join(SPLITS)}')
+  names = [entry.name for entry in cfg.data.datasets]
+  selected = list(names if datasets is None else datasets)
+  unknown = [n for n in selected if n not in names]
+  if unknown or not selected:
+    what = f'{unknown[0]!r} is not a' if unknown else 'names no'
+    raise errors.ConfigError(
+        f'--datasets: {what} dataset of the config (it has '
+        f'{", ".join(names)})')
+  return selected
+
+
+def evaluate_checkpoints(
+    cfg: 'config_lib.Config | ml_collections.ConfigDict',
+    specs: Sequence[str],
+    *,
+    datasets: Sequence[str] | None = None,
+    k: int | None = None,
+    temperature: float | None = None,
+    split: str = 'eval',
+    limit: int | None = None,
+    seed: int | None = None,
+    batch: int = 64,
+    progress: bool = True,
+    log: Log = _print,
+) -> dict[str, Any]:
+  """Evaluates each checkpoint on the config's datasets (module docstring).
+
+  Args:
+    cfg: the config (a `config_lib.Config`, or a ConfigDict validated
+      here): datasets, verifiers, rollout.max_new_tokens and
+      rollout.easy_threshold.
+    specs: checkpoint specs (see `jaxgrpo.policy`).
+    datasets: names of the datasets to evaluate (default: all).
+    k: completions per example (default: eval.num_samples).
+    temperature: sampling temperature, 0 greedy (default:
+      eval.temperature); no top-k or top-p, as in the training run's eval.
+    split: 'eval' (held-out examples) or 'train'.
+    limit: only the first `limit` examples of each dataset.
+    seed: the sampling seed (default: the config's seed).
+    batch: prompts per generator call.
+    progress: show a progress bar per checkpoint.
+    log: receives progress lines.
+
+  Returns:
+    A JSON-serialisable dict: the settings ('split', 'k', 'temperature',
+    'threshold', 'seed', 'limit', 'datasets') and 'checkpoints', one entry
+    per spec in order: {'spec', 'name', 'tag', 'seconds', 'metrics'},
+    metrics mapping 'all', each dataset and each '<dataset>/<subset>' to
+    {'examples', 'pass@1', 'mean@k', 'pass@k'}.
+
+  Raises:
+    errors.ConfigError: a bad argument or dataset name.
+    policy.PolicyError: a spec names no loadable model.
+    errors.UserError: a dataset cannot be loaded or has a bad record.
+  """
+  # pylint: disable=g-import-not-at-top
+  import jax
+  import tqdm
+  from jaxgrpo import config_lib
+  from jaxgrpo import policy as policy_lib
+  from jaxgrpo import train
+  from jaxgrpo.data import loading
+  from jaxgrpo.generate import sampling as sampling_lib
+  from jaxgrpo.stratify import runner
+  # pylint: enable=g-import-not-at-top
+  if not isinstance(cfg, config_lib.Config):
+    cfg = config_lib.from_config_dict(cfg)
+  selected = _check(cfg, specs, datasets, k, temperature, split, limit, batch)
+  temperature = cfg.eval.temperature if temperature is None else temperature
+  k = cfg.eval.num_samples if k is None else k
+  if temperature == 0 and k > 1:
+    log(f'temperature 0 is greedy: its {k} completions would be identical, '
+        'so one is drawn per example')
+    k = 1
+  seed = cfg.seed if seed is None else seed
+  threshold = cfg.rollout.easy_threshold
+  # Every spec is checked before any model loads; a workdir's latest step
+  # is resolved once, here.
+  names = [policy_lib.name_of(spec) for spec in specs]
+  result = {
+      'split': split, 'k': k, 'temperature': temperature,
+      'threshold': threshold, 'seed': seed, 'limit': limit,
+      'datasets': selected, 'checkpoints': [],
+  }
+  key = jax.random.key(seed)
+  # pylint: disable-next=protected-access
+  with train._build_scorer(cfg) as scorer:
+    for spec, name in zip(specs, names):
+      t0 = time.perf_counter()
+      policy = policy_lib.load(name, cfg, log=log)
+      loaded = []
+      for index, entry in enumerate(cfg.data.datasets):
+        if entry.name not in selected:
+          continue
+        _, train_set, held_out = loading.load_dataset(
+            cfg, entry, policy.tokenizer)
+        source = held_out if split == 'eval' else train_set
+        n = len(source) if limit is None else min(limit, len(source))
+        members = [source[i] for i in range(n)]
+        if not members:
+          log(f'dataset {entry.name!r} has no {split} examples: skipped')
+          continue
+        loaded.append((index, members))
+      if not loaded:
+        raise errors.ConfigError(
+            f'--split={split}: the datasets {", ".join(selected)} have no '
+            'examples there' + (' (set num_eval, eval_path or holdout in '
+                                'their entries)' if split == 'eval' else ''))
+      examples = [ex for _, members in loaded for ex in members]
+      loading.check_lengths(cfg, policy.tokenizer, examples)
+      generator = dataclasses.replace(
+          runner.make_generator(cfg, policy, k),
+          sampling=sampling_lib.Sampling(temperature=temperature))
+      tag = runner.tag_of(policy.name)
+      with tqdm.tqdm(total=len(examples), desc=tag, unit='ex',
+                     disable=not progress, dynamic_ncols=True) as bar:
+        metrics = evaluate_policy(
+            generator, policy.params, policy.tokenizer, scorer, loaded,
+            key=key, threshold=threshold,
+            max_prompt_len=cfg.rollout.max_prompt_len,
+            truncate=cfg.rollout.long_prompts == 'truncate',
+            batch=min(batch, max(len(m) for _, m in loaded)), bar=bar)
+      result['checkpoints'].append({
+          'spec': spec, 'name': policy.name, 'tag': tag,
+          'seconds': round(time.perf_counter() - t0, 3), 'metrics': metrics})
+  return result
+
+
+def format_table(result: dict[str, Any]) -> list[str]:
+  """One row per checkpoint x group; 'all' only with several datasets."""
+  k = result['k']
+  header = ('checkpoint', 'dataset', 'examples', 'pass@1', f'mean@{k}',
+            f'pass@{k}')
+  rows = []
+  for entry in result['checkpoints']:
+    groups = entry['metrics']
+    several = sum('/' not in g for g in groups if g != 'all') > 1
+    for group, m in groups.items():
+      if group == 'all' and not several:
+        continue
+      rows.append((entry['tag'], group, str(m['examples']),
+                   *(f'{m[name]:.3f}' for name in METRICS)))
+  widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
+  def line(row):
+    return '  '.join(
+        f'{v:<{w}}' if i < 2 else f'{v:>{w}}'
+        for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+  return [line(header), *map(line, rows)]
+
+
+# ---------------------------------------------------------------------------
+# Command line.
+
+
+class _UsageError(Exception):
+  """A mistake on the command line."""
+
+
+class _Parser(argparse.ArgumentParser):
+
+  def error(self, message: str):
+    raise _UsageError(f'{message} (see --help)')
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = _Parser(prog=PROG, description=__doc__.split('\n')[0],
+                   epilog='Overrides: --config.KEY=VALUE (any config key).')
+  parser.add_argument('--config', required=True,
+                      help='config file (`path.py` or `path.py:args`); '
+                      '--config.KEY=VALUE overrides a value')
+  parser.add_argument('--checkpoint', action='append', required=True,
+                      help="'init', a run workdir, WORKDIR@STEP, a Hugging "
+                      "Face directory, a .gguf file or 'smollm2' "
+                      '(repeatable)')
+  parser.add_argument('--datasets', default=None,
+                      help='comma-separated dataset names (default: all)')
+  parser.add_argument('--k', type=int, default=None,
+                      help='completions per example (default: '
+                      'eval.num_samples)')
+  parser.add_argument('--temperature', type=float, default=None,
+                      help='sampling temperature, 0 greedy (default: '
+                      'eval.temperature)')
+  parser.add_argument('--split', default='eval', choices=SPLITS,
+                      help='held-out (eval) or training (train) examples')
+  parser.add_argument('--limit', type=int, default=None,
+                      help='only the first N examples of each dataset')
+  parser.add_argument('--seed', type=int, default=None,
+                      help="sampling seed (default: the config's seed)")
+  parser.add_argument('--batch', type=int, default=64,
+                      help='prompts per generator call')
+  parser.add_argument('--json', default=None,
+                      help='also write the results to this JSON file')
+  parser.add_argument('--quiet', action='store_true',
+                      help='no progress bar or loading lines')
+  return parser
+
+
+def _fail(message: str, code: int) -> int:
+  print(f'{PROG}: error: {message}', file=sys.stderr, flush=True)
+  return code
+
+
+def _write_json(path: str, result: dict[str, Any]) -> None:
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  tmp = f'{path}.tmp'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    json.dump(result, f, indent=2)
+    f.write('\n')
+  os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
+  # pylint: disable=g-import-not-at-top
+  from jaxgrpo.stratify import cli as stratify_cli
+  # pylint: enable=g-import-not-at-top
+  argv = sys.argv[1:] if argv is None else list(argv)
+  try:
+    args, extra = _parser().parse_known_args(argv)
+    # pylint: disable=protected-access
+    try:
+      overrides = stratify_cli._config_overrides(extra)
+      config = stratify_cli.load_config(args.config, overrides)
+    except stratify_cli._UsageError as e:
+      raise _UsageError(str(e)) from None
+    # pylint: enable=protected-access
+    # pylint: disable=g-import-not-at-top
+    from jaxgrpo import config_lib
+    from jaxgrpo import policy as policy_lib
+    # pylint: enable=g-import-not-at-top
+    cfg = config_lib.from_config_dict(config)
+    datasets = None
+    if args.datasets is not None:
+      datasets = [d.strip() for d in args.datasets.split(',') if d.strip()]
+    try:
+      result = evaluate_checkpoints(
+          cfg, args.checkpoint, datasets=datasets, k=args.k,
+          temperature=args.temperature, split=args.split, limit=args.limit,
+          seed=args.seed, batch=args.batch, progress=not args.quiet,
+          log=(lambda _: None) if args.quiet else _print)
+    except policy_lib.PolicyError as e:
+      raise _UsageError(str(e)) from None
+    result['config'] = ' '.join([args.config, *overrides])
+    for line in format_table(result):
+      print(line, flush=True)
+    if args.json:
+      _write_json(args.json, result)
+      print(f'wrote {args.json}', flush=True)
+    return 0
+  except (_UsageError, errors.ConfigError) as e:
+    return _fail(str(e), 2)
+  except errors.UserError as e:
+    return _fail(str(e), 1)
+  except OSError as e:
+    return _fail(str(e), 1)
+  except KeyboardInterrupt:
+    return _fail('interrupted', 130)
+
+
+if __name__ == '__main__':
+  sys.exit(main())

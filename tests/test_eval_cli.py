@@ -1,0 +1,257 @@
+"""jaxgrpo-eval: pass@1, mean@k and pass@k of checkpoints."""
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import subprocess
+import sys
+from unittest import mock
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+from jaxgrpo import config_lib
+from jaxgrpo import eval_cli
+from jaxgrpo import evaluate
+from jaxgrpo import policy as policy_lib
+from jaxgrpo.data import loading
+from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
+from jaxgrpo.generate import sampling as sampling_lib
+from jaxgrpo.generate.sampler import Completions
+from jaxgrpo.model import decoder
+from jaxgrpo.stratify import runner
+from jaxgrpo.verifiers import pool as verifier_pool
+from tests import flaky_verifiers
+from tests import test_train
+from tests.stratify import fixtures
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPO, 'configs', 'demo.py') + ':runlocal'
+METRICS = ('pass@1', 'mean@k', 'pass@k')
+
+# The known case: the completions of each example, k = 3. Flaky scores
+# 'ok' 1, 'half' 0.5, anything else 0.
+TEXTS = {
+    'a/0': ('half', 'no', 'no'),   # rewards 0.5 0 0
+    'a/1': ('no', 'half', 'ok'),   # 0 0.5 1
+    'b/0': ('ok', 'ok', 'ok'),     # 1 1 1
+    'b/1': ('half', 'ok', 'ok'),   # 0.5 1 1
+}
+# (examples, pass@1, mean@3, pass@3) at threshold 1.0.
+EXPECTED = {
+    'all': (4, 1 / 4, 7.5 / 12, 3 / 4),
+    'a': (2, 0.0, 2 / 6, 1 / 2),
+    'a/x': (1, 0.0, 0.5 / 3, 0.0),
+    'a/y': (1, 0.0, 1.5 / 3, 1.0),
+    'b': (2, 1 / 2, 5.5 / 6, 1.0),
+}
+
+
+class TextGenerator:
+  """Answers example i's prompt with TEXTS[id], k completions per prompt."""
+
+  num_samples = 3
+
+  def __init__(self, tokenizer, examples):
+    self.tok = tokenizer
+    self.texts = {ex.prompt: TEXTS[ex.id] for ex in examples}
+
+  def generate(self, params, tokens, mask, rng):
+    del params, mask, rng
+    rows = [self.tok.encode(text) + [self.tok.eos_id]
+            for row in tokens for text in self.texts[self.tok.decode(row)]]
+    out = np.zeros((len(rows), 6), np.int32)
+    for i, r in enumerate(rows):
+      out[i, :len(r)] = r
+    m = out != 0
+    return Completions(tokens=out, logps=np.zeros(out.shape, np.float32),
+                       mask=m, lengths=m.sum(1).astype(np.int32))
+
+
+def _known_examples():
+  a = [Example(id='a/0', prompt='p0=', answer='', dataset='a', subset='x'),
+       Example(id='a/1', prompt='p1=', answer='', dataset='a', subset='y')]
+  b = [Example(id='b/0', prompt='q0=', answer='', dataset='b'),
+       Example(id='b/1', prompt='q1=', answer='', dataset='b')]
+  return a, b
+
+
+def _main(*argv):
+  """(exit code, stdout, stderr) of eval_cli.main(argv)."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = eval_cli.main(list(argv))
+  return code, out.getvalue(), err.getvalue()
+
+
+def _check_bounds(test, metrics):
+  for group, m in metrics.items():
+    test.assertGreater(m['examples'], 0, group)
+    test.assertLessEqual(m['pass@1'], m['pass@k'], group)
+    for name in METRICS:
+      test.assertBetween(m[name], 0.0, 1.0, group)
+
+
+class PassMetricsTest(absltest.TestCase):
+
+  def test_hand_computed_values(self):
+    rewards = np.array([[0.5, 0, 0], [0, 0.5, 1], [1, 1, 1], [0.5, 1, 1]])
+    self.assertEqual(evaluate.pass_metrics(rewards, 1.0),
+                     {'examples': 4, 'pass@1': 0.25, 'mean@k': 7.5 / 12,
+                      'pass@k': 0.75})
+    # At threshold 0.5 a reward of 0.5 succeeds.
+    self.assertEqual(evaluate.pass_metrics(rewards, 0.5),
+                     {'examples': 4, 'pass@1': 0.75, 'mean@k': 7.5 / 12,
+                      'pass@k': 1.0})
+
+  def test_scripted_completions_through_the_verifier(self):
+    a, b = _known_examples()
+    tok = tokenizer_lib.CharTokenizer(alphabet=fixtures.ALPHABET)
+    scorer = verifier_pool.Scorer(flaky_verifiers.Flaky())
+    for batch in (1, 3, 8):  # chunks of one size, the last one padded
+      with self.subTest(batch=batch):
+        metrics = eval_cli.evaluate_policy(
+            TextGenerator(tok, a + b), None, tok, scorer, [(0, a), (1, b)],
+            key=jax.random.key(0), threshold=1.0, max_prompt_len=8,
+            batch=batch)
+        self.assertEqual(list(metrics), list(EXPECTED))
+        for group, (n, *values) in EXPECTED.items():
+          self.assertEqual(metrics[group]['examples'], n, group)
+          np.testing.assert_allclose(
+              [metrics[group][name] for name in METRICS], values,
+              err_msg=group)
+
+
+class EvaluateCheckpointsTest(absltest.TestCase):
+
+  # 'init' with params from numpy: the initializers take seconds on CPU.
+  @mock.patch.object(decoder, 'init_params', fixtures.fast_init_params)
+  def test_real_model_sampled_and_greedy(self):
+    # An untrained model passes starts_with_digit now and then.
+    # pylint: disable-next=protected-access
+    config = test_train._config(**{'verify.workers': 0})
+    cfg = config_lib.from_config_dict(config)
+    sampled = eval_cli.evaluate_checkpoints(
+        cfg, ['init'], k=4, temperature=1.0, progress=False,
+        log=lambda _: None)
+    (entry,) = sampled['checkpoints']
+    self.assertEqual((entry['spec'], entry['name'], entry['tag']),
+                     ('init', 'init', 'init'))
+    self.assertEqual(sampled['k'], 4)
+    metrics = entry['metrics']
+    self.assertEqual(list(metrics), ['all', 'arithmetic', 'arithmetic/1d',
+                                     'arithmetic/2d', 'arithmetic/3d'])
+    self.assertEqual(metrics['arithmetic']['examples'], 16)
+    _check_bounds(self, metrics)
+    self.assertGreater(metrics['all']['pass@k'], 0.0)  # some signal
+
+    # Greedy: one completion per example, each computed here directly.
+    greedy = eval_cli.evaluate_checkpoints(
+        cfg, ['init'], k=4, temperature=0.0, progress=False,
+        log=lambda _: None)
+    self.assertEqual(greedy['k'], 1)
+    policy = policy_lib.load('init', cfg)
+    (_, _, held_out), = [loading.load_dataset(cfg, entry, policy.tokenizer)
+                         for entry in cfg.data.datasets]
+    generator = dataclasses.replace(
+        runner.make_generator(cfg, policy, 1),
+        sampling=sampling_lib.Sampling(temperature=0.0))
+    tokens, mask, _ = tokenizer_lib.encode_prompts(
+        policy.tokenizer, [ex.prompt for ex in held_out],
+        cfg.rollout.max_prompt_len)
+    out = generator.generate(policy.params, tokens, mask, jax.random.key(7))
+    texts = [policy.tokenizer.decode(row) for row in np.asarray(out.tokens)]
+    passed = np.array([flaky_verifiers.starts_with_digit(t, None)
+                       for t in texts])
+    metrics = greedy['checkpoints'][0]['metrics']
+    for group, m in metrics.items():
+      rows = [i for i, ex in enumerate(held_out)
+              if group in ('all', ex.dataset, f'{ex.dataset}/{ex.subset}')]
+      self.assertEqual(m['examples'], len(rows), group)
+      for name in METRICS:
+        self.assertAlmostEqual(m[name], passed[rows].mean(), msg=group)
+
+
+class CommandLineTest(absltest.TestCase):
+
+  def test_checkpoints_table_and_json(self):
+    # Built before the patch below: other tests compare its step 0 with the
+    # real initialisation.
+    workdir = fixtures.run_workdir()
+    path = os.path.join(self.create_tempdir().full_path, 'out', 'eval.json')
+    # 'init' with params from numpy: the initializers take seconds on CPU.
+    with mock.patch.object(decoder, 'init_params', fixtures.fast_init_params):
+      code, stdout, stderr = _main(
+          f'--config={CONFIG}', f'--checkpoint={workdir}@0',
+          '--checkpoint=init', '--k=3', '--limit=6', '--batch=4',
+          '--config.verify.workers=0', f'--json={path}', '--quiet')
+    self.assertEqual(code, 0, stderr)
+    with open(path) as f:
+      result = json.load(f)
+    tag = f'{os.path.basename(workdir)}-step0'
+    self.assertEqual(
+        [(c['spec'], c['name'], c['tag']) for c in result['checkpoints']],
+        [(f'{workdir}@0', f'{workdir}@0', tag), ('init', 'init', 'init')])
+    self.assertEqual((result['k'], result['split'], result['limit'],
+                      result['threshold'], result['datasets']),
+                     (3, 'eval', 6, 1.0, ['arithmetic']))
+    self.assertEqual(result['config'],
+                     f'{CONFIG} --config.verify.workers=0')
+    for entry in result['checkpoints']:
+      self.assertEqual(entry['metrics']['arithmetic']['examples'], 6)
+      _check_bounds(self, entry['metrics'])
+    lines = stdout.splitlines()
+    self.assertEqual(lines[0].split(),
+                     ['checkpoint', 'dataset', 'examples', 'pass@1',
+                      'mean@3', 'pass@3'])
+    rows = [line.split()[:2] for line in lines[1:-1]]
+    self.assertIn([tag, 'arithmetic'], rows)
+    self.assertIn(['init', 'arithmetic'], rows)
+    # One row per checkpoint x dataset and subset ('all' is the dataset).
+    subsets = [g for g in result['checkpoints'][0]['metrics'] if '/' in g]
+    self.assertLen(rows, 2 * (1 + len(subsets)))
+    self.assertEqual(lines[-1], f'wrote {path}')
+
+  def test_mistakes_end_with_one_line(self):
+    missing = os.path.join(self.create_tempdir().full_path, 'nope')
+    base = (f'--config={CONFIG}', '--quiet')
+    cases = (
+        ((*base, f'--checkpoint={missing}'), 2, 'does not exist'),
+        ((*base, f'--checkpoint={missing}@3'), 2, 'not a run workdir'),
+        ((*base, '--checkpoint=init', '--datasets=nope'), 2,
+         "--datasets: 'nope' is not a dataset of the config"),
+        ((*base, '--checkpoint=init', '--config.rollout.gruop_size=3'), 2,
+         'gruop_size'),
+        ((*base, '--checkpoint=init', '--k=0'), 2, '--k=0: must be >= 1'),
+        ((*base, '--checkpoint=init', '--split=test'), 2, 'invalid choice'),
+        ((*base, '--checkpoint=init', '--temperature=-1'), 2,
+         '--temperature=-1.0'),
+        ((*base, '--checkpoint=init', '--bogus'), 2, 'unrecognized'),
+        (base, 2, '--checkpoint'),
+        (('--checkpoint=init', '--config=nope.py'), 2, 'is not a file'),
+    )
+    for argv, want, pattern in cases:
+      with self.subTest(argv=argv):
+        code, stdout, stderr = _main(*argv)
+        self.assertEqual(code, want, stderr)
+        self.assertEqual(stdout, '')
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        self.assertLen(lines, 1, stderr)
+        self.assertStartsWith(lines[0], 'jaxgrpo-eval: error: ')
+        self.assertIn(pattern, lines[0])
+
+  def test_python_dash_m_help(self):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'jaxgrpo.eval_cli', '--help'], cwd=REPO,
+        capture_output=True, text=True, timeout=60)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    self.assertIn('usage: jaxgrpo-eval', proc.stdout)
+    self.assertIn('--checkpoint', proc.stdout)
+
+
+if __name__ == '__main__':
+  absltest.main()

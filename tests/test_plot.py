@@ -1,0 +1,308 @@
+"""Figures of a run's metrics (PNG) and its TensorBoard events."""
+
+import contextlib
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+import types
+from unittest import mock
+
+from absl.testing import absltest
+import numpy as np
+
+from jaxgrpo import metrics as metrics_lib
+from jaxgrpo import plot
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+ALL_FIGURES = ('reward', 'prompts', 'efficiency', 'batch_share',
+               'snoozed_filtered', 'accuracy')
+
+
+def _write_run(workdir: str, steps: int = 40, eval_every: int = 10) -> None:
+  """A metrics.jsonl as a two-dataset run with subsets and strata writes
+  (the keys test_train checks in a real run's records)."""
+  rng = np.random.default_rng(0)
+  writer = metrics_lib.MetricsWriter(workdir)
+
+  def evaluation(step):
+    acc = min(1.0, 0.2 + step / 100)
+    return {'eval/accuracy': acc, 'eval/pass_at_k': min(1.0, 2 * acc),
+            'eval/accuracy/arith': acc, 'eval/accuracy/arith/1d': acc + 0.1,
+            'eval/accuracy/arith/2d': acc - 0.1, 'eval/accuracy/qa': acc / 2,
+            'eval/accuracy/qa/answerable': acc / 3,
+            'eval/accuracy/qa/unanswerable': acc}
+
+  writer.write(0, evaluation(0))
+  cum_gen = cum_used = 0.0
+  for step in range(1, steps + 1):
+    generated = float(16 + rng.integers(0, 32))
+    cum_gen += generated
+    cum_used += 16
+    share = float(rng.uniform(0.4, 0.8))
+    metrics = {
+        'reward/mean': float(rng.uniform(0, 1)),
+        'reward/mean/arith': float(rng.uniform(0, 1)),
+        'reward/mean/arith/1d': float(rng.uniform(0, 1)),
+        'reward/mean/qa': float(rng.uniform(0, 1)),
+        'rollout/prompts_generated': generated,
+        'rollout/groups_used': 16.0,
+        'rollout/efficiency': 16 / generated,
+        'rollout/cum_prompts_generated': cum_gen,
+        'rollout/cum_groups_used': cum_used,
+        'rollout/prompts_generated/arith': generated / 2,
+        'data/batch_share/arith': share,
+        'data/batch_share/qa': 1 - share,
+        'data/batch_share/arith/too_hard': 0.0,
+        'data/batch_share/arith/0-0.5': share / 2,
+        'data/batch_share/arith/0.5-1': share / 2,
+        'data/snoozed/arith': float(step), 'data/snoozed/qa': 0.0,
+        'data/filtered/arith': 0.0, 'data/filtered/qa': float(step // 2),
+        'data/postponed/arith': 3.0,
+        'train/loss': float('nan') if step == 3 else 0.01,
+        'perf/step_s': 0.1,
+    }
+    if step % eval_every == 0:
+      metrics.update(evaluation(step))
+    writer.write(step, metrics)
+  writer.close()
+
+
+def _check_png(test, path):
+  test.assertTrue(os.path.isfile(path), path)
+  with open(path, 'rb') as f:
+    head = f.read(8)
+  test.assertEqual(head, PNG_SIGNATURE, path)
+  test.assertGreater(os.path.getsize(path), 1024, path)
+
+
+def _main(*argv):
+  """(exit code, stdout, stderr) of plot.main(argv)."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = plot.main(list(argv))
+  return code, out.getvalue(), err.getvalue()
+
+
+class PlotRunTest(absltest.TestCase):
+
+  def test_every_figure_of_a_mixture_run(self):
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir)
+    problems = []
+    paths = plot.plot_run(workdir, window=5, log=problems.append)
+    self.assertEmpty(problems)
+    self.assertEqual(
+        paths, [os.path.join(workdir, 'plots', f'{name}.png')
+                for name in ALL_FIGURES])
+    for path in paths:
+      _check_png(self, path)
+    # The batch-share figure has a panel for the strata of 'arith'.
+    panels = plot.batch_share_panels(metrics_lib.read_metrics(workdir), 5)
+    self.assertLen(panels, 2)
+    self.assertEqual([line.label for line in panels[1].lines],
+                     ['0-0.5', '0.5-1', 'too_hard'])
+    # Accuracy: overall, each dataset and each subset, at the eval steps.
+    (panel,) = plot.accuracy_panels(metrics_lib.read_metrics(workdir), 5)
+    self.assertEqual(
+        [line.label for line in panel.lines],
+        ['all', 'arith', 'arith/1d', 'arith/2d', 'qa', 'qa/answerable',
+         'qa/unanswerable'])
+    np.testing.assert_array_equal(panel.lines[0].x, [0, 10, 20, 30, 40])
+
+  def test_cumulative_ratio_and_smoothing(self):
+    records = [{'step': 0, 'eval/accuracy': 0.1}] + [
+        {'step': s, 'rollout/prompts_generated': g, 'rollout/groups_used': 4.0,
+         'rollout/efficiency': 4.0 / g}
+        for s, g in ((1, 8.0), (2, 4.0), (3, 12.0))]
+    steps, ratio = plot.cumulative_ratio(records, 'generated/used')
+    np.testing.assert_array_equal(steps, [1, 2, 3])
+    np.testing.assert_allclose(ratio, [8 / 4, 12 / 8, 24 / 12])
+    np.testing.assert_allclose(plot.smooth([1.0, 3.0, np.nan, 5.0], 2),
+                               [1.0, 2.0, 3.0, 5.0])
+    np.testing.assert_allclose(plot.smooth([1.0, 3.0], 1), [1.0, 3.0])
+
+  def test_step_zero_only_writes_the_accuracy_figure(self):
+    workdir = self.create_tempdir().full_path
+    writer = metrics_lib.MetricsWriter(workdir)
+    writer.write(0, {'eval/accuracy': 0.25, 'eval/accuracy/arith': 0.25,
+                     'eval/accuracy/arith/1d': 0.5, 'eval/pass_at_k': 0.5})
+    writer.close()
+    problems = []
+    paths = plot.plot_run(workdir, log=problems.append)
+    self.assertEqual(paths, [os.path.join(workdir, 'plots', 'accuracy.png')])
+    _check_png(self, paths[0])
+    self.assertEmpty(problems)
+
+  def test_few_steps_missing_keys_and_bad_lines_never_raise(self):
+    workdir = self.create_tempdir().full_path
+    problems = []
+    # No metrics.jsonl at all.
+    self.assertEqual(plot.plot_run(workdir, log=problems.append), [])
+    self.assertLen(problems, 1)
+    # One step, odd values, and a line cut short by a crash.
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.write('{"step": 1, "reward/mean": "nan", "rollout/prompts_generated": '
+              '8.0, "rollout/groups_used": 0.0, "data/batch_share/a": null, '
+              '"data/snoozed/a": "text"}\n{"step": 2, "rew')
+    problems = []
+    paths = plot.plot_run(workdir, out=os.path.join(workdir, 'figs'),
+                          log=problems.append)
+    self.assertEmpty(problems)
+    # The efficiency is 0 with no groups used; the NaN reward draws nothing,
+    # and neither does the ratio to 0 groups used.
+    self.assertEqual([os.path.basename(p) for p in paths],
+                     ['prompts.png', 'efficiency.png'])
+    for path in paths:
+      _check_png(self, path)
+    # Empty file.
+    open(os.path.join(workdir, 'metrics.jsonl'), 'w').close()
+    self.assertEqual(plot.plot_run(workdir), [])
+
+  def test_a_failing_figure_is_logged_not_raised(self):
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir, steps=3, eval_every=2)
+    problems = []
+    with mock.patch.dict(plot.FIGURES, reward=mock.Mock(
+        side_effect=RuntimeError('boom'))):
+      paths = plot.plot_run(workdir, log=problems.append)
+    self.assertLen(paths, len(ALL_FIGURES) - 1)
+    self.assertEqual(problems, ["plot 'reward' failed: RuntimeError: boom"])
+
+  def test_without_matplotlib(self):
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir, steps=2)
+    problems = []
+    with mock.patch.dict(sys.modules, {'matplotlib': None}):
+      self.assertEqual(plot.plot_run(workdir, log=problems.append), [])
+      code, stdout, stderr = _main(workdir)
+    self.assertEqual(problems, ['matplotlib is not installed: no plots '
+                                "(pip install 'jaxgrpo[plots]')"])
+    self.assertEqual(code, 1)
+    self.assertEqual(stdout, '')
+    self.assertEqual(stderr.splitlines(), [
+        "jaxgrpo-plot: error: matplotlib is not installed: no plots "
+        "(pip install 'jaxgrpo[plots]')"])
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'plots')))
+
+class CommandLineTest(absltest.TestCase):
+
+  def test_writes_and_prints_the_paths(self):
+    workdir = self.create_tempdir().full_path
+    out = os.path.join(self.create_tempdir().full_path, 'figures')
+    _write_run(workdir, steps=12, eval_every=4)
+    code, stdout, stderr = _main(workdir, '--out', out, '--window', '3')
+    self.assertEqual(code, 0, stderr)
+    self.assertEqual(stdout.splitlines(),
+                     [os.path.join(out, f'{n}.png') for n in ALL_FIGURES])
+
+  def test_mistakes_end_with_one_line(self):
+    empty = self.create_tempdir().full_path
+    with_records = self.create_tempdir().full_path
+    _write_run(with_records, steps=2)
+    blank = self.create_tempdir().full_path
+    open(os.path.join(blank, 'metrics.jsonl'), 'w').close()
+    cases = (
+        ((empty,), 1, 'metrics.jsonl: no such file'),
+        ((with_records, '--window=0'), 2, '--window=0: must be >= 1'),
+        ((with_records, '--bogus'), 2, 'unrecognized arguments'),
+        ((), 2, 'required: workdir'),
+        ((blank,), 1, 'holds no metrics to plot'),
+    )
+    for argv, want, pattern in cases:
+      with self.subTest(argv=argv):
+        code, _, stderr = _main(*argv)
+        self.assertEqual(code, want, stderr)
+        lines = stderr.splitlines()
+        self.assertLen(lines, 1, stderr)
+        self.assertStartsWith(lines[0], 'jaxgrpo-plot: error: ')
+        self.assertIn(pattern, lines[0])
+
+  def test_python_dash_m_help(self):
+    proc = subprocess.run([sys.executable, '-m', 'jaxgrpo.plot', '--help'],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    self.assertIn('usage: jaxgrpo-plot', proc.stdout)
+
+
+class _FakeWriter:
+  """Stands for clu's default writer: records what it is given."""
+
+  def __init__(self, logdir, **kwargs):
+    self.logdir, self.kwargs = logdir, kwargs
+    self.scalars, self.closed = [], False
+
+  def write_scalars(self, step, scalars):
+    self.scalars.append((step, dict(scalars)))
+
+  def flush(self):
+    pass
+
+  def close(self):
+    self.closed = True
+
+
+class TensorBoardTest(absltest.TestCase):
+
+  def test_every_scalar_of_every_step_through_clu(self):
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir, steps=3, eval_every=2)
+    logdir = os.path.join(workdir, 'tensorboard')
+    os.makedirs(logdir)
+    stale = os.path.join(logdir, 'events.out.tfevents.1.host')
+    open(stale, 'w').close()
+    writers = []
+
+    def create_default_writer(logdir, **kwargs):
+      writers.append(_FakeWriter(logdir, **kwargs))
+      return writers[-1]
+
+    fake = types.ModuleType('clu.metric_writers')
+    fake.create_default_writer = create_default_writer
+    with mock.patch.dict(sys.modules, {'clu.metric_writers': fake}):
+      self.assertEqual(plot.write_tensorboard(workdir), logdir)
+    (writer,) = writers
+    self.assertEqual(writer.logdir, logdir)
+    self.assertFalse(writer.kwargs['just_logging'])
+    self.assertTrue(writer.closed)
+    self.assertFalse(os.path.exists(stale))  # a rerun replaces the events
+    records = metrics_lib.read_metrics(workdir)
+    self.assertEqual([s for s, _ in writer.scalars], [0, 1, 2, 3])
+    for (_, scalars), record in zip(writer.scalars, records):
+      self.assertEqual(set(scalars), set(record) - {'step'})
+    self.assertTrue(np.isnan(writer.scalars[3][1]['train/loss']))
+
+  def test_without_tensorflow_names_the_extra(self):
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir, steps=2)
+    with mock.patch.dict(sys.modules, {'clu.metric_writers': None}):
+      self.assertIsNone(plot.write_tensorboard(workdir))
+      code, stdout, stderr = _main(workdir, '--tensorboard')
+    self.assertEqual(code, 1)
+    self.assertLen(stdout.splitlines(), len(ALL_FIGURES))  # PNGs still made
+    self.assertEqual(stderr.splitlines(), [
+        'jaxgrpo-plot: error: --tensorboard needs tensorflow and tensorboard '
+        "(clu writes the events with them): pip install "
+        "'jaxgrpo[tensorboard]'"])
+
+  def test_real_event_files(self):
+    if importlib.util.find_spec('tensorflow') is None:
+      self.skipTest("tensorflow is not installed (pip install "
+                    "'jaxgrpo[tensorboard]')")
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir, steps=3, eval_every=2)
+    logdir = plot.write_tensorboard(workdir)
+    (events,) = [os.path.join(logdir, f) for f in os.listdir(logdir)]
+    steps = {}
+    for event in tf.compat.v1.train.summary_iterator(events):
+      for value in event.summary.value:
+        steps.setdefault(value.tag, []).append(event.step)
+    self.assertEqual(steps['reward/mean'], [1, 2, 3])
+    self.assertEqual(steps['eval/accuracy'], [0, 2])
+
+
+if __name__ == '__main__':
+  absltest.main()
