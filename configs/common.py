@@ -66,6 +66,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0
   c.total_steps = 200
   c.log_every = 10
+  # PNG plots of metrics.jsonl in WORKDIR/plots when the run ends (needs
+  # matplotlib; `jaxgrpo-plot WORKDIR` draws them any time).
+  c.plots = True
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = 'demo'
@@ -83,6 +86,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.system_prompt = ml_collections.FieldReference(None, field_type=str)
   c.model.dtype = 'float32'
   c.model.param_dtype = 'float32'
+  # Rematerialization of each decoder block in the learner's backward pass:
+  # 'none', 'full' (keep only block inputs) or 'dots' (also keep matmul
+  # outputs without batch dims); less memory, more compute. Not used in
+  # generation.
+  c.model.remat = 'none'
 
   # The mixture: a list of dataset dicts (see README "Datasets"); keys other
   # than these common ones depend on `kind`. A bad record of a file stops the
@@ -187,4 +195,34 @@ def base_config() -> ml_collections.ConfigDict:
   # step S on, each named stratum is offered with weight w (relative to the
   # largest); unnamed strata weigh 1. Weight 0 postpones a stratum.
   c.curriculum.stages = ()
+
+  # The device mesh (README "Configuration"): data x fsdp x tensor devices.
+  # Batch rows split over data and fsdp; params and optimizer state over
+  # fsdp (their 'embed' axis) and tensor (heads, mlp, vocab).
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = -1  # -1: the devices fsdp and tensor leave
+  c.mesh.fsdp = 1
+  c.mesh.tensor = 1
+  # (logical axis, mesh axis | tuple of mesh axes | None) pairs overriding
+  # jaxgrpo.sharding.DEFAULT_RULES, e.g. (('vocab', None),).
+  c.mesh.rules = ()
+  # Per-device memory the train step must fit, checked before the first
+  # step; None: the device's own limit (none known on CPU: no check).
+  c.mesh.memory_limit_gib = ml_collections.FieldReference(
+      None, field_type=float)
+
+  # Several processes (README "Scale out"): 'auto' starts jax.distributed
+  # where the platform announces several hosts (a TPU VM slice, SLURM) or a
+  # coordinator is given; 'always' / 'never' force it.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.initialize = 'auto'
+  # Explicit cluster (GPU nodes without a manager): process 0's host:port,
+  # the number of processes and this process's index.
+  c.distributed.coordinator = ml_collections.FieldReference(None, field_type=str)
+  c.distributed.num_processes = ml_collections.FieldReference(
+      None, field_type=int)
+  c.distributed.process_id = ml_collections.FieldReference(None, field_type=int)
+  # Steps between checks that every process holds the same sampler state
+  # (a digest compared across processes; 0: never).
+  c.distributed.check_every = 10
   return c

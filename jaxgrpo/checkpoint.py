@@ -21,6 +21,11 @@ from jaxgrpo import errors
 from jaxgrpo.typing import PyTree
 
 
+def absolute(path: str) -> str:
+  """An absolute local path; object-store paths (`gs://...`) as given."""
+  return str(path) if '://' in str(path) else os.path.abspath(path)
+
+
 @dataclasses.dataclass
 class Restored:
   step: int
@@ -39,7 +44,7 @@ class Checkpointer:
   def __init__(self, directory: str, *, every: int, max_to_keep: int):
     self.every = every
     # Orbax's tensorstore paths must be absolute; users pass relative ones.
-    self.directory = os.path.abspath(directory)
+    self.directory = absolute(directory)
     self.manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
@@ -156,7 +161,7 @@ def _reason(e: Exception) -> str:
 def load_state_arrays(directory: str, step: int | None = None) -> dict:
   """The train state of a checkpoint as nested numpy arrays, no target
   structure needed (inspection, comparisons). Latest step by default."""
-  manager = ocp.CheckpointManager(os.path.abspath(directory))
+  manager = ocp.CheckpointManager(absolute(directory))
   step = manager.latest_step() if step is None else step
   if step is None:
     raise errors.ResumeError(f'no checkpoint in {directory}')

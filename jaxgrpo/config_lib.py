@@ -27,6 +27,7 @@ DATASET_KINDS = ('arithmetic', 'jsonl', 'array_record', 'tfds', 'gsm8k',
 ON_BAD_RECORD = ('error', 'skip')
 LONG_PROMPTS = ('error', 'truncate', 'drop')
 ON_DATASET_CHANGE = ('error', 'remap')
+REMATS = ('none', 'full', 'dots')
 
 
 class _Section:
@@ -61,9 +62,11 @@ class ModelSection(_Section):
   system_prompt: str | None
   dtype: str
   param_dtype: str
+  remat: str
 
   def __post_init__(self):
     self._one_of('tokenizer', TOKENIZERS)
+    self._one_of('remat', REMATS)
     self._check(self.path is None or bool(self.path), 'path',
                 'must be a model directory, a .gguf file, smollm2, or None')
     self._check(self.path is not None or self.tokenizer != 'model',
@@ -412,6 +415,99 @@ class CurriculumSection(_Section):
         for s in self.stages))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MeshSection(_Section):
+  """The device mesh and how logical axes map onto it (`jaxgrpo.sharding`)."""
+
+  SECTION: ClassVar[str] = 'mesh'
+  data: int
+  fsdp: int
+  tensor: int
+  rules: tuple[tuple[str, Any], ...]
+  memory_limit_gib: float | None
+
+  def __post_init__(self):
+    self._check(self.data == -1 or self.data >= 1, 'data',
+                'must be >= 1, or -1 (the devices left by fsdp and tensor)')
+    self._positive('fsdp', 'tensor')
+    self._check(self.memory_limit_gib is None or self.memory_limit_gib > 0,
+                'memory_limit_gib',
+                "must be > 0, or None (the device's own limit)")
+    # pylint: disable=g-import-not-at-top
+    from jaxgrpo import sharding
+    logical = [name for name, _ in sharding.DEFAULT_RULES]
+    shape = ("must be a list of (logical axis, mesh axis | tuple of mesh "
+             "axes | None) pairs")
+    self._check(isinstance(self.rules, (list, tuple)), 'rules', shape)
+    rules = []
+    for i, rule in enumerate(self.rules):
+      where = f'mesh.rules[{i}]'
+      if not isinstance(rule, (list, tuple)) or len(rule) != 2:
+        raise ConfigError(f'{where}={rule!r}: {shape}')
+      name, target = rule
+      if name not in logical:
+        raise ConfigError(f'{where}={tuple(rule)!r}: unknown logical axis '
+                          f'{name!r} (one of {", ".join(logical)})')
+      axes = (target,) if isinstance(target, str) else target
+      if axes is not None and not (
+          isinstance(axes, (list, tuple))
+          and all(a in sharding.MESH_AXES for a in axes)
+          and len(set(axes)) == len(axes)):
+        raise ConfigError(f'{where}={tuple(rule)!r}: the target must be one '
+                          f'of {sharding.MESH_AXES}, a tuple of distinct '
+                          'ones, or None (replicated)')
+      rules.append((name, target if axes is None or isinstance(target, str)
+                    else tuple(target)))
+    object.__setattr__(self, 'rules', tuple(rules))
+
+  def shape(self, num_devices: int) -> tuple[int, int, int]:
+    """(data, fsdp, tensor) on `num_devices` devices, -1 resolved.
+
+    Raises:
+      ConfigError: the mesh does not divide (or fill) the devices.
+    """
+    if self.data == -1:
+      self._check(num_devices % (self.fsdp * self.tensor) == 0, 'fsdp',
+                  f'mesh.fsdp x mesh.tensor = {self.fsdp * self.tensor} '
+                  f'must divide the {num_devices} devices')
+      return num_devices // (self.fsdp * self.tensor), self.fsdp, self.tensor
+    self._check(self.data * self.fsdp * self.tensor == num_devices, 'data',
+                f'mesh.data x fsdp x tensor = {self.data} x {self.fsdp} x '
+                f'{self.tensor} must equal the {num_devices} devices (or set '
+                'mesh.data=-1 to take the devices left)')
+    return self.data, self.fsdp, self.tensor
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DistributedSection(_Section):
+  """Several processes in one run (`jaxgrpo.multihost`)."""
+
+  SECTION: ClassVar[str] = 'distributed'
+  initialize: str
+  coordinator: str | None
+  num_processes: int | None
+  process_id: int | None
+  check_every: int
+
+  def __post_init__(self):
+    self._one_of('initialize', ('auto', 'always', 'never'))
+    self._check(self.coordinator is None or (
+        isinstance(self.coordinator, str) and ':' in self.coordinator),
+                'coordinator', "must be 'host:port' (process 0's host), or "
+                'None')
+    given = [self.coordinator is not None, self.num_processes is not None,
+             self.process_id is not None]
+    self._check(all(given) or not any(given), 'coordinator',
+                'distributed.coordinator, num_processes and process_id go '
+                'together: give all three or none')
+    if self.num_processes is not None:
+      self._check(self.num_processes >= 1, 'num_processes', 'must be >= 1')
+      self._check(0 <= self.process_id < self.num_processes, 'process_id',
+                  f'must be in [0, {self.num_processes})')
+    self._check(self.check_every >= 0, 'check_every',
+                'must be >= 0 (0: no cross-process check)')
+
+
 _SECTIONS: dict[str, type[_Section]] = {
     'model': ModelSection,
     'data': DataSection,
@@ -424,6 +520,8 @@ _SECTIONS: dict[str, type[_Section]] = {
     'checkpoint': CheckpointSection,
     'verify': VerifySection,
     'curriculum': CurriculumSection,
+    'mesh': MeshSection,
+    'distributed': DistributedSection,
 }
 
 
@@ -434,6 +532,7 @@ class Config(_Section):
   seed: int
   total_steps: int
   log_every: int
+  plots: bool
   model: ModelSection
   data: DataSection
   rollout: RolloutSection
@@ -445,6 +544,8 @@ class Config(_Section):
   checkpoint: CheckpointSection
   verify: VerifySection
   curriculum: CurriculumSection
+  mesh: MeshSection
+  distributed: DistributedSection
 
   def __post_init__(self):
     self._check(self.total_steps >= 0, 'total_steps', 'must be >= 0')
@@ -456,6 +557,8 @@ class Config(_Section):
         f'must divide rollout.batch_size = {self.rollout.batch_size} '
         '(minibatches hold whole groups)',
     )
+    if self.mesh.data != -1:  # The batch check needs no device count.
+      mesh_shape(self, self.mesh.data * self.mesh.fsdp * self.mesh.tensor)
     names = {d.name for d in self.data.datasets}
     for i, stage in enumerate(self.curriculum.stages):
       for key in stage['weights']:
@@ -463,6 +566,23 @@ class Config(_Section):
           raise ConfigError(
               f'curriculum.stages[{i}].weights[{key!r}]: no dataset '
               f'{key.rsplit("/", 1)[0]!r} in data.datasets ({sorted(names)})')
+
+
+def mesh_shape(cfg: Config, num_devices: int) -> tuple[int, int, int]:
+  """The run's (data, fsdp, tensor) mesh on `num_devices` devices.
+
+  Raises:
+    ConfigError: naming the key, when the mesh does not fit the devices or
+      the completions of a step do not split over its batch axes.
+  """
+  data, fsdp, tensor = cfg.mesh.shape(num_devices)
+  rows = cfg.rollout.batch_size * cfg.rollout.group_size
+  if rows % (data * fsdp):
+    raise ConfigError(
+        f'rollout.batch_size={cfg.rollout.batch_size}: batch_size x '
+        f'group_size = {rows} completions must split evenly over mesh.data '
+        f'x mesh.fsdp = {data} x {fsdp} = {data * fsdp} devices')
+  return data, fsdp, tensor
 
 
 def _fields(cls: type) -> set[str]:

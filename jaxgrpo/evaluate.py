@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate.sampler import Generator
@@ -28,16 +29,20 @@ def sample_rewards(
   """Rewards [E, k] of k = generator.num_samples completions per example.
 
   Examples go through the generator in chunks of one fixed size (the last
-  padded by repetition), so evaluation compiles once. With `truncate`,
-  prompts longer than `max_prompt_len` are cut as in rollouts; otherwise
-  they raise `PromptTooLongError`.
+  padded by repetition), so evaluation compiles once; under a mesh the size
+  is rounded up to a multiple of the batch devices, so rows shard evenly
+  (the padding rows' completions are dropped). With `truncate`, prompts
+  longer than `max_prompt_len` are cut as in rollouts; otherwise they raise
+  `PromptTooLongError`.
   """
   k = generator.num_samples
   out = np.zeros((len(examples), k), np.float32)
+  multiple = sharding.batch_multiple()
+  padded_size = -(-chunk_size // multiple) * multiple
   for start in range(0, len(examples), chunk_size):
     chunk = list(examples[start:start + chunk_size])
     n = len(chunk)
-    chunk += [chunk[i % n] for i in range(chunk_size - n)]
+    chunk += [chunk[i % n] for i in range(padded_size - n)]
     tokens, mask, _ = tokenizer_lib.encode_prompts(
         tokenizer, [ex.prompt for ex in chunk], max_prompt_len,
         truncate=truncate, names=[ex.id for ex in chunk],
@@ -68,3 +73,45 @@ def accuracy_metrics(
   metrics[f'{prefix}/accuracy'] = float(per_example.mean())
   metrics[f'{prefix}/pass_at_k'] = float((rewards_EK.max(axis=1) > 0).mean())
   return metrics
+
+
+def pass_metrics(rewards_EK: np.ndarray, threshold: float) -> dict[str, float]:
+  """pass@1, mean@k and pass@k of k rewards per example.
+
+  Args:
+    rewards_EK: rewards of k completions per example, [E, k], E >= 1.
+    threshold: a completion succeeds when its reward is >= this.
+
+  Returns:
+    `examples` (E); `pass@1`, the share of examples whose first completion
+    succeeds; `mean@k`, the mean reward over all E * k completions; and
+    `pass@k`, the share of examples with at least one success in k.
+  """
+  rewards_EK = np.asarray(rewards_EK, np.float64)
+  success_EK = rewards_EK >= threshold
+  return {
+      'examples': int(rewards_EK.shape[0]),
+      'pass@1': float(success_EK[:, 0].mean()),
+      'mean@k': float(rewards_EK.mean()),
+      'pass@k': float(success_EK.any(axis=1).mean()),
+  }
+
+
+def grouped_pass_metrics(
+    examples: Sequence[Example], rewards_EK: np.ndarray, threshold: float
+) -> dict[str, dict[str, float]]:
+  """`pass_metrics` over all examples ('all'), per dataset and per subset.
+
+  Keys are 'all', then each dataset name and its `<dataset>/<subset>`s,
+  sorted.
+  """
+  rows: dict[str, list[int]] = defaultdict(list)
+  for i, ex in enumerate(examples):
+    rows[ex.dataset].append(i)
+    if ex.subset:
+      rows[f'{ex.dataset}/{ex.subset}'].append(i)
+  rewards_EK = np.asarray(rewards_EK)
+  out = {'all': pass_metrics(rewards_EK, threshold)}
+  for group, index in sorted(rows.items()):
+    out[group] = pass_metrics(rewards_EK[index], threshold)
+  return out

@@ -3,15 +3,24 @@
 Every step appends one JSON object to `WORKDIR/metrics.jsonl`. Console lines
 average the steps since the last line with `clu.metrics` averages, so a noisy
 per-step reward still reads as a trend.
+
+A workdir on an object store (`gs://...`, anything with a scheme) cannot be
+appended to: the file is kept in a local cache and copied over whole at each
+`sync` (the training loop calls it with every checkpoint) and on `close`.
 """
 
 from collections.abc import Mapping
+import hashlib
 import json
 import math
 import os
+import tempfile
 
 from clu import metrics as clu_metrics
+from etils import epath
 import numpy as np
+
+METRICS = 'metrics.jsonl'
 
 CONSOLE_KEYS = (
     ('reward/mean', 'reward', '{:.3f}'),
@@ -31,17 +40,41 @@ def _jsonable(value):
   return value
 
 
+def is_remote(path: str) -> bool:
+  """Whether `path` names an object store location (`gs://...`)."""
+  return '://' in str(path)
+
+
 class MetricsWriter:
   """Appends one JSON line per step to `metrics.jsonl`.
 
   On resume from step k the file is cut back to the lines of steps <= k, so
   steps recorded after the last checkpoint (and then redone) appear once; a
   fresh start passes k = -1 and starts an empty file.
+
+  `enabled=False` (processes other than 0 of a multi-process run) writes
+  nothing.
   """
 
-  def __init__(self, workdir: str, *, resume_step: int = -1):
-    self.path = os.path.join(workdir, 'metrics.jsonl')
-    os.makedirs(workdir, exist_ok=True)
+  def __init__(self, workdir: str, *, resume_step: int = -1,
+               enabled: bool = True):
+    self.enabled = enabled
+    self.remote = epath.Path(workdir) / METRICS if is_remote(workdir) else None
+    if self.remote is None:
+      self.path = os.path.join(workdir, METRICS)
+    else:
+      key = hashlib.sha256(str(self.remote).encode()).hexdigest()[:16]
+      cache = os.path.join(tempfile.gettempdir(), 'jaxgrpo-metrics', key)
+      self.path = os.path.join(cache, METRICS)
+    self._file = None
+    if not enabled:
+      return
+    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    if self.remote is not None:
+      # The object store holds the truth; the cache starts from it.
+      text = self.remote.read_text() if self.remote.exists() else ''
+      with open(self.path, 'w', encoding='utf-8') as f:
+        f.write(text)
     self._truncate_after(resume_step)
     self._file = open(self.path, 'a', encoding='utf-8')
 
@@ -63,18 +96,29 @@ class MetricsWriter:
     os.replace(tmp, self.path)
 
   def write(self, step: int, metrics: Mapping[str, object]) -> None:
+    if self._file is None:
+      return
     record = {'step': step, **{k: _jsonable(v) for k, v in metrics.items()}}
     self._file.write(json.dumps(record) + '\n')
     self._file.flush()
 
+  def sync(self) -> None:
+    """Copies the file to an object-store workdir (no-op for local ones)."""
+    if self._file is not None and self.remote is not None:
+      with open(self.path, encoding='utf-8') as f:
+        self.remote.write_text(f.read())
+
   def close(self) -> None:
-    self._file.close()
+    if self._file is not None:
+      self.sync()
+      self._file.close()
+      self._file = None
 
 
 def read_metrics(workdir: str) -> list[dict]:
   """All records of a run's `metrics.jsonl`, in order."""
-  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    return [json.loads(line) for line in f if line.strip()]
+  text = (epath.Path(workdir) / METRICS).read_text(encoding='utf-8')
+  return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 class ConsoleWindow:

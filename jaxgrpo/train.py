@@ -7,6 +7,7 @@ import importlib
 import os
 import time
 
+from etils import epath
 import jax
 import ml_collections
 
@@ -15,8 +16,11 @@ from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import metrics as metrics_lib
+from jaxgrpo import multihost
 from jaxgrpo import optimizer as optimizer_lib
+from jaxgrpo import plot as plot_lib
 from jaxgrpo import preemption
+from jaxgrpo import sharding
 from jaxgrpo import summary as summary_lib
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
@@ -34,6 +38,7 @@ from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import pretrained
 from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.typing import TrainBatch
 from jaxgrpo.verifiers import pool as verifier_pool
 
 Log = Callable[[str], None]
@@ -45,23 +50,25 @@ def _print(line: str) -> None:
 
 def _check_workdir(workdir: str) -> None:
   """Fails early, in one line, when the workdir cannot be written."""
-  probe = os.path.join(workdir, '.jaxgrpo-write-test')
+  probe = epath.Path(workdir) / f'.jaxgrpo-write-test-{jax.process_index()}'
   try:
-    os.makedirs(workdir, exist_ok=True)
-    with open(probe, 'w') as f:
-      f.write('ok')
-    os.remove(probe)
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text('ok')
+    probe.unlink()
   except OSError as e:
     raise errors.ConfigError(
         f'--workdir {workdir}: cannot write there ({e.strerror or e})'
     ) from None
 
 
-def _save(ckpt, step, state, source, rollout, meta, ids=None) -> None:
+def _save(ckpt, step, state, source, rollout, meta, ids=None,
+          writer=None) -> None:
   data = {'source': source.get_state(), 'rollout': rollout.get_state()}
   if ids:
     data['ids'] = ids
   ckpt.save(step, state, data, meta)
+  if writer is not None:
+    writer.sync()  # an object-store workdir gets the metrics with each save
 
 
 def run(
@@ -134,6 +141,72 @@ def _load_pretrained(cfg: config_lib.Config, log: Log):
   return dataclasses.replace(model, tokenizer=tokenizer)
 
 
+def _enter_mesh(
+    cfg: config_lib.Config, log: Log, resources: contextlib.ExitStack
+) -> None:
+  """Builds cfg.mesh over every device and activates it for the run.
+
+  One device gets a 1-device mesh: the same code path, at no measurable
+  cost.
+  """
+  devices = jax.devices()
+  shape = config_lib.mesh_shape(cfg, len(devices))
+  resources.enter_context(sharding.use_mesh(
+      sharding.make_mesh(*shape, devices=devices),
+      sharding.merge_rules(cfg.mesh.rules)))
+  if len(devices) > 1:
+    log(f'mesh: data={shape[0]} fsdp={shape[1]} tensor={shape[2]} over '
+        f'{len(devices)} {devices[0].platform} devices')
+
+
+def _size(n: float) -> str:
+  for unit in ('B', 'KiB', 'MiB', 'GiB'):
+    if n < 1024 or unit == 'GiB':
+      return f'{n:.1f} {unit}' if unit != 'B' else f'{int(n)} B'
+    n /= 1024
+  raise AssertionError('unreachable')
+
+
+def _check_memory(
+    cfg: config_lib.Config,
+    step_fn: Callable,
+    state: train_state_lib.TrainState,
+    batch: TrainBatch,
+    log: Log,
+) -> None:
+  """Compiles the train step, logs its memory per device, checks the limit.
+
+  Raises:
+    ConfigError: it needs more than mesh.memory_limit_gib (or the device's
+      own limit), with what to change.
+  """
+  # Typed as the loop's keys are (uncommitted), so that the loop's first
+  # call finds this executable in jax's cache instead of compiling again.
+  rng = jax.eval_shape(jax.random.key, 0)
+  use = train_step_lib.memory_use(step_fn, state, batch, rng)
+  if use is None:
+    log('train step memory: not reported by this backend; not checked')
+    return
+  gib = cfg.mesh.memory_limit_gib
+  limit = gib * 2**30 if gib else sharding.device_memory_limit()
+  log(f'train step memory per device: arguments {_size(use.argument)}, '
+      f'outputs {_size(use.output)} ({_size(use.alias)} in donated inputs), '
+      f'temp {_size(use.temp)}, total {_size(use.total)}'
+      + (f' of {_size(limit)}' if limit else ' (no device limit known)'))
+  if limit and use.total > limit:
+    where = f'mesh.memory_limit_gib={gib}' if gib else "the device's limit"
+    ro, rl = cfg.rollout, cfg.rl
+    raise errors.ConfigError(
+        f'the train step needs {_size(use.total)} per device (arguments '
+        f'{_size(use.argument)}, temp {_size(use.temp)}), more than '
+        f'{_size(limit)} ({where}); shard params and optimizer state over '
+        f'more devices (mesh.fsdp={cfg.mesh.fsdp}), recompute activations '
+        f"(model.remat={cfg.model.remat!r}: 'dots' or 'full'), store params "
+        f"in bfloat16 (model.param_dtype={cfg.model.param_dtype!r}), or "
+        f'train on fewer completions at once (lower rollout.batch_size='
+        f'{ro.batch_size}, or raise rl.num_minibatches={rl.num_minibatches})')
+
+
 def _verifier_name(value) -> str:
   """A short name of a verifier config value, for log lines."""
   if isinstance(value, str):
@@ -155,8 +228,15 @@ def _run(
 ) -> summary_lib.RunSummary:
   """The body of `run`; `resources` closes what it opens."""
   t_start = time.perf_counter()
-  workdir = os.path.abspath(workdir)
+  d = cfg.distributed
+  multihost.initialize(d.initialize, coordinator=d.coordinator,
+                       num_processes=d.num_processes, process_id=d.process_id,
+                       log=log)
+  if not multihost.is_main():
+    log = lambda _: None  # pylint: disable=unnecessary-lambda-assignment
+  workdir = checkpoint_lib.absolute(workdir)
   _check_workdir(workdir)
+  _enter_mesh(cfg, log, resources)
 
   # Data and reward.
   rng = jax.random.key(cfg.seed)
@@ -191,6 +271,7 @@ def _run(
       raise errors.ConfigError(f'model.preset: {e}') from None
     graphdef, params = decoder.init_params(model_cfg, init_rng)
     model_name = cfg.model.preset
+  params = sharding.shard(params, sharding.param_shardings(params))
   ro = cfg.rollout
   generator = Generator(
       graphdef=graphdef, model_cfg=model_cfg,
@@ -214,6 +295,13 @@ def _run(
       schedule=cfg.optim.schedule,
   )
   keep_reference = cfg.rl.beta > 0
+  # The state's placement, and a restore target that lands on it.
+  abstract_state = train_state_lib.abstract_train_state(
+      graphdef, params, optimizer, keep_reference=keep_reference)
+  state_shardings = sharding.train_state_shardings(abstract_state)
+  abstract_state = sharding.with_shardings(abstract_state, state_shardings)
+  batch_spec = train_step_lib.abstract_batch(
+      ro.batch_size, ro.group_size, ro.max_prompt_len, ro.max_new_tokens)
   step_fn = train_step_lib.make_train_step(
       graphdef=graphdef, optimizer=optimizer,
       loss_cfg=train_step_lib.LossConfig(
@@ -223,7 +311,11 @@ def _run(
       ),
       num_iterations=cfg.rl.num_iterations,
       num_minibatches=cfg.rl.num_minibatches,
+      remat=cfg.model.remat,
+      state_shardings=state_shardings,
+      batch_shardings=sharding.batch_shardings(batch_spec),
   )
+  _check_memory(cfg, step_fn, abstract_state, batch_spec, log)
 
   cur = cfg.curriculum
   strata = curriculum_lib.load(
@@ -283,10 +375,8 @@ def _run(
     changed = checkpoint_lib.check_resumable(
         ckpt.read_meta(latest), step=latest, directory=ckpt.directory,
         model=meta['model'], datasets=meta['datasets'], remap=remap)
-    target = train_state_lib.create_train_state(
-        graphdef, params, optimizer, keep_reference=keep_reference)
-    restored = ckpt.restore(latest, target)
-    state = restored.state
+    restored = ckpt.restore(latest, abstract_state)
+    state = sharding.shard(restored.state, state_shardings)
     saved_ids = restored.data.get('ids', {})
     for name in changed:
       if name in restored.data['source']['tables'] and name not in saved_ids:
@@ -326,12 +416,15 @@ def _run(
       meta['warmstart'] = {'steps': result.steps,
                            'pass_rate': result.pass_rate,
                            'seconds': result.seconds}
-    state = train_state_lib.create_train_state(
-        graphdef, params, optimizer, keep_reference=keep_reference)
+    state = sharding.shard(
+        train_state_lib.create_train_state(
+            graphdef, params, optimizer, keep_reference=keep_reference),
+        state_shardings)
 
   # A fresh start drops lines a run killed before its first checkpoint left.
   writer = metrics_lib.MetricsWriter(
-      workdir, resume_step=-1 if latest is None else latest)
+      workdir, resume_step=-1 if latest is None else latest,
+      enabled=multihost.is_main())
   start_step = latest or 0
   if latest is None:
     first = run_eval(state.params, 0)
@@ -388,7 +481,7 @@ def _run(
       if (ckpt.should_save(step) or step == cfg.total_steps
           or stop.signal is not None
           or 0 < cfg.checkpoint.every_minutes <= minutes):
-        _save(ckpt, step, state, source, rollout, meta, ids)
+        _save(ckpt, step, state, source, rollout, meta, ids, writer)
         last_save = time.monotonic()
       if nonfinite_run >= cfg.rl.max_nonfinite_steps:
         ckpt.close()
@@ -407,7 +500,8 @@ def _run(
   writer.close()
 
   summary = summary_lib.summarize(
-      metrics_lib.read_metrics(workdir), steps=step,
+      metrics_lib.read_metrics(workdir) if multihost.is_main() else [],
+      steps=step,
       resumed_from=resumed_from, stopped_by=stopped_by,
       warmstart=meta.get('warmstart', {}),
       cum_prompts_generated=rollout.cum_prompts_generated,
@@ -415,4 +509,9 @@ def _run(
       seconds=time.perf_counter() - t_start,
       dataset_names=[d.name for d in cfg.data.datasets])
   log(summary_lib.format_summary(summary))
+  if cfg.plots and multihost.is_main():
+    written = plot_lib.plot_run(workdir, log=lambda _: None)
+    if written:
+      log(f'plots: {len(written)} PNGs in {os.path.dirname(written[0])} '
+          '(jaxgrpo-plot redraws them)')
   return summary

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxgrpo import sharding
 from jaxgrpo.rl import logprobs
 from jaxgrpo.rl import loss as loss_lib
 from jaxgrpo.train_state import TrainState
@@ -67,9 +68,10 @@ def _loss_fn(
     *,
     graphdef: nnx.GraphDef,
     loss_cfg: LossConfig,
+    remat: str,
 ) -> tuple[jax.Array, Metrics]:
   logps_NT, entropy_NT = logprobs.completion_logprobs(
-      graphdef, params, batch, loss_cfg.temperature
+      graphdef, params, batch, loss_cfg.temperature, remat=remat
   )
   loss, aux = loss_lib.grpo_loss(
       logps_NT,
@@ -148,6 +150,7 @@ def train_step(
     loss_cfg: LossConfig,
     num_iterations: int,
     num_minibatches: int,
+    remat: str = 'none',
 ) -> tuple[TrainState, Metrics]:
   """Runs num_iterations passes of minibatch updates over one rollout batch.
 
@@ -171,6 +174,10 @@ def train_step(
     loss_cfg: the objective's settings.
     num_iterations: passes over the batch.
     num_minibatches: updates per pass; must divide B.
+    remat: rematerialization of each decoder block in the differentiated
+      forward pass ('none', 'full' or 'dots'; see
+      `jaxgrpo.model.decoder.REMAT_POLICIES`): less memory, more compute,
+      the same result.
 
   Returns:
     The new state (step + 1) and scalar metrics averaged over the updates:
@@ -208,7 +215,8 @@ def train_step(
   )(jnp.arange(num_iterations))
   groups_UM = orders_IB.reshape(num_updates, num_groups // num_minibatches)
   grad_fn = jax.value_and_grad(
-      functools.partial(_loss_fn, graphdef=graphdef, loss_cfg=loss_cfg),
+      functools.partial(_loss_fn, graphdef=graphdef, loss_cfg=loss_cfg,
+                        remat=remat),
       has_aux=True,
   )
 
@@ -249,11 +257,21 @@ def make_train_step(
     loss_cfg: LossConfig,
     num_iterations: int = 1,
     num_minibatches: int = 1,
+    remat: str = 'none',
+    state_shardings: TrainState | None = None,
+    batch_shardings: TrainBatch | None = None,
 ) -> Callable[[TrainState, TrainBatch, jax.Array], tuple[TrainState, Metrics]]:
   """`train_step` with its settings bound, jitted with the state donated.
 
   The state's buffers are reused for the new state. The batch is not
   donated: no output has its shapes, so XLA could not reuse its buffers.
+
+  Activation constraints follow the mesh active when this is called (none
+  outside `sharding.use_mesh`). With shardings (from `jaxgrpo.sharding`,
+  under `use_mesh`) the step is compiled for them: the state comes in and goes out placed by
+  `state_shardings`, the batch by `batch_shardings` (replicated when None),
+  the rng and the metrics replicated. Call it with positional arguments,
+  the state already placed (`sharding.shard`).
 
   Args:
     graphdef: the Decoder's graph definition.
@@ -261,16 +279,110 @@ def make_train_step(
     loss_cfg: the objective's settings.
     num_iterations: passes over each rollout batch.
     num_minibatches: updates per pass.
+    remat: per-block rematerialization ('none', 'full', 'dots').
+    state_shardings: the TrainState's shardings
+      (`sharding.train_state_shardings`), or None: unsharded.
+    batch_shardings: the TrainBatch's shardings (`sharding.batch_shardings`).
 
   Returns:
     A jitted `fn(state, batch, rng) -> (state, metrics)`.
+
+  Raises:
+    ValueError: shardings given outside `sharding.use_mesh`.
   """
-  step_fn = functools.partial(
+  bound = functools.partial(
       train_step,
       graphdef=graphdef,
       optimizer=optimizer,
       loss_cfg=loss_cfg,
       num_iterations=num_iterations,
       num_minibatches=num_minibatches,
+      remat=remat,
   )
-  return jax.jit(step_fn, donate_argnames=('state',))
+  # Traced under the mesh (or none) active now, whenever it is first called.
+  mesh = sharding.current()
+
+  def step_fn(state, batch, rng):
+    with sharding.activate(mesh):
+      return bound(state, batch, rng)
+
+  if state_shardings is None and batch_shardings is None:
+    return jax.jit(step_fn, donate_argnames=('state',))
+  replicated = sharding.replicated()
+  if replicated is None:
+    raise ValueError('make_train_step: shardings need an active mesh '
+                     '(jaxgrpo.sharding.use_mesh)')
+  state_in = replicated if state_shardings is None else state_shardings
+  batch_in = replicated if batch_shardings is None else batch_shardings
+  return jax.jit(
+      step_fn,
+      in_shardings=(state_in, batch_in, replicated),
+      out_shardings=(state_in, replicated),
+      donate_argnames=('state',),
+  )
+
+
+def abstract_batch(
+    batch_size: int, group_size: int, prompt_len: int, completion_len: int
+) -> TrainBatch:
+  """The shapes and dtypes of a rollout TrainBatch (B, G, P, T), unallocated.
+
+  They match `jaxgrpo.rl.rollout.Rollout`'s batches, so a step compiled for
+  them (e.g. to read its memory use) is the one the loop runs.
+  """
+  b, n = batch_size, batch_size * group_size
+  spec = jax.ShapeDtypeStruct
+  return TrainBatch(
+      prompt_tokens=spec((b, prompt_len), jnp.int32),
+      prompt_mask=spec((b, prompt_len), jnp.bool_),
+      completion_tokens=spec((n, completion_len), jnp.int32),
+      completion_mask=spec((n, completion_len), jnp.bool_),
+      old_logps=spec((n, completion_len), jnp.float32),
+      advantages=spec((n,), jnp.float32),
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryUse:
+  """Bytes per device of a compiled step (XLA's memory analysis).
+
+  Attributes:
+    argument: inputs (state, batch, rng).
+    output: outputs (new state, metrics).
+    alias: outputs written into donated inputs (counted in both above).
+    temp: scratch space: activations kept for the backward pass, gradients,
+      optimizer temporaries.
+  """
+
+  argument: int
+  output: int
+  alias: int
+  temp: int
+
+  @property
+  def total(self) -> int:
+    """Peak estimate: inputs, outputs not aliasing them, and scratch."""
+    return self.argument + self.output - self.alias + self.temp
+
+
+def memory_use(
+    step_fn, state: TrainState, batch: TrainBatch, rng: jax.Array
+) -> MemoryUse | None:
+  """Compiles `step_fn` (from `make_train_step`) for these arguments.
+
+  The arguments may be abstract (jax.ShapeDtypeStruct, with shardings);
+  nothing runs. jax caches the executable, so the loop's first call with
+  arguments of the same shapes and shardings does not compile it again.
+
+  Returns:
+    Its memory use per device, or None where the backend reports none.
+  """
+  stats = step_fn.lower(state, batch, rng).compile().memory_analysis()
+  if stats is None:
+    return None
+  return MemoryUse(
+      argument=int(stats.argument_size_in_bytes),
+      output=int(stats.output_size_in_bytes),
+      alias=int(stats.alias_size_in_bytes),
+      temp=int(stats.temp_size_in_bytes),
+  )

@@ -1,5 +1,6 @@
 """End-to-end runs of the training loop and the command line (tiny sizes)."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _config(**overrides):
   c = demo.get_config('runlocal')
   c.warmstart.enabled = False
+  c.plots = False  # drawn at the end of runs in ConfigFilesTest
   c.data.datasets[0]['verifier'] = 'starts_with_digit'
   c.verify.imports = ('tests.flaky_verifiers',)
   c.rollout.group_size = 8
@@ -219,6 +221,9 @@ class ConfigFilesTest(absltest.TestCase):
       records = metrics_lib.read_metrics(workdir)
       self.assertEqual([r['step'] for r in records], [0, 1, 2])
       self.assertTrue(any('run summary' in line for line in lines))
+      if importlib.util.find_spec('matplotlib'):  # drawn at the end
+        self.assertIn('reward.png', os.listdir(os.path.join(workdir, 'plots')))
+        self.assertTrue(any(line.startswith('plots: ') for line in lines))
 
   def test_accelerator_templates_validate(self):
     from configs import qwen25_gsm8k  # pylint: disable=g-import-not-at-top

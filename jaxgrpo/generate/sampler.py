@@ -7,6 +7,10 @@ and the G samples are decoded together.
 
 Einsum letters / suffixes follow `jaxgrpo.typing`: B prompts, P prompt
 length, N = B * G sequences, T generated length, S cache length, V vocab.
+
+Under a mesh (`jaxgrpo.sharding.use_mesh`) the params stay as placed, prompt
+and sequence rows are split over the batch axes and the KV cache is
+constrained by its logical axes; the decode state is still donated.
 """
 
 import dataclasses
@@ -17,6 +21,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
+from jaxgrpo import sharding
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import attention
 from jaxgrpo.model.config import ModelConfig
@@ -76,7 +81,8 @@ class Generator:
   """Samples `num_samples` completions per prompt with a KV cache.
 
   Frozen and hashable: it is the static argument of the jitted prefill and
-  decode functions, so each (B, P) input shape compiles once per generator.
+  decode functions, so each (B, P) input shape compiles once per generator
+  (and per active mesh).
 
   Attributes:
     graphdef: Decoder graph definition (from `decoder.init_params`).
@@ -145,14 +151,21 @@ class Generator:
     Returns:
       The decode state for N = B * G sequences.
     """
-    return _prefill(self, params, prompt_tokens_BP, prompt_mask_BP, rng)
+    # Rows on the batch axes; B should be a multiple of
+    # `sharding.batch_multiple()` (otherwise the rows are replicated).
+    rows = sharding.batch_sharding(2, prompt_tokens_BP.shape[0])
+    if rows is not None:
+      prompt_tokens_BP, prompt_mask_BP = sharding.shard(
+          (prompt_tokens_BP, prompt_mask_BP), (rows, rows))
+    return _prefill(self, sharding.current(), params, prompt_tokens_BP,
+                    prompt_mask_BP, rng)
 
   def decode(self, params: nnx.State, state: SamplingState) -> SamplingState:
     """Decodes until every row stopped or T tokens exist.
 
     `state` is donated (its cache is updated in place): do not reuse it.
     """
-    return _decode(self, params, state)
+    return _decode(self, sharding.current(), params, state)
 
   def generate(
       self,
@@ -177,8 +190,38 @@ class Generator:
     return is_stop_N
 
 
-@functools.partial(jax.jit, static_argnums=0)
+def _constrain(state: SamplingState) -> SamplingState:
+  """Rows of the decode state on the batch axes, the cache by its axes."""
+  rows = lambda x: sharding.constrain(x, ('batch',) + (None,) * (x.ndim - 1))
+  return state.replace(
+      last_tokens=rows(state.last_tokens),
+      positions=rows(state.positions),
+      key_mask=rows(state.key_mask),
+      cache=jax.tree.map(
+          lambda c: sharding.constrain(c, attention.CACHE_AXES), state.cache),
+      tokens=rows(state.tokens),
+      logps=rows(state.logps),
+      lengths=rows(state.lengths),
+      done=rows(state.done),
+  )
+
+
+# The active mesh context is a static argument: a generator traced under one
+# placement (or none) is traced again under another.
+@functools.partial(jax.jit, static_argnums=(0, 1))
 def _prefill(
+    gen: Generator,
+    mesh: sharding.MeshContext | None,
+    params: nnx.State,
+    prompt_tokens_BP: jax.Array,
+    prompt_mask_BP: jax.Array,
+    rng: jax.Array,
+) -> SamplingState:
+  with sharding.activate(mesh):
+    return _prefill_body(gen, params, prompt_tokens_BP, prompt_mask_BP, rng)
+
+
+def _prefill_body(
     gen: Generator,
     params: nnx.State,
     prompt_tokens_BP: jax.Array,
@@ -214,7 +257,7 @@ def _prefill(
 
   tokens_N = gen.sampling.next_tokens(logits_NV, jax.random.fold_in(rng, 0))
   n = b * g
-  return SamplingState(
+  return _constrain(SamplingState(
       step=jnp.int32(1),
       cache_index=jnp.int32(p),
       last_tokens=tokens_N,
@@ -228,11 +271,21 @@ def _prefill(
       lengths=jnp.ones((n,), jnp.int32),
       done=gen._is_stop(tokens_N),
       rng=rng,
-  )
+  ))
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
 def _decode(
+    gen: Generator,
+    mesh: sharding.MeshContext | None,
+    params: nnx.State,
+    state: SamplingState,
+) -> SamplingState:
+  with sharding.activate(mesh):
+    return _decode_body(gen, params, state)
+
+
+def _decode_body(
     gen: Generator, params: nnx.State, state: SamplingState
 ) -> SamplingState:
   model = nnx.merge(gen.graphdef, params)
@@ -260,7 +313,7 @@ def _decode(
     logps_N = jnp.where(s.done, 0.0, gen.sampling.logps(logits_NV, tokens_N))
     tokens_N = jnp.where(s.done, gen.pad_id, tokens_N)
     column = (0, s.step)
-    return s.replace(
+    return _constrain(s.replace(
         step=s.step + 1,
         cache_index=s.cache_index + 1,
         last_tokens=tokens_N,
@@ -272,7 +325,7 @@ def _decode(
         logps=jax.lax.dynamic_update_slice(s.logps, logps_N[:, None], column),
         lengths=s.lengths + (~s.done).astype(jnp.int32),
         done=s.done | gen._is_stop(tokens_N),
-    )
+    ))
 
   return jax.lax.while_loop(cond, body, state)
 

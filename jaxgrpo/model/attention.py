@@ -21,6 +21,9 @@ from jaxgrpo.model.config import ModelConfig
 LayerCache = dict[str, jax.Array]
 Cache = list[LayerCache]
 
+# Logical axes of a cache array [B, S, K, H] (see `jaxgrpo.sharding`).
+CACHE_AXES = ('batch', 'cache_length', 'kv_heads', 'head_dim')
+
 # Finite, so a query with every key masked (a pad row) gets a uniform softmax
 # instead of NaNs that would leak into gradients.
 _MASK_VALUE = -1e30
@@ -42,10 +45,8 @@ def init_cache(
   """
   dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
   shape = (batch_size, length, cfg.num_kv_heads, cfg.head_dim)
-  return [
-      dict(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype))
-      for _ in range(cfg.num_layers)
-  ]
+  zeros = lambda: sharding.constrain(jnp.zeros(shape, dtype), CACHE_AXES)
+  return [dict(k=zeros(), v=zeros()) for _ in range(cfg.num_layers)]
 
 
 def update_cache(
@@ -57,7 +58,8 @@ def update_cache(
                                    start)
   v = jax.lax.dynamic_update_slice(cache['v'], v_BTKH.astype(cache['v'].dtype),
                                    start)
-  return dict(k=k, v=v)
+  return dict(k=sharding.constrain(k, CACHE_AXES),
+              v=sharding.constrain(v, CACHE_AXES))
 
 
 def _attend_one(

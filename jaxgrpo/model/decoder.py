@@ -4,6 +4,8 @@ Einsum letters follow `jaxgrpo.typing`: B batch, T query length, S key length,
 D model, V vocab.
 """
 
+import functools
+
 from flax import nnx
 import jax
 import jax.numpy as jnp
@@ -14,6 +16,18 @@ from jaxgrpo.model import layers
 from jaxgrpo.model.config import ModelConfig
 
 _ACT_AXES = ('batch', 'length', 'act_embed')
+
+# Rematerialization of each block in a differentiated forward pass (the
+# `jax.checkpoint` policy; 'none' is no checkpoint: every activation is kept
+# for the backward pass). 'full' keeps only each block's inputs and
+# recomputes the rest; 'dots' also keeps the outputs of matmuls without
+# batch dimensions (the projections), recomputing element-wise work and
+# attention.
+REMAT_POLICIES = {
+    'none': None,
+    'full': jax.checkpoint_policies.nothing_saveable,
+    'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 class Block(nnx.Module):
@@ -90,7 +104,11 @@ class Decoder(nnx.Module):
 
   def embed(self, tokens_BT: jax.Array) -> jax.Array:
     """Token ids [B, T] -> embeddings [B, T, D] in the compute dtype."""
-    x_BTD = jnp.take(self.embedding[...], tokens_BT, axis=0)
+    # The table is gathered over its 'embed' shards first (as every weight
+    # is for use): a lookup into a table sharded on the looked-up rows'
+    # width would leave activations sharded on D.
+    table_VD = sharding.constrain(self.embedding[...], ('vocab', None))
+    x_BTD = jnp.take(table_VD, tokens_BT, axis=0)
     return sharding.constrain(x_BTD.astype(self.dtype), _ACT_AXES)
 
   def backbone(
@@ -100,11 +118,22 @@ class Decoder(nnx.Module):
       mask_BTS: jax.Array,
       cache: attention.Cache | None = None,
       cache_index: jax.Array | None = None,
+      *,
+      remat: str = 'none',
   ) -> tuple[jax.Array, attention.Cache | None]:
-    """Runs every block and the final norm; see `__call__` for arguments."""
+    """Runs every block and the final norm; see `__call__` for arguments.
+
+    `remat` ('none', 'full' or 'dots'; see REMAT_POLICIES) checkpoints each
+    block for a learner's backward pass; it changes memory, not results.
+    """
+    if remat not in REMAT_POLICIES:
+      raise ValueError(
+          f'Decoder: remat must be one of {tuple(REMAT_POLICIES)}, got '
+          f'{remat!r}')
     new_cache = None if cache is None else []
     for i, block in enumerate(self.blocks):
-      x_BTD, layer_cache = block(
+      run = block if remat == 'none' else _checkpointed(block, remat)
+      x_BTD, layer_cache = run(
           x_BTD,
           positions_BT,
           mask_BTS,
@@ -156,6 +185,16 @@ class Decoder(nnx.Module):
         self.embed(tokens_BT), positions_BT, mask_BTS, cache, cache_index
     )
     return self.unembed(x_BTD), cache
+
+
+def _checkpointed(block: Block, remat: str):
+  """`block` as a function whose activations are rematerialized."""
+  graphdef, state = nnx.split(block)
+  run = jax.checkpoint(
+      lambda state, *args: nnx.merge(graphdef, state)(*args),
+      policy=REMAT_POLICIES[remat],
+  )
+  return functools.partial(run, state)
 
 
 def init_params(

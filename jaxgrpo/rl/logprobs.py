@@ -13,6 +13,7 @@ def completion_logprobs(
     params: nnx.State,
     batch: TrainBatch,
     temperature: float = 1.0,
+    remat: str = 'none',
 ) -> tuple[jax.Array, jax.Array]:
   """Log-probs and entropy of each completion token.
 
@@ -32,6 +33,8 @@ def completion_logprobs(
     batch: a TrainBatch with [B, P] left-padded prompts and [B * G, T]
       right-padded completions.
     temperature: sampling temperature; a Python float.
+    remat: rematerialization of each decoder block ('none', 'full',
+      'dots'; see `decoder.REMAT_POLICIES`), for memory when differentiated.
 
   Returns:
     logps_NT: [N, T] float32 log-prob of each completion token; 0 on padding.
@@ -55,7 +58,7 @@ def completion_logprobs(
   cache = attention.init_cache(model.cfg, b, p)
   x_BPD, cache = model.backbone(
       model.embed(batch.prompt_tokens.astype(jnp.int32)), positions_BP,
-      mask_BPP, cache, jnp.int32(0),
+      mask_BPP, cache, jnp.int32(0), remat=remat,
   )
 
   # Completion pass over the prompt keys shared by the group (slots [0, P))
@@ -74,7 +77,7 @@ def completion_logprobs(
   mask_NTS = causal_TS[None] & key_valid_NS[:, None, :]
   x_NTD, _ = model.backbone(
       model.embed(batch.completion_tokens.astype(jnp.int32)), positions_NT,
-      mask_NTS, cache, jnp.int32(p),
+      mask_NTS, cache, jnp.int32(p), remat=remat,
   )
 
   # Token t is predicted from the state before it: for t = 0 that is the

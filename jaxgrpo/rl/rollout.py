@@ -20,6 +20,7 @@ from typing import Protocol
 import jax
 import numpy as np
 
+from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate.sampler import Generator
@@ -195,9 +196,13 @@ class Rollout:
     if not examples:
       return [], np.zeros((0, cfg.group_size), np.float32), [], {}
     # A short round (datasets ran out of offered examples) is padded by
-    # repetition to the compiled shape; the padding is never scored.
+    # repetition to the compiled shape, and every round to a multiple of
+    # the batch devices so its rows shard evenly; the padding is never
+    # scored.
+    multiple = sharding.batch_multiple()
     padded = examples + [examples[i % len(examples)]
-                         for i in range(size - len(examples))]
+                         for i in range(-(-size // multiple) * multiple
+                                        - len(examples))]
     tokens, mask, truncated = tokenizer_lib.encode_prompts(
         self.tokenizer, [ex.prompt for ex in padded], cfg.max_prompt_len,
         truncate=cfg.long_prompts == 'truncate',

@@ -1,0 +1,202 @@
+"""Several processes, one run: start-up, agreement checks, row ownership.
+
+Every process runs the same program on the same config (multi-controller
+JAX). The sampler is plain host code driven by the same seed and the same
+rewards, so every process makes the same decisions; what differs is which
+rows of a global batch each process touches:
+
+  * `initialize` starts `jax.distributed` where the run spans processes:
+    with an explicit coordinator, or where the platform says so (a
+    multi-host TPU VM slice, SLURM with several tasks).
+  * `owned_rows` says which rows of a batch-sharded array this process is
+    responsible for (each row has exactly one owner, the lowest process
+    index holding it), so that each process runs its verifiers on its own
+    completions, and `sum_over_processes` gathers the results for all.
+  * `check_agree` compares a digest of host state across processes and
+    stops the run with the first differing process named (host drift).
+
+Single-process runs take the same path: every helper degenerates to the
+identity and costs nothing.
+"""
+
+from collections.abc import Callable, Mapping
+import hashlib
+import os
+from typing import Any
+
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+from jaxgrpo import errors
+
+Log = Callable[[str], None]
+
+INITIALIZE = ('auto', 'always', 'never')
+
+
+class HostDriftError(errors.TrainingError):
+  """Processes that must agree on host state do not."""
+
+
+def _platform_is_multihost() -> bool:
+  """Whether the environment announces a multi-process job."""
+  hosts = os.environ.get('TPU_WORKER_HOSTNAMES', '')
+  if len([h for h in hosts.split(',') if h.strip()]) > 1:
+    return True
+  if int(os.environ.get('SLURM_NTASKS', '1') or 1) > 1:
+    return True
+  # Open MPI / mpirun launches (jax's MPI cluster detection).
+  return int(os.environ.get('OMPI_COMM_WORLD_SIZE', '1') or 1) > 1
+
+
+def initialize(
+    mode: str = 'auto',
+    *,
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    log: Log = print,
+) -> bool:
+  """Starts jax.distributed when the run spans processes.
+
+  Must run before anything touches a JAX device.
+
+  Args:
+    mode: 'auto' (start when a coordinator is given or the platform
+      announces several processes), 'always' (start, letting JAX detect
+      the cluster when no coordinator is given) or 'never'.
+    coordinator: 'host:port' of process 0's coordinator service.
+    num_processes: processes in the job (with `coordinator`).
+    process_id: this process's index (with `coordinator`).
+    log: receives one line when started.
+
+  Returns:
+    Whether jax.distributed was started here.
+  """
+  if mode not in INITIALIZE:
+    raise errors.ConfigError(
+        f'distributed.initialize={mode!r}: must be one of {INITIALIZE}')
+  if mode == 'never' or (mode == 'auto' and coordinator is None
+                         and not _platform_is_multihost()):
+    return False
+  if coordinator is not None and (num_processes is None or process_id is None):
+    raise errors.ConfigError(
+        f'distributed.coordinator={coordinator!r} needs '
+        'distributed.num_processes and distributed.process_id')
+  if jax.distributed.is_initialized():
+    return False
+  try:
+    # Collectives between CPU processes (tests, CPU clusters); a no-op for
+    # accelerators, which bring their own.
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  except (AttributeError, ValueError):
+    pass
+  kwargs = {}
+  if coordinator is not None:
+    kwargs = dict(coordinator_address=coordinator,
+                  num_processes=num_processes, process_id=process_id)
+  try:
+    jax.distributed.initialize(**kwargs)
+  except RuntimeError as e:
+    raise errors.ConfigError(
+        f'distributed: cannot start jax.distributed ({e}); check '
+        'distributed.coordinator / num_processes / process_id, or set '
+        "distributed.initialize='never' for a single process") from None
+  log(f'jax.distributed: process {jax.process_index()} of '
+      f'{jax.process_count()}, {jax.local_device_count()} local / '
+      f'{jax.device_count()} global devices')
+  return True
+
+
+def is_main() -> bool:
+  """Whether this is process 0 (the one that writes metrics and logs)."""
+  return jax.process_index() == 0
+
+
+def digest(tree: Any) -> bytes:
+  """A SHA-256 of nested dicts / lists of arrays and scalars, key order
+  independent, dtypes and shapes included."""
+  h = hashlib.sha256()
+
+  def visit(x, path: str) -> None:
+    if isinstance(x, Mapping):
+      for key in sorted(x, key=str):
+        visit(x[key], f'{path}/{key}')
+    elif isinstance(x, (list, tuple)):
+      h.update(f'{path}:seq{len(x)};'.encode())
+      for i, item in enumerate(x):
+        visit(item, f'{path}[{i}]')
+    elif x is None or isinstance(x, (str, bool, int, float)):
+      h.update(f'{path}={x!r};'.encode())
+    else:
+      a = np.asarray(x)
+      h.update(f'{path}:{a.dtype.str}{a.shape};'.encode())
+      h.update(np.ascontiguousarray(a).tobytes())
+
+  visit(tree, '')
+  return h.digest()
+
+
+def check_agree(value: bytes, *, what: str, step: int) -> None:
+  """Raises HostDriftError unless every process passes the same digest.
+
+  Every process must call this at the same point (it is a collective).
+  """
+  if jax.process_count() == 1:
+    return
+  mine = np.frombuffer(value, np.uint8)
+  every = np.asarray(multihost_utils.process_allgather(mine))
+  differ = [p for p in range(every.shape[0])
+            if not np.array_equal(every[p], every[0])]
+  if differ:
+    raise HostDriftError(
+        f'step {step}: {what} differs between process 0 '
+        f'({every[0].tobytes().hex()[:12]}) and process {differ[0]} '
+        f'({every[differ[0]].tobytes().hex()[:12]}) ({len(differ)} of '
+        f'{every.shape[0]} processes differ): processes must run the same '
+        'code, config and data files; check that every host reads '
+        'identical files (paths, versions) and runs the same commit')
+
+
+def owned_rows(array: jax.Array) -> np.ndarray:
+  """Sorted row indices of a row-sharded global array this process owns.
+
+  A row held by devices of several processes (replication over the mesh)
+  is owned by the lowest process index among them.
+  """
+  n = array.shape[0]
+  owner = np.full(n, jax.process_count(), np.int64)
+  for device, index in array.sharding.devices_indices_map(array.shape).items():
+    rows = np.arange(n)[index[0] if index else slice(None)]
+    owner[rows] = np.minimum(owner[rows], device.process_index)
+  return np.flatnonzero(owner == jax.process_index())
+
+
+def local_rows(array: jax.Array, rows: np.ndarray) -> np.ndarray:
+  """The values of `rows` (each held by this process) as one numpy array."""
+  out = None
+  for shard in array.addressable_shards:
+    index = shard.index[0] if shard.index else slice(None)
+    held = np.arange(array.shape[0])[index]
+    data = np.asarray(shard.data)
+    if out is None:
+      out = np.zeros((len(rows),) + data.shape[1:], data.dtype)
+    take = np.isin(rows, held)
+    out[take] = data[np.searchsorted(held, rows[take])]
+  return out if out is not None else np.zeros((0,), array.dtype)
+
+
+def to_host(array: jax.Array) -> np.ndarray:
+  """The whole array on every process (gathered where not addressable)."""
+  if getattr(array, 'is_fully_addressable', True):
+    return np.asarray(array)
+  return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
+def sum_over_processes(x: np.ndarray) -> np.ndarray:
+  """The elementwise sum of `x` over processes (identity for one)."""
+  if jax.process_count() == 1:
+    return np.asarray(x)
+  every = np.asarray(multihost_utils.process_allgather(np.asarray(x)))
+  return every.sum(axis=0).astype(np.asarray(x).dtype)

@@ -1,0 +1,103 @@
+"""Several processes: digests, row ownership, a real localhost job."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+from jaxgrpo import errors
+from jaxgrpo import multihost
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def run_job(test: absltest.TestCase, mode: str, num_processes: int = 2,
+            timeout_s: float = 240.0) -> list[dict]:
+  """Runs tests/multihost_worker.py MODE in NUM_PROCESSES processes."""
+  out = test.create_tempdir().full_path
+  port = _free_port()
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+  env.pop('XLA_FLAGS', None)
+  procs = [subprocess.Popen(
+      [sys.executable, '-m', 'tests.multihost_worker', mode, str(i),
+       str(num_processes), str(port), out],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      text=True) for i in range(num_processes)]
+  logs = []
+  try:
+    for p in procs:
+      logs.append(p.communicate(timeout=timeout_s)[0])
+  finally:
+    for p in procs:
+      p.kill()
+  for i, p in enumerate(procs):
+    test.assertEqual(p.returncode, 0, f'process {i}:\n{logs[i][-3000:]}')
+  results = []
+  for i in range(num_processes):
+    with open(os.path.join(out, f'process-{i}.json')) as f:
+      results.append(json.load(f))
+  return results
+
+
+class SingleProcessTest(absltest.TestCase):
+
+  def test_digest_sees_values_dtypes_and_shapes_not_key_order(self):
+    a = {'t': {'x': np.arange(4), 'y': 3}, 'step': 5}
+    b = {'step': 5, 't': {'y': 3, 'x': np.arange(4)}}
+    self.assertEqual(multihost.digest(a), multihost.digest(b))
+    for changed in ({'t': {'x': np.arange(4) + 1, 'y': 3}, 'step': 5},
+                    {'t': {'x': np.arange(4, dtype=np.int32), 'y': 3},
+                     'step': 5},
+                    {'t': {'x': np.arange(4).reshape(2, 2), 'y': 3},
+                     'step': 5},
+                    {'t': {'x': np.arange(4), 'y': 3}, 'step': 6}):
+      self.assertNotEqual(multihost.digest(a), multihost.digest(changed))
+
+  def test_one_process_owns_everything(self):
+    self.assertTrue(multihost.is_main())
+    x = jax.numpy.arange(12).reshape(6, 2)
+    rows = multihost.owned_rows(x)
+    np.testing.assert_array_equal(rows, np.arange(6))
+    np.testing.assert_array_equal(multihost.local_rows(x, rows), np.asarray(x))
+    np.testing.assert_array_equal(multihost.sum_over_processes(np.ones(3)),
+                                  np.ones(3))
+    multihost.check_agree(b'anything', what='x', step=0)  # nothing to compare
+
+  def test_initialize_modes(self):
+    self.assertFalse(multihost.initialize('never'))
+    self.assertFalse(multihost.initialize('auto'))  # no cluster announced
+    with self.assertRaisesRegex(errors.ConfigError, 'distributed.initialize'):
+      multihost.initialize('sometimes')
+    with self.assertRaisesRegex(errors.ConfigError, 'num_processes'):
+      multihost.initialize('auto', coordinator='localhost:1')
+
+
+class TwoProcessTest(absltest.TestCase):
+
+  def test_primitives_across_processes(self):
+    p0, p1 = run_job(self, 'primitives')
+    self.assertEqual(p0['owned'], [0, 1, 2, 3])
+    self.assertEqual(p1['owned'], [4, 5, 6, 7])
+    self.assertEqual(p0['local_first_column'], [0, 3, 6, 9])
+    self.assertEqual(p1['local_first_column'], [12, 15, 18, 21])
+    for p in (p0, p1):
+      self.assertEqual(p['to_host_sum'], 2 * sum(range(24)))
+      self.assertEqual(p['summed'], list(range(1, 9)))
+      self.assertIn('step 2: sampler state differs between process 0',
+                    p['drift_error'])
+      self.assertIn('process 1', p['drift_error'])
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,292 @@
+"""Tests for device meshes, placement, sharded jit and the mesh config.
+
+The multi-device checks run `tests/sharded_check.py` in a subprocess with 8
+forced CPU devices (the count is fixed when jax is imported, and pytest
+workers have imported it already); the rest runs here, on one device.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs import demo
+from jaxgrpo import config_lib
+from jaxgrpo import sharding
+from jaxgrpo import train
+from jaxgrpo.rl import logprobs
+from jaxgrpo.typing import TrainBatch
+from tests import tiny
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(REPO, 'jaxgrpo')
+
+# Specs of the decode state's tokens [N, T] and KV cache [N, S, K, H].
+_DECODE_SPECS = {
+    '8,1,1': ("P('data',)", "P('data',)"),
+    '1,4,2': ("P('fsdp',)", "P('fsdp', None, 'tensor')"),
+    '2,2,2': ("P(('data', 'fsdp'),)", "P(('data', 'fsdp'), None, 'tensor')"),
+    '1,8,1': ("P('fsdp',)", "P('fsdp',)"),
+}
+
+
+def _sharded_check(test: absltest.TestCase, *args: str) -> dict:
+  """Runs tests/sharded_check.py with `args`; returns its JSON report."""
+  out = os.path.join(test.create_tempdir().full_path, 'out.json')
+  env = dict(os.environ)
+  # Compile faster (the check compares sharded with unsharded programs
+  # built with the same flags, so codegen quality does not matter).
+  env['XLA_FLAGS'] = ('--xla_backend_optimization_level=0 '
+                      '--xla_llvm_disable_expensive_passes=true')
+  proc = subprocess.run(
+      [sys.executable, '-m', 'tests.sharded_check', out, *args],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  test.assertEqual(proc.returncode, 0, msg=proc.stderr[-4000:])
+  with open(out) as f:
+    report = json.load(f)
+  test.assertEqual(report['devices'], 8)
+  return report
+
+
+class ShardedLayoutsTest(absltest.TestCase):
+  """One train step and generation per layout, sharded vs unsharded."""
+
+  def _check(self, *layouts: str) -> None:
+    report = _sharded_check(self, '--layouts', *layouts)
+    for layout in layouts:
+      r = report['layouts'][layout]
+      with self.subTest(layout=layout):
+        # Placement: embedding [vocab, embed] on (tensor, fsdp); mlp
+        # weights [embed, mlp] on (fsdp, tensor); Adam's moments and the
+        # reference follow their params; the step keeps the placement.
+        want_up = "P('fsdp', 'tensor')"
+        self.assertEqual(r['embedding_spec'], "P('tensor', 'fsdp')")
+        self.assertEqual(r['mlp_up_spec'], want_up)
+        self.assertEqual(r['mlp_up_mu_spec'], want_up)
+        self.assertEqual(r['ref_up_spec'], want_up)
+        self.assertEqual(r['out_mlp_up_spec'], want_up)
+        # The decode state: rows over the batch axes, the KV cache's kv
+        # heads over tensor (JAX drops size-1 axes from specs it reports).
+        rows, cache = _DECODE_SPECS[layout]
+        self.assertEqual(r['tokens_spec'], rows)
+        self.assertEqual(r['cache_spec'], cache)
+        # The step matches the unsharded one up to float summation order.
+        self.assertEqual(r['step'], 1)
+        self.assertLess(r['params_diff'], 2e-4)
+        self.assertEqual(r['ref_params_diff'], 0.0)
+        self.assertLess(r['opt_state_diff'], 1e-6)
+        for name, diff in r['metrics_diff'].items():
+          self.assertLess(diff, 1e-5, name)
+        # Generation: the same tokens, greedy and sampled (same rng).
+        for mode in ('greedy', 'sampled'):
+          self.assertTrue(r[f'{mode}_tokens_equal'], mode)
+          self.assertTrue(r[f'{mode}_mask_equal'], mode)
+          self.assertLess(r[f'{mode}_logps_diff'], 1e-4, mode)
+        # 5 prompts padded to the 8 batch devices: the same rewards.
+        self.assertTrue(r['eval_texts_equal'])
+        self.assertTrue(r['eval_rewards_equal'])
+
+  def test_data_and_fsdp_tensor(self):
+    self._check('8,1,1', '1,4,2')
+
+  def test_mixed_and_fsdp(self):
+    self._check('2,2,2', '1,8,1')
+
+  def test_train_run_on_fsdp_and_tensor(self):
+    workdir = self.create_tempdir().full_path
+    run = _sharded_check(self, '--train_run', workdir)['train_run']
+    self.assertEqual(run['steps'], 2)
+    self.assertEqual((run['resumed_from'], run['resumed_steps']), (2, 3))
+    log = '\n'.join(run['log'])
+    self.assertIn('mesh: data=1 fsdp=4 tensor=2 over 8 cpu devices', log)
+    self.assertRegex(log, r'train step memory per device: arguments .*'
+                          r'temp .* total .* \(no device limit known\)')
+    with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+      records = [json.loads(line) for line in f]
+    self.assertTrue(any('train/loss' in r for r in records), records)
+
+
+class PlacementTest(parameterized.TestCase):
+
+  def test_only_sharding_imports_jax_sharding(self):
+    pattern = re.compile(
+        r'^\s*(from\s+jax\.sharding\s+import|import\s+jax\.sharding|'
+        r'from\s+jax\s+import\s+[^#\n]*\bsharding\b)|\bjax\.sharding\.',
+        re.MULTILINE)
+    users = []
+    for root, _, files in os.walk(PACKAGE):
+      for name in files:
+        if name.endswith('.py'):
+          path = os.path.join(root, name)
+          with open(path) as f:
+            if pattern.search(f.read()):
+              users.append(os.path.relpath(path, REPO))
+    self.assertEqual(users, [os.path.join('jaxgrpo', 'sharding.py')])
+
+  def test_without_a_mesh_everything_is_the_identity(self):
+    graphdef, params = tiny.random_model()
+    del graphdef
+    self.assertIsNone(sharding.active_mesh())
+    self.assertIsNone(sharding.param_shardings(params))
+    self.assertIsNone(sharding.train_state_shardings(params))
+    self.assertIsNone(sharding.batch_sharding(2))
+    self.assertIsNone(sharding.batch_shardings({'x': np.zeros((4, 2))}))
+    self.assertIsNone(sharding.replicated())
+    self.assertEqual(sharding.batch_multiple(), 1)
+    self.assertIs(sharding.shard(params, None), params)
+    x = jnp.ones((4, 3))
+    self.assertIs(sharding.constrain(x, ('batch', None)), x)
+
+  def test_one_device_mesh(self):
+    graphdef, params = tiny.random_model()
+    del graphdef
+    with sharding.use_mesh(sharding.make_mesh()):
+      self.assertEqual(sharding.batch_multiple(), 1)
+      placed = sharding.shard(params, sharding.param_shardings(params))
+      w = placed['blocks'][0]['mlp']['up']['w']
+      self.assertEqual(w.sharding.spec, jax.sharding.PartitionSpec(
+          'fsdp', 'tensor'))
+      np.testing.assert_array_equal(
+          w, params['blocks'][0]['mlp']['up']['w'])
+    self.assertIsNone(sharding.active_mesh())
+
+  @parameterized.parameters(
+      # (logical axes, shape, mesh sizes, expected spec)
+      (('batch', None), (8, 3), dict(data=2, fsdp=4), (('data', 'fsdp'), None)),
+      # 4 rows on 2 x 4 batch devices: only 'data' divides them.
+      (('batch', None), (4, 3), dict(data=2, fsdp=4), ('data', None)),
+      (('batch', None), (3, 3), dict(data=2, fsdp=4), (None, None)),
+      # 6 heads do not split 4 ways: replicated.
+      (('embed', 'heads', 'head_dim'), (64, 6, 8), dict(fsdp=2, tensor=4),
+       ('fsdp', None, None)),
+      # A mesh axis shards one dimension at most.
+      (('mlp', 'vocab'), (8, 8), dict(tensor=2), ('tensor', None)),
+      (('unknown', None), (8, 8), dict(tensor=2), (None, None)),
+  )
+  def test_logical_to_spec_fits_the_shape(self, axes, shape, sizes, want):
+
+    class FakeMesh:
+      shape = {'data': 1, 'fsdp': 1, 'tensor': 1, **sizes}
+
+    spec = sharding.logical_to_spec(axes, sharding.DEFAULT_RULES, shape,
+                                    FakeMesh())
+    self.assertEqual(spec, jax.sharding.PartitionSpec(*want))
+
+  def test_merge_rules(self):
+    rules = dict(sharding.merge_rules((('embed', None),
+                                       ('batch', ['data']),
+                                       ('new', 'tensor'))))
+    self.assertIsNone(rules['embed'])
+    self.assertEqual(rules['batch'], ('data',))
+    self.assertEqual(rules['new'], 'tensor')
+    self.assertEqual(rules['mlp'], 'tensor')
+
+
+class RematTest(parameterized.TestCase):
+
+  @parameterized.parameters('full', 'dots')
+  def test_remat_changes_nothing_but_memory(self, remat):
+    graphdef, params = tiny.random_model()
+    rng = np.random.default_rng(0)
+    b, g, p, t = 2, 2, 4, 3
+    batch = TrainBatch(
+        prompt_tokens=rng.integers(1, 16, (b, p)).astype(np.int32),
+        prompt_mask=np.ones((b, p), bool),
+        completion_tokens=rng.integers(1, 16, (b * g, t)).astype(np.int32),
+        completion_mask=np.ones((b * g, t), bool),
+        old_logps=np.zeros((b * g, t), np.float32),
+        advantages=np.zeros((b * g,), np.float32),
+    )
+
+    def grads(mode):
+      loss = lambda p: logprobs.completion_logprobs(
+          graphdef, p, batch, remat=mode)[0].sum()
+      return jax.jit(jax.value_and_grad(loss))(params)
+
+    (want_loss, want), (got_loss, got) = grads('none'), grads(remat)
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-6)
+    for a, b_ in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+      np.testing.assert_allclose(a, b_, rtol=1e-5, atol=1e-7)
+
+
+class MeshConfigTest(parameterized.TestCase):
+
+  def _config(self, **keys):
+    c = demo.get_config('runlocal')
+    for key, value in keys.items():
+      section, name = key.split('.')
+      c[section][name] = value
+    return c
+
+  def test_defaults(self):
+    cfg = config_lib.from_config_dict(self._config())
+    self.assertEqual((cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor),
+                     (-1, 1, 1))
+    self.assertEqual(cfg.mesh.rules, ())
+    self.assertIsNone(cfg.mesh.memory_limit_gib)
+    self.assertEqual(cfg.model.remat, 'none')
+    self.assertEqual(config_lib.mesh_shape(cfg, 8), (8, 1, 1))
+
+  def test_rules_are_normalized(self):
+    cfg = config_lib.from_config_dict(self._config(
+        **{'mesh.rules': (('embed', None), ['batch', ['data', 'fsdp']])}))
+    self.assertEqual(cfg.mesh.rules,
+                     (('embed', None), ('batch', ('data', 'fsdp'))))
+
+  @parameterized.parameters(
+      ({'mesh.fsdp': 0}, r'^mesh.fsdp=0: must be > 0'),
+      ({'mesh.data': 0}, r'^mesh.data=0: must be >= 1, or -1'),
+      ({'mesh.tensor': -2}, r'^mesh.tensor=-2'),
+      ({'mesh.memory_limit_gib': 0.0}, r'^mesh.memory_limit_gib=0.0'),
+      ({'model.remat': 'some'}, r"^model.remat='some': must be one of"),
+      ({'mesh.rules': (('emb', 'fsdp'),)},
+       r"^mesh.rules\[0\]=\('emb', 'fsdp'\): unknown logical axis 'emb'"),
+      ({'mesh.rules': (('embed', 'model'),)},
+       r'^mesh.rules\[0\]=.*: the target must be one of'),
+      ({'mesh.rules': (('embed',),)}, r'^mesh.rules\[0\]=.*pairs'),
+      # 4 prompts x 4 samples do not split over 3 data devices.
+      ({'mesh.data': 3},
+       r'^rollout.batch_size=4: batch_size x group_size = 16 completions '
+       r'must split evenly over mesh.data x mesh.fsdp = 3 x 1'),
+  )
+  def test_bad_values_name_the_key(self, keys, message):
+    with self.assertRaisesRegex(config_lib.ConfigError, message):
+      config_lib.from_config_dict(self._config(**keys))
+
+  @parameterized.parameters(
+      ({'mesh.fsdp': 3}, 8, r'^mesh.fsdp=3: .* = 3 must divide the 8 devices'),
+      ({'mesh.data': 2, 'mesh.fsdp': 2}, 8,
+       r'^mesh.data=2: .* 2 x 2 x 1 must equal the 8 devices'),
+      ({'mesh.fsdp': 2}, 32,
+       r'^rollout.batch_size=4: .* = 16 x 2 = 32 devices'),
+  )
+  def test_mesh_must_fit_the_devices(self, keys, devices, message):
+    cfg = config_lib.from_config_dict(self._config(**keys))
+    with self.assertRaisesRegex(config_lib.ConfigError, message):
+      config_lib.mesh_shape(cfg, devices)
+
+  def test_train_step_too_big_for_the_limit(self):
+    c = self._config(**{'mesh.memory_limit_gib': 1e-4})
+    c.warmstart.enabled = False
+    c.verify.workers = 0
+    lines = []
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        r'^the train step needs .* per device .* more than 104.9 KiB '
+        r'\(mesh.memory_limit_gib=0.0001\); .*mesh.fsdp=1.*model.remat='
+        r"'none'.*model.param_dtype='float32'.*rollout.batch_size=4"):
+      train.run(c, self.create_tempdir().full_path, log=lines.append)
+    self.assertTrue(any(line.startswith('train step memory per device')
+                        and line.endswith('of 104.9 KiB') for line in lines),
+                    lines)
+
+
+if __name__ == '__main__':
+  absltest.main()
