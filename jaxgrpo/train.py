@@ -470,6 +470,13 @@ def _run(
     for step in range(start_step + 1, cfg.total_steps + 1):
       metrics = _train_one_step(step)
       nonfinite_run = nonfinite_run + 1 if metrics.get('train/nonfinite') else 0
+      every = cfg.distributed.check_every
+      if every and jax.process_count() > 1 and step % every == 0:
+        # Host drift (different files or code on one host) stops the run.
+        multihost.check_agree(
+            multihost.digest({'source': source.get_state(),
+                              'rollout': rollout.get_state()}),
+            what='sampler state', step=step)
       writer.write(step, metrics)
       window.add(metrics)
       if step % cfg.log_every == 0 or step == cfg.total_steps:
