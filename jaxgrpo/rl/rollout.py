@@ -20,6 +20,7 @@ from typing import Protocol
 import jax
 import numpy as np
 
+from jaxgrpo import multihost
 from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
@@ -209,9 +210,9 @@ class Rollout:
         names=[ex.id for ex in padded],
     )
     t0 = time.perf_counter()
-    out = jax.device_get(
-        self.generator.generate(params, tokens, mask, rng)
-    )
+    # Every process sees every row (gathered across processes).
+    out = jax.tree.map(multihost.to_host,
+                       self.generator.generate(params, tokens, mask, rng))
     gen_s = time.perf_counter() - t0
     G = cfg.group_size
     texts = [self.tokenizer.decode(row)
