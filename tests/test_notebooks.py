@@ -5,6 +5,8 @@ import os
 
 from absl.testing import absltest
 
+from jaxgrpo import metrics as metrics_lib
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLAB = os.path.join(REPO, 'colab')
 NOTEBOOKS = ('quickstart.ipynb', 'smollm2_grpo.ipynb')
@@ -93,8 +95,13 @@ class NotebookTest(absltest.TestCase):
     text = _text(nb)
     self.assertIn('size runlocal', text)
     self.assertIn('smollm2', text)
-    self.assertTrue(os.path.exists(os.path.join(runs, 'smollm2',
-                                                'metrics.jsonl')))
+    # One GRPO step of the real model (the suite's SmolLM2 smoke run).
+    records = metrics_lib.read_metrics(os.path.join(runs, 'smollm2'))
+    self.assertEqual([r['step'] for r in records], [0, 1])
+    for key in ('reward/mean', 'rollout/efficiency',
+                'rollout/prompts_generated', 'perf/gen_tokens_per_s'):
+      self.assertIn(key, records[1])
+    self.assertEqual(records[1]['rollout/prompts_generated'], 4)
 
 
 if __name__ == '__main__':

