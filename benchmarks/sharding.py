@@ -4,10 +4,12 @@ Each layout runs in its own subprocess, because the number of CPU devices
 (`--xla_force_host_platform_device_count`) is fixed when jax is imported.
 Every subprocess builds the same model, state and batch, places them as
 `train.py` does (params and optimizer state by their logical axes, batch
-rows over data x fsdp), compiles, then times `--steps` train steps and
-`--steps` generation rounds. The table gives medians and each row's ratio
-to the 1-device mesh of the same invocation; `none` is one device without
-a mesh (the code path before meshes existed).
+rows over data x fsdp), compiles and warms up, then waits. The parent then
+times `--steps` rounds; in each round every layout in turn runs one train
+step and one generation round while the others wait, so a change in the
+machine's load hits all layouts alike. The table gives medians and bests
+and each row's ratio to the 1-device mesh; `none` is one device without a
+mesh (the code path before meshes existed).
 
 On a machine with fewer cores than forced devices no speed-up is possible:
 the figures measure what partitioning costs (collectives, per-device
@@ -87,14 +89,6 @@ def _child(args) -> dict:
     t0 = time.perf_counter()
     use = train_step_lib.memory_use(step_fn, state, batch, key)
     compile_s = time.perf_counter() - t0
-
-    step_times = []
-    for i in range(args.steps + 1):
-      t0 = time.perf_counter()
-      state, metrics = step_fn(state, batch, jax.random.fold_in(key, i))
-      jax.block_until_ready((state, metrics))
-      step_times.append(time.perf_counter() - t0)
-
     gen = Generator(graphdef=graphdef, model_cfg=cfg,
                     sampling=sampling_lib.Sampling(temperature=1.0),
                     max_new_tokens=t, num_samples=g)
@@ -102,43 +96,60 @@ def _child(args) -> dict:
         sharding.batch_multiple())
     prompts = rng.integers(1, vocab, (rows, p)).astype(np.int32)
     mask = np.ones((rows, p), bool)
-    gen_times = []
-    for i in range(args.steps + 1):
+
+    def step(i: int) -> float:
+      nonlocal state
+      t0 = time.perf_counter()
+      state, metrics = step_fn(state, batch, jax.random.fold_in(key, i))
+      jax.block_until_ready((state, metrics))
+      return time.perf_counter() - t0
+
+    def generate(i: int) -> float:
       t0 = time.perf_counter()
       jax.device_get(gen.generate(state.params, prompts, mask,
-                                  jax.random.fold_in(key, 100 + i)))
-      gen_times.append(time.perf_counter() - t0)
-  # The first of each is a warm-up (the generator compiles there).
-  return {
-      'layout': args.child,
-      'devices': jax.device_count(),
-      'compile_s': compile_s,
-      'step_s': statistics.median(step_times[1:]),
-      'step_best_s': min(step_times[1:]),
-      'gen_s': statistics.median(gen_times[1:]),
-      'gen_best_s': min(gen_times[1:]),
-      'memory_bytes': None if use is None else use.total,
-      'params': int(sum(x.size for x in jax.tree.leaves(params))),
-  }
+                                  jax.random.fold_in(key, 10_000 + i)))
+      return time.perf_counter() - t0
+
+    step(1_000_000), generate(1_000_000)  # Warm-up: the generator compiles.
+
+    _send({'layout': args.child, 'devices': jax.device_count(),
+           'compile_s': compile_s,
+           'memory_bytes': None if use is None else use.total,
+           'params': int(sum(x.size for x in jax.tree.leaves(params)))})
+    for i, command in enumerate(sys.stdin):
+      if command.strip() == 'quit':
+        break
+      _send({'step_s': step(i), 'gen_s': generate(i)})
 
 
-def _run_layout(layout: str, args) -> dict:
+def _send(message: dict) -> None:
+  print(json.dumps(message), flush=True)
+
+
+def _start(layout: str, args) -> tuple[subprocess.Popen, dict]:
+  """Starts a layout's process; returns it once it has compiled."""
   devices = 1 if layout == 'none' else math.prod(
       int(n) for n in layout.split(','))
   env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=(
       os.environ.get('XLA_FLAGS', '')
       + f' --xla_force_host_platform_device_count={devices}'))
   cmd = [sys.executable, os.path.abspath(__file__), '--child', layout,
-         '--preset', args.preset, '--steps', str(args.steps),
+         '--preset', args.preset,
          '--batch_size', str(args.batch_size), '--group_size',
          str(args.group_size), '--prompt_len', str(args.prompt_len),
          '--new_tokens', str(args.new_tokens), '--round_size',
          str(args.round_size)]
-  proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                        check=False)
-  if proc.returncode:
-    raise SystemExit(f'layout {layout} failed:\n{proc.stderr[-3000:]}')
-  return json.loads(proc.stdout.strip().splitlines()[-1])
+  proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True)
+  return proc, _receive(proc, layout)
+
+
+def _receive(proc: subprocess.Popen, layout: str) -> dict:
+  line = proc.stdout.readline()
+  if not line:
+    raise SystemExit(f'layout {layout} failed (exit {proc.wait()}); see its '
+                     'stderr above')
+  return json.loads(line)
 
 
 def _table(results: list[dict], args) -> str:
@@ -186,14 +197,35 @@ def main() -> None:
   parser.add_argument('--child', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
-    print(json.dumps(_child(args)))
+    _child(args)
     return
-  results = []
-  for layout in args.layouts:
-    t0 = time.perf_counter()
-    results.append(_run_layout(layout, args))
-    print(f'{layout}: {time.perf_counter() - t0:.0f}s', file=sys.stderr,
-          flush=True)
+  procs, results = [], []
+  try:
+    # One at a time: a layout compiling must not slow another's timing.
+    for layout in args.layouts:
+      t0 = time.perf_counter()
+      proc, info = _start(layout, args)
+      procs.append(proc)
+      results.append(dict(info, step=[], gen=[]))
+      print(f'{layout}: ready in {time.perf_counter() - t0:.0f}s',
+            file=sys.stderr, flush=True)
+    for _ in range(args.steps):
+      for proc, result in zip(procs, results):
+        proc.stdin.write('run\n')
+        proc.stdin.flush()
+        times = _receive(proc, result['layout'])
+        result['step'].append(times['step_s'])
+        result['gen'].append(times['gen_s'])
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.stdin.write('quit\n')
+        proc.stdin.flush()
+        proc.wait()
+  for r in results:
+    for key in ('step', 'gen'):
+      r[f'{key}_s'] = statistics.median(r[key])
+      r[f'{key}_best_s'] = min(r[key])
   print(_table(results, args))
   if args.json:
     with open(args.json, 'w') as f:
