@@ -139,15 +139,9 @@ def _check(cfg: 'config_lib.Config', specs: Sequence[str],
   if split not in SPLITS:
     raise errors.ConfigError(
         f'--split={split!r}: must be one of {", ".join(SPLITS)}')
-  names = [entry.name for entry in cfg.data.datasets]
-  selected = list(names if datasets is None else datasets)
-  unknown = [n for n in selected if n not in names]
-  if unknown or not selected:
-    what = f'{unknown[0]!r} is not a' if unknown else 'names no'
-    raise errors.ConfigError(
-        f'--datasets: {what} dataset of the config (it has '
-        f'{", ".join(names)})')
-  return selected
+  # pylint: disable-next=g-import-not-at-top
+  from jaxgrpo.stratify import runner as runner_lib
+  return runner_lib.select_datasets(cfg, datasets)
 
 
 def evaluate_checkpoints(

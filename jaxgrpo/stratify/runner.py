@@ -268,6 +268,24 @@ def _print(line: str) -> None:
   print(line, flush=True)
 
 
+def select_datasets(cfg: config_lib.Config,
+                    datasets: Sequence[str] | None) -> list[str]:
+  """The config's dataset names picked by --datasets (None: all of them).
+
+  Raises:
+    errors.ConfigError: a name the config does not have, or none at all.
+  """
+  names = [entry.name for entry in cfg.data.datasets]
+  selected = list(names if datasets is None else datasets)
+  unknown = [n for n in selected if n not in names]
+  if unknown or not selected:
+    what = f'{unknown[0]!r} is not a' if unknown else 'names no'
+    raise errors.ConfigError(
+        f'--datasets: {what} dataset of the config (it has '
+        f'{", ".join(names)})')
+  return selected
+
+
 def run(
     cfg: config_lib.Config,
     checkpoints: Sequence[str],
@@ -329,14 +347,7 @@ def run(
       shard=jax.process_index() if shard is None else shard,
       num_shards=jax.process_count() if num_shards is None else num_shards,
       limit=limit)
-  names = [entry.name for entry in cfg.data.datasets]
-  selected = list(names if datasets is None else datasets)
-  unknown = [n for n in selected if n not in names]
-  if unknown or not selected:
-    what = f'{unknown[0]!r} is not' if unknown else 'names no'
-    raise errors.ConfigError(
-        f'--datasets: {what} dataset of the config (it has '
-        f'{", ".join(names)})')
+  selected = select_datasets(cfg, datasets)
   # Every spec is checked, and its tag fixed, before any model loads; a
   # workdir's latest step is resolved once, here, so a run that saves a
   # checkpoint meanwhile does not change what is loaded.
