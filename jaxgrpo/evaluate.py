@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from jaxgrpo import multihost
+from jaxgrpo import scoring
 from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
@@ -48,11 +48,12 @@ def sample_rewards(
         tokenizer, [ex.prompt for ex in chunk], max_prompt_len,
         truncate=truncate, names=[ex.id for ex in chunk],
     )
-    # Every process sees every row (gathered across processes).
-    completions = jax.tree.map(multihost.to_host, generator.generate(
-        params, tokens, mask, jax.random.fold_in(rng, start)))
-    texts = [tokenizer.decode(row) for row in completions.tokens[:n * k]]
-    rewards, _ = scorer.score(texts, [ex for ex in chunk[:n] for _ in range(k)])
+    completions = generator.generate(
+        params, tokens, mask, jax.random.fold_in(rng, start))
+    # Each process verifies its own rows; all get every reward.
+    rewards, _ = scoring.score_rows(
+        scorer, tokenizer.decode, completions.tokens,
+        [ex for ex in chunk[:n] for _ in range(k)])
     out[start:start + n] = rewards.reshape(n, k)
   return out
 

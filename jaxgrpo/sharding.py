@@ -285,10 +285,23 @@ def with_shardings(abstract: PyTree, shardings: PyTree | None) -> PyTree:
 
 
 def shard(tree: PyTree, shardings: PyTree | None) -> PyTree:
-  """Places `tree` per `shardings` (`jax.device_put`); None: unchanged."""
+  """Places `tree` per `shardings`; None: unchanged.
+
+  Where a sharding spans processes, a leaf held whole by this process (a
+  host array, or a local device array from init or load) fills only this
+  process's shards (`to_global`): every process passes the same values.
+  Arrays already spread over the processes are resharded.
+  """
   if shardings is None:
     return tree
-  return jax.device_put(tree, shardings)
+
+  def place(x, s):
+    if s.is_fully_addressable or (
+        isinstance(x, jax.Array) and not x.is_fully_addressable):
+      return jax.device_put(x, s)
+    return to_global(np.asarray(x), s)
+
+  return jax.tree.map(place, tree, shardings)
 
 
 def device_memory_limit() -> int | None:

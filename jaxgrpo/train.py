@@ -71,11 +71,35 @@ def _save(ckpt, step, state, source, rollout, meta, ids=None,
     writer.sync()  # an object-store workdir gets the metrics with each save
 
 
+@dataclasses.dataclass(frozen=True)
+class StepInfo:
+  """What `run`'s `on_step` callback sees after each step.
+
+  Attributes:
+    step: the step just done.
+    state: the train state after it (params, optimizer state).
+    metrics: the step's metrics, as written to metrics.jsonl.
+  """
+
+  step: int
+  state: train_state_lib.TrainState
+  metrics: dict[str, float]
+  _source: mixture.MixtureSampler
+  _rollout: rollout_lib.Rollout
+
+  def sampler_state(self) -> dict:
+    """The data-side state a checkpoint holds: the sampler's per-example
+    tables and the rollout counters and carried groups (numpy arrays)."""
+    return {'source': self._source.get_state(),
+            'rollout': self._rollout.get_state()}
+
+
 def run(
     config: ml_collections.ConfigDict | config_lib.Config,
     workdir: str,
     *,
     log: Log = _print,
+    on_step: Callable[[StepInfo], None] | None = None,
 ) -> summary_lib.RunSummary:
   """Trains per `config`, resuming from `workdir` when it holds a checkpoint.
 
@@ -83,6 +107,9 @@ def run(
     config: the run's ConfigDict (validated here) or a validated Config.
     workdir: where checkpoints and `metrics.jsonl` go.
     log: receives progress lines.
+    on_step: called after each step (and its checkpoint, when one is due)
+      on every process, e.g. for custom logging or checks; an exception it
+      raises ends the run.
 
   Returns:
     The run summary.
@@ -94,7 +121,7 @@ def run(
   )
   # Closes what the run starts (verifier worker processes) however it ends.
   with contextlib.ExitStack() as resources:
-    return _run(cfg, workdir, log, resources)
+    return _run(cfg, workdir, log, resources, on_step)
 
 
 def _build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
@@ -225,6 +252,7 @@ def _run(
     workdir: str,
     log: Log,
     resources: contextlib.ExitStack,
+    on_step: Callable[[StepInfo], None] | None = None,
 ) -> summary_lib.RunSummary:
   """The body of `run`; `resources` closes what it opens."""
   t_start = time.perf_counter()
@@ -302,6 +330,7 @@ def _run(
   abstract_state = sharding.with_shardings(abstract_state, state_shardings)
   batch_spec = train_step_lib.abstract_batch(
       ro.batch_size, ro.group_size, ro.max_prompt_len, ro.max_new_tokens)
+  batch_shardings = sharding.batch_shardings(batch_spec)
   step_fn = train_step_lib.make_train_step(
       graphdef=graphdef, optimizer=optimizer,
       loss_cfg=train_step_lib.LossConfig(
@@ -313,7 +342,7 @@ def _run(
       num_minibatches=cfg.rl.num_minibatches,
       remat=cfg.model.remat,
       state_shardings=state_shardings,
-      batch_shardings=sharding.batch_shardings(batch_spec),
+      batch_shardings=batch_shardings,
   )
   _check_memory(cfg, step_fn, abstract_state, batch_spec, log)
 
@@ -444,8 +473,11 @@ def _run(
                              step)
     metrics = dict(result.metrics)
     if result.batch is not None:
+      # Placed here, not by jit: under a mesh spanning processes each
+      # process fills only its own devices' rows.
+      batch = sharding.shard(result.batch, batch_shardings)
       state, train_metrics = step_fn(
-          state, result.batch, jax.random.fold_in(step_rng, 1))
+          state, batch, jax.random.fold_in(step_rng, 1))
       metrics.update(
           {k: float(v) for k, v in jax.device_get(train_metrics).items()})
     else:
@@ -490,6 +522,8 @@ def _run(
           or 0 < cfg.checkpoint.every_minutes <= minutes):
         _save(ckpt, step, state, source, rollout, meta, ids, writer)
         last_save = time.monotonic()
+      if on_step is not None:
+        on_step(StepInfo(step, state, metrics, source, rollout))
       if nonfinite_run >= cfg.rl.max_nonfinite_steps:
         ckpt.close()
         writer.close()

@@ -3,6 +3,8 @@
   python -m tests.multihost_worker MODE PROCESS_ID NUM_PROCESSES PORT OUT
 
 Each process writes OUT/process-<id>.json with what the test compares.
+MODE `train_one_process` runs the `train` job in one process over
+NUM_PROCESSES forced CPU devices instead, for comparison.
 """
 
 import json
@@ -39,16 +41,65 @@ def primitives(out: dict) -> None:
     out['drift_error'] = str(e)
 
 
+def train(out: dict, workdir: str) -> None:
+  """Two GRPO steps of the demo's runlocal config, all processes together."""
+  # pylint: disable=g-import-not-at-top
+  from configs import demo
+  from jaxgrpo import train as train_lib
+  import jax
+  from jaxgrpo import multihost
+  from tests import flaky_verifiers  # noqa: F401  (registers starts_with_digit)
+  c = demo.get_config('runlocal')
+  c.warmstart.enabled = False
+  # Untrained models start with a digit about as often as not: informative
+  # groups, so both steps update the params.
+  c.data.datasets[0]['verifier'] = 'starts_with_digit'
+  c.verify.imports = ('tests.flaky_verifiers',)
+  c.verify.workers = 0
+  c.total_steps = 2
+  c.distributed.check_every = 1
+  c.rollout.round_size = 3  # padded to the 2 batch devices
+  c.plots = False
+  lines, steps = [], []
+
+  def on_step(info) -> None:
+    params = jax.tree.map(multihost.to_host, info.state.params)
+    steps.append({
+        'step': info.step,
+        'loss': info.metrics.get('train/loss'),
+        'params': multihost.digest(params).hex(),
+        'sampler': multihost.digest(info.sampler_state()).hex(),
+    })
+
+  summary = train_lib.run(c, workdir, log=lines.append, on_step=on_step)
+  # Resuming restores each process's part of the checkpoint.
+  c.total_steps = 3
+  resumed = train_lib.run(c, workdir, log=lines.append, on_step=on_step)
+  out['resumed_from'] = resumed.resumed_from
+  out['steps_seen'] = steps
+  out['log'] = lines
+  out['steps'] = summary.steps
+  out['prompts_generated'] = summary.cum_prompts_generated
+
+
 def main(argv: list[str]) -> None:
   mode, pid, n, port, out_dir = argv[1:6]
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-  # pylint: disable-next=g-import-not-at-top
-  from jaxgrpo import multihost
-  multihost.initialize('always', coordinator=f'localhost:{port}',
-                       num_processes=int(n), process_id=int(pid),
-                       log=lambda _: None)
+  if mode == 'train_one_process':
+    # The same job in one process over as many devices.
+    os.environ['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={n}'
+    mode = 'train'
+  else:
+    # pylint: disable-next=g-import-not-at-top
+    from jaxgrpo import multihost
+    multihost.initialize('always', coordinator=f'localhost:{port}',
+                         num_processes=int(n), process_id=int(pid),
+                         log=lambda _: None)
   out = {}
-  {'primitives': primitives}[mode](out)
+  if mode == 'train':
+    train(out, os.path.join(out_dir, 'workdir'))
+  else:
+    {'primitives': primitives}[mode](out)
   with open(os.path.join(out_dir, f'process-{pid}.json'), 'w') as f:
     json.dump(out, f)
 

@@ -41,6 +41,7 @@ from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.typing import TrainBatch
+from jaxgrpo.verifiers import base
 from tests import flaky_verifiers  # noqa: F401  (registers starts_with_digit)
 from tests import tiny
 
@@ -78,7 +79,7 @@ class _LengthScorer:
   def score(self, texts, examples):
     del examples
     self.texts.extend(texts)
-    return np.array([len(t) % 3 for t in texts], np.float32), None
+    return np.array([len(t) % 3 for t in texts], np.float32), base.ScoreStats()
 
 
 def _check_layouts(out: dict, layouts: list[tuple[int, int, int]]) -> None:

@@ -23,17 +23,26 @@ def _free_port() -> int:
 
 
 def run_job(test: absltest.TestCase, mode: str, num_processes: int = 2,
-            timeout_s: float = 240.0) -> list[dict]:
-  """Runs tests/multihost_worker.py MODE in NUM_PROCESSES processes."""
+            timeout_s: float = 300.0, *, also_one_process: bool = False
+            ) -> list[dict]:
+  """Runs tests/multihost_worker.py MODE in NUM_PROCESSES processes.
+
+  With `also_one_process`, the same job also runs in one process over
+  NUM_PROCESSES forced devices, alongside; its result comes last.
+  """
   out = test.create_tempdir().full_path
   port = _free_port()
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
   env.pop('XLA_FLAGS', None)
+  commands = [(mode, i, out) for i in range(num_processes)]
+  if also_one_process:
+    os.makedirs(os.path.join(out, 'one'))
+    commands.append((f'{mode}_one_process', 0, os.path.join(out, 'one')))
   procs = [subprocess.Popen(
-      [sys.executable, '-m', 'tests.multihost_worker', mode, str(i),
-       str(num_processes), str(port), out],
+      [sys.executable, '-m', 'tests.multihost_worker', m, str(i),
+       str(num_processes), str(port), where],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-      text=True) for i in range(num_processes)]
+      text=True) for m, i, where in commands]
   logs = []
   try:
     for p in procs:
@@ -44,8 +53,8 @@ def run_job(test: absltest.TestCase, mode: str, num_processes: int = 2,
   for i, p in enumerate(procs):
     test.assertEqual(p.returncode, 0, f'process {i}:\n{logs[i][-3000:]}')
   results = []
-  for i in range(num_processes):
-    with open(os.path.join(out, f'process-{i}.json')) as f:
+  for _, i, where in commands:
+    with open(os.path.join(where, f'process-{i}.json')) as f:
       results.append(json.load(f))
   return results
 
@@ -97,6 +106,24 @@ class TwoProcessTest(absltest.TestCase):
       self.assertIn('step 2: sampler state differs between process 0',
                     p['drift_error'])
       self.assertIn('process 1', p['drift_error'])
+
+  def test_two_processes_train_and_resume_in_lockstep(self):
+    p0, p1, one = run_job(self, 'train', also_one_process=True)
+    steps = [s['step'] for s in p0['steps_seen']]
+    # Steps 1-2, then a resume from the checkpoint of step 2 to step 3.
+    self.assertEqual(steps, [1, 2, 3])
+    self.assertEqual((p0['resumed_from'], p1['resumed_from']), (2, 2))
+    self.assertTrue(all(s['loss'] is not None for s in p0['steps_seen']),
+                    p0['steps_seen'])  # every step updated the params
+    self.assertEqual(len({s['params'] for s in p0['steps_seen']}), 3)
+    # The same params and sampler state on both processes after every
+    # step, and the same as one process over as many devices.
+    self.assertEqual(p0['steps_seen'], p1['steps_seen'])
+    self.assertEqual(p0['steps_seen'], one['steps_seen'])
+    self.assertIn('mesh: data=2 fsdp=1 tensor=1 over 2 cpu devices',
+                  p0['log'])
+    self.assertIn('resumed from', '\n'.join(p0['log']))
+    self.assertEqual(p1['log'], [])  # only process 0 logs
 
 
 if __name__ == '__main__':

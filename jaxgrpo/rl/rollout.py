@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from jaxgrpo import multihost
+from jaxgrpo import scoring
 from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
@@ -210,16 +211,16 @@ class Rollout:
         names=[ex.id for ex in padded],
     )
     t0 = time.perf_counter()
-    # Every process sees every row (gathered across processes).
-    out = jax.tree.map(multihost.to_host,
-                       self.generator.generate(params, tokens, mask, rng))
+    generated = self.generator.generate(params, tokens, mask, rng)
+    # Every process holds every row (gathered across processes) to build
+    # the same batch.
+    out = jax.tree.map(multihost.to_host, generated)
     gen_s = time.perf_counter() - t0
     G = cfg.group_size
-    texts = [self.tokenizer.decode(row)
-             for row in out.tokens[:len(examples) * G]]
     repeated = [ex for ex in examples for _ in range(G)]
     t0 = time.perf_counter()
-    rewards, stats = self.scorer.score(texts, repeated)
+    rewards, stats = scoring.score_rows(
+        self.scorer, self.tokenizer.decode, generated.tokens, repeated)
     verify_s = time.perf_counter() - t0
     rewards_RG = rewards.reshape(len(examples), G)
     self.source.observe(examples, rewards_RG)

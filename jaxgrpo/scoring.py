@@ -1,0 +1,49 @@
+"""Scores generated rows, each process verifying only the rows it owns.
+
+Generation leaves its completions sharded over the batch devices. Every
+process needs every reward (the sampler's decisions and the batch are
+computed identically everywhere), but verifying is host work that should
+not be repeated on every host: each process decodes and verifies the rows
+it owns (`multihost.owned_rows`) and the rewards, zero elsewhere, are summed
+over processes. One process owns every row, at no extra cost.
+"""
+
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+from jaxgrpo import multihost
+from jaxgrpo.example import Example
+from jaxgrpo.verifiers import base
+from jaxgrpo.verifiers import pool as verifier_pool
+
+
+def score_rows(
+    scorer: verifier_pool.Scorer,
+    decode: Callable[[np.ndarray], str],
+    tokens: jax.Array | np.ndarray,
+    examples: Sequence[Example],
+) -> tuple[np.ndarray, base.ScoreStats]:
+  """Rewards [N] of the first N = len(examples) rows of `tokens` [>= N, T].
+
+  Row i answers examples[i]; rows past N (padding) are not scored. Returns
+  the same rewards and failure counts on every process.
+  """
+  n = len(examples)
+  if isinstance(tokens, jax.Array):
+    rows = multihost.owned_rows(tokens)
+    rows = rows[rows < n]
+    held = multihost.local_rows(tokens, rows)
+  else:  # host rows (stand-in generators): all here
+    rows, held = np.arange(n), np.asarray(tokens)[:n]
+  texts = [decode(row) for row in held]
+  part, stats = scorer.score(texts, [examples[i] for i in rows])
+  rewards = np.zeros(n, np.float32)
+  rewards[rows] = part
+  counts = np.array([stats.errors, stats.out_of_range, stats.timeouts],
+                    np.int64)
+  if jax.process_count() > 1:
+    rewards = multihost.sum_over_processes(rewards)
+    counts = multihost.sum_over_processes(counts)
+  return rewards, base.ScoreStats(*(int(c) for c in counts))
