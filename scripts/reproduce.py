@@ -26,6 +26,7 @@ variants differ only in the sampler.
 
   python scripts/reproduce.py efficiency --seeds 0,1,2 --out docs/results
   python scripts/reproduce.py all --smoke --out /tmp/repro    # a few steps each
+  python scripts/reproduce.py conflict --variants none,snooze3  # some variants
 """
 
 import argparse
@@ -53,6 +54,7 @@ def _base(steps: int, seed: int, smoke: bool):
   c.eval.every = max(1, steps // 6)
   c.checkpoint.every = 10_000  # the end and step 0 are always saved
   c.verify.workers = 0  # exact_match cannot hang; keep the runs lean
+  c.plots = False  # the experiment draws its own
   if smoke:
     common.shrink_for_runlocal(c)
     c.total_steps = steps
@@ -133,9 +135,16 @@ def _set(c, key: str, value) -> None:
 
 
 def run_experiment(experiment: str, *, seeds, steps: int, out: str,
-                   smoke: bool = False, log=print) -> dict:
-  """Runs every variant of `experiment` for each seed; returns the summary."""
+                   smoke: bool = False, only=None, log=print) -> dict:
+  """Runs the variants of `experiment` (all, or those named in `only`) for
+  each seed; returns the summary."""
   datasets, table = variants(experiment, smoke)
+  if only:
+    unknown = sorted(set(only) - set(table))
+    if unknown:
+      raise ValueError(f'--variants: {experiment} has no variant {unknown}; '
+                       f'it has {list(table)}')
+    table = {name: v for name, v in table.items() if name in only}
   root = os.path.join(out, experiment)
   runs = {}
   for seed in seeds:
@@ -290,14 +299,17 @@ def main():
   parser.add_argument('--out', default='docs/results')
   parser.add_argument('--smoke', action='store_true',
                       help='tiny sizes and a few steps (keeps this working)')
+  parser.add_argument('--variants', default='',
+                      help='comma-separated variant names (default: all)')
   args = parser.parse_args()
+  only = [v for v in args.variants.split(',') if v]
   seeds = [int(s) for s in args.seeds.split(',')]
   os.makedirs(args.out, exist_ok=True)
   for experiment in (EXPERIMENTS if args.experiment == 'all'
                      else (args.experiment,)):
     t0 = time.perf_counter()
     summary = run_experiment(experiment, seeds=seeds, steps=args.steps,
-                             out=args.out, smoke=args.smoke)
+                             out=args.out, smoke=args.smoke, only=only)
     print(f'{experiment} ({time.perf_counter() - t0:.0f}s):')
     for name, v in summary['variants'].items():
       m = v['mean']
