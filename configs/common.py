@@ -69,6 +69,7 @@ def base_config() -> ml_collections.ConfigDict:
   # PNG plots of metrics.jsonl in WORKDIR/plots when the run ends (needs
   # matplotlib; `jaxgrpo-plot WORKDIR` draws them any time).
   c.plots = True
+  c.tensorboard = True
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = 'demo'

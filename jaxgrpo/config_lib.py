@@ -533,6 +533,7 @@ class Config(_Section):
   total_steps: int
   log_every: int
   plots: bool
+  tensorboard: bool
   model: ModelSection
   data: DataSection
   rollout: RolloutSection

@@ -1,7 +1,7 @@
 """Held-out accuracy: mean@k of sampled completions, overall and per subset."""
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -26,6 +26,7 @@ def sample_rewards(
     max_prompt_len: int,
     truncate: bool = False,
     chunk_size: int = 64,
+    on_chunk: Callable[[int], None] | None = None,
 ) -> np.ndarray:
   """Rewards [E, k] of k = generator.num_samples completions per example.
 
@@ -34,7 +35,8 @@ def sample_rewards(
   is rounded up to a multiple of the batch devices, so rows shard evenly
   (the padding rows' completions are dropped). With `truncate`, prompts
   longer than `max_prompt_len` are cut as in rollouts; otherwise they raise
-  `PromptTooLongError`.
+  `PromptTooLongError`. `on_chunk` receives the number of examples each
+  chunk finished (a progress bar's `update`).
   """
   k = generator.num_samples
   out = np.zeros((len(examples), k), np.float32)
@@ -55,6 +57,8 @@ def sample_rewards(
         scorer, tokenizer.decode, completions.tokens,
         [ex for ex in chunk[:n] for _ in range(k)])
     out[start:start + n] = rewards.reshape(n, k)
+    if on_chunk is not None:
+      on_chunk(n)
   return out
 
 

@@ -10,6 +10,7 @@ import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 from ml_collections import config_flags
 
 import configs
@@ -23,6 +24,13 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Run directory; resumes from its latest checkpoint.')
+_PROGRESS = flags.DEFINE_enum(
+    'progress', 'auto', ['auto', 'on', 'off'],
+    'Progress bars with rate and time left (warm start, evaluation, '
+    'training); auto: when stderr is a terminal.')
+_QUIET = flags.DEFINE_bool(
+    'quiet', False, 'Show only what needs attention (a resume, skipped '
+    'updates, a stop signal) and the final summary; no progress bars.')
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -38,7 +46,10 @@ def _parse_flags(argv: list[str]) -> list[str]:
   except (AttributeError, KeyError) as e:  # an override of an unknown key
     bad = [a.split('=')[0].lstrip('-') for a in argv[1:]
            if a.startswith('--config.')]
-    hint = str(e).replace('\\n', ' ').strip('\'"')
+    hint = str(e)
+    if len(hint) > 1 and hint[0] == hint[-1] and hint[0] in '\'"':
+      hint = hint[1:-1]  # a KeyError's message comes quoted
+    hint = hint.replace('\\n', ' ').replace("\\'", "'")
     _fail(f'unknown config key among {bad}: {hint}')
   except Exception as e:  # pylint: disable=broad-except
     _fail(f'cannot load --config: {e}')
@@ -48,6 +59,10 @@ def _parse_flags(argv: list[str]) -> list[str]:
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f'unexpected arguments {argv[1:]}')
+  if not flags.FLAGS['verbosity'].present:
+    # Libraries' INFO records (orbax logs every save) would bury the run's
+    # own lines and bars; -v 0 (or --verbosity=0) shows them.
+    logging.set_verbosity(logging.WARNING)
   if not _WORKDIR.value:
     _fail('--workdir is required (checkpoints and metrics.jsonl go there)')
   try:
@@ -55,7 +70,9 @@ def main(argv: list[str]) -> None:
   except errors.ConfigError as e:
     _fail(str(e))
   try:
-    train.run(cfg, _WORKDIR.value)
+    progress = (_PROGRESS.value == 'on' or (
+        _PROGRESS.value == 'auto' and sys.stderr.isatty())) and not _QUIET.value
+    train.run(cfg, _WORKDIR.value, progress=progress, quiet=_QUIET.value)
   except errors.ConfigError as e:
     _fail(str(e))
   except errors.UserError as e:  # resume mismatch, NaN streak, disk full

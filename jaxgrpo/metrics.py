@@ -20,6 +20,8 @@ from clu import metrics as clu_metrics
 from etils import epath
 import numpy as np
 
+from jaxgrpo import tensorboard as tensorboard_lib
+
 METRICS = 'metrics.jsonl'
 
 CONSOLE_KEYS = (
@@ -53,12 +55,15 @@ class MetricsWriter:
   fresh start passes k = -1 and starts an empty file.
 
   `enabled=False` (processes other than 0 of a multi-process run) writes
-  nothing.
+  nothing. `tensorboard=True` also writes each step's scalars as TensorBoard
+  events in WORKDIR/tensorboard (rebuilt from the kept lines at start),
+  where clu's writer can be imported; `self.tensorboard` says whether it is.
   """
 
   def __init__(self, workdir: str, *, resume_step: int = -1,
-               enabled: bool = True):
+               enabled: bool = True, tensorboard: bool = False):
     self.enabled = enabled
+    self.tensorboard = None
     self.remote = epath.Path(workdir) / METRICS if is_remote(workdir) else None
     if self.remote is None:
       self.path = os.path.join(workdir, METRICS)
@@ -75,13 +80,16 @@ class MetricsWriter:
       text = self.remote.read_text() if self.remote.exists() else ''
       with open(self.path, 'w', encoding='utf-8') as f:
         f.write(text)
-    self._truncate_after(resume_step)
+    kept = self._truncate_after(resume_step)
     self._file = open(self.path, 'a', encoding='utf-8')
+    if tensorboard and tensorboard_lib.available():
+      self.tensorboard = tensorboard_lib.EventWriter(workdir, kept)
 
-  def _truncate_after(self, step: int) -> None:
+  def _truncate_after(self, step: int) -> list[dict]:
+    """Keeps the lines of steps <= `step`; returns their records."""
     if not os.path.exists(self.path):
-      return
-    kept = []
+      return []
+    kept, records = [], []
     with open(self.path, encoding='utf-8') as f:
       for line in f:
         try:
@@ -90,10 +98,12 @@ class MetricsWriter:
           continue  # a line cut short by a crash
         if record.get('step', 0) <= step:
           kept.append(json.dumps(record) + '\n')
+          records.append(record)
     tmp = self.path + '.tmp'
     with open(tmp, 'w', encoding='utf-8') as f:
       f.writelines(kept)
     os.replace(tmp, self.path)
+    return records
 
   def write(self, step: int, metrics: Mapping[str, object]) -> None:
     if self._file is None:
@@ -101,9 +111,14 @@ class MetricsWriter:
     record = {'step': step, **{k: _jsonable(v) for k, v in metrics.items()}}
     self._file.write(json.dumps(record) + '\n')
     self._file.flush()
+    if self.tensorboard is not None:
+      self.tensorboard.write(step, record)
 
   def sync(self) -> None:
-    """Copies the file to an object-store workdir (no-op for local ones)."""
+    """Copies the file to an object-store workdir (no-op for local ones)
+    and flushes the TensorBoard events."""
+    if self.tensorboard is not None:
+      self.tensorboard.flush()
     if self._file is not None and self.remote is not None:
       with open(self.path, encoding='utf-8') as f:
         self.remote.write_text(f.read())
@@ -113,6 +128,9 @@ class MetricsWriter:
       self.sync()
       self._file.close()
       self._file = None
+    if self.tensorboard is not None:
+      self.tensorboard.close()
+      self.tensorboard = None
 
 
 def read_metrics(workdir: str) -> list[dict]:

@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 import dataclasses
 import importlib
 import json
-import logging
 import os
 import sys
 
@@ -36,7 +35,6 @@ import numpy as np
 
 PROG = 'jaxgrpo-plot'
 PLOTS = 'plots'
-TENSORBOARD = 'tensorboard'
 INSTALL_PLOTS = "pip install 'jaxgrpo[plots]'"
 INSTALL_TENSORBOARD = "pip install 'jaxgrpo[tensorboard]'"
 
@@ -433,9 +431,9 @@ def plot_run(workdir: str, out: str | None = None, window: int = 20, *,
 def write_tensorboard(workdir: str) -> str | None:
   """Writes every scalar of metrics.jsonl as TensorBoard events.
 
-  The events go to WORKDIR/tensorboard, through
-  `clu.metric_writers.create_default_writer`; event files an earlier call
-  wrote there are replaced, so each step appears once.
+  The events go to WORKDIR/tensorboard through clu's writers
+  (`jaxgrpo.tensorboard`); event files there from before (an earlier call,
+  or the training run's own) are replaced, so each step appears once.
 
   Returns:
     The event directory, or None when clu's summary writer cannot be
@@ -444,35 +442,9 @@ def write_tensorboard(workdir: str) -> str | None:
   Raises:
     OSError: metrics.jsonl cannot be read or the directory written.
   """
-  try:
-    metric_writers = importlib.import_module('clu.metric_writers')
-  except ImportError:
-    return None
-  records = read_records(workdir)
-  logdir = os.path.join(workdir, TENSORBOARD)
-  os.makedirs(logdir, exist_ok=True)
-  for name in os.listdir(logdir):
-    if name.startswith('events.out.tfevents.'):
-      os.remove(os.path.join(logdir, name))
-  # The default writer also logs every scalar through absl at INFO: muted.
-  absl_logger = logging.getLogger('absl')
-  level = absl_logger.level
-  absl_logger.setLevel(logging.WARNING)
-  try:
-    writer = metric_writers.create_default_writer(
-        logdir, just_logging=False, asynchronous=False)
-    try:
-      for i, record in enumerate(records):
-        values = {k: _value(v) for k, v in record.items() if k != 'step'}
-        values = {k: v for k, v in values.items() if v is not None}
-        if values:
-          writer.write_scalars(int(record.get('step', i)), values)
-      writer.flush()
-    finally:
-      writer.close()
-  finally:
-    absl_logger.setLevel(level)
-  return logdir
+  # Imported here: it imports etils, which `--help` does not need.
+  from jaxgrpo import tensorboard  # pylint: disable=g-import-not-at-top
+  return tensorboard.write_all(workdir, read_records(workdir))
 
 
 # ---------------------------------------------------------------------------

@@ -28,6 +28,19 @@ class RunSummary:
   # end, filtered at the end)
   datasets: dict[str, tuple] = dataclasses.field(default_factory=dict)
   window: int = 1  # steps averaged for reward_first / reward_last
+  skipped_updates: int = 0
+  verify_errors: int = 0
+  verify_timeouts: int = 0
+  # Seconds summed over the steps of this run: whole steps, generation,
+  # verification and held-out evaluation.
+  step_seconds: float = 0.0
+  gen_seconds: float = 0.0
+  verify_seconds: float = 0.0
+  workdir: str | None = None
+
+
+def _sum_of(records: list[dict], key: str) -> float:
+  return float(sum(float(r[key]) for r in records if key in r))
 
 
 def _mean_of(records: list[dict], key: str) -> float | None:
@@ -46,6 +59,7 @@ def summarize(
     cum_groups_used: int,
     seconds: float,
     dataset_names: Sequence[str],
+    workdir: str | None = None,
 ) -> RunSummary:
   """Summarizes a run from its metrics records (first and last tenth)."""
   train_records = [r for r in records if 'reward/mean' in r]
@@ -76,6 +90,13 @@ def summarize(
           for name in dataset_names
       },
       window=window,
+      skipped_updates=int(_sum_of(train_records, 'train/skipped')),
+      verify_errors=int(_sum_of(train_records, 'verify/errors')),
+      verify_timeouts=int(_sum_of(train_records, 'verify/timeouts')),
+      step_seconds=_sum_of(train_records, 'perf/step_s'),
+      gen_seconds=_sum_of(train_records, 'perf/gen_s'),
+      verify_seconds=_sum_of(train_records, 'perf/verify_s'),
+      workdir=workdir,
   )
 
 
@@ -98,8 +119,17 @@ def format_summary(s: RunSummary) -> str:
       ('prompts generated', str(s.cum_prompts_generated)),
       ('groups used', str(s.cum_groups_used)),
       ('efficiency (used / generated)', fmt(efficiency)),
+      ('updates skipped (no informative group)', str(s.skipped_updates)),
+      ('verifier errors / timeouts (scored 0)',
+       f'{s.verify_errors} / {s.verify_timeouts}'),
       ('wall time', f'{s.seconds:.1f}s'),
   ]
+  if s.step_seconds > 0:
+    rest = max(0.0, s.step_seconds - s.gen_seconds - s.verify_seconds)
+    rows.append(('time in GRPO steps', (
+        f'{s.step_seconds:.1f}s: generation {s.gen_seconds / s.step_seconds:.0%}'
+        f', verifiers {s.verify_seconds / s.step_seconds:.0%}, update and '
+        f'sampler {rest / s.step_seconds:.0%}')))
   if len(s.datasets) > 1 or any(
       (v[3] or 0) + (v[4] or 0) for v in s.datasets.values()):
     for name, (start, end, share, snoozed, filtered) in s.datasets.items():
@@ -108,4 +138,6 @@ def format_summary(s: RunSummary) -> str:
           f'{fmt(start)} -> {fmt(end)}, {fmt(share)}'))
       rows.append((f'{name}: snoozed / filtered at the end',
                    f'{int(snoozed or 0)} / {int(filtered or 0)}'))
+  if s.workdir:
+    rows.append(('written to', f'{s.workdir}: metrics.jsonl, checkpoints/'))
   return metrics_lib.format_table(rows, 'run summary')

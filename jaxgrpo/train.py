@@ -13,6 +13,7 @@ import ml_collections
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
+from jaxgrpo import console as console_lib
 from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import metrics as metrics_lib
@@ -42,10 +43,6 @@ from jaxgrpo.typing import TrainBatch
 from jaxgrpo.verifiers import pool as verifier_pool
 
 Log = Callable[[str], None]
-
-
-def _print(line: str) -> None:
-  print(line, flush=True)
 
 
 def _check_workdir(workdir: str) -> None:
@@ -98,18 +95,24 @@ def run(
     config: ml_collections.ConfigDict | config_lib.Config,
     workdir: str,
     *,
-    log: Log = _print,
+    log: Log = console_lib.print_line,
     on_step: Callable[[StepInfo], None] | None = None,
+    progress: bool = False,
+    quiet: bool = False,
 ) -> summary_lib.RunSummary:
   """Trains per `config`, resuming from `workdir` when it holds a checkpoint.
 
   Args:
     config: the run's ConfigDict (validated here) or a validated Config.
     workdir: where checkpoints and `metrics.jsonl` go.
-    log: receives progress lines.
+    log: receives the lines the run shows.
     on_step: called after each step (and its checkpoint, when one is due)
       on every process, e.g. for custom logging or checks; an exception it
       raises ends the run.
+    progress: show progress bars with rate and time left (stderr) for the
+      warm start, evaluation and training steps.
+    quiet: show only what needs attention (a resume, skipped updates, a
+      stop signal) and the final summary.
 
   Returns:
     The run summary.
@@ -121,7 +124,8 @@ def run(
   )
   # Closes what the run starts (verifier worker processes) however it ends.
   with contextlib.ExitStack() as resources:
-    return _run(cfg, workdir, log, resources, on_step)
+    console = console_lib.Console(log, progress=progress, quiet=quiet)
+    return _run(cfg, workdir, console, resources, on_step)
 
 
 def _build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
@@ -234,6 +238,16 @@ def _check_memory(
         f'{ro.batch_size}, or raise rl.num_minibatches={rl.num_minibatches})')
 
 
+def _postfix(metrics: dict[str, float]) -> str:
+  """A step's headline numbers, for the progress bar."""
+  parts = []
+  for key, label in (('reward/mean', 'reward'), ('rollout/efficiency', 'eff'),
+                     ('eval/accuracy', 'eval')):
+    if key in metrics:
+      parts.append(f'{label} {metrics[key]:.3f}')
+  return ' '.join(parts)
+
+
 def _verifier_name(value) -> str:
   """A short name of a verifier config value, for log lines."""
   if isinstance(value, str):
@@ -250,7 +264,7 @@ def _verifier_name(value) -> str:
 def _run(
     cfg: config_lib.Config,
     workdir: str,
-    log: Log,
+    console: console_lib.Console,
     resources: contextlib.ExitStack,
     on_step: Callable[[StepInfo], None] | None = None,
 ) -> summary_lib.RunSummary:
@@ -259,9 +273,9 @@ def _run(
   d = cfg.distributed
   multihost.initialize(d.initialize, coordinator=d.coordinator,
                        num_processes=d.num_processes, process_id=d.process_id,
-                       log=log)
-  if not multihost.is_main():
-    log = lambda _: None  # pylint: disable=unnecessary-lambda-assignment
+                       log=console.info)
+  console.enabled = multihost.is_main()
+  log = console.info
   workdir = checkpoint_lib.absolute(workdir)
   _check_workdir(workdir)
   _enter_mesh(cfg, log, resources)
@@ -374,11 +388,14 @@ def _run(
   )
 
   def run_eval(params, step: int) -> dict[str, float]:
-    rewards = evaluate.sample_rewards(
-        eval_generator, params, tokenizer, eval_examples, scorer,
-        jax.random.fold_in(eval_rng, step), max_prompt_len=ro.max_prompt_len,
-        truncate=ro.long_prompts == 'truncate',
-    )
+    with console.bar(len(eval_examples), desc=f'eval (step {step})',
+                     unit='ex') as bar:
+      rewards = evaluate.sample_rewards(
+          eval_generator, params, tokenizer, eval_examples, scorer,
+          jax.random.fold_in(eval_rng, step),
+          max_prompt_len=ro.max_prompt_len,
+          truncate=ro.long_prompts == 'truncate', on_chunk=bar.update,
+      )
     return evaluate.accuracy_metrics(eval_examples, rewards)
 
   # Resume, or start (with the warm start) from scratch.
@@ -419,28 +436,37 @@ def _run(
         restored.data['source'],
         remap={name: (saved_ids.get(name), ids[name]) for name in changed})
     for name, counts in report.items():
-      log(f'dataset {name!r} changed: sampler state kept for '
+      console.notice(
+          f'dataset {name!r} changed: sampler state kept for '
           f'{counts["kept"]} examples by id, {counts["new"]} new, '
           f'{counts["removed"]} removed')
     rollout.set_state(restored.data['rollout'])
     meta = {**restored.meta, **meta}
-    log(f'resumed from {workdir} at step {latest}')
+    console.notice(f'resumed from {workdir} at step {latest}')
   else:
     if cfg.warmstart.enabled and cfg.warmstart.max_steps > 0:
       ws = cfg.warmstart
       log(f'warm start: supervised steps until the sampled pass rate reaches '
           f'{ws.target_pass_rate:.2f} (at most {ws.max_steps} steps)')
-      result = warmstart.warm_start(
-          graphdef, params, tokenizer=tokenizer,
-          train_examples=head_examples, check_generator=generator,
-          scorer=scorer, rng=warm_rng, max_steps=ws.max_steps,
-          batch_size=ws.batch_size, learning_rate=ws.learning_rate,
-          target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,
-          check_examples=ws.check_examples,
-          max_prompt_len=ro.max_prompt_len,
-          truncate_prompts=ro.long_prompts == 'truncate',
-          seq_len=ro.max_prompt_len + ro.max_new_tokens, progress=log,
-      )
+      with console.bar(ws.max_steps, desc='warm start', unit='step') as bar:
+
+        def on_warm_step(_, rate):
+          bar.update(1)
+          if rate is not None:
+            bar.set_postfix_str(f'pass rate {rate:.2f}')
+
+        result = warmstart.warm_start(
+            graphdef, params, tokenizer=tokenizer,
+            train_examples=head_examples, check_generator=generator,
+            scorer=scorer, rng=warm_rng, max_steps=ws.max_steps,
+            batch_size=ws.batch_size, learning_rate=ws.learning_rate,
+            target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,
+            check_examples=ws.check_examples,
+            max_prompt_len=ro.max_prompt_len,
+            truncate_prompts=ro.long_prompts == 'truncate',
+            seq_len=ro.max_prompt_len + ro.max_new_tokens, progress=log,
+            on_step=on_warm_step,
+        )
       params = result.params
       meta['warmstart'] = {'steps': result.steps,
                            'pass_rate': result.pass_rate,
@@ -453,7 +479,9 @@ def _run(
   # A fresh start drops lines a run killed before its first checkpoint left.
   writer = metrics_lib.MetricsWriter(
       workdir, resume_step=-1 if latest is None else latest,
-      enabled=multihost.is_main())
+      enabled=multihost.is_main(), tensorboard=cfg.tensorboard)
+  if writer.tensorboard is not None:
+    log(f'TensorBoard events: {writer.tensorboard.logdir}')
   start_step = latest or 0
   if latest is None:
     first = run_eval(state.params, 0)
@@ -484,10 +512,11 @@ def _run(
       metrics['train/skipped'] = 1.0
       rounds = int(metrics.get('rollout/rounds', ro.max_rounds))
       if rounds:
-        log(f'step {step}: no informative group in {rounds} rounds; '
-            'update skipped')
+        console.notice(f'step {step}: no informative group in {rounds} '
+                       'rounds; update skipped')
       else:
-        log(f'step {step}: no dataset had a prompt to offer (every stratum '
+        console.notice(
+            f'step {step}: no dataset had a prompt to offer (every stratum '
             'postponed by the curriculum, or every example filtered); '
             'update skipped')
     metrics['perf/step_s'] = time.perf_counter() - t0
@@ -497,11 +526,13 @@ def _run(
     return metrics
 
   nonfinite_run, stopped_by, step = 0, None, start_step
-  last_save = time.monotonic()
-  with preemption.StopRequest() as stop:
+  last_save = loop_start = time.monotonic()
+  with preemption.StopRequest() as stop, console.bar(
+      cfg.total_steps, initial=start_step, desc='GRPO', unit='step') as bar:
     for step in range(start_step + 1, cfg.total_steps + 1):
       metrics = _train_one_step(step)
-      nonfinite_run = nonfinite_run + 1 if metrics.get('train/nonfinite') else 0
+      nonfinite_run = (nonfinite_run + 1 if metrics.get('train/nonfinite')
+                       else 0)
       every = cfg.distributed.check_every
       if every and jax.process_count() > 1 and step % every == 0:
         # Host drift (different files or code on one host) stops the run.
@@ -511,10 +542,16 @@ def _run(
             what='sampler state', step=step)
       writer.write(step, metrics)
       window.add(metrics)
+      bar.update(1)
+      bar.set_postfix_str(_postfix(metrics), refresh=False)
       if step % cfg.log_every == 0 or step == cfg.total_steps:
         line = window.line(step, cfg.total_steps, metrics)
         if 'eval/accuracy' in metrics:
           line += f'  eval {metrics["eval/accuracy"]:.3f}'
+        if step < cfg.total_steps:
+          per_step = (time.monotonic() - loop_start) / (step - start_step)
+          line += ('  eta ' + console_lib.format_seconds(
+              per_step * (cfg.total_steps - step)))
         log(line)
       minutes = (time.monotonic() - last_save) / 60
       if (ckpt.should_save(step) or step == cfg.total_steps
@@ -528,14 +565,15 @@ def _run(
         ckpt.close()
         writer.close()
         raise errors.TrainingError(
-            f'step {step}: NaN/inf loss or gradients in {nonfinite_run} steps '
-            'in a row (those updates were skipped, so the params are the '
+            f'step {step}: NaN/inf loss or gradients in {nonfinite_run} '
+            'steps in a row (those updates were skipped, so the params are the '
             f'last good ones, saved in {ckpt.directory}); lower '
             'optim.learning_rate or check the rewards, then resume')
       if stop.signal is not None:
         stopped_by = stop.signal
-        log(f'{stop.signal} received: saved the checkpoint of step {step} in '
-            f'{ckpt.directory} and stopped; run the same command to resume')
+        console.notice(
+            f'{stop.signal} received: saved the checkpoint of step {step} '
+            f'in {ckpt.directory} and stopped; run the same command to resume')
         break
   ckpt.close()
   writer.close()
@@ -548,8 +586,8 @@ def _run(
       cum_prompts_generated=rollout.cum_prompts_generated,
       cum_groups_used=rollout.cum_groups_used,
       seconds=time.perf_counter() - t_start,
-      dataset_names=[d.name for d in cfg.data.datasets])
-  log(summary_lib.format_summary(summary))
+      dataset_names=[d.name for d in cfg.data.datasets], workdir=workdir)
+  console.notice(summary_lib.format_summary(summary))
   if cfg.plots and multihost.is_main():
     written = plot_lib.plot_run(workdir, log=lambda _: None)
     if written:

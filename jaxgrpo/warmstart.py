@@ -132,6 +132,7 @@ def warm_start(
     seq_len: int,
     truncate_prompts: bool = False,
     progress: Callable[[str], None] = logging.info,
+    on_step: Callable[[int, float | None], None] | None = None,
 ) -> WarmStartResult:
   """Trains with teacher forcing until the sampled pass rate hits the target.
 
@@ -155,6 +156,8 @@ def warm_start(
     truncate_prompts: cut prompts longer than `max_prompt_len` as rollouts
       do with rollout.long_prompts='truncate' (otherwise they raise).
     progress: receives one line per check.
+    on_step: called after each step with the step and the pass rate just
+      measured (None between checks), e.g. to advance a progress bar.
 
   Returns:
     The warm-started params, steps taken, the last measured pass rate, the
@@ -204,10 +207,13 @@ def warm_start(
         params, opt_state, *batch, graphdef=graphdef, optimizer=optimizer
     )
     step += 1
-    if step % check_every == 0 or step == max_steps:
+    checked = step % check_every == 0 or step == max_steps
+    if checked:
       pass_rate = check(step)
-      if pass_rate >= target_pass_rate:
-        break
+    if on_step is not None:
+      on_step(step, pass_rate if checked else None)
+    if checked and pass_rate >= target_pass_rate:
+      break
   return WarmStartResult(
       params=params, steps=step, pass_rate=pass_rate,
       seconds=time.perf_counter() - start, history=tuple(history),

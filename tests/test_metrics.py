@@ -1,10 +1,15 @@
-"""Tests for the metrics record and console lines."""
+"""Tests for the metrics record, TensorBoard events and console lines."""
 
+import importlib.util
 import os
+import sys
+import types
+from unittest import mock
 
 from absl.testing import absltest
 
 from jaxgrpo import metrics as metrics_lib
+from jaxgrpo import tensorboard
 
 
 class MetricsWriterTest(absltest.TestCase):
@@ -26,6 +31,97 @@ class MetricsWriterTest(absltest.TestCase):
     self.assertEqual(records[0]['x'], 'nan')
     metrics_lib.MetricsWriter(workdir, resume_step=-1).close()
     self.assertEqual(metrics_lib.read_metrics(workdir), [])
+
+
+class _RecordingWriter:
+  """clu's default writer where tensorflow is absent: records its calls."""
+
+  def __init__(self, logdir, **kwargs):
+    self.logdir, self.kwargs = logdir, kwargs
+    self.scalars, self.flushes, self.closed = [], 0, False
+
+  def write_scalars(self, step, scalars):
+    self.scalars.append((step, dict(scalars)))
+
+  def flush(self):
+    self.flushes += 1
+
+  def close(self):
+    self.closed = True
+
+
+class TensorBoardWhileTrainingTest(absltest.TestCase):
+
+  def _resumed_run(self, workdir):
+    """Steps 0-3, then a resume from step 1 that writes step 2 again."""
+    writer = metrics_lib.MetricsWriter(workdir, tensorboard=True)
+    for step in range(4):
+      writer.write(step, {'reward/mean': step / 10, 'eval/accuracy': 0.5,
+                          'data/note': 'text', 'train/loss': float('nan')})
+    writer.sync()
+    writer.close()
+    writer = metrics_lib.MetricsWriter(workdir, resume_step=1,
+                                       tensorboard=True)
+    writer.write(2, {'reward/mean': 0.9})
+    writer.close()
+
+  def test_each_step_once_across_a_resume(self):
+    workdir = self.create_tempdir().full_path
+    logdir = os.path.join(workdir, 'tensorboard')
+    os.makedirs(logdir)
+    stale = os.path.join(logdir, 'events.out.tfevents.1.host')
+    open(stale, 'w').close()
+    writers = []
+
+    def create_default_writer(logdir, **kwargs):
+      writers.append(_RecordingWriter(logdir, **kwargs))
+      return writers[-1]
+
+    fake = types.ModuleType('clu.metric_writers')
+    fake.create_default_writer = create_default_writer
+    with mock.patch.dict(sys.modules, {'clu.metric_writers': fake}):
+      self._resumed_run(workdir)
+    first, resumed = writers
+    self.assertEqual(first.logdir, logdir)
+    self.assertFalse(first.kwargs['just_logging'])
+    self.assertFalse(os.path.exists(stale))
+    self.assertEqual([s for s, _ in first.scalars], [0, 1, 2, 3])
+    self.assertEqual(set(first.scalars[0][1]),
+                     {'reward/mean', 'eval/accuracy', 'train/loss'})
+    self.assertGreater(first.flushes, 1)  # flushed with the checkpoint
+    # The resumed run rebuilds the kept steps, then writes live.
+    self.assertEqual([s for s, _ in resumed.scalars], [0, 1, 2])
+    self.assertEqual(resumed.scalars[2][1], {'reward/mean': 0.9})
+    self.assertTrue(first.closed and resumed.closed)
+
+  def test_without_tensorflow_only_the_metrics_file(self):
+    workdir = self.create_tempdir().full_path
+    with mock.patch.dict(sys.modules, {'clu.metric_writers': None}):
+      self.assertFalse(tensorboard.available())
+      writer = metrics_lib.MetricsWriter(workdir, tensorboard=True)
+      writer.write(0, {'reward/mean': 0.1})
+      writer.close()
+    self.assertIsNone(writer.tensorboard)
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'tensorboard')))
+    self.assertLen(metrics_lib.read_metrics(workdir), 1)
+
+  def test_real_event_files(self):
+    if importlib.util.find_spec('tensorflow') is None:
+      self.skipTest("tensorflow is not installed (pip install "
+                    "'jaxgrpo[tensorboard]')")
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    workdir = self.create_tempdir().full_path
+    self._resumed_run(workdir)
+    logdir = os.path.join(workdir, 'tensorboard')
+    (events,) = [os.path.join(logdir, f) for f in os.listdir(logdir)]
+    steps, values = {}, {}
+    for event in tf.compat.v1.train.summary_iterator(events):
+      for value in event.summary.value:
+        steps.setdefault(value.tag, []).append(event.step)
+        values[(value.tag, event.step)] = tf.make_ndarray(value.tensor)
+    self.assertEqual(steps['reward/mean'], [0, 1, 2])
+    self.assertAlmostEqual(float(values[('reward/mean', 2)]), 0.9, places=6)
+    self.assertEqual(steps['eval/accuracy'], [0, 1])
 
 
 class ConsoleTest(absltest.TestCase):

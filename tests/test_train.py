@@ -1,9 +1,11 @@
 """End-to-end runs of the training loop and the command line (tiny sizes)."""
 
 import importlib.util
+import io
 import os
 import subprocess
 import sys
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -39,8 +41,13 @@ class TrainTest(absltest.TestCase):
 
   def test_trains_writes_metrics_and_resumes(self):
     workdir = self.create_tempdir().full_path
-    summary = train.run(_config(), workdir, log=lambda _: None)
+    lines = []
+    summary = train.run(_config(), workdir, log=lines.append)
     self.assertEqual(summary.steps, 2)
+    step_lines = [line for line in lines if line.startswith('step 1/2')]
+    self.assertLen(step_lines, 1, lines)
+    self.assertRegex(step_lines[0], r'reward \d\.\d{3} .* eta \d+s$')
+    self.assertTrue(any(line.startswith('run summary') for line in lines))
     records = metrics_lib.read_metrics(workdir)
     self.assertEqual([r['step'] for r in records], [0, 1, 2])
     trained = [r for r in records[1:] if 'train/loss' in r]
@@ -60,8 +67,19 @@ class TrainTest(absltest.TestCase):
     self.assertIn('eval/accuracy/arithmetic/1d', records[-1])
 
     # Running again with more steps resumes at step 2: every step once.
-    summary = train.run(_config(total_steps=4), workdir, log=lambda _: None)
+    # Quiet, with progress bars (on stderr): only what needs attention and
+    # the summary reach the log.
+    lines, stderr = [], io.StringIO()
+    with mock.patch.object(sys, 'stderr', stderr):
+      summary = train.run(_config(total_steps=4), workdir, log=lines.append,
+                          progress=True, quiet=True)
     self.assertEqual(summary.resumed_from, 2)
+    self.assertEqual(lines[0], f'resumed from {workdir} at step 2')
+    self.assertStartsWith(lines[-1], 'run summary')
+    self.assertFalse([line for line in lines if line.startswith('step 3/')])
+    bars = stderr.getvalue()
+    self.assertIn('GRPO', bars)
+    self.assertRegex(bars, r'[34]/4 \[[\d:]+<[\d:]+, +[\d.]+(s/step|step/s)')
     records = metrics_lib.read_metrics(workdir)
     self.assertEqual([r['step'] for r in records], [0, 1, 2, 3, 4])
     self.assertEqual(records[-1]['rollout/cum_prompts_generated'],

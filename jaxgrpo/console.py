@@ -1,0 +1,107 @@
+"""What a run shows on the console: progress bars, log lines, quiet mode.
+
+A run talks through one `Console`:
+
+  * `info` lines say what is happening (the mesh, memory, averaged step
+    lines); quiet mode drops them.
+  * `notice` lines need the user's attention (a resume, a skipped update, a
+    stop signal, the final summary); they are always shown.
+  * `bar` is a tqdm progress bar with rate and time left (training steps,
+    warm-start steps, evaluation examples); while one is open, lines are
+    written above it instead of through it. Bars are off unless asked for
+    (`progress=True`; the command line turns them on on a terminal).
+
+Processes other than 0 of a multi-process run show nothing.
+"""
+
+from collections.abc import Callable, Iterator
+import contextlib
+import sys
+from typing import Any
+
+import tqdm
+
+Log = Callable[[str], None]
+
+
+def print_line(line: str) -> None:
+  print(line, flush=True)
+
+
+def format_seconds(seconds: float) -> str:
+  """E.g. '45s', '12m05s', '3h02m'."""
+  seconds = max(0, int(round(seconds)))
+  if seconds < 60:
+    return f'{seconds}s'
+  minutes, seconds = divmod(seconds, 60)
+  if minutes < 60:
+    return f'{minutes}m{seconds:02d}s'
+  hours, minutes = divmod(minutes, 60)
+  return f'{hours}h{minutes:02d}m'
+
+
+class _NoBar:
+  """Stands in for a bar when bars are off."""
+
+  n = 0
+
+  def update(self, n: int = 1) -> None:
+    self.n += n
+
+  def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+    del text, refresh
+
+
+class Console:
+  """Routes a run's lines and bars (see the module docstring).
+
+  Args:
+    log: receives every shown line (print by default).
+    progress: show progress bars (on stderr).
+    quiet: drop `info` lines; show only notices.
+    enabled: False shows nothing (processes other than 0).
+  """
+
+  def __init__(self, log: Log = print_line, *, progress: bool = False,
+               quiet: bool = False, enabled: bool = True):
+    self._log = log
+    self.progress = progress and enabled
+    self.quiet = quiet
+    self.enabled = enabled
+    self._bars: list[Any] = []
+
+  def _emit(self, line: str) -> None:
+    if not self.enabled:
+      return
+    if self._bars and self._log is print_line:
+      tqdm.tqdm.write(line, file=sys.stdout)  # above the bars, not through
+    else:
+      self._log(line)
+
+  def info(self, line: str) -> None:
+    if not self.quiet:
+      self._emit(line)
+
+  def notice(self, line: str) -> None:
+    self._emit(line)
+
+  @contextlib.contextmanager
+  def bar(self, total: int, *, desc: str, unit: str,
+          initial: int = 0) -> Iterator[Any]:
+    """A progress bar (a stand-in with the same methods when bars are off).
+
+    A bar opened while another is open (evaluation during training) shows
+    below it until it closes.
+    """
+    if not self.progress:
+      yield _NoBar()
+      return
+    bar = tqdm.tqdm(total=total, initial=initial, desc=desc, unit=unit,
+                    dynamic_ncols=True, leave=False, file=sys.stderr,
+                    position=len(self._bars))
+    self._bars.append(bar)
+    try:
+      yield bar
+    finally:
+      self._bars.remove(bar)
+      bar.close()

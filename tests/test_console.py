@@ -1,0 +1,65 @@
+"""Tests for the console: quiet mode, progress bars, time formatting."""
+
+import io
+import sys
+from unittest import mock
+
+from absl.testing import absltest
+
+from jaxgrpo import console as console_lib
+
+
+class ConsoleTest(absltest.TestCase):
+
+  def test_quiet_keeps_only_notices(self):
+    lines = []
+    console = console_lib.Console(lines.append, quiet=True)
+    console.info('mesh: ...')
+    console.notice('resumed from /w at step 2')
+    self.assertEqual(lines, ['resumed from /w at step 2'])
+
+  def test_other_processes_show_nothing(self):
+    lines = []
+    console = console_lib.Console(lines.append, progress=True, enabled=False)
+    console.info('a')
+    console.notice('b')
+    with console.bar(3, desc='x', unit='step') as bar:
+      bar.update(3)
+    self.assertEqual(lines, [])
+
+  def test_bar_shows_rate_and_time_left_and_lines_go_above_it(self):
+    stderr, stdout = io.StringIO(), io.StringIO()
+    with mock.patch.object(sys, 'stderr', stderr), \
+        mock.patch.object(sys, 'stdout', stdout):
+      console = console_lib.Console(progress=True)
+      with console.bar(4, desc='GRPO', unit='step', initial=1) as bar:
+        for _ in range(3):
+          bar.update(1)
+          bar.set_postfix_str('reward 0.500')
+          bar.refresh()
+        console.info('step 4/4  reward 0.500')
+    self.assertIn('GRPO', stderr.getvalue())
+    self.assertRegex(stderr.getvalue(),
+                     r'\d/4 \[[\d:]+<[\d:]+, +[\d.]+(s/step|step/s), '
+                     r'reward 0.500\]')
+    self.assertIn('step 4/4  reward 0.500', stdout.getvalue())
+
+  def test_without_bars_nothing_reaches_stderr(self):
+    stderr, lines = io.StringIO(), []
+    with mock.patch.object(sys, 'stderr', stderr):
+      console = console_lib.Console(lines.append)
+      with console.bar(2, desc='eval', unit='ex') as bar:
+        bar.update(2)
+        console.info('done')
+    self.assertEqual(stderr.getvalue(), '')
+    self.assertEqual(lines, ['done'])
+    self.assertEqual(bar.n, 2)
+
+  def test_format_seconds(self):
+    for seconds, text in ((0.4, '0s'), (45, '45s'), (725, '12m05s'),
+                          (3 * 3600 + 125, '3h02m')):
+      self.assertEqual(console_lib.format_seconds(seconds), text)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,71 @@
+"""Tests for the end-of-run summary table."""
+
+from absl.testing import absltest
+
+from jaxgrpo import summary as summary_lib
+
+
+def _records():
+  records = [{'step': 0, 'eval/accuracy': 0.25, 'eval/accuracy/a': 0.2,
+              'eval/accuracy/b': 0.3}]
+  for step in range(1, 11):
+    records.append({
+        'step': step, 'reward/mean': step / 20,
+        'rollout/efficiency': 0.5, 'data/batch_share/a': 0.25,
+        'data/batch_share/b': 0.75, 'data/snoozed/a': step,
+        'data/filtered/a': 0, 'verify/errors': 1 if step == 3 else 0,
+        'verify/timeouts': 2 if step == 4 else 0,
+        'perf/step_s': 2.0, 'perf/gen_s': 1.0, 'perf/verify_s': 0.5,
+        **({'train/skipped': 1.0} if step in (5, 6) else {}),
+    })
+  records[-1].update({'eval/accuracy': 0.5, 'eval/accuracy/a': 0.4,
+                      'eval/accuracy/b': 0.6})
+  return records
+
+
+class SummaryTest(absltest.TestCase):
+
+  def test_table_rows(self):
+    s = summary_lib.summarize(
+        _records(), steps=10, resumed_from=None, stopped_by=None,
+        warmstart={'steps': 40, 'pass_rate': 0.31},
+        cum_prompts_generated=200, cum_groups_used=80, seconds=31.0,
+        dataset_names=['a', 'b'], workdir='/runs/x')
+    self.assertEqual((s.skipped_updates, s.verify_errors, s.verify_timeouts),
+                     (2, 1, 2))
+    self.assertEqual((s.step_seconds, s.gen_seconds, s.verify_seconds),
+                     (20.0, 10.0, 5.0))
+    table = summary_lib.format_summary(s)
+    rows = dict(line.split('  ', 1) for line in table.splitlines()[2:])
+    rows = {k.strip(): v.strip() for k, v in rows.items()}
+    self.assertEqual(table.splitlines()[0], 'run summary')
+    self.assertEqual(rows['steps'], '10')
+    self.assertEqual(rows['warm start steps'], '40')
+    self.assertEqual(rows['held-out accuracy'], '0.250 -> 0.500')
+    # First and last tenth of the steps (1 step each).
+    self.assertEqual(rows['sampled reward (first/last 1 steps)'],
+                     '0.050 -> 0.500')
+    self.assertEqual(rows['efficiency (used / generated)'], '0.400')
+    self.assertEqual(rows['updates skipped (no informative group)'], '2')
+    self.assertEqual(rows['verifier errors / timeouts (scored 0)'], '1 / 2')
+    self.assertEqual(rows['time in GRPO steps'],
+                     '20.0s: generation 50%, verifiers 25%, update and '
+                     'sampler 25%')
+    self.assertEqual(rows['a: accuracy, batch share'], '0.200 -> 0.400, 0.250')
+    self.assertEqual(rows['a: snoozed / filtered at the end'], '10 / 0')
+    self.assertEqual(rows['b: accuracy, batch share'], '0.300 -> 0.600, 0.750')
+    self.assertEqual(rows['written to'], '/runs/x: metrics.jsonl, checkpoints/')
+
+  def test_resumed_and_stopped_runs_say_so(self):
+    s = summary_lib.summarize(
+        [], steps=7, resumed_from=5, stopped_by='SIGTERM', warmstart={},
+        cum_prompts_generated=0, cum_groups_used=0, seconds=1.0,
+        dataset_names=['a'])
+    table = summary_lib.format_summary(s)
+    self.assertIn('7 (resumed at 5) (stopped by SIGTERM)', table)
+    self.assertIn('held-out accuracy                       - -> -', table)
+    self.assertNotIn('time in GRPO steps', table)
+
+
+if __name__ == '__main__':
+  absltest.main()
