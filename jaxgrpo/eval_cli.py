@@ -37,6 +37,7 @@ import sys
 import time
 from typing import Any, TYPE_CHECKING
 
+from jaxgrpo import cli
 from jaxgrpo import errors
 from jaxgrpo.example import Example
 
@@ -58,10 +59,6 @@ SPLITS = ('eval', 'train')
 METRICS = ('pass@1', 'mean@k', 'pass@k')
 
 Log = Callable[[str], None]
-
-
-def _print(line: str) -> None:
-  print(line, flush=True)
 
 
 def evaluate_policy(
@@ -156,7 +153,7 @@ def evaluate_checkpoints(
     seed: int | None = None,
     batch: int = 64,
     progress: bool = True,
-    log: Log = _print,
+    log: Log = cli.print_line,
 ) -> dict[str, Any]:
   """Evaluates each checkpoint on the config's datasets (module docstring).
 
@@ -193,7 +190,7 @@ def evaluate_checkpoints(
   import tqdm
   from jaxgrpo import config_lib
   from jaxgrpo import policy as policy_lib
-  from jaxgrpo import train
+  from jaxgrpo import build
   from jaxgrpo.data import loading
   from jaxgrpo.generate import sampling as sampling_lib
   from jaxgrpo.stratify import runner
@@ -219,7 +216,7 @@ def evaluate_checkpoints(
   }
   key = jax.random.key(seed)
   # pylint: disable-next=protected-access
-  with train._build_scorer(cfg) as scorer:
+  with build.build_scorer(cfg) as scorer:
     for spec, name in zip(specs, names):
       t0 = time.perf_counter()
       policy = policy_lib.load(name, cfg, log=log)
@@ -287,18 +284,8 @@ def format_table(result: dict[str, Any]) -> list[str]:
 # Command line.
 
 
-class _UsageError(Exception):
-  """A mistake on the command line."""
-
-
-class _Parser(argparse.ArgumentParser):
-
-  def error(self, message: str):
-    raise _UsageError(f'{message} (see --help)')
-
-
 def _parser() -> argparse.ArgumentParser:
-  parser = _Parser(prog=PROG, description=__doc__.split('\n')[0],
+  parser = cli.Parser(prog=PROG, description=__doc__.split('\n')[0],
                    epilog='Overrides: --config.KEY=VALUE (any config key).')
   parser.add_argument('--config', required=True,
                       help='config file (`path.py` or `path.py:args`); '
@@ -330,11 +317,6 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _fail(message: str, code: int) -> int:
-  print(f'{PROG}: error: {message}', file=sys.stderr, flush=True)
-  return code
-
-
 def _write_json(path: str, result: dict[str, Any]) -> None:
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
@@ -347,19 +329,12 @@ def _write_json(path: str, result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
   """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
-  # pylint: disable=g-import-not-at-top
-  from jaxgrpo.stratify import cli as stratify_cli
-  # pylint: enable=g-import-not-at-top
   argv = sys.argv[1:] if argv is None else list(argv)
-  try:
+
+  def body() -> int:
     args, extra = _parser().parse_known_args(argv)
-    # pylint: disable=protected-access
-    try:
-      overrides = stratify_cli._config_overrides(extra)
-      config = stratify_cli.load_config(args.config, overrides)
-    except stratify_cli._UsageError as e:
-      raise _UsageError(str(e)) from None
-    # pylint: enable=protected-access
+    overrides = cli.config_overrides(extra)
+    config = cli.load_config(PROG, args.config, overrides)
     # pylint: disable=g-import-not-at-top
     from jaxgrpo import config_lib
     from jaxgrpo import policy as policy_lib
@@ -373,9 +348,9 @@ def main(argv: list[str] | None = None) -> int:
           cfg, args.checkpoint, datasets=datasets, k=args.k,
           temperature=args.temperature, split=args.split, limit=args.limit,
           seed=args.seed, batch=args.batch, progress=not args.quiet,
-          log=(lambda _: None) if args.quiet else _print)
+          log=(lambda _: None) if args.quiet else cli.print_line)
     except policy_lib.PolicyError as e:
-      raise _UsageError(str(e)) from None
+      raise cli.UsageError(str(e)) from None
     result['config'] = ' '.join([args.config, *overrides])
     for line in format_table(result):
       print(line, flush=True)
@@ -383,14 +358,8 @@ def main(argv: list[str] | None = None) -> int:
       _write_json(args.json, result)
       print(f'wrote {args.json}', flush=True)
     return 0
-  except (_UsageError, errors.ConfigError) as e:
-    return _fail(str(e), 2)
-  except errors.UserError as e:
-    return _fail(str(e), 1)
-  except OSError as e:
-    return _fail(str(e), 1)
-  except KeyboardInterrupt:
-    return _fail('interrupted', 130)
+
+  return cli.run_main(PROG, body)
 
 
 if __name__ == '__main__':

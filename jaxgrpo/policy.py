@@ -208,14 +208,14 @@ def _init(cfg: config_lib.Config, log: Log) -> Policy:
 def _load_pretrained(spec: str, path: str, cfg: config_lib.Config, log: Log,
                      *, name: str) -> Policy:
   """A pretrained model with its tokenizer set up per cfg.model."""
-  # Imported here: train imports most of the project, which a policy
-  # loaded from a workdir or preset does not need.
-  from jaxgrpo import train  # pylint: disable=g-import-not-at-top
+  # Imported here: build imports the model loaders and verifiers, which a
+  # policy loaded from a workdir or preset does not need.
+  from jaxgrpo import build  # pylint: disable=g-import-not-at-top
   model = cfg.model
   if model.tokenizer in ('char', 'byte'):  # The model's own is needed.
     model = dataclasses.replace(model, tokenizer='auto')
   try:
-    loaded = train._load_pretrained(  # pylint: disable=protected-access
+    loaded = build.load_pretrained(
         dataclasses.replace(cfg, model=dataclasses.replace(model, path=path)),
         log)
   except (errors.UserError, ValueError, OSError) as e:

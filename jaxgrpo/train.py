@@ -3,14 +3,13 @@
 from collections.abc import Callable
 import contextlib
 import dataclasses
-import importlib
 import os
 import time
 
-from etils import epath
 import jax
 import ml_collections
 
+from jaxgrpo import build
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
 from jaxgrpo import console as console_lib
@@ -25,7 +24,6 @@ from jaxgrpo import sharding
 from jaxgrpo import summary as summary_lib
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
-from jaxgrpo import verifiers
 from jaxgrpo import warmstart
 from jaxgrpo.data import curriculum as curriculum_lib
 from jaxgrpo.data import loading
@@ -37,25 +35,9 @@ from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
-from jaxgrpo.model import pretrained
 from jaxgrpo.rl import rollout as rollout_lib
-from jaxgrpo.typing import TrainBatch
-from jaxgrpo.verifiers import pool as verifier_pool
 
 Log = Callable[[str], None]
-
-
-def _check_workdir(workdir: str) -> None:
-  """Fails early, in one line, when the workdir cannot be written."""
-  probe = epath.Path(workdir) / f'.jaxgrpo-write-test-{jax.process_index()}'
-  try:
-    probe.parent.mkdir(parents=True, exist_ok=True)
-    probe.write_text('ok')
-    probe.unlink()
-  except OSError as e:
-    raise errors.ConfigError(
-        f'--workdir {workdir}: cannot write there ({e.strerror or e})'
-    ) from None
 
 
 def _save(ckpt, step, state, source, rollout, meta, ids=None,
@@ -128,116 +110,6 @@ def run(
     return _run(cfg, workdir, console, resources, on_step)
 
 
-def _build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
-  """Each dataset's verifier, scored per cfg.verify; errors name the key."""
-  for i, module in enumerate(cfg.verify.imports):
-    try:
-      importlib.import_module(module)
-    except ImportError as e:
-      raise errors.ConfigError(
-          f'verify.imports[{i}]={module!r}: cannot import it ({e})') from None
-  built, names = {}, {}
-  for i, entry in enumerate(cfg.data.datasets):
-    key = f'data.datasets[{i}].verifier'
-    try:
-      built[entry.name] = verifiers.from_config(entry.verifier, key)
-    except ValueError as e:
-      raise errors.ConfigError(str(e)) from None
-    names[entry.name] = _verifier_name(entry.verifier)
-  try:
-    return verifier_pool.Scorer(
-        built, workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s,
-        imports=cfg.verify.imports, names=names)
-  except ValueError as e:
-    raise errors.ConfigError(f'verify.workers={cfg.verify.workers}: {e}') from None
-
-
-def _load_pretrained(cfg: config_lib.Config, log: Log):
-  """The model at model.path with its tokenizer, set up per cfg.model."""
-  if cfg.model.tokenizer in ('char', 'byte'):
-    raise errors.ConfigError(
-        f'model.tokenizer={cfg.model.tokenizer!r} does not fit the pretrained '
-        f'model.path={cfg.model.path!r}; use \'auto\' (its own tokenizer)')
-  t0 = time.perf_counter()
-  model = pretrained.load(cfg.model.path, dtype=cfg.model.dtype,
-                          param_dtype=cfg.model.param_dtype)
-  try:
-    tokenizer = model.tokenizer.with_prompts(
-        chat=cfg.model.chat_template, system=cfg.model.system_prompt)
-  except ValueError as e:
-    raise errors.ConfigError(str(e)) from None
-  log(f'loaded {model.source}: {model.cfg.num_layers} layers, '
-      f'{model_config.param_count(model.cfg) / 1e6:.1f}M params, vocab '
-      f'{model.cfg.vocab_size}, in {time.perf_counter() - t0:.1f}s')
-  return dataclasses.replace(model, tokenizer=tokenizer)
-
-
-def _enter_mesh(
-    cfg: config_lib.Config, log: Log, resources: contextlib.ExitStack
-) -> None:
-  """Builds cfg.mesh over every device and activates it for the run.
-
-  One device gets a 1-device mesh: the same code path, at no measurable
-  cost.
-  """
-  devices = jax.devices()
-  shape = config_lib.mesh_shape(cfg, len(devices))
-  resources.enter_context(sharding.use_mesh(
-      sharding.make_mesh(*shape, devices=devices),
-      sharding.merge_rules(cfg.mesh.rules)))
-  if len(devices) > 1:
-    log(f'mesh: data={shape[0]} fsdp={shape[1]} tensor={shape[2]} over '
-        f'{len(devices)} {devices[0].platform} devices')
-
-
-def _size(n: float) -> str:
-  for unit in ('B', 'KiB', 'MiB', 'GiB'):
-    if n < 1024 or unit == 'GiB':
-      return f'{n:.1f} {unit}' if unit != 'B' else f'{int(n)} B'
-    n /= 1024
-  raise AssertionError('unreachable')
-
-
-def _check_memory(
-    cfg: config_lib.Config,
-    step_fn: Callable,
-    state: train_state_lib.TrainState,
-    batch: TrainBatch,
-    log: Log,
-) -> None:
-  """Compiles the train step, logs its memory per device, checks the limit.
-
-  Raises:
-    ConfigError: it needs more than mesh.memory_limit_gib (or the device's
-      own limit), with what to change.
-  """
-  # Typed as the loop's keys are (uncommitted), so that the loop's first
-  # call finds this executable in jax's cache instead of compiling again.
-  rng = jax.eval_shape(jax.random.key, 0)
-  use = train_step_lib.memory_use(step_fn, state, batch, rng)
-  if use is None:
-    log('train step memory: not reported by this backend; not checked')
-    return
-  gib = cfg.mesh.memory_limit_gib
-  limit = gib * 2**30 if gib else sharding.device_memory_limit()
-  log(f'train step memory per device: arguments {_size(use.argument)}, '
-      f'outputs {_size(use.output)} ({_size(use.alias)} in donated inputs), '
-      f'temp {_size(use.temp)}, total {_size(use.total)}'
-      + (f' of {_size(limit)}' if limit else ' (no device limit known)'))
-  if limit and use.total > limit:
-    where = f'mesh.memory_limit_gib={gib}' if gib else "the device's limit"
-    ro, rl = cfg.rollout, cfg.rl
-    raise errors.ConfigError(
-        f'the train step needs {_size(use.total)} per device (arguments '
-        f'{_size(use.argument)}, temp {_size(use.temp)}), more than '
-        f'{_size(limit)} ({where}); shard params and optimizer state over '
-        f'more devices (mesh.fsdp={cfg.mesh.fsdp}), recompute activations '
-        f"(model.remat={cfg.model.remat!r}: 'dots' or 'full'), store params "
-        f"in bfloat16 (model.param_dtype={cfg.model.param_dtype!r}), or "
-        f'train on fewer completions at once (lower rollout.batch_size='
-        f'{ro.batch_size}, or raise rl.num_minibatches={rl.num_minibatches})')
-
-
 def _postfix(metrics: dict[str, float]) -> str:
   """A step's headline numbers, for the progress bar."""
   parts = []
@@ -246,19 +118,6 @@ def _postfix(metrics: dict[str, float]) -> str:
     if key in metrics:
       parts.append(f'{label} {metrics[key]:.3f}')
   return ' '.join(parts)
-
-
-def _verifier_name(value) -> str:
-  """A short name of a verifier config value, for log lines."""
-  if isinstance(value, str):
-    return value
-  if isinstance(value, dict):
-    if 'parts' in value:
-      return '+'.join(_verifier_name(p) for p in value['parts'])
-    return str(value.get('name', '?'))
-  if isinstance(value, (list, tuple)):
-    return '+'.join(_verifier_name(p) for p in value)
-  return str(value)
 
 
 def _run(
@@ -277,13 +136,13 @@ def _run(
   console.enabled = multihost.is_main()
   log = console.info
   workdir = checkpoint_lib.absolute(workdir)
-  _check_workdir(workdir)
-  _enter_mesh(cfg, log, resources)
+  build.check_workdir(workdir)
+  build.enter_mesh(cfg, log, resources)
 
   # Data and reward.
   rng = jax.random.key(cfg.seed)
   init_rng, warm_rng, run_rng, eval_rng = jax.random.split(rng, 4)
-  pretrained_model = _load_pretrained(cfg, log) if cfg.model.path else None
+  pretrained_model = build.load_pretrained(cfg, log) if cfg.model.path else None
   if pretrained_model is not None:
     tokenizer = pretrained_model.tokenizer
   else:
@@ -296,7 +155,7 @@ def _run(
   # warm start trains on (read once: records may come from large files).
   head_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]
   loading.check_lengths(cfg, tokenizer, head_examples + eval_examples)
-  scorer = resources.enter_context(_build_scorer(cfg))
+  scorer = resources.enter_context(build.build_scorer(cfg))
 
   # Model, generators, optimizer.
   if pretrained_model is not None:
@@ -358,7 +217,7 @@ def _run(
       state_shardings=state_shardings,
       batch_shardings=batch_shardings,
   )
-  _check_memory(cfg, step_fn, abstract_state, batch_spec, log)
+  build.check_memory(cfg, step_fn, abstract_state, batch_spec, log)
 
   cur = cfg.curriculum
   strata = curriculum_lib.load(

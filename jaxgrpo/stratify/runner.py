@@ -20,11 +20,11 @@ import jax
 import numpy as np
 import tqdm
 
+from jaxgrpo import build
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import policy as policy_lib
-from jaxgrpo import train
 from jaxgrpo.data import loading
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
@@ -367,7 +367,7 @@ def run(
               'long_prompts': cfg.rollout.long_prompts}
   counts = Counts()
   # pylint: disable-next=protected-access
-  with train._build_scorer(cfg) as scorer:
+  with build.build_scorer(cfg) as scorer:
     for tag, (spec, name) in tags.items():
       policy = policy_lib.load(name, cfg, log=log)
       identity = policy.name
