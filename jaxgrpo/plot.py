@@ -33,6 +33,8 @@ import sys
 
 import numpy as np
 
+from jaxgrpo import cli
+
 PROG = 'jaxgrpo-plot'
 PLOTS = 'plots'
 INSTALL_PLOTS = "pip install 'jaxgrpo[plots]'"
@@ -40,10 +42,6 @@ INSTALL_TENSORBOARD = "pip install 'jaxgrpo[tensorboard]'"
 
 Log = Callable[[str], None]
 Records = Sequence[dict]
-
-
-def _print(line: str) -> None:
-  print(line, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,7 +379,7 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
 
 
 def plot_run(workdir: str, out: str | None = None, window: int = 20, *,
-             log: Log = _print) -> list[str]:
+             log: Log = cli.print_line) -> list[str]:
   """Writes the PNG figures of a run's metrics (module docstring).
 
   Never raises: without matplotlib, without metrics.jsonl, or with too few
@@ -451,18 +449,8 @@ def write_tensorboard(workdir: str) -> str | None:
 # Command line.
 
 
-class _UsageError(Exception):
-  """A mistake on the command line."""
-
-
-class _Parser(argparse.ArgumentParser):
-
-  def error(self, message: str):
-    raise _UsageError(f'{message} (see --help)')
-
-
 def _parser() -> argparse.ArgumentParser:
-  parser = _Parser(prog=PROG, description=__doc__.split('\n')[0])
+  parser = cli.Parser(prog=PROG, description=__doc__.split('\n')[0])
   parser.add_argument('workdir', help='a run workdir (holds metrics.jsonl)')
   parser.add_argument('--out', default=None,
                       help='directory of the PNGs (default: WORKDIR/plots)')
@@ -474,24 +462,19 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _fail(message: str, code: int) -> int:
-  print(f'{PROG}: error: {message}', file=sys.stderr, flush=True)
-  return code
-
-
 def main(argv: list[str] | None = None) -> int:
   """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
   argv = sys.argv[1:] if argv is None else list(argv)
   try:
     args = _parser().parse_args(argv)
-  except _UsageError as e:
-    return _fail(str(e), 2)
+  except cli.UsageError as e:
+    return cli.fail(PROG, str(e), 2)
   if args.window < 1:
-    return _fail(f'--window={args.window}: must be >= 1', 2)
+    return cli.fail(PROG, f'--window={args.window}: must be >= 1', 2)
   path = os.path.join(args.workdir, 'metrics.jsonl')
   if not os.path.isfile(path):
-    return _fail(f'{path}: no such file (WORKDIR is a run workdir: '
-                 'where the run wrote metrics.jsonl)', 1)
+    return cli.fail(PROG, f'{path}: no such file (WORKDIR is a run workdir: '
+                    'where the run wrote metrics.jsonl)', 1)
   failed = []  # one error line each
   paths = plot_run(args.workdir, args.out, args.window, log=failed.append)
   for p in paths:
@@ -502,14 +485,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
       logdir = write_tensorboard(args.workdir)
     except OSError as e:
-      return _fail(f'tensorboard: {e}', 1)
+      return cli.fail(PROG, f'tensorboard: {e}', 1)
     if logdir is None:
       failed.append('--tensorboard needs tensorflow and tensorboard '
                     f'(clu writes the events with them): {INSTALL_TENSORBOARD}')
     else:
       print(f'{logdir} (tensorboard --logdir {logdir})', flush=True)
   for line in failed:
-    _fail(line, 1)
+    cli.fail(PROG, line, 1)
   return 1 if failed else 0
 
 

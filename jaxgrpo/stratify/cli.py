@@ -20,33 +20,16 @@ command line and the config, 1 otherwise), not a traceback.
 """
 
 import argparse
-import os
 import sys
 
-from absl import flags
-import ml_collections
-from ml_collections import config_flags
-
-from jaxgrpo import errors
+from jaxgrpo import cli
 from jaxgrpo.stratify import bands
 
 PROG = 'jaxgrpo-stratify'
-_CONFIG_PREFIX = '--config.'
-
-
-class _UsageError(Exception):
-  """A mistake on the command line."""
-
-
-class _Parser(argparse.ArgumentParser):
-
-  def error(self, message: str):
-    raise _UsageError(f'{message} (see {PROG} {self.prog.split()[-1]} --help)'
-                      if self.prog != PROG else f'{message} (see --help)')
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = _Parser(prog=PROG, description=__doc__.split('\n')[0])
+  parser = cli.Parser(prog=PROG, description=__doc__.split('\n')[0])
   commands = parser.add_subparsers(dest='command', required=True,
                                    metavar='{run,report}')
   run = commands.add_parser(
@@ -92,68 +75,13 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _config_overrides(extra: list[str]) -> list[str]:
-  """The --config.KEY[=]VALUE arguments; anything else is an error."""
-  out, i = [], 0
-  while i < len(extra):
-    arg = extra[i]
-    if not arg.startswith(_CONFIG_PREFIX):
-      raise _UsageError(f'unrecognized arguments: {" ".join(extra[i:])}')
-    out.append(arg)
-    if ('=' not in arg and i + 1 < len(extra)
-        and not extra[i + 1].startswith('--')):
-      out.append(extra[i + 1])
-      i += 1
-    i += 1
-  return out
-
-
-def _one_line(e: Exception) -> str:
-  """The message in one line; of a quoted traceback, its last line."""
-  lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-  if any(line.startswith('Traceback') for line in lines):
-    lines = [lines[0].rstrip(':') + ':', lines[-1]]
-  return ' '.join(lines)[:500]
-
-
-def load_config(config: str,
-                overrides: list[str]) -> ml_collections.ConfigDict:
-  """The ConfigDict of `--config` with `--config.KEY` overrides applied."""
-  path = config.split(':', 1)[0]
-  if not os.path.isfile(path):
-    raise _UsageError(f'--config={config}: {path} is not a file')
-  values = flags.FlagValues()
-  argv = [PROG, f'--config={config}', *overrides]
-  # config_flags finds the override flags in `sys_argv` when defined.
-  holder = config_flags.DEFINE_config_file(
-      'config', None, 'Config file.', flag_values=values, lock_config=True,
-      sys_argv=argv)
-  try:
-    values(argv)
-    result = holder.value
-    if not isinstance(result, ml_collections.ConfigDict):
-      result.to_dict()  # an unloadable file: raises its error
-  except flags.Error as e:
-    raise _UsageError(_one_line(e)) from None
-  except (AttributeError, KeyError) as e:  # an override of an unknown key
-    while e.args and isinstance(e.args[0], Exception):
-      e = e.args[0]
-    bad = [a.split('=')[0].lstrip('-') for a in overrides
-           if a.startswith(_CONFIG_PREFIX)]
-    hint = ' '.join(str(e.args[0] if e.args else e).split())
-    raise _UsageError(f'unknown config key among {bad}: {hint}') from None
-  except Exception as e:  # pylint: disable=broad-except
-    raise _UsageError(f'cannot load --config={config}: {_one_line(e)}'
-                      ) from None
-  return result
-
-
 def _run(args: argparse.Namespace, extra: list[str]) -> int:
   # pylint: disable=g-import-not-at-top
   from jaxgrpo import config_lib
   from jaxgrpo.stratify import runner
-  overrides = _config_overrides(extra)
-  cfg = config_lib.from_config_dict(load_config(args.config, overrides))
+  overrides = cli.config_overrides(extra)
+  cfg = config_lib.from_config_dict(
+      cli.load_config(PROG, args.config, overrides))
   datasets = None
   if args.datasets is not None:
     datasets = [d.strip() for d in args.datasets.split(',') if d.strip()]
@@ -172,34 +100,27 @@ def _report(args: argparse.Namespace) -> int:
     edges = tuple(float(e) for e in args.bands.split(',') if e.strip())
     bands.check_edges(edges)
   except ValueError as e:
-    raise _UsageError(f'--bands={args.bands}: {e}') from None
+    raise cli.UsageError(f'--bands={args.bands}: {e}') from None
   report.report(args.out, edges, plot=not args.no_plot,
                 checkpoints=args.checkpoint)
   return 0
 
 
-def _fail(message: str, code: int) -> int:
-  print(f'{PROG}: error: {message}', file=sys.stderr, flush=True)
-  return code
-
-
 def main(argv: list[str] | None = None) -> int:
   """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
   argv = sys.argv[1:] if argv is None else list(argv)
-  try:
+
+  def body() -> int:
     args, extra = _parser().parse_known_args(argv)
     if args.command == 'run':
       return _run(args, extra)
     if extra:
-      raise _UsageError(f'unrecognized arguments: {" ".join(extra)}')
+      raise cli.UsageError(f'unrecognized arguments: {" ".join(extra)}')
     return _report(args)
-  except (_UsageError, errors.ConfigError) as e:
-    return _fail(str(e), 2)
-  except errors.UserError as e:
-    return _fail(str(e), 1)
-  except KeyboardInterrupt:
-    return _fail('interrupted; the parts written so far are kept: run the '
-                 'same command to resume', 130)
+
+  return cli.run_main(
+      PROG, body, interrupted='interrupted; the parts written so far are '
+      'kept: run the same command to resume')
 
 
 if __name__ == '__main__':

@@ -1,0 +1,119 @@
+"""What the argparse commands share: one-line errors, exit codes, configs.
+
+`jaxgrpo-eval`, `jaxgrpo-plot` and `jaxgrpo-stratify` end every mistake
+with one line on stderr, `PROG: error: ...`, and an exit code: 2 for a
+mistake in the command line or the config, 1 for anything found later
+(a checkpoint that cannot be used, a file that cannot be read), 130 when
+interrupted. `run_main` does that mapping; `load_config` reads `--config`
+with its `--config.KEY=VALUE` overrides as `jaxgrpo-train` does.
+"""
+
+import argparse
+from collections.abc import Callable
+import os
+import sys
+
+from absl import flags
+import ml_collections
+from ml_collections import config_flags
+
+from jaxgrpo import errors
+
+CONFIG_PREFIX = '--config.'
+
+
+class UsageError(Exception):
+  """A mistake on the command line (exit code 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+  """An ArgumentParser that raises UsageError instead of exiting."""
+
+  def error(self, message: str):
+    # A subcommand's parser is named 'PROG COMMAND'.
+    where = f'{self.prog} --help' if ' ' in self.prog else '--help'
+    raise UsageError(f'{message} (see {where})')
+
+
+def print_line(line: str) -> None:
+  print(line, flush=True)
+
+
+def fail(prog: str, message: str, code: int) -> int:
+  """Prints `PROG: error: MESSAGE` on stderr; returns `code`."""
+  print(f'{prog}: error: {message}', file=sys.stderr, flush=True)
+  return code
+
+
+def run_main(prog: str, body: Callable[[], int], *,
+             interrupted: str = 'interrupted') -> int:
+  """Runs `body` and turns the project's errors into one line and a code."""
+  try:
+    return body()
+  except (UsageError, errors.ConfigError) as e:
+    return fail(prog, str(e), 2)
+  except (errors.UserError, OSError) as e:
+    return fail(prog, str(e), 1)
+  except KeyboardInterrupt:
+    return fail(prog, interrupted, 130)
+
+
+def config_overrides(extra: list[str]) -> list[str]:
+  """The --config.KEY[=]VALUE arguments; anything else is an error."""
+  out, i = [], 0
+  while i < len(extra):
+    arg = extra[i]
+    if not arg.startswith(CONFIG_PREFIX):
+      raise UsageError(f'unrecognized arguments: {" ".join(extra[i:])}')
+    out.append(arg)
+    if ('=' not in arg and i + 1 < len(extra)
+        and not extra[i + 1].startswith('--')):
+      out.append(extra[i + 1])
+      i += 1
+    i += 1
+  return out
+
+
+def _one_line(e: Exception) -> str:
+  """The message in one line; of a quoted traceback, its last line."""
+  lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+  if any(line.startswith('Traceback') for line in lines):
+    lines = [lines[0].rstrip(':') + ':', lines[-1]]
+  return ' '.join(lines)[:500]
+
+
+def load_config(prog: str, config: str,
+                overrides: list[str]) -> ml_collections.ConfigDict:
+  """The ConfigDict of `--config` with `--config.KEY` overrides applied.
+
+  Raises:
+    UsageError: the file does not exist or load, or an override names an
+      unknown key or a bad value.
+  """
+  path = config.split(':', 1)[0]
+  if not os.path.isfile(path):
+    raise UsageError(f'--config={config}: {path} is not a file')
+  values = flags.FlagValues()
+  argv = [prog, f'--config={config}', *overrides]
+  # config_flags finds the override flags in `sys_argv` when defined.
+  holder = config_flags.DEFINE_config_file(
+      'config', None, 'Config file.', flag_values=values, lock_config=True,
+      sys_argv=argv)
+  try:
+    values(argv)
+    result = holder.value
+    if not isinstance(result, ml_collections.ConfigDict):
+      result.to_dict()  # an unloadable file: raises its error
+  except flags.Error as e:
+    raise UsageError(_one_line(e)) from None
+  except (AttributeError, KeyError) as e:  # an override of an unknown key
+    while e.args and isinstance(e.args[0], Exception):
+      e = e.args[0]
+    bad = [a.split('=')[0].lstrip('-') for a in overrides
+           if a.startswith(CONFIG_PREFIX)]
+    hint = ' '.join(str(e.args[0] if e.args else e).split())
+    raise UsageError(f'unknown config key among {bad}: {hint}') from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise UsageError(f'cannot load --config={config}: {_one_line(e)}'
+                     ) from None
+  return result
