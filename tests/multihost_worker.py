@@ -44,18 +44,11 @@ def primitives(out: dict) -> None:
 def train(out: dict, workdir: str) -> None:
   """Two GRPO steps of the demo's runlocal config, all processes together."""
   # pylint: disable=g-import-not-at-top
-  from configs import demo
-  from jaxgrpo import train as train_lib
   import jax
   from jaxgrpo import multihost
-  from tests import flaky_verifiers  # noqa: F401  (registers starts_with_digit)
-  c = demo.get_config('runlocal')
-  c.warmstart.enabled = False
-  # Untrained models start with a digit about as often as not: informative
-  # groups, so both steps update the params.
-  c.data.datasets[0]['verifier'] = 'starts_with_digit'
-  c.verify.imports = ('tests.flaky_verifiers',)
-  c.verify.workers = 0
+  from jaxgrpo import train as train_lib
+  from tests import flaky_verifiers
+  c = flaky_verifiers.informative_demo_config()  # every step updates
   c.total_steps = 2
   c.distributed.check_every = 1
   c.rollout.round_size = 3  # padded to the 2 batch devices

@@ -28,7 +28,6 @@ import json
 import jax
 import numpy as np
 
-from configs import demo
 from jaxgrpo import evaluate
 from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo import sharding
@@ -42,7 +41,7 @@ from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.typing import TrainBatch
 from jaxgrpo.verifiers import base
-from tests import flaky_verifiers  # noqa: F401  (registers starts_with_digit)
+from tests import flaky_verifiers
 from tests import tiny
 
 B, G, P, T = 4, 4, 6, 5
@@ -185,11 +184,7 @@ def _check_layouts(out: dict, layouts: list[tuple[int, int, int]]) -> None:
 
 
 def _check_train_run(out: dict, workdir: str) -> None:
-  c = demo.get_config('runlocal')
-  c.warmstart.enabled = False
-  c.data.datasets[0]['verifier'] = 'starts_with_digit'
-  c.verify.imports = ('tests.flaky_verifiers',)
-  c.verify.workers = 0
+  c = flaky_verifiers.informative_demo_config()
   c.mesh.fsdp = 4
   c.mesh.tensor = 2
   c.rollout.round_size = 3  # padded to the 4 batch devices

@@ -3,13 +3,13 @@
 import importlib.util
 import os
 import sys
-import types
 from unittest import mock
 
 from absl.testing import absltest
 
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import tensorboard
+from tests import clu_writers
 
 
 class MetricsWriterTest(absltest.TestCase):
@@ -33,23 +33,6 @@ class MetricsWriterTest(absltest.TestCase):
     self.assertEqual(metrics_lib.read_metrics(workdir), [])
 
 
-class _RecordingWriter:
-  """clu's default writer where tensorflow is absent: records its calls."""
-
-  def __init__(self, logdir, **kwargs):
-    self.logdir, self.kwargs = logdir, kwargs
-    self.scalars, self.flushes, self.closed = [], 0, False
-
-  def write_scalars(self, step, scalars):
-    self.scalars.append((step, dict(scalars)))
-
-  def flush(self):
-    self.flushes += 1
-
-  def close(self):
-    self.closed = True
-
-
 class TensorBoardWhileTrainingTest(absltest.TestCase):
 
   def _resumed_run(self, workdir):
@@ -71,15 +54,7 @@ class TensorBoardWhileTrainingTest(absltest.TestCase):
     os.makedirs(logdir)
     stale = os.path.join(logdir, 'events.out.tfevents.1.host')
     open(stale, 'w').close()
-    writers = []
-
-    def create_default_writer(logdir, **kwargs):
-      writers.append(_RecordingWriter(logdir, **kwargs))
-      return writers[-1]
-
-    fake = types.ModuleType('clu.metric_writers')
-    fake.create_default_writer = create_default_writer
-    with mock.patch.dict(sys.modules, {'clu.metric_writers': fake}):
+    with clu_writers.recording() as writers:
       self._resumed_run(workdir)
     first, resumed = writers
     self.assertEqual(first.logdir, logdir)

@@ -6,7 +6,6 @@ import io
 import os
 import subprocess
 import sys
-import types
 from unittest import mock
 
 from absl.testing import absltest
@@ -14,6 +13,7 @@ import numpy as np
 
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import plot
+from tests import clu_writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
@@ -227,23 +227,6 @@ class CommandLineTest(absltest.TestCase):
     self.assertIn('usage: jaxgrpo-plot', proc.stdout)
 
 
-class _FakeWriter:
-  """Stands for clu's default writer: records what it is given."""
-
-  def __init__(self, logdir, **kwargs):
-    self.logdir, self.kwargs = logdir, kwargs
-    self.scalars, self.closed = [], False
-
-  def write_scalars(self, step, scalars):
-    self.scalars.append((step, dict(scalars)))
-
-  def flush(self):
-    pass
-
-  def close(self):
-    self.closed = True
-
-
 class TensorBoardTest(absltest.TestCase):
 
   def test_every_scalar_of_every_step_through_clu(self):
@@ -253,15 +236,7 @@ class TensorBoardTest(absltest.TestCase):
     os.makedirs(logdir)
     stale = os.path.join(logdir, 'events.out.tfevents.1.host')
     open(stale, 'w').close()
-    writers = []
-
-    def create_default_writer(logdir, **kwargs):
-      writers.append(_FakeWriter(logdir, **kwargs))
-      return writers[-1]
-
-    fake = types.ModuleType('clu.metric_writers')
-    fake.create_default_writer = create_default_writer
-    with mock.patch.dict(sys.modules, {'clu.metric_writers': fake}):
+    with clu_writers.recording() as writers:
       self.assertEqual(plot.write_tensorboard(workdir), logdir)
     (writer,) = writers
     self.assertEqual(writer.logdir, logdir)
