@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import plot
+from jaxgrpo import plot_panels
 from tests import clu_writers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,12 +101,12 @@ class PlotRunTest(absltest.TestCase):
     for path in paths:
       _check_png(self, path)
     # The batch-share figure has a panel for the strata of 'arith'.
-    panels = plot.batch_share_panels(metrics_lib.read_metrics(workdir), 5)
+    panels = plot_panels.batch_share_panels(metrics_lib.read_metrics(workdir), 5)
     self.assertLen(panels, 2)
     self.assertEqual([line.label for line in panels[1].lines],
                      ['0-0.5', '0.5-1', 'too_hard'])
     # Accuracy: overall, each dataset and each subset, at the eval steps.
-    (panel,) = plot.accuracy_panels(metrics_lib.read_metrics(workdir), 5)
+    (panel,) = plot_panels.accuracy_panels(metrics_lib.read_metrics(workdir), 5)
     self.assertEqual(
         [line.label for line in panel.lines],
         ['all', 'arith', 'arith/1d', 'arith/2d', 'qa', 'qa/answerable',
@@ -117,12 +118,12 @@ class PlotRunTest(absltest.TestCase):
         {'step': s, 'rollout/prompts_generated': g, 'rollout/groups_used': 4.0,
          'rollout/efficiency': 4.0 / g}
         for s, g in ((1, 8.0), (2, 4.0), (3, 12.0))]
-    steps, ratio = plot.cumulative_ratio(records, 'generated/used')
+    steps, ratio = plot_panels.cumulative_ratio(records, 'generated/used')
     np.testing.assert_array_equal(steps, [1, 2, 3])
     np.testing.assert_allclose(ratio, [8 / 4, 12 / 8, 24 / 12])
-    np.testing.assert_allclose(plot.smooth([1.0, 3.0, np.nan, 5.0], 2),
+    np.testing.assert_allclose(plot_panels.smooth([1.0, 3.0, np.nan, 5.0], 2),
                                [1.0, 2.0, 3.0, 5.0])
-    np.testing.assert_allclose(plot.smooth([1.0, 3.0], 1), [1.0, 3.0])
+    np.testing.assert_allclose(plot_panels.smooth([1.0, 3.0], 1), [1.0, 3.0])
 
   def test_step_zero_only_writes_the_accuracy_figure(self):
     workdir = self.create_tempdir().full_path

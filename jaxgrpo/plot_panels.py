@@ -1,0 +1,293 @@
+"""What each figure of `jaxgrpo-plot` shows, computed from metrics records.
+
+A figure is a list of panels; a panel holds curves (`Line`), reference lines
+and a title, computed here from a run's `metrics.jsonl` records without
+matplotlib (`jaxgrpo.plot` draws them). `FIGURES` names every figure and the
+function that makes its panels; a figure whose metrics a run did not record
+comes out empty and is skipped.
+"""
+
+from collections.abc import Callable, Sequence
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+Log = Callable[[str], None]
+Records = Sequence[dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+  """One curve: a label (None: not in the legend), x, y and its style."""
+
+  label: str | None
+  x: np.ndarray
+  y: np.ndarray
+  style: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+  """One subplot of a figure."""
+
+  title: str
+  ylabel: str
+  lines: tuple[Line, ...]
+  hlines: tuple[tuple[str, float], ...] = ()
+  unit_range: bool = False  # values are shares or rates in [0, 1]
+
+
+# ---------------------------------------------------------------------------
+# Reading the records.
+
+
+def _value(v: object) -> float | None:
+  """A recorded scalar as a float ('nan' and 'inf' strings included)."""
+  if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+    return None
+  try:
+    return float(v)
+  except ValueError:
+    return None
+
+
+def read_records(workdir: str) -> list[dict]:
+  """The run's metrics records; a line cut short (a live run, a crash) is
+  left out.
+
+  Raises:
+    OSError: WORKDIR/metrics.jsonl cannot be read.
+  """
+  # Imported here: jaxgrpo.metrics imports clu and jax, which `--help` and
+  # a missing workdir do not need.
+  # pylint: disable-next=g-import-not-at-top
+  from jaxgrpo import metrics as metrics_lib
+  try:
+    return metrics_lib.read_metrics(workdir)
+  except json.JSONDecodeError:
+    pass
+  records = []
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    for line in f:
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      if isinstance(record, dict):
+        records.append(record)
+  return records
+
+
+def series(records: Records, key: str) -> tuple[np.ndarray, np.ndarray]:
+  """(steps, values) of the records holding `key`."""
+  pairs = [(r.get('step', i), _value(r[key])) for i, r in enumerate(records)
+           if key in r]
+  pairs = [(s, v) for s, v in pairs if v is not None]
+  if not pairs:
+    return np.zeros(0), np.zeros(0)
+  steps, values = zip(*pairs)
+  return np.asarray(steps, np.float64), np.asarray(values, np.float64)
+
+
+def smooth(y: np.ndarray, window: int) -> np.ndarray:
+  """Trailing mean over `window` values (fewer at the start); NaNs are
+  left out of the means."""
+  y = np.asarray(y, np.float64)
+  if window <= 1 or y.size == 0:
+    return y
+  ok = np.isfinite(y)
+  sums = np.cumsum(np.insert(np.where(ok, y, 0.0), 0, 0.0))
+  counts = np.cumsum(np.insert(ok.astype(np.float64), 0, 0.0))
+  lo = np.maximum(np.arange(1, y.size + 1) - window, 0)
+  n = counts[1:] - counts[lo]
+  with np.errstate(invalid='ignore', divide='ignore'):
+    return np.where(n > 0, (sums[1:] - sums[lo]) / np.maximum(n, 1), np.nan)
+
+
+def _keys(records: Records, prefix: str, depth: int) -> list[str]:
+  """Keys `prefix<a>` (depth 1) or `prefix<a>/<b>` (depth 2), sorted."""
+  found = {k for r in records for k in r
+           if k.startswith(prefix) and k[len(prefix):].count('/') == depth - 1}
+  return sorted(found)
+
+
+# ---------------------------------------------------------------------------
+# The figures, as panels.
+
+_DASHES = ('--', ':', '-.')
+
+
+def _smoothed(label: str, x: np.ndarray, y: np.ndarray, window: int,
+              **style) -> list[Line]:
+  """The raw values faintly, then their trailing mean."""
+  color = style.get('color')
+  lines = []
+  if window > 1:
+    lines.append(Line(None, x, y, {'lw': 0.6, 'alpha': 0.25,
+                                   **({'color': color} if color else {})}))
+  lines.append(Line(label, x, smooth(y, window), {'lw': 1.3, **style}))
+  return lines
+
+
+def _per_dataset(records: Records, prefix: str, window: int,
+                 marker: bool = False) -> list[Line]:
+  """`prefix<dataset>` solid and `prefix<dataset>/<subset>` dashed in the
+  dataset's colour."""
+  lines = []
+  datasets = _keys(records, prefix, 1)
+  colors = {k[len(prefix):]: f'C{i + 1}' for i, k in enumerate(datasets)}
+  for key in datasets:
+    name = key[len(prefix):]
+    x, y = series(records, key)
+    style = {'color': colors[name], 'lw': 1.3}
+    if marker:
+      lines.append(Line(name, x, y, {**style, 'marker': 'o', 'ms': 3}))
+    else:
+      lines.append(Line(name, x, smooth(y, window), style))
+    subsets = [k for k in _keys(records, prefix, 2)
+               if k.startswith(f'{prefix}{name}/')]
+    for j, sub in enumerate(subsets):
+      x, y = series(records, sub)
+      style = {'color': colors[name], 'lw': 1.0,
+               'ls': _DASHES[j % len(_DASHES)]}
+      if marker:
+        style.update(marker='.', ms=4)
+      lines.append(Line(sub[len(prefix):], x,
+                        y if marker else smooth(y, window), style))
+  return lines
+
+
+def reward_panels(records: Records, window: int) -> list[Panel]:
+  """reward/mean, and reward/mean/<dataset>[/<subset>], smoothed."""
+  x, y = series(records, 'reward/mean')
+  if not x.size:
+    return []
+  lines = _smoothed('all', x, y, window, color='C0')
+  lines += _per_dataset(records, 'reward/mean/', window)
+  return [Panel(f'sampled reward ({window}-step mean)', 'reward',
+                tuple(lines), unit_range=True)]
+
+
+def prompts_panels(records: Records, window: int) -> list[Panel]:
+  """Prompts generated vs groups used per step; the cumulative ratio."""
+  x, generated = series(records, 'rollout/prompts_generated')
+  if not x.size:
+    return []
+  lines = _smoothed('prompts generated', x, generated, window, color='C0')
+  xu, used = series(records, 'rollout/groups_used')
+  if xu.size:
+    lines.append(Line('groups used (B when the batch fills)', xu, used,
+                      {'color': 'k', 'lw': 1.0, 'ls': '--'}))
+  panels = [Panel(f'prompts per step ({window}-step mean)', 'prompts',
+                  tuple(lines))]
+  xr, ratio = cumulative_ratio(records, 'generated/used')
+  if xr.size:
+    panels.append(Panel(
+        'cumulative prompts generated / groups used', 'prompts per group',
+        (Line(None, xr, ratio, {'color': 'C0', 'lw': 1.3}),),
+        hlines=(('optimal', 1.0),)))
+  return panels
+
+
+def cumulative_ratio(records: Records,
+                     which: str) -> tuple[np.ndarray, np.ndarray]:
+  """Steps and the cumulative generated/used (or used/generated) ratio:
+  from the run's running totals, else summed from the per-step counts."""
+  steps, gen, used = [], [], []
+  sum_gen = sum_used = 0.0
+  for r in records:
+    g = _value(r.get('rollout/prompts_generated'))
+    u = _value(r.get('rollout/groups_used'))
+    if g is None or u is None:
+      continue
+    sum_gen += g
+    sum_used += u
+    cg = _value(r.get('rollout/cum_prompts_generated'))
+    cu = _value(r.get('rollout/cum_groups_used'))
+    steps.append(r.get('step', len(steps)))
+    gen.append(sum_gen if cg is None else cg)
+    used.append(sum_used if cu is None else cu)
+  num, den = ((gen, used) if which == 'generated/used' else (used, gen))
+  num, den = np.asarray(num, np.float64), np.asarray(den, np.float64)
+  with np.errstate(invalid='ignore', divide='ignore'):
+    ratio = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+  return np.asarray(steps, np.float64), ratio
+
+
+def efficiency_panels(records: Records, window: int) -> list[Panel]:
+  """rollout/efficiency smoothed, and cumulative used / generated."""
+  x, eff = series(records, 'rollout/efficiency')
+  xc, cum = cumulative_ratio(records, 'used/generated')
+  if not x.size and not xc.size:
+    return []
+  lines = _smoothed(f'per step ({window}-step mean)', x, eff, window,
+                    color='C0') if x.size else []
+  if xc.size:
+    lines.append(Line('cumulative', xc, cum, {'color': 'C3', 'lw': 1.3}))
+  return [Panel('efficiency: groups used / prompts generated', 'efficiency',
+                tuple(lines), unit_range=True)]
+
+
+def batch_share_panels(records: Records, window: int) -> list[Panel]:
+  """data/batch_share/<dataset>, then its strata, one panel each."""
+  prefix = 'data/batch_share/'
+  datasets = _keys(records, prefix, 1)
+  if not datasets:
+    return []
+  def line(key: str, **style) -> Line:
+    x, y = series(records, key)
+    return Line(key.rsplit('/', 1)[1], x, smooth(y, window), style)
+  panels = [Panel(f'batch share per dataset ({window}-step mean)', 'share',
+                  tuple(line(k, color=f'C{i + 1}', lw=1.3)
+                        for i, k in enumerate(datasets)), unit_range=True)]
+  for key in datasets:
+    strata = [k for k in _keys(records, prefix, 2) if k.startswith(f'{key}/')]
+    if strata:
+      panels.append(Panel(
+          f'{key[len(prefix):]}: batch share per stratum ({window}-step '
+          'mean)', 'share', tuple(line(k, lw=1.2) for k in strata),
+          unit_range=True))
+  return panels
+
+
+def sampler_panels(records: Records, window: int) -> list[Panel]:
+  """data/snoozed, data/filtered and data/postponed per dataset."""
+  del window  # Counts of a state, not per-step samples: drawn as they are.
+  kinds = (('snoozed', '-'), ('filtered', '--'), ('postponed', ':'))
+  names = sorted({k.split('/')[2] for kind, _ in kinds
+                  for k in _keys(records, f'data/{kind}/', 1)})
+  lines = []
+  for i, name in enumerate(names):
+    for kind, ls in kinds:
+      x, y = series(records, f'data/{kind}/{name}')
+      if x.size:
+        lines.append(Line(f'{name} {kind}', x, y,
+                          {'color': f'C{i + 1}', 'ls': ls, 'lw': 1.2}))
+  if not lines:
+    return []
+  return [Panel('examples snoozed, filtered, postponed', 'examples',
+                tuple(lines))]
+
+
+def accuracy_panels(records: Records, window: int) -> list[Panel]:
+  """eval/accuracy, and eval/accuracy/<dataset>[/<subset>]."""
+  x, y = series(records, 'eval/accuracy')
+  if not x.size:
+    return []
+  lines = [Line('all', x, y, {'color': 'C0', 'lw': 1.5, 'marker': 'o',
+                              'ms': 4})]
+  lines += _per_dataset(records, 'eval/accuracy/', window, marker=True)
+  return [Panel('held-out accuracy (mean@k)', 'accuracy', tuple(lines),
+                unit_range=True)]
+
+
+FIGURES: dict[str, Callable[[Records, int], list[Panel]]] = {
+    'reward': reward_panels,
+    'prompts': prompts_panels,
+    'efficiency': efficiency_panels,
+    'batch_share': batch_share_panels,
+    'snoozed_filtered': sampler_panels,
+    'accuracy': accuracy_panels,
+}
