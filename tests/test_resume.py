@@ -168,7 +168,7 @@ class PreemptionTest(absltest.TestCase):
             '--config=configs/demo.py:runlocal', f'--workdir={workdir}',
             '--config.total_steps=400', '--config.warmstart.enabled=False',
             '--config.checkpoint.every=1000',
-            "--config.eval.every=0"]
+            "--config.eval.every=0", '--quiet']
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     path = os.path.join(workdir, 'metrics.jsonl')
@@ -181,6 +181,12 @@ class PreemptionTest(absltest.TestCase):
     out, _ = proc.communicate(timeout=120)
     self.assertEqual(proc.returncode, 0, out[-3000:])
     self.assertIn('SIGTERM received: saved the checkpoint of step', out)
+    # --quiet: what needs attention and the summary, no progress lines, no
+    # library INFO logs (orbax logs every save).
+    self.assertIn('run summary', out)
+    self.assertNotIn('train step memory per device', out)
+    self.assertNotRegex(out, r'(?m)^step \d+/400 ')
+    self.assertNotRegex(out, r'(?m)^I\d{4} ')
     steps = [r['step'] for r in metrics_lib.read_metrics(workdir)]
     stopped = steps[-1]
     self.assertLess(stopped, 400)
