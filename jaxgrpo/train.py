@@ -56,7 +56,9 @@ class StepInfo:
 
   Attributes:
     step: the step just done.
-    state: the train state after it (params, optimizer state).
+    state: the train state after it (params, optimizer state); valid
+      during the call only: the next step donates its buffers (copy what
+      you keep, e.g. with jax.device_get).
     metrics: the step's metrics, as written to metrics.jsonl.
   """
 
