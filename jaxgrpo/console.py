@@ -65,7 +65,7 @@ class Console:
   def __init__(self, log: Log = print_line, *, progress: bool = False,
                quiet: bool = False, enabled: bool = True):
     self._log = log
-    self.progress = progress and enabled
+    self.progress = progress
     self.quiet = quiet
     self.enabled = enabled
     self._bars: list[Any] = []
@@ -93,7 +93,7 @@ class Console:
     A bar opened while another is open (evaluation during training) shows
     below it until it closes.
     """
-    if not self.progress:
+    if not (self.progress and self.enabled):
       yield _NoBar()
       return
     bar = tqdm.tqdm(total=total, initial=initial, desc=desc, unit=unit,

@@ -19,13 +19,16 @@ class ConsoleTest(absltest.TestCase):
     self.assertEqual(lines, ['resumed from /w at step 2'])
 
   def test_other_processes_show_nothing(self):
-    lines = []
-    console = console_lib.Console(lines.append, progress=True, enabled=False)
-    console.info('a')
-    console.notice('b')
-    with console.bar(3, desc='x', unit='step') as bar:
-      bar.update(3)
+    lines, stderr = [], io.StringIO()
+    with mock.patch.object(sys, 'stderr', stderr):
+      console = console_lib.Console(lines.append, progress=True)
+      console.enabled = False  # as train.run sets it once it knows
+      console.info('a')
+      console.notice('b')
+      with console.bar(3, desc='x', unit='step') as bar:
+        bar.update(3)
     self.assertEqual(lines, [])
+    self.assertEqual(stderr.getvalue(), '')
 
   def test_bar_shows_rate_and_time_left_and_lines_go_above_it(self):
     stderr, stdout = io.StringIO(), io.StringIO()
