@@ -35,10 +35,6 @@ class Parser(argparse.ArgumentParser):
     raise UsageError(f'{message} (see {where})')
 
 
-def print_line(line: str) -> None:
-  print(line, flush=True)
-
-
 def fail(prog: str, message: str, code: int) -> int:
   """Prints `PROG: error: MESSAGE` on stderr; returns `code`."""
   print(f'{prog}: error: {message}', file=sys.stderr, flush=True)
@@ -74,6 +70,23 @@ def config_overrides(extra: list[str]) -> list[str]:
   return out
 
 
+def unknown_key(e: Exception, argv: list[str]) -> str:
+  """The message for an override of a key the config does not have.
+
+  Args:
+    e: the AttributeError or KeyError ml_collections raised (possibly
+      wrapped in another exception).
+    argv: the arguments, whose `--config.KEY` ones are named.
+  """
+  while e.args and isinstance(e.args[0], Exception):
+    e = e.args[0]
+  bad = [a.split('=')[0].lstrip('-') for a in argv
+         if a.startswith(CONFIG_PREFIX)]
+  # args[0], not str(e): a KeyError's str() is its quoted repr.
+  hint = ' '.join(str(e.args[0] if e.args else e).split())
+  return f'unknown config key among {bad}: {hint}'
+
+
 def _one_line(e: Exception) -> str:
   """The message in one line; of a quoted traceback, its last line."""
   lines = [line.strip() for line in str(e).splitlines() if line.strip()]
@@ -107,12 +120,7 @@ def load_config(prog: str, config: str,
   except flags.Error as e:
     raise UsageError(_one_line(e)) from None
   except (AttributeError, KeyError) as e:  # an override of an unknown key
-    while e.args and isinstance(e.args[0], Exception):
-      e = e.args[0]
-    bad = [a.split('=')[0].lstrip('-') for a in overrides
-           if a.startswith(CONFIG_PREFIX)]
-    hint = ' '.join(str(e.args[0] if e.args else e).split())
-    raise UsageError(f'unknown config key among {bad}: {hint}') from None
+    raise UsageError(unknown_key(e, overrides)) from None
   except Exception as e:  # pylint: disable=broad-except
     raise UsageError(f'cannot load --config={config}: {_one_line(e)}'
                      ) from None

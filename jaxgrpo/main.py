@@ -14,6 +14,7 @@ from absl import logging
 from ml_collections import config_flags
 
 import configs
+from jaxgrpo import cli
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import train
@@ -34,8 +35,7 @@ _QUIET = flags.DEFINE_bool(
 
 
 def _fail(message: str, code: int = 2) -> None:
-  print(f'jaxgrpo-train: error: {message}', file=sys.stderr)
-  sys.exit(code)
+  sys.exit(cli.fail('jaxgrpo-train', message, code))
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -44,13 +44,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
   except flags.Error as e:
     _fail(str(e).splitlines()[0])
   except (AttributeError, KeyError) as e:  # an override of an unknown key
-    bad = [a.split('=')[0].lstrip('-') for a in argv[1:]
-           if a.startswith('--config.')]
-    hint = str(e)
-    if len(hint) > 1 and hint[0] == hint[-1] and hint[0] in '\'"':
-      hint = hint[1:-1]  # a KeyError's message comes quoted
-    hint = hint.replace('\\n', ' ').replace("\\'", "'")
-    _fail(f'unknown config key among {bad}: {hint}')
+    _fail(cli.unknown_key(e, argv[1:]))
   except Exception as e:  # pylint: disable=broad-except
     _fail(f'cannot load --config: {e}')
   return []
