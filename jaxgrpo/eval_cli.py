@@ -38,6 +38,7 @@ import time
 from typing import Any, TYPE_CHECKING
 
 from jaxgrpo import cli
+from jaxgrpo import console
 from jaxgrpo import errors
 from jaxgrpo.example import Example
 
@@ -153,7 +154,7 @@ def evaluate_checkpoints(
     seed: int | None = None,
     batch: int = 64,
     progress: bool = True,
-    log: Log = cli.print_line,
+    log: Log = console.print_line,
 ) -> dict[str, Any]:
   """Evaluates each checkpoint on the config's datasets (module docstring).
 
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
           cfg, args.checkpoint, datasets=datasets, k=args.k,
           temperature=args.temperature, split=args.split, limit=args.limit,
           seed=args.seed, batch=args.batch, progress=not args.quiet,
-          log=(lambda _: None) if args.quiet else cli.print_line)
+          log=(lambda _: None) if args.quiet else console.print_line)
     except policy_lib.PolicyError as e:
       raise cli.UsageError(str(e)) from None
     result['config'] = ' '.join([args.config, *overrides])

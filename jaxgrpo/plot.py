@@ -33,6 +33,7 @@ import sys
 import numpy as np
 
 from jaxgrpo import cli
+from jaxgrpo import console
 from jaxgrpo import plot_panels
 from jaxgrpo.plot_panels import Panel
 from jaxgrpo.plot_panels import read_records
@@ -107,7 +108,7 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
 
 
 def plot_run(workdir: str, out: str | None = None, window: int = 20, *,
-             log: Log = cli.print_line) -> list[str]:
+             log: Log = console.print_line) -> list[str]:
   """Writes the PNG figures of a run's metrics (module docstring).
 
   Never raises: without matplotlib, without metrics.jsonl, or with too few

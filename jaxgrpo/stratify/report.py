@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxgrpo import console
 from jaxgrpo.stratify import bands as bands_lib
 from jaxgrpo.stratify import passrates
 
@@ -21,10 +22,6 @@ PLOT = 'pass_rates.png'
 POOLED = 'pooled'
 
 Log = Callable[[str], None]
-
-
-def _print(line: str) -> None:
-  print(line, flush=True)
 
 
 def strata_table(rates: passrates.PassRates,
@@ -74,7 +71,7 @@ def report(
     plot: bool = True,
     *,
     checkpoints: Sequence[str] | None = None,
-    log: Log = _print,
+    log: Log = console.print_line,
 ) -> dict[str, Any]:
   """Prints the strata tables, writes strata.json and pass_rates.png.
 

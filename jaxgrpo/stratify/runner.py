@@ -22,6 +22,7 @@ import tqdm
 
 from jaxgrpo import build
 from jaxgrpo import config_lib
+from jaxgrpo import console
 from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import policy as policy_lib
@@ -264,10 +265,6 @@ def make_generator(cfg: config_lib.Config, policy: policy_lib.Policy,
   )
 
 
-def _print(line: str) -> None:
-  print(line, flush=True)
-
-
 def select_datasets(cfg: config_lib.Config,
                     datasets: Sequence[str] | None) -> list[str]:
   """The config's dataset names picked by --datasets (None: all of them).
@@ -302,7 +299,7 @@ def run(
     limit: int | None = None,
     config_file: str = '',
     progress: bool = True,
-    log: Log = _print,
+    log: Log = console.print_line,
 ) -> Counts:
   """Measures the pass rates of each checkpoint on the config's datasets.
 
