@@ -43,7 +43,7 @@ class Panel:
 # Reading the records.
 
 
-def _value(v: object) -> float | None:
+def as_float(v: object) -> float | None:
   """A recorded scalar as a float ('nan' and 'inf' strings included)."""
   if isinstance(v, bool) or not isinstance(v, (int, float, str)):
     return None
@@ -82,7 +82,7 @@ def read_records(workdir: str) -> list[dict]:
 
 def series(records: Records, key: str) -> tuple[np.ndarray, np.ndarray]:
   """(steps, values) of the records holding `key`."""
-  pairs = [(r.get('step', i), _value(r[key])) for i, r in enumerate(records)
+  pairs = [(r.get('step', i), as_float(r[key])) for i, r in enumerate(records)
            if key in r]
   pairs = [(s, v) for s, v in pairs if v is not None]
   if not pairs:
@@ -198,14 +198,14 @@ def cumulative_ratio(records: Records,
   steps, gen, used = [], [], []
   sum_gen = sum_used = 0.0
   for r in records:
-    g = _value(r.get('rollout/prompts_generated'))
-    u = _value(r.get('rollout/groups_used'))
+    g = as_float(r.get('rollout/prompts_generated'))
+    u = as_float(r.get('rollout/groups_used'))
     if g is None or u is None:
       continue
     sum_gen += g
     sum_used += u
-    cg = _value(r.get('rollout/cum_prompts_generated'))
-    cu = _value(r.get('rollout/cum_groups_used'))
+    cg = as_float(r.get('rollout/cum_prompts_generated'))
+    cu = as_float(r.get('rollout/cum_groups_used'))
     steps.append(r.get('step', len(steps)))
     gen.append(sum_gen if cg is None else cg)
     used.append(sum_used if cu is None else cu)

@@ -10,13 +10,16 @@ clu's summary writer needs tensorflow (`pip install 'jaxgrpo[tensorboard]'`);
 without it nothing is written and `available()` says so.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+import contextlib
 import importlib
 import logging
 from types import ModuleType
 from typing import Any
 
 from etils import epath
+
+from jaxgrpo import plot_panels
 
 TENSORBOARD = 'tensorboard'
 INSTALL = "pip install 'jaxgrpo[tensorboard]'"
@@ -37,16 +40,21 @@ def available() -> bool:
 def scalars(record: Mapping[str, Any]) -> dict[str, float]:
   """The numeric values of a metrics record ('nan' / 'inf' strings too),
   without its step."""
-  out = {}
-  for key, v in record.items():
-    if key == 'step' or isinstance(v, bool) or not isinstance(
-        v, (int, float, str)):
-      continue
-    try:
-      out[key] = float(v)
-    except ValueError:
-      continue
-  return out
+  values = {key: plot_panels.as_float(v) for key, v in record.items()
+            if key != 'step'}
+  return {key: v for key, v in values.items() if v is not None}
+
+
+@contextlib.contextmanager
+def _absl_muted() -> Iterator[None]:
+  """clu's default writer also logs every scalar through absl at INFO."""
+  absl_logger = logging.getLogger('absl')
+  level = absl_logger.level
+  absl_logger.setLevel(logging.WARNING)
+  try:
+    yield
+  finally:
+    absl_logger.setLevel(level)
 
 
 class EventWriter:
@@ -69,15 +77,9 @@ class EventWriter:
     self.logdir.mkdir(parents=True, exist_ok=True)
     for old in self.logdir.glob('events.out.tfevents.*'):
       old.unlink()
-    # The default writer also logs every scalar through absl at INFO: muted.
-    absl_logger = logging.getLogger('absl')
-    level = absl_logger.level
-    absl_logger.setLevel(logging.WARNING)
-    try:
+    with _absl_muted():
       self._writer = module.create_default_writer(
           str(self.logdir), just_logging=False, asynchronous=False)
-    finally:
-      absl_logger.setLevel(level)
     for i, record in enumerate(records):
       self.write(int(record.get('step', i)), record)
     self.flush()
@@ -85,13 +87,8 @@ class EventWriter:
   def write(self, step: int, metrics: Mapping[str, Any]) -> None:
     values = scalars(metrics)
     if values:
-      absl_logger = logging.getLogger('absl')
-      level = absl_logger.level
-      absl_logger.setLevel(logging.WARNING)
-      try:
+      with _absl_muted():
         self._writer.write_scalars(step, values)
-      finally:
-        absl_logger.setLevel(level)
 
   def flush(self) -> None:
     self._writer.flush()
