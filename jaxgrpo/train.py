@@ -40,9 +40,16 @@ from jaxgrpo.rl import rollout as rollout_lib
 Log = Callable[[str], None]
 
 
+def _sampler_state(source: mixture.MixtureSampler,
+                   rollout: rollout_lib.Rollout) -> dict:
+  """The data-side state a checkpoint holds: the sampler's per-example
+  tables and the rollout counters and carried groups (numpy arrays)."""
+  return {'source': source.get_state(), 'rollout': rollout.get_state()}
+
+
 def _save(ckpt, step, state, source, rollout, meta, ids=None,
           writer=None) -> None:
-  data = {'source': source.get_state(), 'rollout': rollout.get_state()}
+  data = _sampler_state(source, rollout)
   if ids:
     data['ids'] = ids
   ckpt.save(step, state, data, meta)
@@ -69,10 +76,8 @@ class StepInfo:
   _rollout: rollout_lib.Rollout
 
   def sampler_state(self) -> dict:
-    """The data-side state a checkpoint holds: the sampler's per-example
-    tables and the rollout counters and carried groups (numpy arrays)."""
-    return {'source': self._source.get_state(),
-            'rollout': self._rollout.get_state()}
+    """The data-side state a checkpoint holds (see `_sampler_state`)."""
+    return _sampler_state(self._source, self._rollout)
 
 
 def run(
@@ -398,8 +403,7 @@ def _run(
       if every and jax.process_count() > 1 and step % every == 0:
         # Host drift (different files or code on one host) stops the run.
         multihost.check_agree(
-            multihost.digest({'source': source.get_state(),
-                              'rollout': rollout.get_state()}),
+            multihost.digest(_sampler_state(source, rollout)),
             what='sampler state', step=step)
       writer.write(step, metrics)
       window.add(metrics)
