@@ -24,17 +24,23 @@ def score_rows(
     decode: Callable[[np.ndarray], str],
     tokens: jax.Array | np.ndarray,
     examples: Sequence[Example],
+    *,
+    on_host: np.ndarray | None = None,
 ) -> tuple[np.ndarray, base.ScoreStats]:
   """Rewards [N] of the first N = len(examples) rows of `tokens` [>= N, T].
 
   Row i answers examples[i]; rows past N (padding) are not scored. Returns
-  the same rewards and failure counts on every process.
+  the same rewards and failure counts on every process. `on_host` is the
+  whole of `tokens` where the caller already gathered it to the host
+  (rollouts do, to build the batch): the owned rows are read from it
+  instead of being copied from the devices a second time.
   """
   n = len(examples)
   if isinstance(tokens, jax.Array):
     rows = multihost.owned_rows(tokens)
     rows = rows[rows < n]
-    held = multihost.local_rows(tokens, rows)
+    held = (multihost.local_rows(tokens, rows) if on_host is None
+            else np.asarray(on_host)[rows])
   else:  # host rows (stand-in generators): all here
     rows, held = np.arange(n), np.asarray(tokens)[:n]
   texts = [decode(row) for row in held]

@@ -220,7 +220,8 @@ class Rollout:
     repeated = [ex for ex in examples for _ in range(G)]
     t0 = time.perf_counter()
     rewards, stats = scoring.score_rows(
-        self.scorer, self.tokenizer.decode, generated.tokens, repeated)
+        self.scorer, self.tokenizer.decode, generated.tokens, repeated,
+        on_host=out.tokens)
     verify_s = time.perf_counter() - t0
     rewards_RG = rewards.reshape(len(examples), G)
     self.source.observe(examples, rewards_RG)
