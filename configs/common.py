@@ -110,6 +110,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.rollout.max_round_size = 256
   c.rollout.max_rounds = 8
   c.rollout.surplus = 'carry'
+  # Fewer than batch_size informative groups after max_rounds: 'wait' (no
+  # update; the groups wait for the next step's rounds), 'scale' (update with
+  # advantages scaled by the fill) or 'train' (a full-size update anyway).
+  c.rollout.short_batch = 'wait'
   c.rollout.max_prompt_len = 12
   # A prompt longer than max_prompt_len: 'error' (name it and stop),
   # 'truncate' (keep BOS and its last tokens) or 'drop' (leave the example

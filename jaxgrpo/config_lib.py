@@ -19,6 +19,7 @@ LOSS_AGGS = ('token_mean', 'seq_mean_token_mean', 'dr_grpo')
 POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
 SCHEDULES = ('constant', 'cosine')
 SURPLUS = ('drop', 'carry')
+SHORT_BATCH = ('wait', 'scale', 'train')
 DTYPES = ('float32', 'bfloat16')
 TOKENIZERS = ('auto', 'char', 'byte', 'model')
 BALANCES = ('pre_filter', 'post_filter')
@@ -213,6 +214,7 @@ class RolloutSection(_Section):
   max_round_size: int
   max_rounds: int
   surplus: str
+  short_batch: str
   max_prompt_len: int
   long_prompts: str
   max_new_tokens: int
@@ -233,6 +235,7 @@ class RolloutSection(_Section):
                 'must be >= 2 (advantages compare completions in a group)')
     self._check(self.max_new_tokens >= 1, 'max_new_tokens', 'must be >= 1')
     self._one_of('surplus', SURPLUS)
+    self._one_of('short_batch', SHORT_BATCH)
     self._one_of('long_prompts', LONG_PROMPTS)
     self._non_negative('temperature', 'top_k')
     self._check(0.0 < self.top_p <= 1.0, 'top_p', 'must be in (0, 1]')

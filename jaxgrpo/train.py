@@ -127,6 +127,29 @@ def _postfix(metrics: dict[str, float]) -> str:
   return ' '.join(parts)
 
 
+def _explain_no_update(step: int, metrics: dict[str, float], ro,
+                       console: console_lib.Console, waiting: bool) -> None:
+  """Says why a step took no update (a short batch only when it starts
+  waiting, not on every step it goes on waiting)."""
+  rounds = int(metrics.get('rollout/rounds', 0))
+  held = int(metrics.get('rollout/held', 0))
+  if held:
+    if not waiting:
+      console.notice(
+          f'step {step}: {held} of {ro.batch_size} informative groups after '
+          f'{rounds} rounds (rollout.max_rounds={ro.max_rounds}); no update '
+          "until the batch is full (rollout.short_batch='wait'; train/skipped "
+          'counts the steps)')
+  elif rounds:
+    console.notice(f'step {step}: no informative group in {rounds} rounds; '
+                   'update skipped')
+  else:
+    console.notice(
+        f'step {step}: no dataset had a prompt to offer (every stratum '
+        'postponed by the curriculum, or every example filtered); update '
+        'skipped')
+
+
 def _run(
     cfg: config_lib.Config,
     workdir: str,
@@ -245,7 +268,8 @@ def _run(
           batch_size=ro.batch_size, group_size=ro.group_size,
           round_size=ro.round_size, max_round_size=ro.max_round_size,
           max_rounds=ro.max_rounds,
-          surplus=ro.surplus, max_prompt_len=ro.max_prompt_len,
+          surplus=ro.surplus, short_batch=ro.short_batch,
+          max_prompt_len=ro.max_prompt_len,
           long_prompts=ro.long_prompts,
           easy_threshold=ro.easy_threshold, hard_threshold=ro.hard_threshold,
           advantage=cfg.rl.advantage,
@@ -359,8 +383,10 @@ def _run(
   log(f'GRPO: {cfg.total_steps} steps of {ro.batch_size} prompts x '
       f'{ro.group_size} samples, model {model_name} '
       f'({model_config.param_count(model_cfg) / 1e6:.2f}M params)')
+  waiting = False  # whether the last step held a short batch
+
   def _train_one_step(step: int) -> dict[str, float]:
-    nonlocal state
+    nonlocal state, waiting
     t0 = time.perf_counter()
     step_rng = jax.random.fold_in(run_rng, step)
     result = rollout.collect(state.params, jax.random.fold_in(step_rng, 0),
@@ -376,15 +402,8 @@ def _run(
           {k: float(v) for k, v in jax.device_get(train_metrics).items()})
     else:
       metrics['train/skipped'] = 1.0
-      rounds = int(metrics.get('rollout/rounds', ro.max_rounds))
-      if rounds:
-        console.notice(f'step {step}: no informative group in {rounds} '
-                       'rounds; update skipped')
-      else:
-        console.notice(
-            f'step {step}: no dataset had a prompt to offer (every stratum '
-            'postponed by the curriculum, or every example filtered); '
-            'update skipped')
+      _explain_no_update(step, metrics, ro, console, waiting)
+    waiting = bool(metrics.get('rollout/held'))
     metrics['perf/step_s'] = time.perf_counter() - t0
     if cfg.eval.every and (step % cfg.eval.every == 0
                            or step == cfg.total_steps):

@@ -61,7 +61,7 @@ def make_examples(name: str, n: int) -> list[Example]:
 def make_rollout(datasets, *, policy='none', balance='pre_filter',
                  batch_size=4, group_size=4, round_size=8, max_rounds=4,
                  surplus='carry', snooze_factor=5, seed=0, gen_seed=0,
-                 min_fractions=None, max_round_size=256):
+                 min_fractions=None, max_round_size=256, short_batch='wait'):
   """A Rollout over a MixtureSampler of scripted datasets.
 
   Args:
@@ -91,7 +91,7 @@ def make_rollout(datasets, *, policy='none', balance='pre_filter',
   cfg = rollout_lib.RolloutConfig(
       batch_size=batch_size, group_size=group_size, round_size=round_size,
       max_rounds=max_rounds, surplus=surplus, max_prompt_len=8,
-      max_round_size=max_round_size)
+      max_round_size=max_round_size, short_batch=short_batch)
   ro = rollout_lib.Rollout(
       cfg, sampler, tok, gen, verifier_pool.Scorer(verifiers.get('exact_match')))
   return ro, sampler, gen

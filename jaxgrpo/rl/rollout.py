@@ -32,6 +32,8 @@ from jaxgrpo.verifiers import pool as verifier_pool
 
 _SURPLUS = ('drop', 'carry')
 _LONG_PROMPTS = ('error', 'truncate', 'drop')
+# What a step does when collection ends with fewer than B informative groups.
+SHORT_BATCH = ('wait', 'scale', 'train')
 
 
 class PromptSource(Protocol):
@@ -79,6 +81,15 @@ class RolloutConfig:
     max_round_size: cap of adaptive round sizes.
     max_rounds: most generator calls per step.
     surplus: 'drop' or 'carry' informative groups beyond B.
+    short_batch: what a step does when its collection ends (max_rounds
+      reached, or no dataset has a prompt left to offer) with fewer than B
+      informative groups. 'wait': no update; the groups are held and the
+      next step's rounds add to them, so every update is on exactly B
+      groups. The policy does not change while they wait, so held groups
+      stay on-policy. 'scale': update on the short batch with its
+      advantages scaled by n / B, so each group weighs what it weighs in a
+      full batch (under Adam this shrinks the step less than n / B).
+      'train': a full-size update on whatever it has.
     max_prompt_len: P, padded prompt length in tokens.
     long_prompts: a prompt longer than P is an error ('error'), keeps BOS
       and its last P - 1 tokens ('truncate', counted in
@@ -95,6 +106,7 @@ class RolloutConfig:
   max_rounds: int
   max_round_size: int = 256
   surplus: str = 'carry'
+  short_batch: str = 'wait'
   max_prompt_len: int
   long_prompts: str = 'error'
   easy_threshold: float = 1.0
@@ -104,6 +116,9 @@ class RolloutConfig:
   def __post_init__(self):
     if self.surplus not in _SURPLUS:
       raise ValueError(f'rollout.surplus must be one of {_SURPLUS}, got {self.surplus!r}')
+    if self.short_batch not in SHORT_BATCH:
+      raise ValueError(f'rollout.short_batch must be one of {SHORT_BATCH}, '
+                       f'got {self.short_batch!r}')
     if self.long_prompts not in _LONG_PROMPTS:
       raise ValueError(
           f'rollout.long_prompts must be one of {_LONG_PROMPTS}, got '
@@ -293,15 +308,23 @@ class Rollout:
         for key in keys:
           reward_sums[key][0] += float(row.sum())
           reward_sums[key][1] += row.size
-    groups, surplus = source.choose(groups)
-    if cfg.surplus == 'carry':
-      self.carried = list(surplus)
+    in_hand = len(groups)
+    held: list[Group] = []
+    if in_hand < cfg.batch_size and cfg.short_batch == 'wait':
+      # No update on a short batch: every group waits for the next step.
+      held, groups, surplus = groups, [], []
+      self.carried = list(held)
+    else:
+      groups, surplus = source.choose(groups)
+      if cfg.surplus == 'carry':
+        self.carried = list(surplus)
 
     total_generated = int(generated.sum())
     self.cum_prompts_generated += total_generated
     self.cum_groups_used += len(groups)
     metrics = {
         'rollout/prompts_generated': float(total_generated),
+        'rollout/tokens_generated': totals['gen_tokens'],
         'rollout/groups_used': float(len(groups)),
         'rollout/groups_easy': totals['easy'],
         'rollout/groups_hard': totals['hard'],
@@ -311,8 +334,10 @@ class Rollout:
             len(groups) / total_generated if total_generated else 1.0),
         'rollout/cum_prompts_generated': float(self.cum_prompts_generated),
         'rollout/cum_groups_used': float(self.cum_groups_used),
-        'rollout/batch_short': float(cfg.batch_size - len(groups)),
+        'rollout/batch_short': float(max(cfg.batch_size - in_hand, 0)),
         'rollout/carried_in': float(carried_in),
+        'rollout/held': float(len(held)),
+        'train/batch_fill': min(in_hand, cfg.batch_size) / cfg.batch_size,
         'rollout/surplus': float(len(surplus)),
         'verify/errors': totals['verify_errors'],
         'verify/timeouts': totals['verify_timeouts'],
@@ -339,15 +364,18 @@ class Rollout:
           used[name] / len(groups) if groups else 0.0)
       metrics[f'data/truncated/{name}'] = totals[f'truncated/{name}']
     metrics.update(source.metrics())
-    batch = self._assemble(groups) if groups else None
+    scale = (len(groups) / cfg.batch_size if cfg.short_batch == 'scale'
+             else 1.0)
+    batch = self._assemble(groups, scale) if groups else None
     return RolloutResult(batch=batch, groups=groups, metrics=metrics)
 
-  def _assemble(self, groups: list[Group]) -> TrainBatch:
+  def _assemble(self, groups: list[Group], scale: float = 1.0) -> TrainBatch:
     """Stacks groups into a fixed-shape batch of B prompts, B * G completions.
 
     A short step is padded with empty groups (no valid completion tokens, zero
     advantage), so the jitted train step keeps one shape and the padding adds
-    nothing to the loss.
+    nothing to the loss; `scale` multiplies the advantages (short_batch
+    'scale').
     """
     cfg = self.cfg
     G, B = cfg.group_size, cfg.batch_size
@@ -368,6 +396,7 @@ class Rollout:
         advantages_lib.compute_advantages(rewards, method=cfg.advantage)
     )
     adv[len(groups):] = 0.0
+    adv *= scale
     return TrainBatch(
         prompt_tokens=prompt_tokens,
         prompt_mask=prompt_mask,

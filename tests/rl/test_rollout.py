@@ -48,7 +48,8 @@ class RolloutTest(absltest.TestCase):
     self.assertGreaterEqual(m['rollout/groups_easy'], 3)
     self.assertGreaterEqual(m['rollout/groups_hard'], 3)
     self.assertEqual(m['rollout/groups_easy'] + m['rollout/groups_hard']
-                     + m['rollout/groups_used'] + m['rollout/surplus'], 9)
+                     + m['rollout/groups_used'] + m['rollout/surplus']
+                     + m['rollout/held'], 9)
     self.assertEqual(m['rollout/prompts_generated'], 9)
     self.assertEqual(m['rollout/prompts_generated/d'], 9)
     used = {g.example.id for g in res.groups}
@@ -85,16 +86,81 @@ class RolloutTest(absltest.TestCase):
   def test_short_batch_is_padded_and_reported(self):
     # Only one example is ever informative; max_rounds stops the step.
     ro, _, _ = _rollout([0.5] + [1.0] * 5, batch_size=4, round_size=3,
-                        max_rounds=2)
+                        max_rounds=2, short_batch='train')
     res = ro.collect(None, jax.random.key(0))
     used = int(res.metrics['rollout/groups_used'])
     self.assertLessEqual(used, 1)
     self.assertEqual(res.metrics['rollout/batch_short'], 4 - used)
+    self.assertEqual(res.metrics['train/batch_fill'], used / 4)
     if res.batch is not None:
       batch = res.batch
       self.assertEqual(batch.completion_mask.shape, (4 * G, scripted.T))
       self.assertFalse(batch.completion_mask[used * G:].any())
       np.testing.assert_array_equal(batch.advantages[used * G:], 0)
+
+  def test_short_batch_waits_until_full(self):
+    # Two informative examples of twelve, B=4, one round of 6 per step: a
+    # step rarely fills, and under 'wait' it takes no update until B groups
+    # are in hand; every batch that trains is full.
+    ro, _, gen = _rollout([0.5] * 2 + [1.0] * 10, batch_size=4, round_size=6,
+                          max_rounds=1, short_batch='wait')
+    in_hand, batches = 0, 0
+    for step in range(12):
+      res = ro.collect(None, jax.random.key(step), step)
+      m = res.metrics
+      self.assertEqual(m['rollout/carried_in'], in_hand)
+      if res.batch is None:
+        self.assertEmpty(res.groups)
+        self.assertEqual(m['rollout/groups_used'], 0)
+        self.assertEqual(m['rollout/held'], len(ro.carried))
+        self.assertLess(m['rollout/held'], 4)
+        self.assertEqual(m['train/batch_fill'], m['rollout/held'] / 4)
+        in_hand = len(ro.carried)
+      else:
+        batches += 1
+        self.assertLen(res.groups, 4)
+        self.assertEqual(m['train/batch_fill'], 1.0)
+        self.assertEqual(m['rollout/held'], 0)
+        self.assertTrue((res.batch.completion_mask.reshape(4, G, -1)
+                         .any(axis=(1, 2))).all())
+        in_hand = len(ro.carried)
+    self.assertGreater(batches, 0)
+    self.assertEqual(gen.calls, 12)
+
+  def test_short_batch_waits_through_a_checkpoint(self):
+    ro, _, _ = _rollout([0.5] * 2 + [1.0] * 10, batch_size=4, round_size=6,
+                        max_rounds=1)
+    for step in range(10):  # until some groups wait
+      res = ro.collect(None, jax.random.key(step), step)
+      if res.metrics['rollout/held']:
+        break
+    self.assertIsNone(res.batch)
+    held = [g.example.id for g in ro.carried]
+    self.assertNotEmpty(held)
+    fresh, _, _ = _rollout([0.5] * 2 + [1.0] * 10, batch_size=4,
+                           round_size=6, max_rounds=1)
+    fresh.set_state(ro.get_state())
+    self.assertEqual([g.example.id for g in fresh.carried], held)
+
+  def test_short_batch_scale(self):
+    # Two of six examples can be informative and B=4: the same groups under
+    # 'train' and 'scale', whose advantages are those of 'train' x n / B.
+    outs = {}
+    for mode in ('train', 'scale'):
+      ro, _, _ = _rollout([0.5] * 2 + [1.0] * 4, batch_size=4, round_size=6,
+                          max_rounds=1, short_batch=mode)
+      outs[mode] = ro.collect(None, jax.random.key(0))
+    used = len(outs['train'].groups)
+    self.assertBetween(used, 1, 3)
+    self.assertEqual([g.example.id for g in outs['scale'].groups],
+                     [g.example.id for g in outs['train'].groups])
+    np.testing.assert_allclose(outs['scale'].batch.advantages,
+                               outs['train'].batch.advantages * used / 4)
+    self.assertGreater(np.abs(outs['train'].batch.advantages).max(), 0)
+
+  def test_short_batch_option_is_checked(self):
+    with self.assertRaisesRegex(ValueError, 'rollout.short_batch'):
+      _rollout([0.5], short_batch='sometimes')
 
   def test_no_informative_group_gives_no_batch(self):
     ro, _, _ = _rollout([1.0] * 4, batch_size=2, round_size=2, max_rounds=3)
