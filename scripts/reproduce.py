@@ -1,323 +1,398 @@
-r"""Real GRPO runs that test the method's claims at small scale, on a CPU.
+r"""Real GRPO runs that test the sampler's claims on a CPU, and their report.
 
-Each experiment trains the demo model on built-in arithmetic under several
-sampler settings, writes every run's metrics.jsonl under
-`OUT/<experiment>/<variant>_s<seed>/`, a JSON summary `OUT/<experiment>.json`
-and a plot `OUT/<experiment>.png`:
+  python scripts/reproduce.py run regime --seeds 0,1,2,3,4
+  python scripts/reproduce.py run regime --seeds 0,1,2,3,4 --shard 1/2  # 2nd core
+  python scripts/reproduce.py status
+  python scripts/reproduce.py report        # docs/results.md + figures, seconds
 
-  waste       policy=none on a dataset the model gradually masters: prompts
-              generated per step against the optimal B, and the used share.
-  efficiency  none, filter, snooze (N=5), snooze_prob, weighted: prompts
-              generated and generator calls over the same steps, held-out
-              accuracy at the end, savings as a ratio to none.
-  drift       an easy and a hard dataset at equal weights under filter:
-              each one's batch share over steps, pre_filter vs post_filter.
-  conflict    answerable (90%) and unanswerable (10%, the right answer is
-              the refusal 'none') subtractions, '57-23=' vs '23-57=' (no
-              negative numbers): per-subset held-out accuracy and the
-              minority's batch share for none, filter, snooze N=2, 3, 5
-              and snooze_prob.
-  conflict_missing
-              the same with an obvious cue: answerable sums and '47+?='.
+`run` trains every variant of an experiment for each seed. Every variant of
+a seed starts from the same warm-started weights (the warm start runs once
+per seed and its step-0 checkpoint is copied), so variants differ only in the
+sampler. A sweep resumes: a finished run's metrics are in
+`docs/results/data/<experiment>/<variant>_s<seed>.jsonl.gz` and are not run
+again; an unfinished one resumes from its own checkpoint in
+`--work/<experiment>/<variant>_s<seed>/` (saved every 25 steps). Each data
+file starts with a header record naming the commit, the command and the
+config that made it. `--shard k/n` runs every n-th run (for one process per
+core); shards share warm starts through a lock.
 
-Every variant of a seed starts from the same warm-started checkpoint (the
-warm start runs once per seed and its step-0 checkpoint is copied), so the
-variants differ only in the sampler.
+`report` (scripts/results_report.py) reads only the committed data files and
+writes every table between the markers of docs/results.md and every figure
+under docs/results/; `tests/test_results.py` fails when they disagree.
 
-  python scripts/reproduce.py efficiency --seeds 0,1,2 --out docs/results
-  python scripts/reproduce.py all --smoke --out /tmp/repro    # a few steps each
-  python scripts/reproduce.py conflict --variants none,snooze3  # some variants
+Experiments:
+  regime       the main comparison, in a regime like the source's: a model
+               that masters most of its data, so late in training most
+               degenerate groups are too easy. Every policy; no round cap
+               in effect.
+  short_batch  the earlier small regime (1,000 problems, at most 8 rounds of
+               16 prompts a step) under filter: short steps trained on
+               anyway (`train`) against `wait` and `scale`.
+  drift        an easy and a hard dataset at equal weights under plain
+               dynamic sampling: batch shares, pre_filter vs post_filter.
+  conflict     answerable (90%) and unanswerable (10%, the right answer is
+               the refusal 'none') subtractions, '57-23=' vs '23-57=':
+               per-subset accuracy and the minority's batch share.
 """
 
 import argparse
+import contextlib
+import dataclasses
+import fcntl
+import gzip
 import json
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, 'scripts'))
 
-# pylint: disable=g-import-not-at-top
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from configs import common
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import train
 
-EXPERIMENTS = ('waste', 'efficiency', 'drift', 'conflict', 'conflict_missing')
+DATA = os.path.join(REPO, 'docs', 'results', 'data')
+WORK = os.path.join(REPO, 'runs', 'reproduce')
+CHECKPOINT_EVERY = 25
+# Metrics kept in the data files (prefixes); the rest of metrics.jsonl
+# (per-dataset timings, constant counters) is left out to keep them small.
+KEEP = ('rollout/', 'data/batch_share/', 'data/snoozed/', 'data/filtered/',
+        'data/epoch/', 'eval/accuracy', 'reward/mean', 'train/batch_fill',
+        'train/skipped', 'train/loss', 'train/entropy', 'perf/gen_s',
+        'perf/step_s', 'perf/verify_s')
 
 
-def _base(steps: int, seed: int, smoke: bool):
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """An experiment: shared settings, datasets and named variants."""
+
+  name: str
+  steps: int
+  settings: dict  # config key -> value, for every variant
+  datasets: list
+  variants: dict  # variant -> {config key: value}
+
+
+def _snooze(n, **extra):
+  return {'sampler.policy': 'snooze', 'sampler.snooze_factor': n, **extra}
+
+
+POLICIES = {
+    'none': {'sampler.policy': 'none'},
+    'filter': {'sampler.policy': 'filter'},
+    'snooze1': _snooze(1),
+    'snooze2': _snooze(2),
+    'snooze3': _snooze(3),
+    'snooze5': _snooze(5),
+    'snooze_prob5': {'sampler.policy': 'snooze_prob',
+                     'sampler.snooze_factor': 5},
+    'weighted': {'sampler.policy': 'weighted'},
+    # Too-hard examples snoozed as well as too-easy ones.
+    'snooze5_hard5': _snooze(5, **{'sampler.snooze_hard_factor': 5}),
+}
+
+
+def experiments() -> dict[str, Experiment]:
+  """Every experiment, at full size."""
+  # The main regime: 1-2 digit sums without carries. The warm start takes
+  # the model to a sampled pass rate of 0.8 on its training prompts; GRPO
+  # then masters the 2,000 training problems, visited many times each, and
+  # held-out accuracy (greedy, on 1,024 problems none of which is a
+  # training prompt) follows. Rounds of 64 prompts, up to 64 a step: every
+  # step fills its batch.
+  regime = Experiment(
+      name='regime', steps=300,
+      settings={
+          'warmstart.target_pass_rate': 0.8,
+          'warmstart.check_examples': 128,
+          'rollout.round_size': 64,
+          'rollout.max_rounds': 64,
+          'eval.every': 15,
+          'eval.temperature': 0.0,
+          'eval.num_samples': 1,
+      },
+      datasets=[common.arithmetic_dataset(
+          'arithmetic', min_digits=1, max_digits=2, carries='none',
+          num_train=2000, num_eval=1024)],
+      variants=dict(POLICIES))
+  # The regime of the earlier results: 1,000 problems, rounds of 16, at
+  # most 8 a step, so steps under filter run short.
+  short_batch = Experiment(
+      name='short_batch', steps=400,
+      settings={'eval.every': 20, 'eval.temperature': 0.0,
+                'eval.num_samples': 1},
+      datasets=[common.arithmetic_dataset(
+          'arithmetic', min_digits=1, max_digits=2, carries='none',
+          num_train=1000, num_eval=1024)],
+      variants={
+          'filter_train': {'sampler.policy': 'filter',
+                           'rollout.short_batch': 'train'},
+          'filter_wait': {'sampler.policy': 'filter',
+                          'rollout.short_batch': 'wait'},
+          'filter_scale': {'sampler.policy': 'filter',
+                           'rollout.short_batch': 'scale'},
+          'none_train': {'sampler.policy': 'none',
+                         'rollout.short_batch': 'train'},
+          'none_wait': {'sampler.policy': 'none',
+                        'rollout.short_batch': 'wait'},
+      })
+  drift = Experiment(
+      name='drift', steps=300,
+      settings=dict(regime.settings),
+      datasets=[
+          common.arithmetic_dataset(
+              'easy', weight=0.5, min_digits=1, max_digits=1, ops='+-',
+              num_train=1000, num_eval=512, seed=1),
+          common.arithmetic_dataset(
+              'hard', weight=0.5, min_digits=2, max_digits=2, carries='none',
+              num_train=1000, num_eval=512, seed=2),
+      ],
+      variants={
+          'pre_filter': {'sampler.policy': 'none', 'data.balance': 'pre_filter'},
+          'post_filter': {'sampler.policy': 'none',
+                          'data.balance': 'post_filter'},
+      })
+  conflict = Experiment(
+      name='conflict', steps=400,
+      settings={'rollout.round_size': 64, 'rollout.max_rounds': 64,
+                'eval.every': 20, 'eval.temperature': 0.0,
+                'eval.num_samples': 1},
+      datasets=[
+          common.arithmetic_dataset(
+              'answerable', weight=0.9, min_digits=1, max_digits=2, ops='-',
+              num_train=2000, num_eval=768, seed=3),
+          common.arithmetic_dataset(
+              'unanswerable', weight=0.1, min_digits=1, max_digits=2,
+              ops='-', num_train=500, num_eval=256, seed=4,
+              unanswerable='negative'),
+      ],
+      variants={k: POLICIES[k] for k in
+                ('none', 'filter', 'snooze2', 'snooze3', 'snooze5',
+                 'snooze_prob5')})
+  return {e.name: e for e in (regime, short_batch, drift, conflict)}
+
+
+def smoke(experiment: Experiment) -> Experiment:
+  """The same experiment at a few steps of a tiny size (for the tests)."""
+  datasets = []
+  for entry in experiment.datasets:
+    entry = dict(entry)
+    entry['num_train'] = min(entry.get('num_train', 256), 256)
+    entry['num_eval'] = min(entry.get('num_eval', 16), 16)
+    datasets.append(entry)
+  return dataclasses.replace(experiment, steps=2, datasets=datasets)
+
+
+def config(experiment: Experiment, variant: str, seed: int, *,
+           is_smoke: bool = False):
+  """The ConfigDict of one run (steps 0 for the shared warm start)."""
   c = common.base_config()
   c.seed = seed
-  c.total_steps = steps
+  c.total_steps = experiment.steps
   c.log_every = 50
-  c.eval.every = max(1, steps // 6)
-  c.checkpoint.every = 10_000  # the end and step 0 are always saved
+  c.checkpoint.every = CHECKPOINT_EVERY
+  c.checkpoint.max_to_keep = 1
   c.verify.workers = 0  # exact_match cannot hang; keep the runs lean
-  c.plots = False  # the experiment draws its own
-  if smoke:
+  c.plots = False
+  c.tensorboard = False
+  c.data.datasets = [dict(d) for d in experiment.datasets]
+  overrides = {**experiment.settings,
+               **(experiment.variants[variant] if variant else {})}
+  for key, value in overrides.items():
+    section, _, name = key.rpartition('.')
+    (c[section] if section else c)[name] = value
+  if is_smoke:
     common.shrink_for_runlocal(c)
-    c.total_steps = steps
-    c.eval.every = steps
+    c.total_steps = experiment.steps
+    c.eval.every = experiment.steps
+    c.data.datasets = [dict(d) for d in experiment.datasets]
   return c
 
 
-def _dataset(name, smoke, **keys):
-  entry = common.arithmetic_dataset(name, **keys)
-  if smoke:
-    entry['num_train'] = min(entry.get('num_train', 256), 256)
-    entry['num_eval'] = min(entry.get('num_eval', 16), 16)
-  return entry
-
-
-def variants(experiment: str, smoke: bool) -> tuple[list, dict]:
-  """(datasets, {variant name: config overrides}) of an experiment."""
-  if experiment in ('waste', 'efficiency'):
-    # Sums without carries: the model masters them within the run, which is
-    # when dynamic sampling starts to waste generation.
-    datasets = [_dataset('arithmetic', smoke, min_digits=1, max_digits=2,
-                         carries='none', num_train=1000, num_eval=256)]
-    if experiment == 'waste':
-      return datasets, {'none': {'sampler.policy': 'none'}}
-    return datasets, {
-        'none': {'sampler.policy': 'none'},
-        'filter': {'sampler.policy': 'filter'},
-        'snooze5': {'sampler.policy': 'snooze', 'sampler.snooze_factor': 5},
-        'snooze_prob5': {'sampler.policy': 'snooze_prob',
-                         'sampler.snooze_factor': 5},
-        'weighted': {'sampler.policy': 'weighted'},
-    }
-  if experiment == 'drift':
-    datasets = [
-        _dataset('easy', smoke, weight=0.5, min_digits=1, max_digits=2,
-                 carries='none', num_train=1000, num_eval=128, seed=1),
-        _dataset('hard', smoke, weight=0.5, min_digits=3, max_digits=3,
-                 carries='required', num_train=1000, num_eval=128, seed=2),
-    ]
-    return datasets, {
-        'pre_filter': {'sampler.policy': 'filter', 'data.balance': 'pre_filter'},
-        'post_filter': {'sampler.policy': 'filter',
-                        'data.balance': 'post_filter'},
-    }
-  if experiment == 'conflict':
-    # The two tasks look alike: only comparing the operands tells whether
-    # to answer or refuse, so refusing leaks into answerable problems.
-    datasets = [
-        _dataset('answerable', smoke, weight=0.9, min_digits=1, max_digits=2,
-                 ops='-', num_train=2000, num_eval=256, seed=3),
-        _dataset('unanswerable', smoke, weight=0.1, min_digits=1, max_digits=2,
-                 ops='-', num_train=500, num_eval=128, seed=4,
-                 unanswerable='negative'),
-    ]
-  elif experiment == 'conflict_missing':
-    datasets = [
-        _dataset('answerable', smoke, weight=0.9, min_digits=1, max_digits=2,
-                 num_train=2000, num_eval=256, seed=3),
-        # '47+?=' has fewer distinct prompts than a full problem: 1-3 digits.
-        _dataset('unanswerable', smoke, weight=0.1, min_digits=1, max_digits=3,
-                 num_train=500, num_eval=128, seed=4, unanswerable=True),
-    ]
-  if experiment in ('conflict', 'conflict_missing'):
-    out = {'none': {'sampler.policy': 'none'},
-           'filter': {'sampler.policy': 'filter'}}
-    for n in (2, 3, 5):
-      out[f'snooze{n}'] = {'sampler.policy': 'snooze',
-                           'sampler.snooze_factor': n}
-    out['snooze_prob5'] = {'sampler.policy': 'snooze_prob',
-                           'sampler.snooze_factor': 5}
-    return datasets, out
-  raise ValueError(f'unknown experiment {experiment!r}; one of {EXPERIMENTS}')
-
-
-def _set(c, key: str, value) -> None:
-  section, _, name = key.rpartition('.')
-  (c[section] if section else c)[name] = value
-
-
-def run_experiment(experiment: str, *, seeds, steps: int, out: str,
-                   smoke: bool = False, only=None, log=print) -> dict:
-  """Runs the variants of `experiment` (all, or those named in `only`) for
-  each seed; returns the summary."""
-  datasets, table = variants(experiment, smoke)
-  if only:
-    unknown = sorted(set(only) - set(table))
-    if unknown:
-      raise ValueError(f'--variants: {experiment} has no variant {unknown}; '
-                       f'it has {list(table)}')
-    table = {name: v for name, v in table.items() if name in only}
-  root = os.path.join(out, experiment)
-  runs = {}
-  for seed in seeds:
-    start = os.path.join(root, f'_warm_s{seed}')
-    if not os.path.exists(os.path.join(start, 'checkpoints')):
-      c = _base(0, seed, smoke)
-      c.data.datasets = datasets
-      t0 = time.perf_counter()
-      train.run(c, start, log=lambda _: None)
-      log(f'{experiment}: warm start for seed {seed} in '
-          f'{time.perf_counter() - t0:.0f}s')
-    for name, overrides in table.items():
-      workdir = os.path.join(root, f'{name}_s{seed}')
-      if not os.path.exists(os.path.join(workdir, 'metrics.jsonl')) or not (
-          _done(workdir, steps)):
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.copytree(start, workdir)
-        c = _base(steps, seed, smoke)
-        c.data.datasets = datasets
-        for key, value in overrides.items():
-          _set(c, key, value)
-        t0 = time.perf_counter()
-        train.run(c, workdir, log=lambda _: None)
-        log(f'{experiment}: {name} seed {seed}, {steps} steps in '
-            f'{time.perf_counter() - t0:.0f}s')
-      runs[f'{name}_s{seed}'] = metrics_lib.read_metrics(workdir)
-  summary = summarize(experiment, runs, table, seeds,
-                      batch_size=_base(steps, 0, smoke).rollout.batch_size)
-  with open(os.path.join(out, f'{experiment}.json'), 'w') as f:
-    json.dump(summary, f, indent=1)
-  plot(experiment, runs, table, seeds, os.path.join(out, f'{experiment}.png'),
-       batch_size=summary['batch_size'])
-  return summary
-
-
-def _done(workdir: str, steps: int) -> bool:
-  records = metrics_lib.read_metrics(workdir)
-  return bool(records) and records[-1]['step'] >= steps
-
-
-def _series(records, key):
-  return [(r['step'], r[key]) for r in records if key in r and r['step'] > 0]
-
-
-def _smooth(series, window: int = 20):
-  """A trailing mean over `window` steps of (step, value) pairs."""
-  out, values = [], []
-  for step, value in series:
-    values.append(value)
-    recent = values[-window:]
-    out.append((step, sum(recent) / len(recent)))
-  return out
-
-
-def summarize(experiment, runs, table, seeds, *, batch_size) -> dict:
-  """Per variant: totals and final accuracies, averaged over seeds."""
-  out = {'experiment': experiment, 'seeds': list(seeds),
-         'batch_size': batch_size, 'variants': {}}
-  for name in table:
-    rows = []
-    for seed in seeds:
-      records = runs[f'{name}_s{seed}']
-      steps = [r for r in records if r['step'] > 0]
-      last_eval = [r for r in records if 'eval/accuracy' in r][-1]
-      first_eval = [r for r in records if 'eval/accuracy' in r][0]
-      row = {
-          'steps': len(steps),
-          'prompts_generated': sum(r['rollout/prompts_generated']
-                                   for r in steps),
-          'generator_calls': sum(r['rollout/rounds'] for r in steps),
-          'groups_used': sum(r['rollout/groups_used'] for r in steps),
-          'eval_first': first_eval['eval/accuracy'],
-          'eval_last': last_eval['eval/accuracy'],
-      }
-      for key, value in last_eval.items():
-        if key.startswith('eval/accuracy/'):
-          row[key] = value
-      for key in {k for r in steps for k in r
-                  if k.startswith('data/batch_share/')}:
-        row[key] = sum(r.get(key, 0.0) for r in steps) / max(1, len(steps))
-      row['prompts_per_group_used'] = (
-          row['prompts_generated'] / max(1.0, row['groups_used']))
-      rows.append(row)
-    mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-    out['variants'][name] = {'per_seed': rows, 'mean': mean}
-  base = out['variants'].get('none')
-  if base:
-    for name, v in out['variants'].items():
-      v['mean']['generation_saving_vs_none'] = (
-          base['mean']['prompts_generated'] / v['mean']['prompts_generated'])
-  return out
-
-
-def plot(experiment, runs, table, seeds, path, *, batch_size) -> None:
+def commit() -> str:
+  """HEAD's commit, with '+dirty' when tracked files differ from it."""
   try:
-    import matplotlib
-    matplotlib.use('Agg')
-    from matplotlib import pyplot as plt
-  except ImportError:
-    print(f'matplotlib not installed (pip install -e .[plots]): no {path}')
-    return
-  seed = seeds[0]
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-  left, right = axes
-  for name in table:
-    records = runs[f'{name}_s{seed}']
-    if experiment in ('waste', 'efficiency'):
-      gen = _series(records, 'rollout/prompts_generated')
-      left.plot(*zip(*gen), label=name, lw=1)
-      cum = _series(records, 'rollout/cum_prompts_generated')
-      right.plot(*zip(*cum), label=name, lw=1)
-    elif experiment == 'drift':
-      share = _smooth(_series(records, 'data/batch_share/easy'))
-      left.plot(*zip(*share), label=f'{name}: easy', lw=1)
-      acc = _series(records, 'eval/accuracy')
-      right.plot(*zip(*acc), label=name, marker='o', lw=1)
-    else:
-      share = _smooth(_series(records, 'data/batch_share/unanswerable'))
-      left.plot(*zip(*share), label=name, lw=1)
-      acc = _series(records, 'eval/accuracy/answerable')
-      line, = right.plot(*zip(*acc), label=f'{name}: answerable', marker='o',
-                         lw=1, ms=3)
-      acc = _series(records, 'eval/accuracy/unanswerable')
-      right.plot(*zip(*acc), ls='--', lw=1, color=line.get_color())
-  if experiment in ('waste', 'efficiency'):
-    left.axhline(batch_size, color='k', ls='--', lw=1, label='optimal B')
-    left.set_title('prompts generated per step')
-    right.set_title('cumulative prompts generated')
-  elif experiment == 'drift':
-    left.axhline(0.5, color='k', ls='--', lw=1, label='weight')
-    left.set_title('batch share of the easy dataset (20-step mean)')
-    right.set_title('held-out accuracy')
-  else:
-    left.axhline(0.1, color='k', ls='--', lw=1, label='weight')
-    left.set_title('batch share of unanswerable problems (20-step mean)')
-    right.set_title('held-out accuracy: answerable (solid), unanswerable '
-                    '(dashed)', fontsize=9)
-  for ax in axes:
-    ax.set_xlabel('step')
-    ax.legend(fontsize=7)
-  fig.suptitle(f'{experiment} (seed {seed})')
-  fig.tight_layout()
-  fig.savefig(path, dpi=80)
-  plt.close(fig)
+    head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=REPO, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(['git', 'status', '--porcelain', '-uno'], cwd=REPO,
+                           check=True, capture_output=True, text=True).stdout
+  except (OSError, subprocess.CalledProcessError):
+    return 'unknown'
+  return head + ('+dirty' if dirty.strip() else '')
 
 
-def main():
+def data_path(data: str, experiment: str, run: str) -> str:
+  return os.path.join(data, experiment, f'{run}.jsonl.gz')
+
+
+def _round(value):
+  if isinstance(value, float):
+    return float(f'{value:.6g}')
+  return value
+
+
+def export(records: list[dict], header: dict, path: str) -> None:
+  """Writes a run's kept metrics, after its header, as gzipped JSONL."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = path + '.tmp'
+  # mtime=0: the same records give the same bytes.
+  with open(tmp, 'wb') as raw, gzip.GzipFile(fileobj=raw, mode='wb',
+                                             mtime=0) as f:
+    f.write((json.dumps({'header': header}) + '\n').encode())
+    for r in records:
+      kept = {k: _round(v) for k, v in r.items()
+              if k == 'step' or k.startswith(KEEP)}
+      f.write((json.dumps(kept, separators=(',', ':')) + '\n').encode())
+  os.replace(tmp, path)
+
+
+def read_run(path: str) -> tuple[dict, list[dict]]:
+  """(header, records) of a data file."""
+  with gzip.open(path, 'rt', encoding='utf-8') as f:
+    lines = [json.loads(line) for line in f if line.strip()]
+  return lines[0]['header'], lines[1:]
+
+
+@contextlib.contextmanager
+def _lock(path: str):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w') as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _warm_start(experiment: Experiment, seed: int, work: str,
+                is_smoke: bool, log) -> tuple[str, dict]:
+  """The seed's shared warm start (made once; shards wait on a lock)."""
+  start = os.path.join(work, experiment.name, f'_warm_s{seed}')
+  with _lock(start + '.lock'):
+    info_path = os.path.join(start, 'warmstart.json')
+    if not os.path.exists(info_path):
+      shutil.rmtree(start, ignore_errors=True)
+      c = config(experiment, '', seed, is_smoke=is_smoke)
+      c.total_steps = 0
+      t0 = time.perf_counter()
+      summary = train.run(c, start, log=lambda _: None)
+      info = {'seconds': time.perf_counter() - t0,
+              'steps': summary.warmstart_steps,
+              'pass_rate': summary.warmstart_pass_rate,
+              'eval_accuracy': summary.eval_accuracy_start}
+      with open(info_path, 'w') as f:
+        json.dump(info, f)
+      log(f'{experiment.name}: warm start for seed {seed} in '
+          f'{info["seconds"]:.0f}s')
+    with open(info_path) as f:
+      return start, json.load(f)
+
+
+def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
+            data: str, command: str, is_smoke: bool = False,
+            log=print) -> str:
+  """Runs (or resumes) one run and writes its data file; returns its path."""
+  name = f'{variant}_s{seed}'
+  out = data_path(data, experiment.name, name)
+  if os.path.exists(out):
+    return out
+  start, warm = _warm_start(experiment, seed, work, is_smoke, log)
+  workdir = os.path.join(work, experiment.name, name)
+  if not os.path.exists(os.path.join(workdir, 'checkpoints')):
+    shutil.rmtree(workdir, ignore_errors=True)
+    shutil.copytree(start, workdir, ignore=shutil.ignore_patterns('warmstart.json'))
+  c = config(experiment, variant, seed, is_smoke=is_smoke)
+  t0 = time.perf_counter()
+  train.run(c, workdir, log=lambda _: None)
+  seconds = time.perf_counter() - t0
+  records = metrics_lib.read_metrics(workdir)
+  header = {
+      'experiment': experiment.name, 'variant': variant, 'seed': seed,
+      'commit': commit(), 'command': command,
+      'overrides': {**experiment.settings, **experiment.variants[variant]},
+      'datasets': experiment.datasets, 'steps': experiment.steps,
+      'warmstart': warm, 'seconds_last_leg': seconds,
+      'batch_size': c.rollout.batch_size, 'group_size': c.rollout.group_size,
+  }
+  export(records, header, out)
+  log(f'{experiment.name}: {name} done in {seconds:.0f}s -> {out}')
+  return out
+
+
+def plan(experiment: Experiment, seeds, only=None) -> list[tuple[str, int]]:
+  """The (variant, seed) runs of a sweep, seed-major."""
+  names = list(experiment.variants)
+  if only:
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+      raise ValueError(f'--variants: {experiment.name} has no variant '
+                       f'{unknown}; it has {names}')
+    names = [n for n in names if n in only]
+  return [(n, s) for s in seeds for n in names]
+
+
+def _seeds(text: str) -> list[int]:
+  out = []
+  for part in text.split(','):
+    lo, _, hi = part.partition('-')
+    out.extend(range(int(lo), int(hi or lo) + 1))
+  return out
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('experiment', choices=EXPERIMENTS + ('all',))
-  parser.add_argument('--seeds', default='0')
-  parser.add_argument('--steps', type=int, default=300)
-  parser.add_argument('--out', default='docs/results')
-  parser.add_argument('--smoke', action='store_true',
-                      help='tiny sizes and a few steps (keeps this working)')
-  parser.add_argument('--variants', default='',
-                      help='comma-separated variant names (default: all)')
-  args = parser.parse_args()
-  only = [v for v in args.variants.split(',') if v]
-  seeds = [int(s) for s in args.seeds.split(',')]
-  os.makedirs(args.out, exist_ok=True)
-  for experiment in (EXPERIMENTS if args.experiment == 'all'
-                     else (args.experiment,)):
-    t0 = time.perf_counter()
-    summary = run_experiment(experiment, seeds=seeds, steps=args.steps,
-                             out=args.out, smoke=args.smoke, only=only)
-    print(f'{experiment} ({time.perf_counter() - t0:.0f}s):')
-    for name, v in summary['variants'].items():
-      m = v['mean']
-      print(f'  {name:14s} prompts {m["prompts_generated"]:8.0f}  calls '
-            f'{m["generator_calls"]:6.0f}  eval {m["eval_first"]:.3f} -> '
-            f'{m["eval_last"]:.3f}'
-            + (f'  saving {m["generation_saving_vs_none"]:.2f}x'
-               if 'generation_saving_vs_none' in m else ''))
+  sub = parser.add_subparsers(dest='command', required=True)
+  run_p = sub.add_parser('run', help='run (or resume) a sweep')
+  run_p.add_argument('experiment', choices=list(experiments()))
+  run_p.add_argument('--seeds', default='0-4', help='e.g. 0-4 or 0,2')
+  run_p.add_argument('--variants', default='',
+                     help='comma-separated variant names (default: all)')
+  run_p.add_argument('--shard', default='0/1', help='k/n: every n-th run')
+  run_p.add_argument('--work', default=WORK)
+  run_p.add_argument('--data', default=DATA)
+  run_p.add_argument('--smoke', action='store_true',
+                     help='tiny sizes and 2 steps (keeps this working)')
+  status_p = sub.add_parser('status', help='finished runs per experiment')
+  status_p.add_argument('--data', default=DATA)
+  report_p = sub.add_parser('report', help='docs/results.md from the data')
+  report_p.add_argument('--data', default=DATA)
+  report_p.add_argument('--doc', default=os.path.join(REPO, 'docs',
+                                                      'results.md'))
+  report_p.add_argument('--figures', default=os.path.join(REPO, 'docs',
+                                                          'results'))
+  report_p.add_argument('--no-figures', action='store_true')
+  args = parser.parse_args(argv)
+  if args.command == 'report':
+    import results_report
+    results_report.write_report(args.data, args.doc,
+                                None if args.no_figures else args.figures)
+    return
+  if args.command == 'status':
+    for name, e in experiments().items():
+      folder = os.path.join(args.data, name)
+      done = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+      print(f'{name}: {len(done)} runs of {len(e.variants)} variants')
+    return
+  experiment = experiments()[args.experiment]
+  if args.smoke:
+    experiment = smoke(experiment)
+  k, n = (int(x) for x in args.shard.split('/'))
+  runs = plan(experiment, _seeds(args.seeds),
+              [v for v in args.variants.split(',') if v])[k::n]
+  command = 'python scripts/reproduce.py ' + shlex.join(
+      argv if argv is not None else sys.argv[1:])
+  t0 = time.perf_counter()
+  for variant, seed in runs:
+    run_one(experiment, variant, seed, work=args.work, data=args.data,
+            command=command, is_smoke=args.smoke)
+  print(f'{experiment.name}: {len(runs)} runs in '
+        f'{time.perf_counter() - t0:.0f}s')
 
 
 if __name__ == '__main__':

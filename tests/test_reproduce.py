@@ -1,5 +1,7 @@
-"""scripts/reproduce.py stays runnable: every experiment, a few steps."""
+"""scripts/reproduce.py: every experiment runs, sweeps resume, data files
+carry their provenance, and the report is built from them."""
 
+import gzip
 import json
 import os
 import sys
@@ -10,56 +12,99 @@ from jaxgrpo import config_lib
 from tests import test_train
 
 sys.path.insert(0, os.path.join(test_train.REPO, 'scripts'))
-import reproduce  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import reproduce
+import results_report
 
 
 class ReproduceTest(absltest.TestCase):
 
-  def test_each_experiment_runs_and_summarizes(self):
-    out = self.create_tempdir().full_path
-    for experiment in reproduce.EXPERIMENTS:
-      _, table = reproduce.variants(experiment, smoke=True)
-      # Two variants each (the experiments share one code path); every
-      # variant's config is checked below.
-      only = list(table)[:2]
-      summary = reproduce.run_experiment(
-          experiment, seeds=[0], steps=2, out=out, smoke=True, only=only,
-          log=lambda _: None)
-      self.assertEqual(list(summary['variants']), only)
-      for name, v in summary['variants'].items():
-        self.assertEqual(v['mean']['steps'], 2, (experiment, name))
-        self.assertGreater(v['mean']['prompts_generated'], 0)
-      with open(os.path.join(out, f'{experiment}.json')) as f:
-        self.assertEqual(json.load(f)['experiment'], experiment)
-      if reproduce_has_plots():
-        self.assertGreater(
-            os.path.getsize(os.path.join(out, f'{experiment}.png')), 1000)
-
   def test_every_variant_config_is_valid(self):
-    for experiment in reproduce.EXPERIMENTS:
-      for smoke in (True, False):
-        datasets, table = reproduce.variants(experiment, smoke=smoke)
-        for name, overrides in table.items():
-          c = reproduce._base(300, 0, smoke)  # pylint: disable=protected-access
-          c.data.datasets = datasets
-          for key, value in overrides.items():
-            reproduce._set(c, key, value)  # pylint: disable=protected-access
+    for experiment in reproduce.experiments().values():
+      for smoke in (False, True):
+        e = reproduce.smoke(experiment) if smoke else experiment
+        for variant in e.variants:
+          c = reproduce.config(e, variant, 0, is_smoke=smoke)
           cfg = config_lib.from_config_dict(c)
-          self.assertEqual(len(cfg.data.datasets), len(datasets),
-                           (experiment, name))
+          self.assertLen(cfg.data.datasets, len(e.datasets))
+          for key, value in e.variants[variant].items():
+            section, _, name = key.rpartition('.')
+            self.assertEqual(getattr(getattr(cfg, section), name), value,
+                             (e.name, variant, key))
 
-  def test_unknown_variant_is_named(self):
+  def test_regime_has_every_policy(self):
+    names = set(reproduce.experiments()['regime'].variants)
+    self.assertEqual(names, set(reproduce.POLICIES))
+    policies = {v['sampler.policy'] for v in reproduce.POLICIES.values()}
+    self.assertEqual(policies, set(config_lib.POLICIES))
+
+  def test_plan_shards_and_unknown_variant(self):
+    e = reproduce.experiments()['drift']
+    runs = reproduce.plan(e, [0, 1])
+    self.assertEqual(runs, [('pre_filter', 0), ('post_filter', 0),
+                            ('pre_filter', 1), ('post_filter', 1)])
+    # Two shards split the runs between them, each run once.
+    self.assertCountEqual(runs[0::2] + runs[1::2], runs)
+    self.assertEmpty(set(runs[0::2]) & set(runs[1::2]))
     with self.assertRaisesRegex(ValueError, r"drift has no variant \['nope'\]"):
-      reproduce.run_experiment('drift', seeds=[0], steps=1, out='/nonexistent',
-                               only=['nope'])
+      reproduce.plan(e, [0], ['nope'])
+    self.assertEqual(reproduce._seeds('0-2,5'), [0, 1, 2, 5])  # pylint: disable=protected-access
+
+  def test_sweep_runs_resumes_and_reports(self):
+    root = self.create_tempdir().full_path
+    work, data = os.path.join(root, 'work'), os.path.join(root, 'data')
+    e = reproduce.smoke(reproduce.experiments()['regime'])
+    args = ['run', 'regime', '--smoke', '--seeds', '0',
+            '--variants', 'none,snooze5', '--work', work, '--data', data]
+    reproduce.main(args)
+    paths = [reproduce.data_path(data, 'regime', f'{v}_s0')
+             for v in ('none', 'snooze5')]
+    header, records = reproduce.read_run(paths[0])
+    self.assertEqual(header['variant'], 'none')
+    self.assertIn('--smoke', header['command'])
+    self.assertRegex(header['commit'], r'^([0-9a-f]{40}(\+dirty)?|unknown)$')
+    self.assertEqual([r['step'] for r in records], [0, 1, 2])
+    self.assertIn('train/batch_fill', records[1])
+    self.assertIn('rollout/tokens_generated', records[1])
+    # Both variants of the seed start from the same warm start.
+    accs = [reproduce.read_run(p)[1][0]['eval/accuracy'] for p in paths]
+    self.assertEqual(accs[0], accs[1])
+    # A finished run is not run again; a lost data file is rebuilt from the
+    # run's own workdir (its checkpoint is at the last step).
+    mtime = os.path.getmtime(paths[0])
+    os.remove(paths[1])
+    reproduce.main(args)
+    self.assertEqual(os.path.getmtime(paths[0]), mtime)
+    self.assertEqual(reproduce.read_run(paths[1])[1], records_of(paths[1]))
+    # The report reads them.
+    blocks = results_report.render_blocks(data)
+    self.assertIn('`none`', blocks['savings'])
+    self.assertIn('`snooze5`', blocks['savings_per_seed'])
+    self.assertIn('Steps filled to B', blocks['regime_checks'])
+    del e
 
 
-def reproduce_has_plots() -> bool:
-  try:
-    import matplotlib  # pylint: disable=g-import-not-at-top,unused-import
-  except ImportError:
-    return False
-  return True
+def records_of(path):
+  with gzip.open(path, 'rt') as f:
+    return [json.loads(line) for line in f][1:]
+
+
+class StatsTest(absltest.TestCase):
+
+  def test_interval_by_hand(self):
+    m, lo, hi = results_report.interval([1.0, 2.0, 3.0])
+    # sd = 1, n = 3, t(2) = 4.303.
+    self.assertAlmostEqual(m, 2.0)
+    self.assertAlmostEqual(hi - m, 4.303 / 3 ** 0.5, places=6)
+    self.assertAlmostEqual(m - lo, hi - m)
+
+  def test_ratio_interval_is_geometric(self):
+    m, lo, hi = results_report.ratio_interval([2.0, 2.0, 2.0])
+    self.assertAlmostEqual(m, 2.0)
+    self.assertAlmostEqual(lo, 2.0)
+    self.assertAlmostEqual(hi, 2.0)
+    m, _, _ = results_report.ratio_interval([1.0, 4.0])
+    self.assertAlmostEqual(m, 2.0)
 
 
 if __name__ == '__main__':

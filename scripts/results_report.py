@@ -1,0 +1,342 @@
+"""Tables and figures of docs/results.md, from the committed run data only.
+
+`python scripts/reproduce.py report` calls `write_report`: every block
+between `<!-- results:NAME -->` and `<!-- /results:NAME -->` in
+docs/results.md is rewritten from `docs/results/data/`, and the figures are
+drawn into docs/results/. `render_blocks` is what the test compares.
+
+Definitions used throughout:
+  final accuracy   the mean of a run's last three held-out evaluations.
+  target           0.95 x the final accuracy of `none` of the same seed.
+  cost to target   cumulative prompts (completion tokens, generation
+                   seconds) up to the first evaluation at or above the
+                   target; a run that never reaches it has no cost ('n/r').
+  saving           cost of `none` / cost of the policy, per seed; shown as
+                   the geometric mean over seeds with a 95% t-interval on
+                   the log ratios.
+  mean [lo, hi]    the mean over seeds with a 95% t-interval.
+"""
+
+import glob
+import math
+import os
+import re
+
+import numpy as np
+
+import reproduce
+
+# Two-sided 95% Student t quantiles by degrees of freedom.
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447,
+        7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131,
+        20: 2.086, 30: 2.042}
+TARGET = 0.95
+LAST_EVALS = 3
+B_MARK = re.compile(r'(<!-- results:([a-z_0-9]+) -->\n)(.*?)(<!-- /results:\2 -->)',
+                    re.S)
+
+
+def t95(df: int) -> float:
+  keys = [k for k in sorted(_T95) if k <= df]
+  return _T95[keys[-1]] if keys else float('nan')
+
+
+def interval(values) -> tuple[float, float, float]:
+  """(mean, low, high): the mean with a 95% t-interval."""
+  x = np.asarray(values, float)
+  m = float(x.mean())
+  if len(x) < 2:
+    return m, float('nan'), float('nan')
+  h = t95(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+  return m, m - h, m + h
+
+
+def ratio_interval(ratios) -> tuple[float, float, float]:
+  """Geometric mean of ratios with a 95% t-interval on their logs."""
+  x = np.asarray(ratios, float)
+  if not len(x) or (x <= 0).any() or not np.isfinite(x).all():
+    return float('nan'), float('nan'), float('nan')
+  m, lo, hi = interval(np.log(x))
+  return math.exp(m), math.exp(lo), math.exp(hi)
+
+
+class Run:
+  """One run's data file, with the series the report needs."""
+
+  def __init__(self, path: str):
+    self.header, records = reproduce.read_run(path)
+    self.variant = self.header['variant']
+    self.seed = self.header['seed']
+    self.steps = [r for r in records if r['step'] > 0]
+    self.evals = [(r['step'], r['eval/accuracy'], r) for r in records
+                  if 'eval/accuracy' in r]
+    cum_p = cum_t = cum_s = 0.0
+    self.cum = {0: (0.0, 0.0, 0.0)}
+    for r in self.steps:
+      cum_p += r.get('rollout/prompts_generated', 0.0)
+      cum_t += r.get('rollout/tokens_generated', 0.0)
+      cum_s += r.get('perf/gen_s', 0.0)
+      self.cum[r['step']] = (cum_p, cum_t, cum_s)
+
+  def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+    pts = [(r['step'], r[key]) for r in self.steps if key in r]
+    return (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
+
+  def eval_series(self, key: str = 'eval/accuracy'):
+    pts = [(s, r[key]) for s, _, r in self.evals if key in r]
+    return np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+
+  def final(self, key: str = 'eval/accuracy') -> float:
+    _, acc = self.eval_series(key)
+    return float(acc[-LAST_EVALS:].mean())
+
+  def total(self, key: str) -> float:
+    return float(sum(r.get(key, 0.0) for r in self.steps))
+
+  def updates(self) -> int:
+    return sum(1 for r in self.steps if not r.get('train/skipped'))
+
+  def cost_to(self, target: float):
+    """(prompts, tokens, gen seconds, step) at the first eval >= target."""
+    for step, acc, _ in self.evals:
+      if acc >= target:
+        return (*self.cum[step], step)
+    return None
+
+
+def load(data: str, experiment: str) -> dict[str, dict[int, Run]]:
+  """{variant: {seed: Run}} of an experiment's finished runs."""
+  out: dict[str, dict[int, Run]] = {}
+  for path in sorted(glob.glob(os.path.join(data, experiment, '*.jsonl.gz'))):
+    run = Run(path)
+    out.setdefault(run.variant, {})[run.seed] = run
+  order = list(reproduce.experiments()[experiment].variants)
+  return {v: out[v] for v in order if v in out}
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+  if x is None or not np.isfinite(x):
+    return 'n/a'
+  return f'{x:,.{digits}f}'
+
+
+def _ci(values, digits: int = 3, scale: float = 1.0) -> str:
+  m, lo, hi = interval(np.asarray(values, float) * scale)
+  if not np.isfinite(lo):
+    return _fmt(m, digits)
+  return f'{_fmt(m, digits)} [{_fmt(lo, digits)}, {_fmt(hi, digits)}]'
+
+
+def _ratio(ratios) -> str:
+  if not ratios:
+    return 'n/a'
+  if any(r == 0 for r in ratios):
+    return f'n/r in {sum(r == 0 for r in ratios)} seeds'
+  m, lo, hi = ratio_interval(ratios)
+  if not np.isfinite(lo):
+    return f'{m:.2f}x'
+  return f'{m:.2f}x [{lo:.2f}, {hi:.2f}]'
+
+
+def _table(header, rows) -> str:
+  lines = ['| ' + ' | '.join(header) + ' |',
+           '| ' + ' | '.join('---' for _ in header) + ' |']
+  lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
+  return '\n'.join(lines) + '\n'
+
+
+# ---------------------------------------------------------------- regime
+
+
+def regime_checks(runs) -> str:
+  """The four conditions the regime must meet, per `none` seed."""
+  base = runs.get('none', {})
+  if not base:
+    return '_No `none` runs yet._\n'
+  rows = []
+  for seed, r in sorted(base.items()):
+    n = len(r.steps)
+    late = r.steps[3 * n // 4:]
+    easy = sum(x.get('rollout/groups_easy', 0) for x in late)
+    hard = sum(x.get('rollout/groups_hard', 0) for x in late)
+    ntrain = r.header['datasets'][0]['num_train']
+    epochs = r.total('rollout/prompts_generated') / ntrain
+    rows.append((seed, _fmt(r.evals[0][1]), _fmt(r.final()),
+                 _fmt(easy / max(easy + hard, 1), 2), f'{epochs:.1f}'))
+  fills = []
+  for variant, seeds in runs.items():
+    for r in seeds.values():
+      fills.extend(x.get('train/batch_fill', 1.0) for x in r.steps)
+  full = sum(f >= 1.0 for f in fills) / max(len(fills), 1)
+  text = _table(('seed', 'held-out accuracy, step 0', 'final accuracy',
+                 'too-easy share of degenerate groups, last quarter',
+                 'training-set passes'), rows)
+  text += (f'\nSteps filled to B, over every run of every policy: '
+           f'{sum(f >= 1.0 for f in fills):,} of {len(fills):,} '
+           f'({100 * full:.2f}%).\n')
+  short = [(v, r.seed, x['step']) for v, seeds in runs.items()
+           for r in seeds.values() for x in r.steps
+           if x.get('train/batch_fill', 1.0) < 1.0]
+  if short:
+    listed = ', '.join(f'{v} s{s} step {t}' for v, s, t in short[:20])
+    text += (f'Steps not filled ({len(short)}): {listed}'
+             + (' ...' if len(short) > 20 else '') + '.\n')
+  return text
+
+
+def savings(runs, *, target_of=None) -> tuple[str, str]:
+  """(summary table, per-seed table) of cost to target and final accuracy."""
+  base = runs.get('none', {})
+  if not base:
+    return '_No `none` runs yet._\n', ''
+  target = {s: TARGET * r.final() for s, r in base.items()}
+  summary, per_seed = [], []
+  for variant, seeds in runs.items():
+    common = [s for s in sorted(seeds) if s in base]
+    costs = {s: seeds[s].cost_to(target[s]) for s in common}
+    base_costs = {s: base[s].cost_to(target[s]) for s in common}
+    reached = [s for s in common if costs[s] is not None
+               and base_costs[s] is not None]
+    ratios = {k: [] for k in range(3)}
+    for s in common:
+      for k in range(3):
+        if costs[s] is None:
+          ratios[k].append(0.0)
+        elif base_costs[s] is not None:
+          ratios[k].append(base_costs[s][k] / max(costs[s][k], 1e-9))
+    finals = [seeds[s].final() for s in common]
+    summary.append((
+        f'`{variant}`', f'{len(reached)}/{len(common)}',
+        _ci([costs[s][0] for s in reached], 0) if reached else 'n/r',
+        _ratio(ratios[0]), _ratio(ratios[1]), _ratio(ratios[2]),
+        _ci(finals), _ci([seeds[s].total('rollout/prompts_generated')
+                          for s in common], 0),
+        f'{min(seeds[s].updates() for s in common)}'))
+    for s in common:
+      c = costs[s]
+      per_seed.append((
+          f'`{variant}`', s, _fmt(target[s]),
+          'n/r' if c is None else f'{c[3]}',
+          'n/r' if c is None else f'{c[0]:,.0f}',
+          'n/r' if c is None else f'{c[1]:,.0f}',
+          'n/r' if c is None else f'{c[2]:.1f}',
+          _fmt(seeds[s].final()),
+          f'{seeds[s].total("rollout/prompts_generated"):,.0f}'))
+  head = ('policy', 'seeds reaching target', 'prompts to target',
+          'saving: prompts', 'saving: tokens', 'saving: generation time',
+          'final accuracy', 'prompts, whole run', 'updates (fewest)')
+  per_head = ('policy', 'seed', 'target', 'step reached', 'prompts',
+              'tokens', 'generation s', 'final accuracy',
+              'prompts, whole run')
+  return _table(head, summary), _table(per_head, per_seed)
+
+
+def short_batch_table(runs) -> str:
+  rows = []
+  for variant, seeds in runs.items():
+    s = sorted(seeds)
+    rows.append((
+        f'`{variant}`', len(s),
+        _ci([seeds[k].evals[0][1] for k in s]),
+        _ci([seeds[k].final() for k in s]),
+        ' / '.join(_fmt(seeds[k].final()) for k in s),
+        _ci([seeds[k].updates() for k in s], 0),
+        _ci([np.mean([x.get('train/batch_fill', 1.0) for x in seeds[k].steps])
+             for k in s], 2),
+        _ci([seeds[k].total('rollout/prompts_generated') for k in s], 0)))
+  return _table(('variant', 'seeds', 'accuracy, step 0', 'final accuracy',
+                 'per seed', 'updates', 'mean batch fill',
+                 'prompts generated'), rows)
+
+
+def drift_table(runs) -> str:
+  rows = []
+  for variant, seeds in runs.items():
+    for part, (lo, hi) in (('steps 1-100', (1, 100)),
+                           ('steps 101-400', (101, 10**9))):
+      shares = []
+      for r in seeds.values():
+        steps, share = r.series('data/batch_share/easy')
+        keep = (steps >= lo) & (steps <= hi)
+        shares.append(float(share[keep].mean()))
+      rows.append((f'`{variant}`', part, _ci(shares, 2),
+                   ' / '.join(_fmt(x, 2) for x in shares)))
+    for name in ('easy', 'hard'):
+      rows.append((f'`{variant}`', f'final accuracy, {name}',
+                   _ci([r.final(f'eval/accuracy/{name}')
+                        for r in seeds.values()]), ''))
+  return _table(('balance', 'what', 'easy share of the batch: mean [95% CI]',
+                 'per seed'), rows)
+
+
+def conflict_table(runs) -> str:
+  rows = []
+  for variant, seeds in runs.items():
+    rs = list(seeds.values())
+    share = [float(r.series('data/batch_share/unanswerable')[1].mean())
+             for r in rs]
+    rows.append((
+        f'`{variant}`', len(rs),
+        _ci([r.final('eval/accuracy/answerable') for r in rs]),
+        _ci([r.final('eval/accuracy/unanswerable') for r in rs]),
+        _ci(share, 3),
+        _ci([r.total('rollout/prompts_generated') for r in rs], 0)))
+  return _table(('policy', 'seeds', 'answerable, final', 'unanswerable, final',
+                 'minority batch share, mean', 'prompts generated'), rows)
+
+
+def render_blocks(data: str) -> dict[str, str]:
+  """Every generated block of docs/results.md, by name."""
+  blocks = {}
+  regime = load(data, 'regime')
+  blocks['regime_checks'] = regime_checks(regime)
+  blocks['savings'], blocks['savings_per_seed'] = savings(regime)
+  blocks['short_batch'] = short_batch_table(load(data, 'short_batch'))
+  blocks['drift'] = drift_table(load(data, 'drift'))
+  blocks['conflict'] = conflict_table(load(data, 'conflict'))
+  blocks['provenance'] = provenance(data)
+  return blocks
+
+
+def provenance(data: str) -> str:
+  rows = []
+  for name in reproduce.experiments():
+    runs = load(data, name)
+    headers = [r.header for seeds in runs.values() for r in seeds.values()]
+    if not headers:
+      rows.append((name, 0, '', '', ''))
+      continue
+    commits = sorted({h['commit'][:12] for h in headers})
+    seeds = sorted({h['seed'] for h in headers})
+    rows.append((name, len(headers), ', '.join(map(str, seeds)),
+                 ', '.join(commits),
+                 f'{sum(h["seconds_last_leg"] for h in headers) / 60:.0f}'))
+  return _table(('experiment', 'runs', 'seeds', 'commits',
+                 'minutes (last leg of each run)'), rows)
+
+
+def fill(doc_text: str, blocks: dict[str, str]) -> str:
+  """`doc_text` with each marked block replaced."""
+  def sub(m):
+    name = m.group(2)
+    if name not in blocks:
+      raise KeyError(f'docs/results.md has a block {name!r} the report '
+                     'does not make')
+    return m.group(1) + blocks[name] + m.group(4)
+  return B_MARK.sub(sub, doc_text)
+
+
+def write_report(data: str, doc: str, figures: str | None) -> None:
+  blocks = render_blocks(data)
+  with open(doc, encoding='utf-8') as f:
+    text = f.read()
+  missing = [n for n in blocks if f'<!-- results:{n} -->' not in text]
+  if missing:
+    raise KeyError(f'{doc} has no block for {missing}')
+  with open(doc, 'w', encoding='utf-8') as f:
+    f.write(fill(text, blocks))
+  print(f'wrote {len(blocks)} blocks into {doc}')
+  if figures:
+    import results_figures
+    for path in results_figures.draw_all(data, figures):
+      print(f'wrote {path}')
