@@ -145,7 +145,7 @@ def experiments() -> dict[str, Experiment]:
                         'rollout.short_batch': 'wait'},
       })
   drift = Experiment(
-      name='drift', steps=300,
+      name='drift', steps=150,
       settings=dict(regime.settings),
       datasets=[
           common.arithmetic_dataset(
@@ -160,15 +160,16 @@ def experiments() -> dict[str, Experiment]:
           'post_filter': {'sampler.policy': 'none',
                           'data.balance': 'post_filter'},
       })
+  # Answerable subtractions without borrows ('57-23=') against ones whose
+  # result would be negative ('23-57=', answer 'none'); warm-started as in
+  # the regime, so the model learns both sides within the run.
   conflict = Experiment(
-      name='conflict', steps=400,
-      settings={'rollout.round_size': 64, 'rollout.max_rounds': 64,
-                'eval.every': 20, 'eval.temperature': 0.0,
-                'eval.num_samples': 1},
+      name='conflict', steps=150,
+      settings=dict(regime.settings),
       datasets=[
           common.arithmetic_dataset(
               'answerable', weight=0.9, min_digits=1, max_digits=2, ops='-',
-              num_train=2000, num_eval=768, seed=3),
+              carries='none', num_train=2000, num_eval=768, seed=3),
           common.arithmetic_dataset(
               'unanswerable', weight=0.1, min_digits=1, max_digits=2,
               ops='-', num_train=500, num_eval=256, seed=4,
@@ -298,7 +299,7 @@ def _warm_start(experiment: Experiment, seed: int, work: str,
 
 def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
             data: str, command: str, is_smoke: bool = False,
-            log=print) -> str:
+            code: str | None = None, log=print) -> str:
   """Runs (or resumes) one run and writes its data file; returns its path."""
   name = f'{variant}_s{seed}'
   out = data_path(data, experiment.name, name)
@@ -316,7 +317,7 @@ def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
   records = metrics_lib.read_metrics(workdir)
   header = {
       'experiment': experiment.name, 'variant': variant, 'seed': seed,
-      'commit': commit(), 'command': command,
+      'commit': code or commit(), 'command': command,
       'overrides': {**experiment.settings, **experiment.variants[variant]},
       'datasets': experiment.datasets, 'steps': experiment.steps,
       'warmstart': warm, 'seconds_last_leg': seconds,
@@ -390,9 +391,10 @@ def main(argv=None):
   command = 'python scripts/reproduce.py ' + shlex.join(
       argv if argv is not None else sys.argv[1:])
   t0 = time.perf_counter()
+  code = commit()  # the code this process imported
   for variant, seed in runs:
     run_one(experiment, variant, seed, work=args.work, data=args.data,
-            command=command, is_smoke=args.smoke)
+            command=command, is_smoke=args.smoke, code=code)
   print(f'{experiment.name}: {len(runs)} runs in '
         f'{time.perf_counter() - t0:.0f}s')
 

@@ -64,12 +64,16 @@ class SimSpec:
     datasets: the mixture.
     policy: sampler policy (see `jaxgrpo.data.snooze`).
     snooze_factor: N.
+    snooze_hard_factor: > 0 snoozes too-hard examples that many epochs.
     balance: 'pre_filter' or 'post_filter'.
     batch_size: B, groups per step.
     group_size: G, completions per prompt.
     round_size: R, prompts per generator call, or 'adaptive'.
     max_rounds: most generator calls per step.
     surplus: 'carry' or 'drop'.
+    short_batch: 'wait', 'scale' or 'train' (see `RolloutConfig`); the
+      learner trains on the groups of the step's update ('scale' trains on
+      them unscaled: the learner has no step size to scale).
     steps: optimizer steps.
     skill0: initial skill per task (absent: 0).
     lr: skill gained per full batch of a task, one value or per task.
@@ -86,12 +90,14 @@ class SimSpec:
   datasets: tuple[SimDataset, ...]
   policy: str = 'none'
   snooze_factor: int = 5
+  snooze_hard_factor: int = 0
   balance: str = 'pre_filter'
   batch_size: int = 64
   group_size: int = 8
   round_size: int | str = 64
   max_rounds: int = 32
   surplus: str = 'carry'
+  short_batch: str = 'wait'
   steps: int = 100
   skill0: Mapping[str, float] = dataclasses.field(default_factory=dict)
   lr: float | Mapping[str, float] = 0.01
@@ -175,6 +181,7 @@ def build(spec: SimSpec) -> Simulation:
         policy=spec.policy,
         snooze_factor=(spec.snooze_factor if ds.snooze_factor is None
                        else ds.snooze_factor),
+        snooze_hard_factor=spec.snooze_hard_factor,
         group_size=spec.group_size)
     source = (standins.SimSource if spec.engine == 'rollout'
               else standins.IndexSource)(ds.name, ds.size, code)
@@ -187,7 +194,7 @@ def build(spec: SimSpec) -> Simulation:
   cfg = rollout_lib.RolloutConfig(
       batch_size=spec.batch_size, group_size=spec.group_size,
       round_size=spec.round_size, max_rounds=spec.max_rounds,
-      surplus=spec.surplus, max_prompt_len=2)
+      surplus=spec.surplus, short_batch=spec.short_batch, max_prompt_len=2)
   if spec.engine == 'rollout':
     rollout = rollout_lib.Rollout(
         cfg, sampler, standins.SimTokenizer(), generator,
