@@ -312,9 +312,17 @@ def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
     shutil.copytree(start, workdir, ignore=shutil.ignore_patterns('warmstart.json'))
   c = config(experiment, variant, seed, is_smoke=is_smoke)
   t0 = time.perf_counter()
-  train.run(c, workdir, log=lambda _: None)
+  summary = train.run(c, workdir, log=lambda _: None)
   seconds = time.perf_counter() - t0
+  if summary.stopped_by:
+    # A stop signal: the run saved its checkpoint and resumes next time.
+    raise SystemExit(f'{experiment.name}: {name} stopped by '
+                     f'{summary.stopped_by}; run the sweep again to resume')
   records = metrics_lib.read_metrics(workdir)
+  if not records or records[-1]['step'] != experiment.steps:
+    raise RuntimeError(f'{workdir}: the run ended at step '
+                       f'{records[-1]["step"] if records else None}, not '
+                       f'{experiment.steps}')
   header = {
       'experiment': experiment.name, 'variant': variant, 'seed': seed,
       'commit': code or commit(), 'command': command,

@@ -1,6 +1,7 @@
 """scripts/reproduce.py: every experiment runs, sweeps resume, data files
 carry their provenance, and the report is built from them."""
 
+import dataclasses
 import gzip
 import json
 import os
@@ -82,6 +83,29 @@ class ReproduceTest(absltest.TestCase):
     self.assertIn('`snooze5`', blocks['savings_per_seed'])
     self.assertIn('Steps filled to B', blocks['regime_checks'])
     del e
+
+
+class StoppedRunTest(absltest.TestCase):
+
+  def test_a_stopped_run_writes_no_data_and_stops_the_sweep(self):
+    root = self.create_tempdir().full_path
+    e = reproduce.smoke(reproduce.experiments()['regime'])
+    real_run = reproduce.train.run
+
+    def stopped(config, workdir, **kw):
+      summary = real_run(config, workdir, **kw)
+      return dataclasses.replace(summary, stopped_by='SIGTERM')
+
+    reproduce.train.run = stopped
+    try:
+      with self.assertRaisesRegex(SystemExit, 'none_s0 stopped by SIGTERM'):
+        reproduce.run_one(e, 'none', 0, work=os.path.join(root, 'w'),
+                          data=os.path.join(root, 'd'), command='test',
+                          is_smoke=True, log=lambda _: None)
+    finally:
+      reproduce.train.run = real_run
+    self.assertFalse(os.path.exists(
+        reproduce.data_path(os.path.join(root, 'd'), 'regime', 'none_s0')))
 
 
 def records_of(path):
