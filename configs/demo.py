@@ -1,6 +1,6 @@
 r"""The default run: GRPO on built-in arithmetic with a tiny model, on a CPU.
 
-A 0.4M-parameter decoder learns `a+b` with 1-3 digit operands. A short
+A 0.50M-parameter decoder learns `a+b` with 1-3 digit operands. A short
 supervised warm start brings its pass rates into the mixed range where GRPO
 has signal; GRPO then raises the reward within a few minutes on 2 CPU cores.
 

@@ -55,5 +55,25 @@ class ReadmeTest(absltest.TestCase):
     self.assertLess(os.path.getsize(path), 200 * 1024)
 
 
+class DemoSizeTest(absltest.TestCase):
+  """The demo model's size is written one way, the one the code computes."""
+
+  def test_parameter_count_is_stated_as_computed(self):
+    from jaxgrpo.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    from jaxgrpo.model import config as model_config  # pylint: disable=g-import-not-at-top
+    cfg = model_config.preset(
+        'demo', vocab_size=tokenizer_lib.make_tokenizer('char').vocab_size)
+    stated = f'{model_config.param_count(cfg) / 1e6:.2f}M'
+    texts = {'README.md': _readme()}
+    for path in ('configs/demo.py', 'colab/quickstart.ipynb',
+                 'docs/results.md'):
+      with open(os.path.join(REPO, path), encoding='utf-8') as f:
+        texts[path] = f.read()
+    self.assertIn(f'{stated}-parameter', texts['README.md'])
+    for path, text in texts.items():
+      for found in re.findall(r'(\d+\.\d+M)[- ]param', text):
+        self.assertEqual(found, stated, f'{path} says {found} parameters')
+
+
 if __name__ == '__main__':
   absltest.main()
