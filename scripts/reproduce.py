@@ -59,6 +59,8 @@ from jaxgrpo import train
 
 DATA = os.path.join(REPO, 'docs', 'results', 'data')
 WORK = os.path.join(REPO, 'runs', 'reproduce')
+# Pages whose `<!-- results:NAME -->` blocks the report writes.
+DOCS = (os.path.join(REPO, 'docs', 'results.md'), os.path.join(REPO, 'README.md'))
 CHECKPOINT_EVERY = 25
 # Metrics kept in the data files (prefixes); the rest of metrics.jsonl
 # (per-dataset timings, constant counters) is left out to keep them small.
@@ -373,15 +375,14 @@ def main(argv=None):
   status_p.add_argument('--data', default=DATA)
   report_p = sub.add_parser('report', help='docs/results.md from the data')
   report_p.add_argument('--data', default=DATA)
-  report_p.add_argument('--doc', default=os.path.join(REPO, 'docs',
-                                                      'results.md'))
+  report_p.add_argument('--docs', nargs='+', default=DOCS)
   report_p.add_argument('--figures', default=os.path.join(REPO, 'docs',
                                                           'results'))
   report_p.add_argument('--no-figures', action='store_true')
   args = parser.parse_args(argv)
   if args.command == 'report':
     import results_report
-    results_report.write_report(args.data, args.doc,
+    results_report.write_report(args.data, args.docs,
                                 None if args.no_figures else args.figures)
     return
   if args.command == 'status':

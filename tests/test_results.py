@@ -23,15 +23,19 @@ DOC = os.path.join(test_train.REPO, 'docs', 'results.md')
 class ResultsPageTest(absltest.TestCase):
 
   def test_every_block_matches_the_data(self):
-    with open(DOC, encoding='utf-8') as f:
-      text = f.read()
-    on_page = results_report.read_blocks(text)
     made = results_report.render_blocks(reproduce.DATA)
-    self.assertEqual(sorted(on_page), sorted(made))
-    for name, block in made.items():
-      self.assertEqual(on_page[name], block,
-                       f'docs/results.md block {name!r} is stale: run '
-                       '`python scripts/reproduce.py report`')
+    seen = set()
+    for doc in reproduce.DOCS:
+      with open(doc, encoding='utf-8') as f:
+        on_page = results_report.read_blocks(f.read())
+      self.assertNotEmpty(on_page, doc)
+      for name, block in on_page.items():
+        self.assertIn(name, made, f'{doc}: unknown block {name!r}')
+        self.assertEqual(block, made[name],
+                         f'{doc}: block {name!r} is stale: run '
+                         '`python scripts/reproduce.py report`')
+      seen |= set(on_page)
+    self.assertEqual(seen, set(made))
 
   def test_figures_named_on_the_page_exist(self):
     with open(DOC, encoding='utf-8') as f:
