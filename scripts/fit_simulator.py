@@ -21,6 +21,7 @@ report sets those predictions beside the measured savings.
 """
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -130,8 +131,10 @@ def main(argv=None):
   parser.add_argument('--data', default=reproduce.DATA)
   parser.add_argument('--out', default=OUT)
   args = parser.parse_args(argv)
-  experiment = reproduce.experiments()['regime']
   real_gen, real_reward, n = real_curves(args.data)
+  # As many steps as the runs had (a smoke sweep has a few).
+  experiment = dataclasses.replace(reproduce.experiments()['regime'],
+                                   steps=len(real_gen))
   t0 = time.perf_counter()
   scored = []
   for values in itertools.product(*GRID.values()):

@@ -14,6 +14,7 @@ from tests import test_train
 
 sys.path.insert(0, os.path.join(test_train.REPO, 'scripts'))
 # pylint: disable=g-import-not-at-top,wrong-import-position
+import fit_simulator
 import reproduce
 import results_report
 
@@ -83,6 +84,22 @@ class ReproduceTest(absltest.TestCase):
     self.assertIn('`snooze5`', blocks['savings_per_seed'])
     self.assertIn('Steps filled to B', blocks['regime_checks'])
     del e
+    # The simulator fit reads the same files (one grid point, one seed).
+    grid, sim_seeds = fit_simulator.GRID, fit_simulator.SIM_SEEDS
+    fit_simulator.GRID = {'skill0': (2.0,), 'scale': (2.0,), 'lr': (0.02,),
+                          'lr_example': (0.3,)}
+    fit_simulator.SIM_SEEDS = (0,)
+    try:
+      fit_simulator.main(['--data', data, '--out',
+                          os.path.join(data, 'sim_fit.json')])
+    finally:
+      fit_simulator.GRID, fit_simulator.SIM_SEEDS = grid, sim_seeds
+    with open(os.path.join(data, 'sim_fit.json')) as f:
+      fit = json.load(f)
+    self.assertEqual(set(fit['predictions']),
+                     set(reproduce.experiments()['regime'].variants))
+    self.assertEqual(fit['predictions']['none']['saving_prompts'], [1.0])
+    self.assertIn('`snooze5`', results_report.render_blocks(data)['simulator'])
 
 
 class StoppedRunTest(absltest.TestCase):
