@@ -1,22 +1,41 @@
 r"""The default run: GRPO on built-in arithmetic with a tiny model, on a CPU.
 
-A 0.50M-parameter decoder learns `a+b` with 1-3 digit operands. A short
-supervised warm start brings its pass rates into the mixed range where GRPO
-has signal; GRPO then raises the reward within a few minutes on 2 CPU cores.
+A 0.50M-parameter decoder learns 1-2 digit sums without carries (2,000
+training problems). A supervised warm start brings its sampled pass rate on
+training prompts to 0.8; GRPO then masters the training problems within
+150 steps while held-out accuracy (greedy, 1,024 problems that are not
+training prompts) climbs. This is the regime of docs/results.md, where
+most dropped groups are too easy and the sampler's `weighted` policy
+offers mastered problems rarely instead of generating them every epoch.
 
   python -m jaxgrpo.main --config=configs/demo.py --workdir=/tmp/jaxgrpo_demo
   python -m jaxgrpo.main --config=configs/demo.py:runlocal --workdir=/tmp/smoke
-  jaxgrpo-train --workdir=/tmp/jaxgrpo_demo --config.rollout.group_size=4
+  jaxgrpo-train --workdir=/tmp/jaxgrpo_none --config.sampler.policy=none
 """
 
 from configs import common
 
 
+def regime(c) -> None:
+  """The settings of docs/results.md's regime (scripts/reproduce.py)."""
+  c.data.datasets = [common.arithmetic_dataset(
+      'arithmetic', min_digits=1, max_digits=2, carries='none',
+      num_train=2000, num_eval=1024)]
+  c.warmstart.target_pass_rate = 0.8
+  c.warmstart.check_examples = 128
+  c.rollout.round_size = 64
+  c.rollout.max_rounds = 128
+  c.eval.temperature = 0.0
+  c.eval.num_samples = 1
+
+
 def get_config(arg: str | None = None):
   args = common.parse_arg(arg, runlocal=False)
   c = common.base_config()
-  c.total_steps = 500
-  c.eval.every = 100
+  regime(c)
+  c.total_steps = 150
+  c.eval.every = 25
+  c.sampler.policy = 'weighted'
   if args.runlocal:
     common.shrink_for_runlocal(c)
   return c

@@ -172,16 +172,32 @@ def regime_checks(runs) -> str:
   text = _table(('seed', 'held-out accuracy, step 0', 'final accuracy',
                  'too-easy share of degenerate groups, last quarter',
                  'training-set passes'), rows)
-  text += (f'\nSteps filled to B, over every run of every policy: '
+  n = len(rows)
+  bars = (
+      ('final held-out accuracy >= 0.8', sum(float(r[2]) >= 0.8 for r in rows)),
+      ('too-easy share of degenerate groups >= 0.7 in the last quarter',
+       sum(float(r[3]) >= 0.7 for r in rows)),
+      ('training set passed >= 5 times', sum(float(r[4]) >= 5 for r in rows)),
+  )
+  text += '\nThe regime\'s bars under `none`, seeds meeting each:\n\n'
+  text += ''.join(f'- {what}: {k} of {n}\n' for what, k in bars)
+  text += (f'- steps filled to B, over every run of every policy: '
            f'{sum(f >= 1.0 for f in fills):,} of {len(fills):,} '
-           f'({100 * full:.2f}%).\n')
-  short = [(v, r.seed, x['step']) for v, seeds in runs.items()
-           for r in seeds.values() for x in r.steps
-           if x.get('train/batch_fill', 1.0) < 1.0]
-  if short:
-    listed = ', '.join(f'{v} s{s} step {t}' for v, s, t in short[:20])
-    text += (f'Steps not filled ({len(short)}): {listed}'
-             + (' ...' if len(short) > 20 else '') + '.\n')
+           f'({100 * full:.2f}%; the bar is 99%).\n')
+  lines = []
+  for v, seeds in runs.items():
+    for r in sorted(seeds.values(), key=lambda r: r.seed):
+      short = [x for x in r.steps if x.get('train/batch_fill', 1.0) < 1.0]
+      if not short:
+        continue
+      cap = r.header['overrides'].get('rollout.max_rounds')
+      capped = sum(x.get('rollout/rounds') == cap for x in short)
+      lines.append(f'- `{v}` seed {r.seed}: {len(short)} steps between '
+                   f'{short[0]["step"]} and {short[-1]["step"]}; {capped} at '
+                   f'the round cap ({cap} rounds), {len(short) - capped} with '
+                   'nothing left to offer')
+  if lines:
+    text += '\nSteps not filled, per run:\n\n' + '\n'.join(lines) + '\n'
   return text
 
 

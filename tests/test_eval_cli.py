@@ -143,8 +143,11 @@ class EvaluateCheckpointsTest(absltest.TestCase):
                      ('init', 'init', 'init'))
     self.assertEqual(sampled['k'], 4)
     metrics = entry['metrics']
-    self.assertEqual(list(metrics), ['all', 'arithmetic', 'arithmetic/1d',
-                                     'arithmetic/2d', 'arithmetic/3d'])
+    # Overall, per dataset, then per subset (operand digit count).
+    self.assertEqual(list(metrics)[:2], ['all', 'arithmetic'])
+    self.assertNotEmpty(list(metrics)[2:])
+    for key in list(metrics)[2:]:
+      self.assertRegex(key, r'^arithmetic/\dd$')
     self.assertEqual(metrics['arithmetic']['examples'], 16)
     _check_bounds(self, metrics)
     self.assertGreater(metrics['all']['pass@k'], 0.0)  # some signal
@@ -187,7 +190,8 @@ class CommandLineTest(absltest.TestCase):
     with mock.patch.object(decoder, 'init_params', fixtures.fast_init_params):
       code, stdout, stderr = _main(
           f'--config={CONFIG}', f'--checkpoint={workdir}@0',
-          '--checkpoint=init', '--k=3', '--limit=6', '--batch=4',
+          '--checkpoint=init', '--k=3', '--temperature=1', '--limit=6',
+          '--batch=4',
           '--config.verify.workers=0', f'--json={path}', '--quiet')
     self.assertEqual(code, 0, stderr)
     with open(path) as f:

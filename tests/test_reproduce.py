@@ -34,6 +34,22 @@ class ReproduceTest(absltest.TestCase):
             self.assertEqual(getattr(getattr(cfg, section), name), value,
                              (e.name, variant, key))
 
+  def test_demo_config_is_the_regime(self):
+    from configs import demo  # pylint: disable=g-import-not-at-top
+    ours = config_lib.from_config_dict(demo.get_config())
+    regime = reproduce.experiments()['regime']
+    theirs = config_lib.from_config_dict(
+        reproduce.config(regime, 'weighted', 0))
+    self.assertEqual(ours.data.datasets, theirs.data.datasets)
+    for key in regime.settings:
+      if key.startswith('eval.every'):
+        continue  # the demo evaluates less often
+      section, _, name = key.rpartition('.')
+      self.assertEqual(getattr(getattr(ours, section), name),
+                       getattr(getattr(theirs, section), name), key)
+    self.assertEqual(ours.sampler, theirs.sampler)
+    self.assertEqual(ours.total_steps, regime.steps)
+
   def test_regime_has_every_policy(self):
     names = set(reproduce.experiments()['regime'].variants)
     self.assertEqual(names, set(reproduce.POLICIES))

@@ -129,8 +129,8 @@ class FullDiskTest(absltest.TestCase):
 class _PoisonedRollout(rollout_lib.Rollout):
   """Batches whose advantages are NaN: every update is non-finite."""
 
-  def _assemble(self, groups):
-    batch = super()._assemble(groups)
+  def _assemble(self, groups, scale=1.0):
+    batch = super()._assemble(groups, scale)
     return batch.replace(advantages=np.full_like(batch.advantages, np.nan))
 
 
