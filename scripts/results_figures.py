@@ -37,56 +37,55 @@ def _colors(names):
 
 def generated_vs_optimal(runs, path: str) -> str | None:
   """Prompts generated per step (10-step mean) against the optimal B."""
-  shown = [v for v in SHOWN if v in runs]
-  if not shown:
+  if not any(v in runs for v in SHOWN):
     return None
-  plt = _plt()
-  colors = _colors(shown)
-  fig, ax = plt.subplots(figsize=(7, 4))
+  fig, ax = _plt().subplots(figsize=(7, 4))
   batch = None
-  for v in shown:
-    for seed, r in sorted(runs[v].items()):
-      steps, gen = r.series('rollout/prompts_generated')
-      batch = r.header['batch_size']
-      ax.plot(steps, _smooth(gen), color=colors[v], lw=0.8, alpha=0.7,
-              label=v if seed == min(runs[v]) else None)
-  if batch:
-    ax.axhline(batch, color='k', ls='--', lw=1, label='optimal (B)')
+  for r, style, label in _each_seed(runs, SHOWN):
+    steps, gen = r.series('rollout/prompts_generated')
+    batch = r.header['batch_size']
+    ax.plot(steps, _smooth(gen), label=label, **style)
+  ax.axhline(batch, color='k', ls='--', lw=1, label='optimal (B)')
   ax.set_yscale('log')
-  ax.set_xlabel('step')
   ax.set_ylabel('prompts generated per step (10-step mean)')
-  ax.set_title('Generated against optimal, every seed')
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(fig, [ax], 'Generated against optimal, every seed', path)
 
 
 def accuracy_vs_generation(runs, path: str) -> str | None:
   """Held-out accuracy against cumulative prompts and tokens."""
-  shown = [v for v in SHOWN if v in runs]
-  if not shown:
+  if not any(v in runs for v in SHOWN):
     return None
-  plt = _plt()
-  colors = _colors(shown)
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for v in shown:
-    for seed, r in sorted(runs[v].items()):
-      steps, acc = r.eval_series()
-      prompts = [r.cum[s][0] for s in steps]
-      tokens = [r.cum[s][1] for s in steps]
-      label = v if seed == min(runs[v]) else None
-      axes[0].plot(prompts, acc, color=colors[v], lw=0.8, alpha=0.7,
-                   label=label)
-      axes[1].plot(tokens, acc, color=colors[v], lw=0.8, alpha=0.7)
-  axes[0].set_xlabel('prompts generated (cumulative)')
-  axes[1].set_xlabel('completion tokens generated (cumulative)')
+  fig, axes = _plt().subplots(1, 2, figsize=(11, 4))
+  for r, style, label in _each_seed(runs, SHOWN):
+    steps, acc = r.eval_series()
+    axes[0].plot([r.cum[s][0] for s in steps], acc, label=label, **style)
+    axes[1].plot([r.cum[s][1] for s in steps], acc, **style)
   for ax in axes:
     ax.set_xscale('log')
     ax.set_ylabel('held-out accuracy')
+  return _save(fig, axes, 'Held-out accuracy against generation, every seed',
+               path, xlabels=['prompts generated (cumulative)',
+                              'completion tokens generated (cumulative)'])
+
+
+def _each_seed(runs, names=None):
+  """(run, {color, lw, alpha}, label) for every seed of every variant; the
+  label only on a variant's first seed, so the legend names it once."""
+  names = [v for v in (names or runs) if v in runs]
+  colors = _colors(names)
+  for v in names:
+    first = min(runs[v])
+    for seed, r in sorted(runs[v].items()):
+      yield r, dict(color=colors[v], lw=0.8, alpha=0.7), (
+          v if seed == first else None)
+
+
+def _save(fig, axes, title: str, path: str, xlabels=None) -> str:
+  plt = _plt()
+  for ax, xlabel in zip(axes, xlabels or ['step'] * len(axes)):
+    ax.set_xlabel(xlabel)
   axes[0].legend(fontsize=7)
-  fig.suptitle('Held-out accuracy against generation, every seed')
+  fig.suptitle(title)
   fig.tight_layout()
   fig.savefig(path, dpi=90)
   plt.close(fig)
@@ -96,86 +95,47 @@ def accuracy_vs_generation(runs, path: str) -> str | None:
 def short_batch(runs, path: str) -> str | None:
   if not runs:
     return None
-  plt = _plt()
-  colors = _colors(list(runs))
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for v, seeds in runs.items():
-    for seed, r in sorted(seeds.items()):
-      steps, acc = r.eval_series()
-      label = v if seed == min(seeds) else None
-      axes[0].plot(steps, acc, color=colors[v], lw=0.8, alpha=0.7,
-                   label=label)
-      steps, fill = r.series('train/batch_fill')
-      axes[1].plot(steps, _smooth(fill, 20), color=colors[v], lw=0.8,
-                   alpha=0.7)
+  fig, axes = _plt().subplots(1, 2, figsize=(11, 4))
+  for r, style, label in _each_seed(runs):
+    axes[0].plot(*r.eval_series(), label=label, **style)
+    steps, fill = r.series('train/batch_fill')
+    axes[1].plot(steps, _smooth(fill, 20), **style)
   axes[0].set_title('held-out accuracy')
   axes[1].set_title('batch fill (20-step mean)')
-  for ax in axes:
-    ax.set_xlabel('step')
-  axes[0].legend(fontsize=7)
-  fig.suptitle('Short steps: trained on anyway (train), held (wait), '
-               'scaled (scale); every seed')
-  fig.tight_layout()
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(fig, axes, 'Short steps: trained on anyway (train), held '
+               '(wait), scaled (scale); every seed', path)
 
 
 def drift(runs, path: str) -> str | None:
   if not runs:
     return None
-  plt = _plt()
-  colors = _colors(list(runs))
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for v, seeds in runs.items():
-    for seed, r in sorted(seeds.items()):
-      steps, share = r.series('data/batch_share/easy')
-      label = v if seed == min(seeds) else None
-      axes[0].plot(steps, _smooth(share, 20), color=colors[v], lw=0.8,
-                   alpha=0.7, label=label)
-      for name, ls in (('easy', '-'), ('hard', '--')):
-        steps, acc = r.eval_series(f'eval/accuracy/{name}')
-        axes[1].plot(steps, acc, color=colors[v], ls=ls, lw=0.8, alpha=0.7)
+  fig, axes = _plt().subplots(1, 2, figsize=(11, 4))
+  for r, style, label in _each_seed(runs):
+    steps, share = r.series('data/batch_share/easy')
+    axes[0].plot(steps, _smooth(share, 20), label=label, **style)
+    for name, ls in (('easy', '-'), ('hard', '--')):
+      axes[1].plot(*r.eval_series(f'eval/accuracy/{name}'), ls=ls, **style)
   axes[0].axhline(0.5, color='k', ls=':', lw=1, label='weight')
   axes[0].set_title('batch share of the easy dataset (20-step mean)')
   axes[1].set_title('held-out accuracy: easy (solid), hard (dashed)')
-  for ax in axes:
-    ax.set_xlabel('step')
-  axes[0].legend(fontsize=7)
-  fig.suptitle('Batch drift under plain dynamic sampling, every seed')
-  fig.tight_layout()
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(fig, axes, 'Batch drift under plain dynamic sampling, every '
+               'seed', path)
 
 
 def conflict(runs, path: str) -> str | None:
   if not runs:
     return None
-  plt = _plt()
-  colors = _colors(list(runs))
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-  for v, seeds in runs.items():
-    for seed, r in sorted(seeds.items()):
-      label = v if seed == min(seeds) else None
-      for ax, name in zip(axes[:2], ('answerable', 'unanswerable')):
-        steps, acc = r.eval_series(f'eval/accuracy/{name}')
-        ax.plot(steps, acc, color=colors[v], lw=0.8, alpha=0.7, label=label)
-      steps, share = r.series('data/batch_share/unanswerable')
-      axes[2].plot(steps, _smooth(share, 20), color=colors[v], lw=0.8,
-                   alpha=0.7)
+  fig, axes = _plt().subplots(1, 3, figsize=(15, 4))
+  for r, style, label in _each_seed(runs):
+    for ax, name in zip(axes[:2], ('answerable', 'unanswerable')):
+      ax.plot(*r.eval_series(f'eval/accuracy/{name}'), label=label, **style)
+    steps, share = r.series('data/batch_share/unanswerable')
+    axes[2].plot(steps, _smooth(share, 20), **style)
   axes[0].set_title('held-out accuracy, answerable')
   axes[1].set_title('held-out accuracy, unanswerable')
   axes[2].axhline(0.1, color='k', ls=':', lw=1)
   axes[2].set_title('minority batch share (20-step mean; weight 0.1)')
-  for ax in axes:
-    ax.set_xlabel('step')
-  axes[0].legend(fontsize=7)
-  fig.suptitle('Conflicting tasks, every seed')
-  fig.tight_layout()
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
-  return path
+  return _save(fig, axes, 'Conflicting tasks, every seed', path)
 
 
 def draw_all(data: str, out: str) -> list[str]:
