@@ -5,8 +5,9 @@ training problems). A supervised warm start brings its sampled pass rate on
 training prompts to 0.8; GRPO then masters the training problems within
 150 steps while held-out accuracy (greedy, 1,024 problems that are not
 training prompts) climbs. This is the regime of docs/results.md, where
-most dropped groups are too easy and the sampler's `weighted` policy
-offers mastered problems rarely instead of generating them every epoch.
+most dropped groups are too easy; the sampler snoozes a problem found too
+easy for N=3 epochs of the dataset instead of generating it every epoch
+(the policy with the largest saving to the target there).
 
   python -m jaxgrpo.main --config=configs/demo.py --workdir=/tmp/jaxgrpo_demo
   python -m jaxgrpo.main --config=configs/demo.py:runlocal --workdir=/tmp/smoke
@@ -35,7 +36,8 @@ def get_config(arg: str | None = None):
   regime(c)
   c.total_steps = 150
   c.eval.every = 25
-  c.sampler.policy = 'weighted'
+  c.sampler.policy = 'snooze'
+  c.sampler.snooze_factor = 3
   if args.runlocal:
     common.shrink_for_runlocal(c)
   return c

@@ -151,11 +151,11 @@ def experiments() -> dict[str, Experiment]:
       settings=dict(regime.settings),
       datasets=[
           common.arithmetic_dataset(
-              'easy', weight=0.5, min_digits=1, max_digits=1, ops='+-',
+              'easy', weight=0.5, min_digits=1, max_digits=2, carries='none',
               num_train=1000, num_eval=512, seed=1),
           common.arithmetic_dataset(
-              'hard', weight=0.5, min_digits=2, max_digits=2, carries='none',
-              num_train=1000, num_eval=512, seed=2),
+              'hard', weight=0.5, min_digits=2, max_digits=2,
+              carries='required', num_train=1000, num_eval=512, seed=2),
       ],
       variants={
           'pre_filter': {'sampler.policy': 'none', 'data.balance': 'pre_filter'},
