@@ -119,7 +119,7 @@ def format_summary(s: RunSummary) -> str:
       ('prompts generated', str(s.cum_prompts_generated)),
       ('groups used', str(s.cum_groups_used)),
       ('efficiency (used / generated)', fmt(efficiency)),
-      ('updates skipped (no informative group)', str(s.skipped_updates)),
+      ('updates skipped (short or empty batch)', str(s.skipped_updates)),
       ('verifier errors / timeouts (scored 0)',
        f'{s.verify_errors} / {s.verify_timeouts}'),
       ('wall time', f'{s.seconds:.1f}s'),

@@ -49,7 +49,7 @@ class ReproduceTest(absltest.TestCase):
       self.assertEqual(getattr(getattr(ours, section), name),
                        getattr(getattr(theirs, section), name), key)
     self.assertEqual(ours.sampler, theirs.sampler)
-    self.assertEqual(ours.total_steps, regime.steps)
+    self.assertLessEqual(ours.total_steps, regime.steps)
 
   def test_every_dataset_has_its_held_out_problems(self):
     # At full size: a digit range too narrow for num_eval problems that are

@@ -46,7 +46,7 @@ class SummaryTest(absltest.TestCase):
     self.assertEqual(rows['sampled reward (first/last 1 steps)'],
                      '0.050 -> 0.500')
     self.assertEqual(rows['efficiency (used / generated)'], '0.400')
-    self.assertEqual(rows['updates skipped (no informative group)'], '2')
+    self.assertEqual(rows['updates skipped (short or empty batch)'], '2')
     self.assertEqual(rows['verifier errors / timeouts (scored 0)'], '1 / 2')
     self.assertEqual(rows['time in GRPO steps'],
                      '20.0s: generation 50%, verifiers 25%, update and '
