@@ -15,9 +15,10 @@ matches the real `none` runs (mean over seeds) in two per-step series:
 
 Held-out accuracy is not fitted: the real runs measure it greedily, the
 learner as a mean pass rate. With the fitted learner every policy of the
-regime is simulated (seeds 0-4), and its saving in prompts to reach 0.95 x
-`none`'s final held-out accuracy is computed as for the real runs; the
-report sets those predictions beside the measured savings.
+regime is simulated, and its saving in prompts to reach 0.95 x `none`'s
+final held-out accuracy, and in prompts over the whole run, are computed as
+for the real runs; the report sets those predictions beside the measured
+savings. `--predict-only` keeps the fitted numbers and predicts again.
 """
 
 import argparse
@@ -114,7 +115,7 @@ def predict(params, experiment) -> dict:
           for s in SIM_SEEDS}
   out = {}
   for name, policy in experiment.variants.items():
-    ratios, finals = [], []
+    ratios, whole, finals = [], [], []
     for s in SIM_SEEDS:
       gen, _, acc = (base[s] if name == 'none'
                      else simulate(params, experiment, policy, s))
@@ -123,8 +124,10 @@ def predict(params, experiment) -> dict:
       c, b = cost_to_target(gen, acc, target), cost_to_target(b_gen, b_acc,
                                                               target)
       ratios.append(0.0 if c is None else b / c)
+      whole.append(float(b_gen.sum()) / max(float(gen.sum()), 1.0))
       finals.append(float(acc[-1]))
-    out[name] = {'saving_prompts': ratios, 'final_accuracy': finals}
+    out[name] = {'saving_prompts': ratios, 'saving_prompts_whole': whole,
+                 'final_accuracy': finals}
   return out
 
 
@@ -132,7 +135,18 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--data', default=reproduce.DATA)
   parser.add_argument('--out', default=OUT)
+  parser.add_argument('--predict-only', action='store_true',
+                      help='keep the fitted params in --out; predict again')
   args = parser.parse_args(argv)
+  if args.predict_only:
+    with open(args.out) as f:
+      result = json.load(f)
+    experiment = reproduce.experiments()['regime']
+    result['predictions'] = predict(result['params'], experiment)
+    with open(args.out, 'w') as f:
+      json.dump(result, f, indent=1)
+    print(f'wrote {args.out}')
+    return
   real_gen, real_reward, n = real_curves(args.data)
   # As many steps as the runs had (a smoke sweep has a few).
   experiment = dataclasses.replace(reproduce.experiments()['regime'],

@@ -343,19 +343,22 @@ def simulator_table(data: str, regime) -> str:
   stats = policy_stats(regime)
   rows = []
   for variant, pred in fit['predictions'].items():
-    measured = stats.get(variant, {}).get('ratios', ([],))[0]
-    m = (ratio_interval(measured)[0]
-         if measured and min(measured) > 0 else float('nan'))
-    q = (ratio_interval(pred['saving_prompts'])[0]
-         if min(pred['saving_prompts']) > 0 else float('nan'))
-    err = (f'{100 * (q / m - 1):+.0f}%' if np.isfinite(m) and np.isfinite(q)
-           else 'n/a')
-    rows.append((f'`{variant}`', _ratio(measured) if measured else 'n/a',
-                 _ratio(pred['saving_prompts']), err,
-                 _fmt(float(np.mean(pred['final_accuracy'])))))
-  return text + _table(('policy', 'measured saving (prompts)',
-                        'predicted saving', 'prediction error',
-                        'predicted final accuracy (mean pass rate)'), rows)
+    st = stats.get(variant, {})
+    cells = [f'`{variant}`']
+    for measured, predicted in (
+        (st.get('ratios', ([],))[0], pred['saving_prompts']),
+        (st.get('whole', []), pred.get('saving_prompts_whole', []))):
+      m = (ratio_interval(measured)[0]
+           if measured and min(measured) > 0 else float('nan'))
+      q = (ratio_interval(predicted)[0]
+           if predicted and min(predicted) > 0 else float('nan'))
+      cells += [_ratio(measured) if measured else 'n/a',
+                _ratio(predicted) if predicted else 'n/a',
+                f'{100 * (q / m - 1):+.0f}%' if np.isfinite(m * q) else 'n/a']
+    rows.append(cells)
+  return text + _table(
+      ('policy', 'to target: measured', 'predicted', 'error',
+       'whole run: measured', 'predicted', 'error'), rows)
 
 
 def comparison(regime) -> str:

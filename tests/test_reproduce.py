@@ -130,6 +130,8 @@ class ReproduceTest(absltest.TestCase):
     self.assertEqual(set(fit['predictions']),
                      set(reproduce.experiments()['regime'].variants))
     self.assertEqual(fit['predictions']['none']['saving_prompts'], [1.0])
+    self.assertEqual(fit['predictions']['none']['saving_prompts_whole'],
+                     [1.0])
     self.assertIn('`snooze5`', results_report.render_blocks(data)['simulator'])
 
 
