@@ -113,7 +113,7 @@ class ReproduceTest(absltest.TestCase):
     blocks = results_report.render_blocks(data)
     self.assertIn('`none`', blocks['savings'])
     self.assertIn('`snooze5`', blocks['savings_per_seed'])
-    self.assertIn('Steps filled to B', blocks['regime_checks'])
+    self.assertIn('steps filled to B', blocks['regime_checks'])
     del e
     # The simulator fit reads the same files (one grid point, one seed).
     grid, sim_seeds = fit_simulator.GRID, fit_simulator.SIM_SEEDS

@@ -54,6 +54,10 @@ class StratifyThenTrainTest(absltest.TestCase):
     self.assertLess(per_stratum[big], 48, 'a single stratum: nothing to test')
     others = {n: 0.0 for n in names if n != big}
     c = _config(total_steps=6)
+    # Every group of a step's batch is offered in that step: none carried
+    # from the last step's surplus or held from a short one.
+    c.rollout.surplus = 'drop'
+    c.rollout.short_batch = 'train'
     c.curriculum.strata = strata_dir
     c.curriculum.stages = (
         {'step': 1, 'weights': {big: 0.0}},
