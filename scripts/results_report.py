@@ -289,9 +289,12 @@ def drift_table(runs) -> str:
   if not runs:
     return '_No runs yet._\n'
   rows = []
+  steps = max(r.header['steps'] for seeds in runs.values()
+              for r in seeds.values())
+  third = steps // 3
   for variant, seeds in runs.items():
-    for part, (lo, hi) in (('steps 1-100', (1, 100)),
-                           ('steps 101-400', (101, 10**9))):
+    for part, (lo, hi) in ((f'steps 1-{third}', (1, third)),
+                           (f'steps {third + 1}-{steps}', (third + 1, steps))):
       shares = []
       for r in seeds.values():
         steps, share = r.series('data/batch_share/easy')
