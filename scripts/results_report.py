@@ -289,12 +289,13 @@ def drift_table(runs) -> str:
   if not runs:
     return '_No runs yet._\n'
   rows = []
-  steps = max(r.header['steps'] for seeds in runs.values()
-              for r in seeds.values())
-  third = steps // 3
+  n_steps = max(r.header['steps'] for seeds in runs.values()
+                for r in seeds.values())
+  third = n_steps // 3
   for variant, seeds in runs.items():
     for part, (lo, hi) in ((f'steps 1-{third}', (1, third)),
-                           (f'steps {third + 1}-{steps}', (third + 1, steps))):
+                           (f'steps {third + 1}-{n_steps}',
+                            (third + 1, n_steps))):
       shares = []
       for r in seeds.values():
         steps, share = r.series('data/batch_share/easy')
@@ -303,11 +304,13 @@ def drift_table(runs) -> str:
       rows.append((f'`{variant}`', part, _ci(shares, 2),
                    ' / '.join(_fmt(x, 2) for x in shares)))
     for name in ('easy', 'hard'):
-      rows.append((f'`{variant}`', f'final accuracy, {name}',
-                   _ci([r.final(f'eval/accuracy/{name}')
-                        for r in seeds.values()]), ''))
-  return _table(('balance', 'what', 'easy share of the batch: mean [95% CI]',
-                 'per seed'), rows)
+      finals = [r.final(f'eval/accuracy/{name}') for r in seeds.values()]
+      rows.append((f'`{variant}`', f'final accuracy, {name}', _ci(finals),
+                   ' / '.join(_fmt(x) for x in finals)))
+    prompts = [r.total('rollout/prompts_generated') for r in seeds.values()]
+    rows.append((f'`{variant}`', 'prompts generated', _ci(prompts, 0),
+                 ' / '.join(f'{x:,.0f}' for x in prompts)))
+  return _table(('balance', 'what', 'mean [95% CI]', 'per seed'), rows)
 
 
 def conflict_table(runs) -> str:
