@@ -4,9 +4,10 @@ A step collects B informative groups. Each round draws R prompts from the
 prompt source, generates G completions for each, scores them and drops the
 degenerate groups (all rewards equal, or every reward past the easy or hard
 threshold): they have zero advantage and teach nothing. Rounds repeat until B
-groups are in hand or `max_rounds` is reached; then the step trains on what it
-has and the metrics say so. Surplus groups from the last round are dropped or
-carried to the next step.
+groups are in hand or `max_rounds` is reached. A step left short by default
+takes no update and holds its groups for the next step (`short_batch`), so
+every update sees B groups; the metrics say so. Surplus groups from the last
+round are dropped or carried to the next step.
 """
 
 from collections import defaultdict
