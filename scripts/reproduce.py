@@ -54,6 +54,7 @@ sys.path.insert(0, os.path.join(REPO, 'scripts'))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from configs import common
+from configs import mixture_demo
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import train
 
@@ -149,14 +150,9 @@ def experiments() -> dict[str, Experiment]:
   drift = Experiment(
       name='drift', steps=150,
       settings=dict(regime.settings),
-      datasets=[
-          common.arithmetic_dataset(
-              'easy', weight=0.5, min_digits=1, max_digits=2, carries='none',
-              num_train=1000, num_eval=512, seed=1),
-          common.arithmetic_dataset(
-              'hard', weight=0.5, min_digits=2, max_digits=2,
-              carries='required', num_train=1000, num_eval=512, seed=2),
-      ],
+      # The mixture demo's pair: 1-2 digit sums without carries (easy) and
+      # 2-digit sums with carries (hard), 1,000 training problems each.
+      datasets=[dict(d) for d in mixture_demo.get_config().data.datasets],
       variants={
           'pre_filter': {'sampler.policy': 'none', 'data.balance': 'pre_filter'},
           'post_filter': {'sampler.policy': 'none',
