@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce
 import results_report as rr
+from jaxgrpo.plot_panels import smooth
 from jaxgrpo.sim import engine
 from jaxgrpo.sim import learner as learner_lib
 
@@ -50,12 +51,6 @@ GRID = {
 SIM_SEEDS = (0, 1, 2)
 
 
-def _smooth(x, window=10):
-  x = np.asarray(x, float)
-  return np.array([x[max(0, i - window + 1):i + 1].mean()
-                   for i in range(len(x))])
-
-
 def real_curves(data: str):
   """Mean over seeds of the `none` runs' per-step series."""
   runs = rr.load(data, 'regime').get('none', {})
@@ -65,7 +60,8 @@ def real_curves(data: str):
                  for run in runs.values()], axis=0)
   reward = np.mean([[r.get('reward/mean', np.nan) for r in run.steps]
                     for run in runs.values()], axis=0)
-  return _smooth(gen), _smooth(np.nan_to_num(reward, nan=1.0)), len(runs)
+  return (smooth(gen, 10), smooth(np.nan_to_num(reward, nan=1.0), 10),
+          len(runs))
 
 
 def spec(params: dict, experiment, policy: dict, seed: int) -> engine.SimSpec:
@@ -97,7 +93,7 @@ def simulate(params, experiment, policy, seed):
 def loss(params, experiment, real_gen, real_reward) -> tuple[float, float,
                                                              float]:
   gen, reward, _ = simulate(params, experiment, reproduce.POLICIES['none'], 0)
-  gen, reward = _smooth(gen), _smooth(np.nan_to_num(reward, nan=1.0))
+  gen, reward = smooth(gen, 10), smooth(np.nan_to_num(reward, nan=1.0), 10)
   gen_err = float(np.sqrt(np.mean((np.log1p(gen) - np.log1p(real_gen))**2)))
   reward_err = float(np.sqrt(np.mean((reward - real_reward)**2)))
   return gen_err + 5.0 * reward_err, gen_err, reward_err

@@ -6,9 +6,8 @@ colour. Called by `python scripts/reproduce.py report`.
 
 import os
 
-import numpy as np
-
 import results_report as rr
+from jaxgrpo.plot_panels import smooth
 
 # The policies drawn in the efficiency figures (all of them crowd a panel).
 SHOWN = ('none', 'filter', 'snooze2', 'snooze5', 'snooze_prob5', 'weighted',
@@ -20,13 +19,6 @@ def _plt():
   matplotlib.use('Agg')
   from matplotlib import pyplot as plt
   return plt
-
-
-def _smooth(x: np.ndarray, window: int = 10) -> np.ndarray:
-  out = np.empty_like(x, dtype=float)
-  for i in range(len(x)):
-    out[i] = x[max(0, i - window + 1):i + 1].mean()
-  return out
 
 
 def _colors(names):
@@ -44,7 +36,7 @@ def generated_vs_optimal(runs, path: str) -> str | None:
   for r, style, label in _each_seed(runs, SHOWN):
     steps, gen = r.series('rollout/prompts_generated')
     batch = r.header['batch_size']
-    ax.plot(steps, _smooth(gen), label=label, **style)
+    ax.plot(steps, smooth(gen, 10), label=label, **style)
   ax.axhline(batch, color='k', ls='--', lw=1, label='optimal (B)')
   ax.set_yscale('log')
   ax.set_ylabel('prompts generated per step (10-step mean)')
@@ -99,7 +91,7 @@ def short_batch(runs, path: str) -> str | None:
   for r, style, label in _each_seed(runs):
     axes[0].plot(*r.eval_series(), label=label, **style)
     steps, fill = r.series('train/batch_fill')
-    axes[1].plot(steps, _smooth(fill, 20), **style)
+    axes[1].plot(steps, smooth(fill, 20), **style)
   axes[0].set_title('held-out accuracy')
   axes[1].set_title('batch fill (20-step mean)')
   return _save(fig, axes, 'Short steps: trained on anyway (train), held '
@@ -112,7 +104,7 @@ def drift(runs, path: str) -> str | None:
   fig, axes = _plt().subplots(1, 2, figsize=(11, 4))
   for r, style, label in _each_seed(runs):
     steps, share = r.series('data/batch_share/easy')
-    axes[0].plot(steps, _smooth(share, 20), label=label, **style)
+    axes[0].plot(steps, smooth(share, 20), label=label, **style)
     for name, ls in (('easy', '-'), ('hard', '--')):
       axes[1].plot(*r.eval_series(f'eval/accuracy/{name}'), ls=ls, **style)
   axes[0].axhline(0.5, color='k', ls=':', lw=1, label='weight')
@@ -130,7 +122,7 @@ def conflict(runs, path: str) -> str | None:
     for ax, name in zip(axes[:2], ('answerable', 'unanswerable')):
       ax.plot(*r.eval_series(f'eval/accuracy/{name}'), label=label, **style)
     steps, share = r.series('data/batch_share/unanswerable')
-    axes[2].plot(steps, _smooth(share, 20), **style)
+    axes[2].plot(steps, smooth(share, 20), **style)
   axes[0].set_title('held-out accuracy, answerable')
   axes[1].set_title('held-out accuracy, unanswerable')
   axes[2].axhline(0.1, color='k', ls=':', lw=1)

@@ -227,12 +227,12 @@ def policy_stats(runs) -> dict[str, dict]:
   return out
 
 
-def savings(runs) -> tuple[str, str]:
+def savings(runs, stats) -> tuple[str, str]:
   """(summary table, per-seed table) of cost to target and final accuracy."""
   if 'none' not in runs:
     return '_No `none` runs yet._\n', ''
   summary, per_seed = [], []
-  for variant, st in policy_stats(runs).items():
+  for variant, st in stats.items():
     seeds = runs[variant]
     common = st['seeds']
     reached = [s for s in common if st['costs'][s] is not None]
@@ -331,7 +331,7 @@ def conflict_table(runs) -> str:
                  'minority batch share, mean', 'prompts generated'), rows)
 
 
-def simulator_table(data: str, regime) -> str:
+def simulator_table(data: str, stats) -> str:
   path = os.path.join(data, 'sim_fit.json')
   if not os.path.exists(path):
     return '_Not fitted yet (`python scripts/fit_simulator.py`)._\n'
@@ -346,7 +346,6 @@ def simulator_table(data: str, regime) -> str:
           f'training reward {fit["fit"]["reward_rmse"]:.3f}. Predictions '
           f'over simulator seeds {fit["sim_seeds"][0]}-{fit["sim_seeds"][-1]}'
           ':\n\n')
-  stats = policy_stats(regime)
   rows = []
   for variant, pred in fit['predictions'].items():
     st = stats.get(variant, {})
@@ -367,9 +366,8 @@ def simulator_table(data: str, regime) -> str:
        'whole run: measured', 'predicted', 'error'), rows)
 
 
-def comparison(regime) -> str:
+def comparison(stats) -> str:
   """The headline savings beside the source's and other work's figures."""
-  stats = policy_stats(regime)
   rows = []
   for variant in ('filter', 'snooze2', 'snooze5', 'snooze_prob5', 'weighted'):
     st = stats.get(variant)
@@ -388,9 +386,8 @@ def comparison(regime) -> str:
   return text
 
 
-def readme_summary(regime) -> str:
+def readme_summary(stats) -> str:
   """The README's evidence lines."""
-  stats = policy_stats(regime)
   if 'none' not in stats:
     return '_No runs yet._\n'
   n = len(stats['none']['seeds'])
@@ -413,7 +410,8 @@ def render_blocks(data: str) -> dict[str, str]:
   blocks = {}
   regime = load(data, 'regime')
   blocks['regime_checks'] = regime_checks(regime)
-  blocks['savings'], blocks['savings_per_seed'] = savings(regime)
+  stats = policy_stats(regime)
+  blocks['savings'], blocks['savings_per_seed'] = savings(regime, stats)
   if regime:
     blocks['savings'] += ('\n![generated against optimal]'
                           '(results/generated.png)\n\n'
@@ -426,9 +424,9 @@ def render_blocks(data: str) -> dict[str, str]:
     blocks[name] = table(runs)
     if runs:
       blocks[name] += f'\n![{title}](results/{name}.png)\n'
-  blocks['simulator'] = simulator_table(data, regime)
-  blocks['comparison'] = comparison(regime)
-  blocks['readme_summary'] = readme_summary(regime)
+  blocks['simulator'] = simulator_table(data, stats)
+  blocks['comparison'] = comparison(stats)
+  blocks['readme_summary'] = readme_summary(stats)
   blocks['provenance'] = provenance(data)
   return blocks
 
