@@ -34,7 +34,7 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
 def arithmetic_dataset(name: str = 'arithmetic', **keys) -> dict:
   """A `data.datasets` entry for the built-in arithmetic task.
 
-  Keys left out take their defaults (README "Datasets"): 1-3 digit
+  Keys left out take their defaults (docs/configuration.md): 1-3 digit
   addition, 20,000 training and 256 held-out problems, weight 1.
   """
   return dict(name=name, kind='arithmetic', **keys)
@@ -93,7 +93,7 @@ def base_config() -> ml_collections.ConfigDict:
   # generation.
   c.model.remat = 'none'
 
-  # The mixture: a list of dataset dicts (see README "Datasets"); keys other
+  # The mixture: a list of dataset dicts (docs/configuration.md); keys other
   # than these common ones depend on `kind`. A bad record of a file stops the
   # run naming its file and line, unless its entry sets
   # on_bad_record='skip' (then it is left out, counted and logged).
@@ -184,7 +184,7 @@ def base_config() -> ml_collections.ConfigDict:
   # Modules imported first (and in every worker) to register verifiers.
   c.verify.imports = ()
 
-  # Offline difficulty strata and a curriculum over them (README
+  # Offline difficulty strata and a curriculum over them (docs/sampler.md
   # "Stratification and curriculum").
   c.curriculum = ml_collections.ConfigDict()
   # A jaxgrpo-stratify output directory; None: no strata.
@@ -201,7 +201,7 @@ def base_config() -> ml_collections.ConfigDict:
   # largest); unnamed strata weigh 1. Weight 0 postpones a stratum.
   c.curriculum.stages = ()
 
-  # The device mesh (README "Configuration"): data x fsdp x tensor devices.
+  # The device mesh (docs/scale-out.md): data x fsdp x tensor devices.
   # Batch rows split over data and fsdp; params and optimizer state over
   # fsdp (their 'embed' axis) and tensor (heads, mlp, vocab).
   c.mesh = ml_collections.ConfigDict()
@@ -216,7 +216,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh.memory_limit_gib = ml_collections.FieldReference(
       None, field_type=float)
 
-  # Several processes (README "Scale out"): 'auto' starts jax.distributed
+  # Several processes (docs/scale-out.md): 'auto' starts jax.distributed
   # where the platform announces several hosts (a TPU VM slice, SLURM) or a
   # coordinator is given; 'always' / 'never' force it.
   c.distributed = ml_collections.ConfigDict()

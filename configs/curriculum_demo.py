@@ -1,8 +1,8 @@
 r"""GRPO with an offline difficulty curriculum over stratified data.
 
 Before training, `jaxgrpo-stratify` measures each training problem's pass
-rate under the demo's warm-started model (README "Stratification and
-curriculum"); this config reads the result from `curriculum.strata` and
+rate under the demo's warm-started model (docs/sampler.md "Stratification
+and curriculum"); this config reads the result from `curriculum.strata` and
 trains with three stages:
 
   steps 0-149    problems the starting model never solves (too_hard) are

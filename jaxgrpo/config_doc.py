@@ -1,12 +1,13 @@
 """The configuration reference table, generated from `configs/common.py`.
 
 Every key of `base_config()` has one row here, with its meaning; the
-defaults come from the config code itself, so the README table (between the
-`config-reference` markers) cannot drift from it. `tests/test_config_doc.py`
-fails when a key has no row or the README's table is stale:
+defaults come from the config code itself, so the table of
+`docs/configuration.md` (between the `config-reference` markers) cannot drift
+from it. `tests/test_config_doc.py` fails when a key has no row or the table
+is stale:
 
   python -m jaxgrpo.config_doc            # print the table
-  python -m jaxgrpo.config_doc --write    # rewrite README.md's table
+  python -m jaxgrpo.config_doc --write    # rewrite the table in the page
 """
 
 import argparse
@@ -28,7 +29,7 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     (('model.preset',),
      '`tiny`, `demo`, `small_10m`, or a real size (`smollm2_135m`, `qwen2.5_0.5b`, `qwen3_0.6b`, `llama3.2_1b`, `llama3_8b`)'),
     (('model.path',),
-     'a pretrained model: a Hugging Face directory, a `.gguf` file or `smollm2` (see "Pretrained models"); `preset` is then unused'),
+     'a pretrained model: a Hugging Face directory, a `.gguf` file or `smollm2` (see [Pretrained models](models.md)); `preset` is then unused'),
     (('model.tokenizer',),
      "`auto` (the model's own with `model.path`, else `char`), `char` (the arithmetic alphabet), `byte` (UTF-8 bytes: any text, for presets) or `model`"),
     (('model.chat_template', 'model.system_prompt'),
@@ -38,7 +39,7 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     (('model.remat',),
      "recompute activations of each decoder block in the learner's backward pass: `none`, `full` (keep only block inputs) or `dots` (also keep matmul outputs without batch dims); less memory, more compute, same results; generation never recomputes"),
     (('data.balance',),
-     'how a mixture fills the batch: `pre_filter` or `post_filter` (see the sampler section)'),
+     'how a mixture fills the batch: `pre_filter` or `post_filter` (see [the sampler](sampler.md))'),
     (('data.datasets',),
      'list of dataset entries (below)'),
     (('rollout.batch_size',),
@@ -58,7 +59,7 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     (('rollout.max_prompt_len',),
      'P: padded prompt length in tokens'),
     (('rollout.long_prompts',),
-     'a longer prompt: `error` (names the example), `truncate` (BOS and its last P - 1 tokens) or `drop` (left out when its dataset is loaded); see "Bad input"'),
+     'a longer prompt: `error` (names the example), `truncate` (BOS and its last P - 1 tokens) or `drop` (left out when its dataset is loaded); see [Bad input](troubleshooting.md#bad-input)'),
     (('rollout.max_new_tokens',),
      'T: generated tokens at most'),
     (('rollout.temperature', 'rollout.top_k', 'rollout.top_p'),
@@ -66,7 +67,7 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     (('rollout.easy_threshold', 'rollout.hard_threshold'),
      'a group is too easy (too hard) when every reward is >= (<=) this'),
     (('sampler.policy',),
-     '`none`, `filter`, `snooze`, `snooze_prob` or `weighted` (see the sampler section)'),
+     '`none`, `filter`, `snooze`, `snooze_prob` or `weighted` (see [the sampler](sampler.md))'),
     (('sampler.snooze_factor',),
      'N: epochs a too-easy example sleeps (mean sleep for `snooze_prob`)'),
     (('sampler.snooze_hard_factor',),
@@ -102,7 +103,7 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     (('checkpoint.every_minutes',),
      'also save when this many minutes passed since the last save (0: off)'),
     (('checkpoint.on_dataset_change',),
-     'resuming after a dataset changed: `error`, or `remap` (keep sampler state by example id; see "Checkpoints")'),
+     'resuming after a dataset changed: `error`, or `remap` (keep sampler state by example id; see [Checkpoints](checkpoints.md))'),
     (('verify.workers',),
      "verifier worker processes (0: verify in the trainer's process)"),
     (('verify.timeout_s',),
@@ -112,7 +113,7 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     (('rl.max_nonfinite_steps',),
      'stop after this many steps in a row with a skipped NaN/inf update'),
     (('curriculum.strata',),
-     'a `jaxgrpo-stratify` output directory: per-example pass rates that put each example in a stratum (see "Stratification and curriculum")'),
+     'a `jaxgrpo-stratify` output directory: per-example pass rates that put each example in a stratum (see [Stratification and curriculum](sampler.md#stratification-and-curriculum))'),
     (('curriculum.bands',),
      'band edges in (0, 1) between the `too_hard` (pass rate 0) and `too_easy` (pass rate 1) strata'),
     (('curriculum.checkpoints',),
@@ -139,7 +140,7 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
 START = '<!-- config-reference:start (python -m jaxgrpo.config_doc --write) -->'
 END = '<!-- config-reference:end -->'
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), 'README.md')
+    __file__))), 'docs', 'configuration.md')  # the page with the table
 
 
 def _leaves(config, prefix: str = '') -> dict[str, object]:
@@ -203,7 +204,7 @@ def table() -> str:
 def replace_in(text: str, new_table: str) -> str:
   """`text` with the table between the markers replaced."""
   if START not in text or END not in text:
-    raise ValueError(f'README has no {START!r} ... {END!r} markers')
+    raise ValueError(f'the page has no {START!r} ... {END!r} markers')
   head, rest = text.split(START, 1)
   _, tail = rest.split(END, 1)
   return f'{head}{START}\n{new_table}\n{END}{tail}'
@@ -212,7 +213,7 @@ def replace_in(text: str, new_table: str) -> str:
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog='python -m jaxgrpo.config_doc')
   parser.add_argument('--write', action='store_true',
-                      help='rewrite the table in README.md')
+                      help='rewrite the table in docs/configuration.md')
   parser.add_argument('--readme', default=README)
   args = parser.parse_args(argv)
   try:

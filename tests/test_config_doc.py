@@ -1,4 +1,5 @@
-"""The README's configuration table is the one the config code generates."""
+"""The configuration table of docs/configuration.md is the one the config
+code generates."""
 
 from absl.testing import absltest
 
@@ -15,7 +16,7 @@ class ConfigDocTest(absltest.TestCase):
       text = f.read()
     self.assertEqual(
         config_doc.replace_in(text, config_doc.table()), text,
-        'README.md configuration table is stale: run '
+        'docs/configuration.md table is stale: run '
         'python -m jaxgrpo.config_doc --write')
 
   def test_a_missing_row_is_named(self):

@@ -1,5 +1,7 @@
-"""The README's commands name configs and files that exist, and configs load."""
+"""The README and the docs pages name configs and files that exist, configs
+load, links resolve, and the README stays short with every page reachable."""
 
+import glob
 import importlib
 import os
 import re
@@ -10,49 +12,150 @@ from jaxgrpo import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(REPO, 'README.md')
+DOCS = os.path.join(REPO, 'docs')
+DOCS_INDEX = os.path.join(DOCS, 'README.md')
 PICTURE = 'docs/sampler_policies.png'
+MAX_README_LINES = 300
 
 # `--config=configs/NAME.py[:ARGS]`, also as the TPU VM scripts' CONFIG=.
 CONFIG_FLAG = re.compile(
     r'(?:--config=|CONFIG=)(configs/(\w+)\.py)(?::([^\s\'"`\\)]+))?')
 # A repository path under one of these folders, not inside a longer path.
+# Commands run from the repository root, so a page names these paths from
+# there wherever the page lives (links are checked separately).
 REPO_PATH = re.compile(
-    r'(?<![\w./-])((?:scripts|configs|benchmarks)/[\w./-]*[\w/])')
-# Files the README names as the reader's own, not the repository's.
+    r'(?<![\w./-])((?:scripts|configs|benchmarks|tests|colab|docs)/'
+    r'[\w./-]*[\w/])')
+# Files the pages name as the reader's own, not the repository's.
 PLACEHOLDERS = {
-    'configs/my_config.py': '"Adding a verifier": the reader\'s own config',
+    'configs/my_config.py': 'docs/data.md "Adding a verifier": the reader\'s '
+                            'own config',
 }
+# A markdown link or image target: `](target)` or `](target "title")`.
+LINK = re.compile(r'\]\(\s*([^)\s]+)(?:\s+"[^"]*")?\s*\)')
+FENCE = re.compile(r'^```.*?^```[^\n]*$', re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r'`[^`\n]*`')
+HEADING = re.compile(r'^#{1,6}\s+(.+?)\s*#*\s*$', re.MULTILINE)
+
+
+def _read(path: str) -> str:
+  with open(path, encoding='utf-8') as f:
+    return f.read()
 
 
 def _readme() -> str:
-  with open(README, encoding='utf-8') as f:
-    return f.read()
+  return _read(README)
+
+
+def _pages() -> dict[str, str]:
+  """README.md and every docs/*.md page, by path from the repository root."""
+  paths = [README] + sorted(glob.glob(os.path.join(DOCS, '*.md')))
+  return {os.path.relpath(p, REPO): _read(p) for p in paths}
+
+
+def _prose(text: str) -> str:
+  """`text` without code blocks and code spans (where `](` is not a link)."""
+  return INLINE_CODE.sub('', FENCE.sub('', text))
+
+
+def _slug(heading: str) -> str:
+  """GitHub's anchor for a heading."""
+  text = re.sub(r'[^\w\- ]', '', heading.strip().lower())
+  return text.replace(' ', '-')
+
+
+def _anchors(text: str) -> set[str]:
+  seen: dict[str, int] = {}
+  out = set()
+  for heading in HEADING.findall(FENCE.sub('', text)):
+    slug = _slug(heading)
+    n = seen.get(slug, 0)
+    seen[slug] = n + 1
+    out.add(slug if n == 0 else f'{slug}-{n}')
+  return out
+
+
+def _links(page: str, text: str) -> list[tuple[str, str, str]]:
+  """(target as written, resolved path from the repository root, anchor) of
+  every relative link in `page`."""
+  out = []
+  for target in LINK.findall(_prose(text)):
+    if re.match(r'^[a-z][a-z0-9+.-]*:', target, re.IGNORECASE):
+      continue  # http:, https:, mailto:
+    path, _, anchor = target.partition('#')
+    if path:
+      resolved = os.path.normpath(
+          os.path.join(os.path.dirname(page), path))
+    else:
+      resolved = page
+    out.append((target, resolved, anchor))
+  return out
 
 
 class ReadmeTest(absltest.TestCase):
 
   def test_configs_exist_load_and_validate(self):
-    found = CONFIG_FLAG.findall(_readme())
+    found = {}
+    for page, text in _pages().items():
+      for path, name, arg in CONFIG_FLAG.findall(text):
+        found.setdefault((path, name, arg), page)
     self.assertNotEmpty(found)
-    for path, name, arg in sorted(set(found)):
+    self.assertTrue(any(p == 'README.md' for p in found.values()))
+    for (path, name, arg), page in sorted(found.items()):
       if path in PLACEHOLDERS:
         continue
-      with self.subTest(config=f'{path}:{arg}' if arg else path):
+      with self.subTest(page=page, config=f'{path}:{arg}' if arg else path):
         self.assertTrue(os.path.isfile(os.path.join(REPO, path)), path)
         module = importlib.import_module(f'configs.{name}')
         config_lib.from_config_dict(module.get_config(arg or None))
 
   def test_paths_exist(self):
-    paths = sorted(set(REPO_PATH.findall(_readme())) - set(PLACEHOLDERS))
-    self.assertNotEmpty(paths)
-    missing = [p for p in paths if not os.path.exists(os.path.join(REPO, p))]
-    self.assertEmpty(missing, 'README.md names paths that do not exist')
+    for page, text in _pages().items():
+      with self.subTest(page=page):
+        paths = sorted(set(REPO_PATH.findall(text)) - set(PLACEHOLDERS))
+        missing = [p for p in paths
+                   if not os.path.exists(os.path.join(REPO, p))]
+        self.assertEmpty(missing, f'{page} names paths that do not exist')
+
+  def test_links_resolve(self):
+    pages = _pages()
+    for page, text in pages.items():
+      for target, resolved, anchor in _links(page, text):
+        with self.subTest(page=page, link=target):
+          self.assertTrue(os.path.exists(os.path.join(REPO, resolved)),
+                          f'{page} links to {target}: {resolved} is missing')
+          if anchor and resolved.endswith('.md'):
+            linked = pages.get(resolved)
+            if linked is None:
+              linked = _read(os.path.join(REPO, resolved))
+            self.assertIn(anchor, _anchors(linked),
+                          f'{page} links to {target}: no such heading')
 
   def test_sampler_picture_is_embedded(self):
     self.assertIn(f']({PICTURE})', _readme())
     path = os.path.join(REPO, PICTURE)
     self.assertTrue(os.path.isfile(path), PICTURE)
     self.assertLess(os.path.getsize(path), 200 * 1024)
+
+  def test_readme_is_short(self):
+    lines = _readme().count('\n')
+    self.assertLess(lines, MAX_README_LINES,
+                    'README.md is for the first screens; move the detail to '
+                    'a page in docs/ and link it')
+
+  def test_every_docs_page_is_linked(self):
+    pages = _pages()
+    linked = set()
+    for index in ('README.md', os.path.relpath(DOCS_INDEX, REPO)):
+      self.assertIn(index, pages)
+      linked.update(resolved for _, resolved, _ in
+                    _links(index, pages[index]))
+    self.assertIn(os.path.relpath(DOCS_INDEX, REPO), linked,
+                  'README.md does not link docs/README.md')
+    unlinked = [page for page in pages
+                if page != 'README.md' and page not in linked]
+    self.assertEmpty(unlinked, 'docs pages linked from neither README.md '
+                     'nor docs/README.md')
 
 
 class DemoSizeTest(absltest.TestCase):
@@ -64,11 +167,10 @@ class DemoSizeTest(absltest.TestCase):
     cfg = model_config.preset(
         'demo', vocab_size=tokenizer_lib.make_tokenizer('char').vocab_size)
     stated = f'{model_config.param_count(cfg) / 1e6:.2f}M'
-    texts = {'README.md': _readme()}
-    for path in ('configs/demo.py', 'colab/quickstart.ipynb',
-                 'docs/results.md'):
-      with open(os.path.join(REPO, path), encoding='utf-8') as f:
-        texts[path] = f.read()
+    texts = _pages()
+    for path in ('configs/demo.py', 'colab/quickstart.ipynb'):
+      texts[path] = _read(os.path.join(REPO, path))
+    self.assertIn('docs/results.md', texts)
     self.assertIn(f'{stated}-parameter', texts['README.md'])
     for path, text in texts.items():
       for found in re.findall(r'(\d+\.\d+M)[- ]param', text):

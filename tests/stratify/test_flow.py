@@ -1,5 +1,5 @@
-"""The README flow at tiny size: stratify a run's checkpoint, then train with
-a curriculum over the measured strata."""
+"""The docs/sampler.md flow at tiny size: stratify a run's checkpoint, then
+train with a curriculum over the measured strata."""
 
 import collections
 
