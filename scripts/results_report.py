@@ -97,6 +97,13 @@ class Run:
   def updates(self) -> int:
     return sum(1 for r in self.steps if not r.get('train/skipped'))
 
+  def accuracy_at(self, prompts: float) -> float:
+    """Held-out accuracy after `prompts` prompts generated (interpolated
+    between evaluations; the last one beyond the run's end)."""
+    x = [self.cum[step][0] for step, _, _ in self.evals]
+    y = [acc for _, acc, _ in self.evals]
+    return float(np.interp(prompts, x, y))
+
   def cost_to(self, target: float):
     """(prompts, tokens, gen seconds, step) at the first eval >= target."""
     for step, acc, _ in self.evals:
@@ -164,10 +171,13 @@ def regime_checks(runs) -> str:
     epochs = r.total('rollout/prompts_generated') / ntrain
     rows.append((seed, _fmt(r.evals[0][1]), _fmt(r.final()),
                  _fmt(easy / max(easy + hard, 1), 2), f'{epochs:.1f}'))
-  fills = []
+  fills, capped_steps = [], 0
   for variant, seeds in runs.items():
     for r in seeds.values():
       fills.extend(x.get('train/batch_fill', 1.0) for x in r.steps)
+      cap = r.header['overrides'].get('rollout.max_rounds')
+      capped_steps += sum(x.get('train/batch_fill', 1.0) < 1.0
+                          and x.get('rollout/rounds') == cap for x in r.steps)
   full = sum(f >= 1.0 for f in fills) / max(len(fills), 1)
   text = _table(('seed', 'held-out accuracy, step 0', 'final accuracy',
                  'too-easy share of degenerate groups, last quarter',
@@ -183,7 +193,8 @@ def regime_checks(runs) -> str:
   text += ''.join(f'- {what}: {k} of {n}\n' for what, k in bars)
   text += (f'- steps filled to B, over every run of every policy: '
            f'{sum(f >= 1.0 for f in fills):,} of {len(fills):,} '
-           f'({100 * full:.2f}%; the bar is 99%).\n')
+           f'({100 * full:.2f}%; the bar is 99%); steps left short at the '
+           f'round cap: {capped_steps:,}.\n')
   lines = []
   for v, seeds in runs.items():
     for r in sorted(seeds.values(), key=lambda r: r.seed):
@@ -210,7 +221,8 @@ def policy_stats(runs) -> dict[str, dict]:
   for variant, seeds in runs.items():
     common = [s for s in sorted(seeds) if s in base]
     st = {'seeds': common, 'costs': {}, 'ratios': ([], [], []),
-          'finals': [], 'diffs': [], 'targets': {}, 'whole': []}
+          'finals': [], 'diffs': [], 'targets': {}, 'whole': [],
+          'matched': []}
     for s in common:
       target = TARGET * base[s].final()
       cost, base_cost = seeds[s].cost_to(target), base[s].cost_to(target)
@@ -221,6 +233,11 @@ def policy_stats(runs) -> dict[str, dict]:
               0.0 if cost is None else base_cost[k] / max(cost[k], 1e-9))
       st['finals'].append(seeds[s].final())
       st['diffs'].append(seeds[s].final() - base[s].final())
+      # At matched generation: the run's last evaluation against `none`'s
+      # accuracy after as many prompts.
+      spent = seeds[s].total('rollout/prompts_generated')
+      st['matched'].append(seeds[s].evals[-1][1]
+                           - base[s].accuracy_at(spent))
       st['whole'].append(base[s].total('rollout/prompts_generated')
                          / max(seeds[s].total('rollout/prompts_generated'), 1))
     out[variant] = st
@@ -242,6 +259,7 @@ def savings(runs, stats) -> tuple[str, str]:
         _ratio(st['ratios'][0]), _ratio(st['ratios'][1]),
         _ratio(st['ratios'][2]), _ci(st['finals']),
         _ci(st['diffs']) if variant != 'none' else '',
+        _ci(st['matched']) if variant != 'none' else '',
         _ci([seeds[s].total('rollout/prompts_generated') for s in common],
             0), _ratio(st['whole']),
         f'{min(seeds[s].updates() for s in common)}'))
@@ -257,7 +275,8 @@ def savings(runs, stats) -> tuple[str, str]:
           f'{seeds[s].total("rollout/prompts_generated"):,.0f}'))
   head = ('policy', 'seeds reaching target', 'prompts to target',
           'saving: prompts', 'saving: tokens', 'saving: generation time',
-          'final accuracy', 'minus none\'s (paired)', 'prompts, whole run',
+          'final accuracy', 'minus none\'s (paired)',
+          'minus none\'s at the same prompts', 'prompts, whole run',
           'saving: prompts, whole run', 'updates (fewest)')
   per_head = ('policy', 'seed', 'target', 'step reached', 'prompts',
               'tokens', 'generation s', 'final accuracy',
@@ -424,6 +443,9 @@ def render_blocks(data: str) -> dict[str, str]:
     blocks[name] = table(runs)
     if runs:
       blocks[name] += f'\n![{title}](results/{name}.png)\n'
+  memorise = load(data, 'memorise')
+  blocks['memorise_checks'] = regime_checks(memorise)
+  blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
   blocks['simulator'] = simulator_table(data, stats)
   blocks['comparison'] = comparison(stats)
   blocks['readme_summary'] = readme_summary(stats)

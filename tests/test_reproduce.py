@@ -35,10 +35,10 @@ class ReproduceTest(absltest.TestCase):
             self.assertEqual(getattr(getattr(cfg, section), name), value,
                              (e.name, variant, key))
 
-  def test_demo_config_is_the_regime(self):
+  def test_demo_config_is_the_memorise_experiment(self):
     from configs import demo  # pylint: disable=g-import-not-at-top
     ours = config_lib.from_config_dict(demo.get_config())
-    regime = reproduce.experiments()['regime']
+    regime = reproduce.experiments()['memorise']
     theirs = config_lib.from_config_dict(
         reproduce.config(regime, 'snooze3', 0))
     self.assertEqual(ours.data.datasets, theirs.data.datasets)
