@@ -20,6 +20,7 @@ from clu import metrics as clu_metrics
 from etils import epath
 import numpy as np
 
+from jaxgrpo import records as records_lib
 from jaxgrpo import tensorboard as tensorboard_lib
 
 METRICS = 'metrics.jsonl'
@@ -42,9 +43,8 @@ def _jsonable(value):
   return value
 
 
-def is_remote(path: str) -> bool:
-  """Whether `path` names an object store location (`gs://...`)."""
-  return '://' in str(path)
+# Whether a path names an object store location (`gs://...`).
+is_remote = records_lib.is_remote
 
 
 class MetricsWriter:

@@ -14,6 +14,8 @@ import os
 
 import numpy as np
 
+from jaxgrpo import records as records_lib
+
 Log = Callable[[str], None]
 Records = Sequence[dict]
 
@@ -43,14 +45,8 @@ class Panel:
 # Reading the records.
 
 
-def as_float(v: object) -> float | None:
-  """A recorded scalar as a float ('nan' and 'inf' strings included)."""
-  if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-    return None
-  try:
-    return float(v)
-  except ValueError:
-    return None
+# A recorded scalar as a float ('nan' and 'inf' strings included).
+as_float = records_lib.as_float
 
 
 def read_records(workdir: str) -> list[dict]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from etils import epath
 
-from jaxgrpo import plot_panels
+from jaxgrpo import records as records_lib
 
 TENSORBOARD = 'tensorboard'
 INSTALL = "pip install 'jaxgrpo[tensorboard]'"
@@ -40,7 +40,7 @@ def available() -> bool:
 def scalars(record: Mapping[str, Any]) -> dict[str, float]:
   """The numeric values of a metrics record ('nan' / 'inf' strings too),
   without its step."""
-  values = {key: plot_panels.as_float(v) for key, v in record.items()
+  values = {key: records_lib.as_float(v) for key, v in record.items()
             if key != 'step'}
   return {key: v for key, v in values.items() if v is not None}
 

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from jaxgrpo.data import formats
-from jaxgrpo.data import sources
+from jaxgrpo.data import jsonl
 
 # Run as `python -m`, this file is `__main__` and must not register the
 # builders a second time: the CLI uses those of the imported module.
@@ -87,7 +87,7 @@ class JaxgrpoGsm8k(_LocalBuilder, skip_registration=not _REGISTER):
     return splits
 
   def _generate_examples(self, path: str) -> Iterator[tuple[int, Any]]:
-    source, check = sources.JsonlSource(path), formats.Gsm8kFormat()
+    source, check = jsonl.JsonlSource(path), formats.Gsm8kFormat()
     for i in range(len(source)):
       record = source[i]
       check.example(record, name=self.name, index=i,

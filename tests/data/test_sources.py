@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from jaxgrpo import errors
 from jaxgrpo.data import arithmetic
 from jaxgrpo.data import formats
+from jaxgrpo.data import jsonl
 from jaxgrpo.data import sources
 from jaxgrpo.example import Example
 
@@ -133,7 +134,7 @@ class JsonlSourceTest(parameterized.TestCase):
     # A tiny scan piece puts newlines on piece boundaries.
     text = '\n'.join(lines) + ('\n' if final_newline and lines else '')
     path = os.path.join(self.create_tempdir().full_path, 'x.jsonl')
-    with mock.patch.object(sources, '_SCAN_BYTES', scan_bytes):
+    with mock.patch.object(jsonl, '_SCAN_BYTES', scan_bytes):
       src = sources.JsonlSource(_write(path, text))
     file_lines = text.split('\n')
     if not file_lines[-1]:  # what follows a final newline is no line

@@ -1,0 +1,133 @@
+"""JSONL files as grain random-access sources (`JsonlSource`).
+
+`jaxgrpo.data.sources` opens the datasets of kind 'jsonl' and 'gsm8k' with
+it, and `jaxgrpo.data.tfds_builders` reads GSM8K's files with it; it imports
+neither, so that `sources` can import the builders (to register them)
+without an import cycle.
+"""
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from jaxgrpo.data import formats
+
+# Bytes scanned per step when indexing a JSONL file; bounds the temporary
+# memory of the scan independently of the file size.
+_SCAN_BYTES = 1 << 24
+# First read of a line; long lines are read again in growing pieces.
+_READ_BYTES = 1 << 12
+# Bytes that may start a line holding nothing but whitespace.
+_SPACE = np.frombuffer(b' \t\r\x0b\x0c', np.uint8)
+
+# Defined with the formats that raise it.
+BadRecordError = formats.BadRecordError
+
+
+def _index_lines(path: str) -> tuple[np.ndarray, int]:
+  """Byte offsets of the non-blank lines of a file, and the blank-line count.
+
+  Newlines are found with numpy over a memory map, one bounded piece at a
+  time, so indexing costs about a second per GB and 8 bytes per record.
+  """
+  size = os.path.getsize(path)
+  if size == 0:
+    return np.zeros(0, np.int64), 0
+  data = np.memmap(path, np.uint8, mode='r')
+  newlines = np.concatenate([
+      np.flatnonzero(data[a:a + _SCAN_BYTES] == ord('\n')) + a
+      for a in range(0, size, _SCAN_BYTES)
+  ])
+  starts = np.concatenate([[0], newlines + 1]).astype(np.int64)
+  ends = np.concatenate([newlines, [size]]).astype(np.int64)
+  if starts[-1] == size:  # the empty piece after a final newline is no line
+    starts, ends = starts[:-1], ends[:-1]
+  blank = starts == ends
+  # A record starts with '{' (or '\ufeff'), so only lines that start with
+  # whitespace need a full look; there are few of them.
+  maybe = ~blank & np.isin(data[starts], _SPACE)
+  for i in np.flatnonzero(maybe):
+    blank[i] = not bytes(data[starts[i]:ends[i]]).strip()
+  del data
+  return starts[~blank], int(blank.sum())
+
+
+class JsonlSource:
+  """A grain RandomAccessDataSource over the JSON objects of a JSONL file.
+
+  Construction reads the file once to index where each non-blank line
+  starts; blank (or whitespace-only) lines are skipped and counted in
+  `blank_lines`. Record i is read and parsed on access, so memory is 8 bytes
+  per record however large the records are. Reads use `os.pread`, which is
+  thread-safe, and the source pickles (grain worker processes reopen it).
+
+  Attributes:
+    path: the JSONL file.
+    blank_lines: number of blank lines skipped.
+  """
+
+  def __init__(self, path: str):
+    self.path = os.fspath(path)
+    self._starts, self.blank_lines = _index_lines(self.path)
+    self._file = open(self.path, 'rb', buffering=0)
+
+  def __getstate__(self) -> dict[str, Any]:
+    return {k: v for k, v in self.__dict__.items() if k != '_file'}
+
+  def __setstate__(self, state: dict[str, Any]) -> None:
+    self.__dict__.update(state)
+    self._file = open(self.path, 'rb', buffering=0)
+
+  def __len__(self) -> int:
+    return len(self._starts)
+
+  def __repr__(self) -> str:
+    return (
+        f'JsonlSource({self.path!r}, records={len(self)}, '
+        f'blank_lines={self.blank_lines})'
+    )
+
+  def _offset(self, index: int) -> int:
+    if not -len(self) <= index < len(self):
+      raise IndexError(
+          f'{self.path}: record {index} out of range ({len(self)} records)'
+      )
+    return int(self._starts[index])
+
+  def describe(self, index: int) -> str:
+    """`path:line` of record `index` (1-based line, blank lines counted)."""
+    offset = self._offset(index)
+    newlines, pos = 0, 0
+    while pos < offset:  # slow, but only used to word errors
+      chunk = os.pread(self._file.fileno(), min(_SCAN_BYTES, offset - pos), pos)
+      newlines += chunk.count(b'\n')
+      pos += len(chunk)
+    return f'{self.path}:{newlines + 1}'
+
+  def __getitem__(self, index: int) -> dict[str, Any]:
+    offset, fd = self._offset(index), self._file.fileno()
+    line = os.pread(fd, _READ_BYTES, offset)
+    while b'\n' not in line:
+      more = os.pread(fd, 2 * len(line), offset + len(line))
+      if not more:
+        break
+      line += more
+    line = line.split(b'\n', 1)[0]
+    try:
+      record = json.loads(line.decode('utf-8-sig'))
+    except UnicodeDecodeError as e:
+      raise BadRecordError(
+          f'{self.describe(index)}: not valid UTF-8 ({e})'
+      ) from e
+    except json.JSONDecodeError as e:
+      raise BadRecordError(
+          f'{self.describe(index)}: invalid JSON: {e.msg} (column {e.colno})'
+      ) from e
+    if not isinstance(record, dict):
+      raise BadRecordError(
+          f'{self.describe(index)}: expected a JSON object, got '
+          f'{type(record).__name__}'
+      )
+    return record

@@ -1,0 +1,22 @@
+"""What the writers and the readers of a run's metrics records share.
+
+`jaxgrpo.metrics` writes the records (and, through `jaxgrpo.tensorboard`,
+their TensorBoard events); `jaxgrpo.plot_panels` reads them back. Both use
+these helpers, which import nothing of jaxgrpo, so that neither side has to
+import the other.
+"""
+
+
+def is_remote(path: str) -> bool:
+  """Whether `path` names an object store location (`gs://...`)."""
+  return '://' in str(path)
+
+
+def as_float(v: object) -> float | None:
+  """A recorded scalar as a float ('nan' and 'inf' strings included)."""
+  if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+    return None
+  try:
+    return float(v)
+  except ValueError:
+    return None
