@@ -57,7 +57,7 @@ class MetricsWriter:
   `enabled=False` (processes other than 0 of a multi-process run) writes
   nothing. `tensorboard=True` also writes each step's scalars as TensorBoard
   events in WORKDIR/tensorboard (rebuilt from the kept lines at start),
-  where clu's writer can be imported; `self.tensorboard` says whether it is.
+  where tensorboardX can be imported; `self.tensorboard` says whether it is.
   """
 
   def __init__(self, workdir: str, *, resume_step: int = -1,

@@ -19,8 +19,8 @@ is skipped):
 Per-step series are drawn as trailing means over `--window` steps (the raw
 values faintly behind). matplotlib is imported only when plotting
 (`pip install 'jaxgrpo[plots]'`); `--tensorboard` also writes every scalar
-as TensorBoard event files under WORKDIR/tensorboard with clu's metric
-writers (`pip install 'jaxgrpo[tensorboard]'`).
+as TensorBoard event files under WORKDIR/tensorboard with tensorboardX
+(`pip install 'jaxgrpo[tensorboard]'`).
 """
 
 import argparse
@@ -158,13 +158,13 @@ def plot_run(workdir: str, out: str | None = None, window: int = 20, *,
 def write_tensorboard(workdir: str) -> str | None:
   """Writes every scalar of metrics.jsonl as TensorBoard events.
 
-  The events go to WORKDIR/tensorboard through clu's writers
+  The events go to WORKDIR/tensorboard through tensorboardX
   (`jaxgrpo.tensorboard`); event files there from before (an earlier call,
   or the training run's own) are replaced, so each step appears once.
 
   Returns:
-    The event directory, or None when clu's summary writer cannot be
-    imported (it needs tensorflow: `pip install 'jaxgrpo[tensorboard]'`).
+    The event directory, or None when tensorboardX cannot be imported
+    (`pip install 'jaxgrpo[tensorboard]'`).
 
   Raises:
     OSError: metrics.jsonl cannot be read or the directory written.
@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
       return cli.fail(PROG, f'tensorboard: {e}', 1)
     if logdir is None:
-      failed.append('--tensorboard needs tensorflow and tensorboard '
-                    f'(clu writes the events with them): {INSTALL_TENSORBOARD}')
+      failed.append('--tensorboard needs tensorboardX (it writes the '
+                    f'events): {INSTALL_TENSORBOARD}')
     else:
       print(f'{logdir} (tensorboard --logdir {logdir})', flush=True)
   for line in failed:

@@ -1,4 +1,4 @@
-"""TensorBoard event files of a run's metrics, through clu's writers.
+"""TensorBoard event files of a run's metrics, written with tensorboardX.
 
 Training writes every step's scalars to WORKDIR/tensorboard as it goes
 (`EventWriter`), and `jaxgrpo-plot --tensorboard` rewrites them from
@@ -6,35 +6,74 @@ metrics.jsonl (`write_all`). Either way the folder is rebuilt from the
 metrics file when it opens, so a resumed run, which cuts metrics.jsonl back
 to its checkpoint, never shows a step twice.
 
-clu's summary writer needs tensorflow (`pip install 'jaxgrpo[tensorboard]'`);
-without it nothing is written and `available()` says so.
+Each scalar is one event, as `tf.summary.scalar` writes it: the metric's key
+as the tag, the step, and the value as a float32 tensor marked for the
+`scalars` plugin. The events are tensorboardX's protocol buffers, framed as
+TFRecords here and written synchronously: once `flush` returns they are in
+the file (on an object store the file is rewritten whole at each flush).
+
+tensorboardX needs protobuf, not tensorflow (`pip install
+'jaxgrpo[tensorboard]'`); without it nothing is written and `available()`
+says so. Viewing the events takes TensorBoard itself (`pip install
+tensorboard`), here or on any other machine.
 """
 
-from collections.abc import Iterable, Iterator, Mapping
-import contextlib
+from collections.abc import Iterable, Mapping
+import dataclasses
 import importlib
-import logging
-from types import ModuleType
-from typing import Any
+import io
+import itertools
+import os
+import socket
+import struct
+import time
+from typing import Any, BinaryIO, Callable
 
 from etils import epath
+import numpy as np
 
 from jaxgrpo import records as records_lib
 
 TENSORBOARD = 'tensorboard'
 INSTALL = "pip install 'jaxgrpo[tensorboard]'"
 
+# The first event of every event file.
+FILE_VERSION = 'brain.Event:2'
+# What TensorBoard's scalar dashboard looks for in a summary's metadata.
+SCALARS_PLUGIN = 'scalars'
 
-def _writers() -> ModuleType | None:
+# Numbers the event files this process opens, as TensorFlow's writer does.
+_SERIAL = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Protos:
+  """The parts of tensorboardX that the writer uses."""
+
+  event_pb2: Any
+  summary_pb2: Any
+  tensor_pb2: Any
+  tensor_shape_pb2: Any
+  types_pb2: Any
+  masked_crc32c: Callable[[bytes], int]
+
+
+def _protos() -> _Protos | None:
   try:
-    return importlib.import_module('clu.metric_writers')
+    # The package first: it is what a missing install leaves out.
+    importlib.import_module('tensorboardX')
+    proto = {name: importlib.import_module(f'tensorboardX.proto.{name}')
+             for name in ('event_pb2', 'summary_pb2', 'tensor_pb2',
+                          'tensor_shape_pb2', 'types_pb2')}
+    record_writer = importlib.import_module('tensorboardX.record_writer')
   except ImportError:
     return None
+  return _Protos(**proto, masked_crc32c=record_writer.masked_crc32c)
 
 
 def available() -> bool:
-  """Whether event files can be written here (clu with tensorflow)."""
-  return _writers() is not None
+  """Whether event files can be written here (tensorboardX installed)."""
+  return _protos() is not None
 
 
 def scalars(record: Mapping[str, Any]) -> dict[str, float]:
@@ -45,16 +84,40 @@ def scalars(record: Mapping[str, Any]) -> dict[str, float]:
   return {key: v for key, v in values.items() if v is not None}
 
 
-@contextlib.contextmanager
-def _absl_muted() -> Iterator[None]:
-  """clu's default writer also logs every scalar through absl at INFO."""
-  absl_logger = logging.getLogger('absl')
-  level = absl_logger.level
-  absl_logger.setLevel(logging.WARNING)
-  try:
-    yield
-  finally:
-    absl_logger.setLevel(level)
+def _event_file_name() -> str:
+  """A new event file's name, in TensorFlow's pattern (TensorBoard reads
+  the files whose names hold 'tfevents')."""
+  return (f'events.out.tfevents.{int(time.time()):010d}.'
+          f'{socket.gethostname()}.{os.getpid()}.{next(_SERIAL)}.v2')
+
+
+class _RecordFile:
+  """Appends TFRecords (length, checksums, data) to a file; a file on an
+  object store is kept in memory and rewritten whole at each flush."""
+
+  def __init__(self, path: epath.Path, masked_crc32c: Callable[[bytes], int]):
+    self.path = path
+    self._crc = masked_crc32c
+    self._remote = records_lib.is_remote(path)
+    self._file: BinaryIO = (io.BytesIO() if self._remote
+                            else open(os.fspath(path), 'wb'))
+
+  def append(self, data: bytes) -> None:
+    header = struct.pack('<Q', len(data))
+    self._file.write(header + struct.pack('<I', self._crc(header)) + data
+                     + struct.pack('<I', self._crc(data)))
+
+  def flush(self) -> None:
+    if self._remote:
+      self.path.write_bytes(self._file.getvalue())
+    else:
+      self._file.flush()
+      os.fsync(self._file.fileno())
+
+  def close(self) -> None:
+    if not self._file.closed:
+      self.flush()
+      self._file.close()
 
 
 class EventWriter:
@@ -66,42 +129,61 @@ class EventWriter:
       replacing event files there from before).
 
   Raises:
-    ImportError: clu's summary writer cannot be imported.
+    ImportError: tensorboardX cannot be imported.
   """
 
   def __init__(self, workdir: str, records: Iterable[Mapping[str, Any]] = ()):
-    module = _writers()
-    if module is None:
-      raise ImportError(f'TensorBoard events need tensorflow: {INSTALL}')
+    protos = _protos()
+    if protos is None:
+      raise ImportError(f'TensorBoard events need tensorboardX: {INSTALL}')
+    self._pb = protos
+    self._metadata = protos.summary_pb2.SummaryMetadata(
+        plugin_data=protos.summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=SCALARS_PLUGIN))
     self.logdir = epath.Path(workdir) / TENSORBOARD
     self.logdir.mkdir(parents=True, exist_ok=True)
     for old in self.logdir.glob('events.out.tfevents.*'):
       old.unlink()
-    with _absl_muted():
-      self._writer = module.create_default_writer(
-          str(self.logdir), just_logging=False, asynchronous=False)
+    self._file = _RecordFile(self.logdir / _event_file_name(),
+                             protos.masked_crc32c)
+    self._append(protos.event_pb2.Event(wall_time=time.time(),
+                                        file_version=FILE_VERSION))
     for i, record in enumerate(records):
       self.write(int(record.get('step', i)), record)
     self.flush()
 
+  def _append(self, event: Any) -> None:
+    self._file.append(event.SerializeToString())
+
   def write(self, step: int, metrics: Mapping[str, Any]) -> None:
     values = scalars(metrics)
-    if values:
-      with _absl_muted():
-        self._writer.write_scalars(step, values)
+    if not values:
+      return
+    pb = self._pb
+    with np.errstate(over='ignore'):  # beyond float32: inf, as tf.cast does
+      as_f32 = np.asarray(list(values.values()), np.float64).astype('<f4')
+    wall_time = time.time()
+    for tag, value in zip(values, as_f32):
+      tensor = pb.tensor_pb2.TensorProto(
+          dtype=pb.types_pb2.DT_FLOAT,
+          tensor_shape=pb.tensor_shape_pb2.TensorShapeProto(),
+          tensor_content=value.tobytes())
+      summary = pb.summary_pb2.Summary(value=[pb.summary_pb2.Summary.Value(
+          tag=tag, tensor=tensor, metadata=self._metadata)])
+      self._append(pb.event_pb2.Event(wall_time=wall_time, step=step,
+                                      summary=summary))
 
   def flush(self) -> None:
-    self._writer.flush()
+    self._file.flush()
 
   def close(self) -> None:
-    self._writer.flush()
-    self._writer.close()
+    self._file.close()
 
 
 def write_all(workdir: str, records: Iterable[Mapping[str, Any]]
               ) -> str | None:
   """Rewrites WORKDIR/tensorboard from `records`; the folder, or None
-  without tensorflow."""
+  without tensorboardX."""
   if not available():
     return None
   writer = EventWriter(workdir, records)

@@ -1,15 +1,15 @@
 """Tests for the metrics record, TensorBoard events and console lines."""
 
-import importlib.util
 import os
 import sys
 from unittest import mock
 
 from absl.testing import absltest
+import numpy as np
 
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import tensorboard
-from tests import clu_writers
+from tests import tensorboard_events
 
 
 class MetricsWriterTest(absltest.TestCase):
@@ -35,68 +35,69 @@ class MetricsWriterTest(absltest.TestCase):
 
 class TensorBoardWhileTrainingTest(absltest.TestCase):
 
-  def _resumed_run(self, workdir):
-    """Steps 0-3, then a resume from step 1 that writes step 2 again."""
-    writer = metrics_lib.MetricsWriter(workdir, tensorboard=True)
-    for step in range(4):
-      writer.write(step, {'reward/mean': step / 10, 'eval/accuracy': 0.5,
-                          'data/note': 'text', 'train/loss': float('nan')})
-    writer.sync()
-    writer.close()
-    writer = metrics_lib.MetricsWriter(workdir, resume_step=1,
-                                       tensorboard=True)
-    writer.write(2, {'reward/mean': 0.9})
-    writer.close()
-
   def test_each_step_once_across_a_resume(self):
+    """Steps 0-3, then a resume from step 1 that writes step 2 again."""
+    if tensorboard_events.missing():
+      self.skipTest(tensorboard_events.missing())
     workdir = self.create_tempdir().full_path
     logdir = os.path.join(workdir, 'tensorboard')
     os.makedirs(logdir)
     stale = os.path.join(logdir, 'events.out.tfevents.1.host')
     open(stale, 'w').close()
-    with clu_writers.recording() as writers:
-      self._resumed_run(workdir)
-    first, resumed = writers
-    self.assertEqual(first.logdir, logdir)
-    self.assertFalse(first.kwargs['just_logging'])
+    writer = metrics_lib.MetricsWriter(workdir, tensorboard=True)
+    self.assertEqual(str(writer.tensorboard.logdir), logdir)
     self.assertFalse(os.path.exists(stale))
-    self.assertEqual([s for s, _ in first.scalars], [0, 1, 2, 3])
-    self.assertEqual(set(first.scalars[0][1]),
-                     {'reward/mean', 'eval/accuracy', 'train/loss'})
-    self.assertGreater(first.flushes, 1)  # flushed with the checkpoint
-    # The resumed run rebuilds the kept steps, then writes live.
-    self.assertEqual([s for s, _ in resumed.scalars], [0, 1, 2])
-    self.assertEqual(resumed.scalars[2][1], {'reward/mean': 0.9})
-    self.assertTrue(first.closed and resumed.closed)
+    for step in range(4):
+      writer.write(step, {'reward/mean': step / 10, 'eval/accuracy': 0.5,
+                          'data/note': 'text', 'train/loss': float('nan')})
+    writer.sync()  # with the checkpoint: the events are in the file
+    first = tensorboard_events.scalars(logdir)
+    writer.close()
+    self.assertEqual(set(first), {'reward/mean', 'eval/accuracy',
+                                  'train/loss'})
+    self.assertEqual(first['reward/mean'],
+                     [(s, float(np.float32(s / 10))) for s in range(4)])
+    self.assertEqual(first['eval/accuracy'], [(s, 0.5) for s in range(4)])
+    self.assertEqual([s for s, _ in first['train/loss']], [0, 1, 2, 3])
+    self.assertTrue(all(np.isnan(v) for _, v in first['train/loss']))
+    np.testing.assert_equal(tensorboard_events.scalars(logdir), first)  # closed
 
-  def test_without_tensorflow_only_the_metrics_file(self):
+    writer = metrics_lib.MetricsWriter(workdir, resume_step=1,
+                                       tensorboard=True)
+    # The resumed run rebuilds the kept steps, then writes live.
+    rebuilt = tensorboard_events.scalars(logdir)
+    self.assertEqual(rebuilt['reward/mean'], first['reward/mean'][:2])
+    writer.write(2, {'reward/mean': 0.9})
+    writer.close()
+    events = tensorboard_events.scalars(logdir)
+    self.assertEqual(events['reward/mean'],
+                     [(0, 0.0), (1, float(np.float32(0.1))),
+                      (2, float(np.float32(0.9)))])
+    self.assertEqual(events['eval/accuracy'], [(0, 0.5), (1, 0.5)])
+    self.assertEqual([s for s, _ in events['train/loss']], [0, 1])
+
+  def test_without_tensorboardx_only_the_metrics_file(self):
     workdir = self.create_tempdir().full_path
-    with mock.patch.dict(sys.modules, {'clu.metric_writers': None}):
+    with mock.patch.dict(sys.modules, {'tensorboardX': None}):
       self.assertFalse(tensorboard.available())
       writer = metrics_lib.MetricsWriter(workdir, tensorboard=True)
       writer.write(0, {'reward/mean': 0.1})
       writer.close()
+      with self.assertRaisesRegex(
+          ImportError, r"tensorboardX: pip install 'jaxgrpo\[tensorboard\]'"):
+        tensorboard.EventWriter(workdir)
     self.assertIsNone(writer.tensorboard)
     self.assertFalse(os.path.exists(os.path.join(workdir, 'tensorboard')))
     self.assertLen(metrics_lib.read_metrics(workdir), 1)
 
-  def test_real_event_files(self):
-    if importlib.util.find_spec('tensorflow') is None:
-      self.skipTest("tensorflow is not installed (pip install "
-                    "'jaxgrpo[tensorboard]')")
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  def test_disabled_writes_no_events(self):
     workdir = self.create_tempdir().full_path
-    self._resumed_run(workdir)
-    logdir = os.path.join(workdir, 'tensorboard')
-    (events,) = [os.path.join(logdir, f) for f in os.listdir(logdir)]
-    steps, values = {}, {}
-    for event in tf.compat.v1.train.summary_iterator(events):
-      for value in event.summary.value:
-        steps.setdefault(value.tag, []).append(event.step)
-        values[(value.tag, event.step)] = tf.make_ndarray(value.tensor)
-    self.assertEqual(steps['reward/mean'], [0, 1, 2])
-    self.assertAlmostEqual(float(values[('reward/mean', 2)]), 0.9, places=6)
-    self.assertEqual(steps['eval/accuracy'], [0, 1])
+    for kwargs in ({}, {'enabled': False, 'tensorboard': True}):
+      writer = metrics_lib.MetricsWriter(workdir, **kwargs)
+      writer.write(0, {'reward/mean': 0.1})
+      writer.close()
+      self.assertIsNone(writer.tensorboard)
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'tensorboard')))
 
 
 class ConsoleTest(absltest.TestCase):

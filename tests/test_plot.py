@@ -1,7 +1,6 @@
 """Figures of a run's metrics (PNG) and its TensorBoard events."""
 
 import contextlib
-import importlib.util
 import io
 import os
 import subprocess
@@ -14,7 +13,7 @@ import numpy as np
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import plot
 from jaxgrpo import plot_panels
-from tests import clu_writers
+from tests import tensorboard_events
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
@@ -230,54 +229,44 @@ class CommandLineTest(absltest.TestCase):
 
 class TensorBoardTest(absltest.TestCase):
 
-  def test_every_scalar_of_every_step_through_clu(self):
+  def test_every_scalar_of_every_step(self):
+    if tensorboard_events.missing():
+      self.skipTest(tensorboard_events.missing())
     workdir = self.create_tempdir().full_path
     _write_run(workdir, steps=3, eval_every=2)
     logdir = os.path.join(workdir, 'tensorboard')
     os.makedirs(logdir)
     stale = os.path.join(logdir, 'events.out.tfevents.1.host')
     open(stale, 'w').close()
-    with clu_writers.recording() as writers:
-      self.assertEqual(plot.write_tensorboard(workdir), logdir)
-    (writer,) = writers
-    self.assertEqual(writer.logdir, logdir)
-    self.assertFalse(writer.kwargs['just_logging'])
-    self.assertTrue(writer.closed)
+    self.assertEqual(plot.write_tensorboard(workdir), logdir)
     self.assertFalse(os.path.exists(stale))  # a rerun replaces the events
+    events = tensorboard_events.scalars(logdir)
+    self.assertEqual([s for s, _ in events['reward/mean']], [1, 2, 3])
+    self.assertEqual([s for s, _ in events['eval/accuracy']], [0, 2])
+    by_step = {}
+    for tag, points in events.items():
+      for step, value in points:
+        by_step.setdefault(step, {})[tag] = value
     records = metrics_lib.read_metrics(workdir)
-    self.assertEqual([s for s, _ in writer.scalars], [0, 1, 2, 3])
-    for (_, scalars), record in zip(writer.scalars, records):
-      self.assertEqual(set(scalars), set(record) - {'step'})
-    self.assertTrue(np.isnan(writer.scalars[3][1]['train/loss']))
+    self.assertEqual(sorted(by_step), [r['step'] for r in records])
+    for record in records:
+      expected = {k: float(np.float32(float(v))) for k, v in record.items()
+                  if k != 'step'}
+      np.testing.assert_equal(by_step[record['step']], expected)
+    self.assertTrue(np.isnan(by_step[3]['train/loss']))
 
-  def test_without_tensorflow_names_the_extra(self):
+  def test_without_tensorboardx_names_the_extra(self):
     workdir = self.create_tempdir().full_path
     _write_run(workdir, steps=2)
-    with mock.patch.dict(sys.modules, {'clu.metric_writers': None}):
+    with mock.patch.dict(sys.modules, {'tensorboardX': None}):
       self.assertIsNone(plot.write_tensorboard(workdir))
       code, stdout, stderr = _main(workdir, '--tensorboard')
     self.assertEqual(code, 1)
     self.assertLen(stdout.splitlines(), len(ALL_FIGURES))  # PNGs still made
     self.assertEqual(stderr.splitlines(), [
-        'jaxgrpo-plot: error: --tensorboard needs tensorflow and tensorboard '
-        "(clu writes the events with them): pip install "
-        "'jaxgrpo[tensorboard]'"])
-
-  def test_real_event_files(self):
-    if importlib.util.find_spec('tensorflow') is None:
-      self.skipTest("tensorflow is not installed (pip install "
-                    "'jaxgrpo[tensorboard]')")
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    workdir = self.create_tempdir().full_path
-    _write_run(workdir, steps=3, eval_every=2)
-    logdir = plot.write_tensorboard(workdir)
-    (events,) = [os.path.join(logdir, f) for f in os.listdir(logdir)]
-    steps = {}
-    for event in tf.compat.v1.train.summary_iterator(events):
-      for value in event.summary.value:
-        steps.setdefault(value.tag, []).append(event.step)
-    self.assertEqual(steps['reward/mean'], [1, 2, 3])
-    self.assertEqual(steps['eval/accuracy'], [0, 2])
+        'jaxgrpo-plot: error: --tensorboard needs tensorboardX (it writes '
+        "the events): pip install 'jaxgrpo[tensorboard]'"])
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'tensorboard')))
 
 
 if __name__ == '__main__':
