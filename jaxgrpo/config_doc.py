@@ -25,7 +25,7 @@ ROWS: tuple[tuple[tuple[str, ...], str], ...] = (
     (('plots',),
      'write PNG plots of `metrics.jsonl` to `WORKDIR/plots` when the run ends (needs matplotlib; `jaxgrpo-plot WORKDIR` draws them any time)'),
     (('tensorboard',),
-     "also write each step's scalars as TensorBoard events to `WORKDIR/tensorboard` while training (needs the `tensorboard` extra: tensorflow; skipped without it)"),
+     "also write each step's scalars as TensorBoard events to `WORKDIR/tensorboard` while training (needs the `tensorboard` extra: tensorboardX; skipped without it)"),
     (('model.preset',),
      '`tiny`, `demo`, `small_10m`, or a real size (`smollm2_135m`, `qwen2.5_0.5b`, `qwen3_0.6b`, `llama3.2_1b`, `llama3_8b`)'),
     (('model.path',),
