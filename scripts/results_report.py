@@ -221,6 +221,7 @@ def policy_stats(runs) -> dict[str, dict]:
   for variant, seeds in runs.items():
     common = [s for s in sorted(seeds) if s in base]
     st = {'seeds': common, 'costs': {}, 'ratios': ([], [], []),
+          'steps': max((seeds[x].header['steps'] for x in common), default=0),
           'finals': [], 'diffs': [], 'targets': {}, 'whole': [],
           'matched': []}
     for s in common:
@@ -410,8 +411,9 @@ def readme_summary(stats) -> str:
   if 'none' not in stats:
     return '_No runs yet._\n'
   n = len(stats['none']['seeds'])
+  steps = stats['none']['steps']
   lines = [f'In the regime of `docs/results.md` ({n} seeds, paired warm '
-           'starts, 150 steps), the saving over `none` [95% CI] in prompts '
+           f'starts, {steps} steps), the saving over `none` [95% CI] in prompts '
            'generated to reach 0.95 x `none`\'s final held-out accuracy and '
            'over the whole run, and the final accuracy minus `none`\'s:',
            '']
