@@ -14,21 +14,23 @@ import ml_collections
 
 from jaxgrpo.errors import ConfigError
 
-ADVANTAGES = ('grpo', 'dr_grpo', 'rloo')
-LOSS_AGGS = ('token_mean', 'seq_mean_token_mean', 'dr_grpo')
-POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
-SCHEDULES = ('constant', 'cosine')
-SURPLUS = ('drop', 'carry')
-SHORT_BATCH = ('wait', 'scale', 'train')
-DTYPES = ('float32', 'bfloat16')
+from jaxgrpo import multihost
+from jaxgrpo import optimizer
+from jaxgrpo.data import formats
+from jaxgrpo.data import mixture
+from jaxgrpo.data import sources
+from jaxgrpo.data.snooze import POLICIES
+from jaxgrpo.model import config as model_config
+from jaxgrpo.model import decoder
+from jaxgrpo.rl import advantages
+from jaxgrpo.rl import loss
+from jaxgrpo.rl import rollout
+
+# Option lists live where they are implemented; these are only the
+# config's own (read by train.py, build.py and data/loading.py).
 TOKENIZERS = ('auto', 'char', 'byte', 'model')
-BALANCES = ('pre_filter', 'post_filter')
-DATASET_KINDS = ('arithmetic', 'jsonl', 'array_record', 'tfds', 'gsm8k',
-                 'squad2')
 ON_BAD_RECORD = ('error', 'skip')
-LONG_PROMPTS = ('error', 'truncate', 'drop')
 ON_DATASET_CHANGE = ('error', 'remap')
-REMATS = ('none', 'full', 'dots')
 
 
 class _Section:
@@ -67,13 +69,13 @@ class ModelSection(_Section):
 
   def __post_init__(self):
     self._one_of('tokenizer', TOKENIZERS)
-    self._one_of('remat', REMATS)
+    self._one_of('remat', tuple(decoder.REMAT_POLICIES))
     self._check(self.path is None or bool(self.path), 'path',
                 'must be a model directory, a .gguf file, smollm2, or None')
     self._check(self.path is not None or self.tokenizer != 'model',
                 'tokenizer', "'model' needs model.path")
-    self._one_of('dtype', DTYPES)
-    self._one_of('param_dtype', DTYPES)
+    self._one_of('dtype', model_config.DTYPES)
+    self._one_of('param_dtype', model_config.DTYPES)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,7 +125,7 @@ class DatasetSection(_Section):
   # format's default ('{prompt}' for 'fields').
   template: str | None = None
 
-  FORMATS: ClassVar[tuple[str, ...]] = ('fields', 'gsm8k', 'squad2')
+  FORMATS: ClassVar[tuple[str, ...]] = formats.FORMATS
   _FIELD_KEYS: ClassVar[dict[str, Any]] = {
       'prompt_field': 'prompt', 'answer_field': 'answer', 'id_field': None,
       'subset_field': None}
@@ -145,7 +147,7 @@ class DatasetSection(_Section):
                   'set)')
 
   def __post_init__(self):
-    self._one_of('kind', DATASET_KINDS)
+    self._one_of('kind', sources.KINDS)
     self._check(bool(self.name) and '/' not in self.name, 'name',
                 "must be non-empty without '/' (metric names use it)")
     self._check(self.weight >= 0, 'weight', 'must be >= 0')
@@ -194,7 +196,7 @@ class DataSection(_Section):
   datasets: tuple[DatasetSection, ...]
 
   def __post_init__(self):
-    self._one_of('balance', BALANCES)
+    self._one_of('balance', mixture.BALANCES)
     self._check(len(self.datasets) > 0, 'datasets', 'needs at least one dataset')
     names = [d.name for d in self.datasets]
     self._check(len(set(names)) == len(names), 'datasets',
@@ -234,9 +236,9 @@ class RolloutSection(_Section):
     self._check(self.group_size >= 2, 'group_size',
                 'must be >= 2 (advantages compare completions in a group)')
     self._check(self.max_new_tokens >= 1, 'max_new_tokens', 'must be >= 1')
-    self._one_of('surplus', SURPLUS)
-    self._one_of('short_batch', SHORT_BATCH)
-    self._one_of('long_prompts', LONG_PROMPTS)
+    self._one_of('surplus', rollout.SURPLUS)
+    self._one_of('short_batch', rollout.SHORT_BATCH)
+    self._one_of('long_prompts', rollout.LONG_PROMPTS)
     self._non_negative('temperature', 'top_k')
     self._check(0.0 < self.top_p <= 1.0, 'top_p', 'must be in (0, 1]')
     self._check(0.0 <= self.hard_threshold < self.easy_threshold <= 1.0,
@@ -277,8 +279,8 @@ class RLSection(_Section):
   max_nonfinite_steps: int
 
   def __post_init__(self):
-    self._one_of('advantage', ADVANTAGES)
-    self._one_of('loss_agg', LOSS_AGGS)
+    self._one_of('advantage', advantages.estimator_names())
+    self._one_of('loss_agg', loss.LOSS_AGGREGATIONS)
     self._non_negative('eps_low', 'eps_high', 'beta')
     self._check(self.eps_low < 1.0, 'eps_low', 'must be < 1')
     self._positive('num_iterations', 'num_minibatches', 'max_nonfinite_steps')
@@ -296,7 +298,7 @@ class OptimSection(_Section):
   def __post_init__(self):
     self._positive('learning_rate', 'max_grad_norm')
     self._non_negative('warmup_steps', 'weight_decay')
-    self._one_of('schedule', SCHEDULES)
+    self._one_of('schedule', optimizer.SCHEDULES)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -493,7 +495,7 @@ class DistributedSection(_Section):
   check_every: int
 
   def __post_init__(self):
-    self._one_of('initialize', ('auto', 'always', 'never'))
+    self._one_of('initialize', multihost.INITIALIZE)
     self._check(self.coordinator is None or (
         isinstance(self.coordinator, str) and ':' in self.coordinator),
                 'coordinator', "must be 'host:port' (process 0's host), or "

@@ -6,6 +6,7 @@ from absl.testing import parameterized
 from configs import common
 from configs import demo
 from jaxgrpo import config_lib
+from jaxgrpo.rl import advantages
 
 
 class ConfigTest(parameterized.TestCase):
@@ -83,6 +84,14 @@ class ConfigTest(parameterized.TestCase):
     c.rl.num_minibatches = 3
     with self.assertRaisesRegex(config_lib.ConfigError, 'rl.num_minibatches'):
       config_lib.from_config_dict(c)
+
+  def test_registered_advantage_can_be_chosen(self):
+    name = 'test_config_lib_zero'
+    if name not in advantages.estimator_names():
+      advantages.register_estimator(name)(lambda rewards, eps: rewards * 0)
+    c = demo.get_config()
+    c.rl.advantage = name
+    self.assertEqual(config_lib.from_config_dict(c).rl.advantage, name)
 
   def test_parse_arg(self):
     args = common.parse_arg('runlocal,model=small_10m,steps=5',

@@ -3,7 +3,7 @@
 from collections.abc import Callable
 import dataclasses
 
-_DTYPES = ('float32', 'bfloat16')
+DTYPES = ('float32', 'bfloat16')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -124,9 +124,9 @@ class ModelConfig:
           f'{self.rope_scaling!r}'
       )
     for name in ('dtype', 'param_dtype'):
-      if getattr(self, name) not in _DTYPES:
+      if getattr(self, name) not in DTYPES:
         raise ValueError(
-            f'ModelConfig.{name} must be one of {_DTYPES}, got '
+            f'ModelConfig.{name} must be one of {DTYPES}, got '
             f'{getattr(self, name)!r}'
         )
 

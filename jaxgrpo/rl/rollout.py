@@ -31,8 +31,8 @@ from jaxgrpo.rl import advantages as advantages_lib
 from jaxgrpo.typing import PyTree, TrainBatch
 from jaxgrpo.verifiers import pool as verifier_pool
 
-_SURPLUS = ('drop', 'carry')
-_LONG_PROMPTS = ('error', 'truncate', 'drop')
+SURPLUS = ('drop', 'carry')
+LONG_PROMPTS = ('error', 'truncate', 'drop')
 # What a step does when collection ends with fewer than B informative groups.
 SHORT_BATCH = ('wait', 'scale', 'train')
 
@@ -115,14 +115,14 @@ class RolloutConfig:
   advantage: str = 'grpo'
 
   def __post_init__(self):
-    if self.surplus not in _SURPLUS:
-      raise ValueError(f'rollout.surplus must be one of {_SURPLUS}, got {self.surplus!r}')
+    if self.surplus not in SURPLUS:
+      raise ValueError(f'rollout.surplus must be one of {SURPLUS}, got {self.surplus!r}')
     if self.short_batch not in SHORT_BATCH:
       raise ValueError(f'rollout.short_batch must be one of {SHORT_BATCH}, '
                        f'got {self.short_batch!r}')
-    if self.long_prompts not in _LONG_PROMPTS:
+    if self.long_prompts not in LONG_PROMPTS:
       raise ValueError(
-          f'rollout.long_prompts must be one of {_LONG_PROMPTS}, got '
+          f'rollout.long_prompts must be one of {LONG_PROMPTS}, got '
           f'{self.long_prompts!r}')
     if self.round_size != 'adaptive' and not (
         isinstance(self.round_size, int) and self.round_size > 0):
