@@ -29,6 +29,20 @@ def one_of(choices: Iterable[str] | Callable[[], Iterable[str]]) -> Rule:
   return check
 
 
+def in_range(lo: float, hi: float, brackets: str = '[]') -> Rule:
+  """Value in the interval, e.g. brackets '(]' for (lo, hi]."""
+  lo_ok = (lambda v: v >= lo) if brackets[0] == '[' else (lambda v: v > lo)
+  hi_ok = (lambda v: v <= hi) if brackets[1] == ']' else (lambda v: v < hi)
+  return rule(lambda v: lo_ok(v) and hi_ok(v),
+              f'must be in {brackets[0]}{lo:g}, {hi:g}{brackets[1]}')
+
+
+def optional(check: Rule, none: str) -> Rule:
+  """`check`, or None (which means `none`)."""
+  return lambda v: None if v is None else (
+      check(v) and f'{check(v)}, or None ({none})')
+
+
 POSITIVE = rule(lambda v: v > 0, 'must be > 0')
 NON_NEGATIVE = rule(lambda v: v >= 0, 'must be >= 0')
 

@@ -20,8 +20,9 @@ import ml_collections
 from jaxgrpo import checks
 from jaxgrpo import multihost
 from jaxgrpo import optimizer
+from jaxgrpo import train_step
 from jaxgrpo import sharding
-from jaxgrpo.checks import NON_NEGATIVE, POSITIVE, one_of, rule
+from jaxgrpo.checks import NON_NEGATIVE, POSITIVE, in_range, one_of, rule
 from jaxgrpo.data import curriculum
 from jaxgrpo.data import formats
 from jaxgrpo.data import mixture
@@ -32,7 +33,6 @@ from jaxgrpo.errors import ConfigError
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import advantages
-from jaxgrpo.rl import loss
 from jaxgrpo.rl import rollout
 
 # Option lists live where they are implemented; these are only the
@@ -52,18 +52,6 @@ def field(default: Any = dataclasses.MISSING, help: str = '',  # pylint: disable
 
 def section(cls: type) -> Any:
   return dataclasses.field(default_factory=cls)
-
-
-def in_range(lo: float, hi: float, brackets: str = '[]') -> checks.Rule:
-  lo_ok = (lambda v: v >= lo) if brackets[0] == '[' else (lambda v: v > lo)
-  hi_ok = (lambda v: v <= hi) if brackets[1] == ']' else (lambda v: v < hi)
-  return rule(lambda v: lo_ok(v) and hi_ok(v),
-              f'must be in {brackets[0]}{lo:g}, {hi:g}{brackets[1]}')
-
-
-def _optional(check: checks.Rule, none: str) -> checks.Rule:
-  return lambda v: None if v is None else (
-      check(v) and f'{check(v)}, or None ({none})')
 
 
 class _Section:
@@ -214,8 +202,8 @@ class DatasetSection(_Section):
     self._check(self.weight >= 0, 'weight', 'must be >= 0')
     self._check(0.0 <= self.min_fraction <= 1.0, 'min_fraction',
                 'must be in [0, 1]')
-    self._check(self.snooze_factor is None or self.snooze_factor >= 1,
-                'snooze_factor', 'must be >= 1 (or None: sampler default)')
+    checks.check(self, {'snooze_factor': checks.optional(
+        snooze.RULES['snooze_factor'], 'the sampler\'s')}, self.SECTION)
     self._non_negative('num_eval')
     self._one_of('on_bad_record', ON_BAD_RECORD)
     if self.kind == 'arithmetic':
@@ -295,12 +283,12 @@ class RolloutSection(_Section):
       POSITIVE)
   surplus: str = field(
       'carry', 'informative groups beyond B: `carry` to the next step or '
-      '`drop` (DAPO)', one_of(rollout.SURPLUS))
+      '`drop` (DAPO)', rollout.RULES['surplus'])
   short_batch: str = field(
       'wait', "fewer than B informative groups when a step's rounds end: "
       '`wait` (no update; the groups wait for the next step, so every update '
       'has B), `scale` (update with advantages x n/B) or `train` (a '
-      'full-size update anyway)', one_of(rollout.SHORT_BATCH))
+      'full-size update anyway)', rollout.RULES['short_batch'])
   max_prompt_len: int = field(12, 'P: padded prompt length in tokens',
                               POSITIVE)
   long_prompts: str = field(
@@ -308,7 +296,7 @@ class RolloutSection(_Section):
       '(BOS and its last P - 1 tokens) or `drop` (left out when its dataset '
       'is loaded); truncations and drops are counted; see '
       '[Bad input](troubleshooting.md#bad-input)',
-      one_of(rollout.LONG_PROMPTS))
+      rollout.RULES['long_prompts'])
   max_new_tokens: int = field(6, 'T: generated tokens at most',
                               rule(lambda t: t >= 1, 'must be >= 1'))
   temperature: float = field(1.0, 'sampling temperature (0 is greedy)',
@@ -332,21 +320,21 @@ class SamplerSection(_Section):
   SECTION: ClassVar[str] = 'sampler'
   policy: str = field(
       'none', '`none`, `filter`, `snooze`, `snooze_prob` or `weighted` (see '
-      '[the sampler](sampler.md))', one_of(POLICIES))
+      '[the sampler](sampler.md))', snooze.RULES['policy'])
   snooze_factor: int = field(
       5, 'N: epochs a too-easy example sleeps (mean sleep for '
-      '`snooze_prob`)', rule(lambda n: n >= 1, 'must be >= 1'))
+      '`snooze_prob`)', snooze.RULES['snooze_factor'])
   snooze_hard_factor: int = field(
-      0, '> 0 snoozes too-hard examples for that many epochs', NON_NEGATIVE)
-  w_min: float = field(0.05, '`weighted`: floor of the offer probability',
-                       in_range(0.0, 1.0, '(]'))
+      0, '> 0 snoozes too-hard examples for that many epochs',
+      snooze.RULES['snooze_hard_factor'])
+  w_min: float = field(0.05, '`weighted`: floor of the offer probability, in (0, 1]',
+                       snooze.RULES['w_min'])
   prior_strength: float = field(
       2.0, '`weighted`: strength of the Beta prior, in pseudo-samples',
-      POSITIVE)
+      snooze.RULES['prior_strength'])
   prior_mean: float | None = field(
       None, "`weighted`: mean of the Beta prior (None: the dataset's "
-      'running mean)',
-      _optional(in_range(0.0, 1.0, '()'), 'running mean'))
+      'running mean)', snooze.RULES['prior_mean'])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -359,15 +347,15 @@ class RLSection(_Section):
       one_of(advantages.estimator_names))
   loss_agg: str = field(
       'token_mean', '`token_mean`, `seq_mean_token_mean`, or `dr_grpo` '
-      '(constant normalizer)', one_of(loss.LOSS_AGGREGATIONS))
+      '(constant normalizer)', train_step.RULES['loss_agg'])
   eps_low: float = field(0.2, 'lower clip range of the importance ratio',
-                         in_range(0.0, 1.0, '[)'))
+                         train_step.RULES['eps_low'])
   eps_high: float = field(
       0.28, 'upper clip range of the importance ratio (clip-higher when '
-      '`eps_high > eps_low`)', NON_NEGATIVE)
+      '`eps_high > eps_low`)', train_step.RULES['eps_high'])
   beta: float = field(
       0.0, 'KL (k3) weight to the initial policy; 0 keeps no reference copy',
-      NON_NEGATIVE)
+      train_step.RULES['beta'])
   num_iterations: int = field(1, 'passes over a rollout batch', POSITIVE)
   num_minibatches: int = field(
       1, 'updates per pass (minibatches hold whole groups: it must divide '
@@ -548,7 +536,7 @@ class MeshSection(_Section):
       None, 'memory per device the train step must fit, checked (and logged '
       'with argument / output / temp bytes) after compiling it, before the '
       "first step; None: the device's own limit (none on CPU: no check)",
-      _optional(POSITIVE, "the device's own limit"))
+      checks.optional(POSITIVE, "the device's own limit"))
 
   def _validate(self):
     logical = [name for name, _ in sharding.DEFAULT_RULES]
@@ -611,7 +599,7 @@ class DistributedSection(_Section):
            "must be 'host:port' (process 0's host), or None"))
   num_processes: int | None = field(
       None, 'an explicit cluster: the number of processes',
-      _optional(rule(lambda n: n >= 1, 'must be >= 1'), 'no cluster'))
+      checks.optional(rule(lambda n: n >= 1, 'must be >= 1'), 'no cluster'))
   process_id: int | None = field(
       None, "an explicit cluster: this process's index")
   check_every: int = field(

@@ -237,8 +237,7 @@ def _run(
   step_fn = train_step_lib.make_train_step(
       graphdef=graphdef, optimizer=optimizer,
       loss_cfg=train_step_lib.LossConfig(
-          eps_low=cfg.rl.eps_low, eps_high=cfg.rl.eps_high,
-          loss_agg=cfg.rl.loss_agg, beta=cfg.rl.beta,
+          **{key: getattr(cfg.rl, key) for key in train_step_lib.RULES},
           temperature=ro.temperature, max_completion_len=ro.max_new_tokens,
       ),
       num_iterations=cfg.rl.num_iterations,
@@ -264,16 +263,7 @@ def _run(
       log=log,
   )
   rollout = rollout_lib.Rollout(
-      rollout_lib.RolloutConfig(
-          batch_size=ro.batch_size, group_size=ro.group_size,
-          round_size=ro.round_size, max_round_size=ro.max_round_size,
-          max_rounds=ro.max_rounds,
-          surplus=ro.surplus, short_batch=ro.short_batch,
-          max_prompt_len=ro.max_prompt_len,
-          long_prompts=ro.long_prompts,
-          easy_threshold=ro.easy_threshold, hard_threshold=ro.hard_threshold,
-          advantage=cfg.rl.advantage,
-      ),
+      rollout_lib.RolloutConfig.from_section(ro, cfg.rl.advantage),
       source, tokenizer, generator, scorer,
   )
 

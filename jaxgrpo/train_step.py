@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxgrpo import checks
 from jaxgrpo import sharding
 from jaxgrpo.rl import logprobs
 from jaxgrpo.rl import loss as loss_lib
@@ -16,6 +17,14 @@ from jaxgrpo.train_state import TrainState
 from jaxgrpo.typing import TrainBatch
 
 Metrics = dict[str, jax.Array]
+
+# The rules of the rl settings LossConfig takes (config_lib's too).
+RULES: dict[str, checks.Rule] = {
+    'eps_low': checks.in_range(0.0, 1.0, '[)'),
+    'eps_high': checks.NON_NEGATIVE,
+    'loss_agg': checks.one_of(loss_lib.LOSS_AGGREGATIONS),
+    'beta': checks.NON_NEGATIVE,
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -42,17 +51,7 @@ class LossConfig:
   max_completion_len: int | None = None
 
   def __post_init__(self):
-    if not 0.0 <= self.eps_low < 1.0:
-      raise ValueError(f'eps_low must be in [0, 1), got {self.eps_low}')
-    if self.eps_high < 0.0:
-      raise ValueError(f'eps_high must be >= 0, got {self.eps_high}')
-    if self.loss_agg not in loss_lib.LOSS_AGGREGATIONS:
-      raise ValueError(
-          f'unknown loss_agg {self.loss_agg!r}; expected one of '
-          f'{loss_lib.LOSS_AGGREGATIONS}'
-      )
-    if self.beta < 0.0:
-      raise ValueError(f'beta must be >= 0, got {self.beta}')
+    checks.check(self, RULES, 'rl')
     if self.temperature < 0.0:
       raise ValueError(f'temperature must be >= 0, got {self.temperature}')
     if self.max_completion_len is not None and self.max_completion_len < 1:

@@ -106,18 +106,12 @@ def peek(dataset) -> list[Example]:
 
 def policy_config(cfg: config_lib.Config, entry) -> snooze.PolicyConfig:
   """The snooze policy of one dataset entry (its own N, else the sampler's)."""
-  s = cfg.sampler
-  return snooze.PolicyConfig(
-      policy=s.policy,
-      snooze_factor=entry.snooze_factor or s.snooze_factor,
-      snooze_hard_factor=s.snooze_hard_factor,
-      easy_threshold=cfg.rollout.easy_threshold,
-      hard_threshold=cfg.rollout.hard_threshold,
-      group_size=cfg.rollout.group_size,
-      w_min=s.w_min,
-      prior_strength=s.prior_strength,
-      prior_mean=s.prior_mean,
-  )
+  ro = cfg.rollout
+  return snooze.PolicyConfig(**{
+      **{key: getattr(cfg.sampler, key) for key in snooze.RULES},
+      'snooze_factor': entry.snooze_factor or cfg.sampler.snooze_factor,
+      'easy_threshold': ro.easy_threshold,
+      'hard_threshold': ro.hard_threshold, 'group_size': ro.group_size})
 
 
 def _record_format(entry) -> formats.RecordFormat:

@@ -52,7 +52,25 @@ import hashlib
 
 import numpy as np
 
+from jaxgrpo import checks
+
 POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
+# The rules of the sampler settings (config_lib's `sampler` section checks
+# them too). N = 0 would make `snooze` and `snooze_prob` the same as `none`;
+# 2**20 keeps wake epochs far inside int32. A floor w_min of 0 would never
+# offer again an example whose pass rate reads 0 or 1.
+RULES: dict[str, checks.Rule] = {
+    'policy': checks.one_of(POLICIES),
+    'snooze_factor': checks.rule(
+        lambda n: 1 <= n < 2**20,
+        'must be in [1, 2**20): epochs asleep (0 would be policy none)'),
+    'snooze_hard_factor': checks.rule(lambda n: 0 <= n < 2**20,
+                                      'must be in [0, 2**20) (0: off)'),
+    'w_min': checks.in_range(0.0, 1.0, '(]'),
+    'prior_strength': checks.POSITIVE,
+    'prior_mean': checks.optional(checks.in_range(0.0, 1.0, '()'),
+                                  'the running mean'),
+}
 
 # Example status codes.
 ACTIVE, SNOOZED, FILTERED, EASY = 0, 1, 2, 3
@@ -165,21 +183,10 @@ class PolicyConfig:
   prior_mean: float | None = None
 
   def __post_init__(self):
-    mean = 0.5 if self.prior_mean is None else self.prior_mean
-    for ok, rule in (
-        (self.policy in POLICIES, f'policy is one of {POLICIES}'),
-        (0 <= self.snooze_factor < 2**20, 'snooze_factor in [0, 2**20)'),
-        (0 <= self.snooze_hard_factor < 2**20,
-         'snooze_hard_factor in [0, 2**20)'),
-        (self.hard_threshold < self.easy_threshold,
-         'hard_threshold < easy_threshold'),
-        (self.group_size >= 1, 'group_size >= 1'),
-        (0.0 <= self.w_min <= 1.0, 'w_min in [0, 1]'),
-        (self.prior_strength > 0, 'prior_strength > 0'),
-        (0.0 <= mean <= 1.0, 'prior_mean in [0, 1]'),
-    ):
-      if not ok:
-        raise ValueError(f'PolicyConfig needs {rule}; got {self}')
+    checks.check(self, RULES, 'sampler')
+    if not self.hard_threshold < self.easy_threshold or self.group_size < 1:
+      raise ValueError('PolicyConfig needs hard_threshold < easy_threshold '
+                       f'and group_size >= 1; got {self}')
 
 
 class SnoozeTable:

@@ -21,6 +21,7 @@ from typing import Protocol
 import jax
 import numpy as np
 
+from jaxgrpo import checks
 from jaxgrpo import multihost
 from jaxgrpo import scoring
 from jaxgrpo import sharding
@@ -35,6 +36,15 @@ SURPLUS = ('drop', 'carry')
 LONG_PROMPTS = ('error', 'truncate', 'drop')
 # What a step does when collection ends with fewer than B informative groups.
 SHORT_BATCH = ('wait', 'scale', 'train')
+# The rules of the settings RolloutConfig checks (config_lib's too).
+RULES: dict[str, checks.Rule] = {
+    'round_size': checks.rule(
+        lambda r: r == 'adaptive' or (isinstance(r, int) and r > 0),
+        "must be a positive int or 'adaptive'"),
+    'surplus': checks.one_of(SURPLUS),
+    'short_batch': checks.one_of(SHORT_BATCH),
+    'long_prompts': checks.one_of(LONG_PROMPTS),
+}
 
 
 class PromptSource(Protocol):
@@ -98,7 +108,7 @@ class RolloutConfig:
       was loaded ('drop'; one reaching a round is an error).
     easy_threshold: a group is too easy when every reward is >= this.
     hard_threshold: a group is too hard when every reward is <= this.
-    advantage: 'grpo', 'dr_grpo' or 'rloo'.
+    advantage: one of `advantages.estimator_names()`.
   """
 
   batch_size: int
@@ -115,20 +125,14 @@ class RolloutConfig:
   advantage: str = 'grpo'
 
   def __post_init__(self):
-    if self.surplus not in SURPLUS:
-      raise ValueError(f'rollout.surplus must be one of {SURPLUS}, got {self.surplus!r}')
-    if self.short_batch not in SHORT_BATCH:
-      raise ValueError(f'rollout.short_batch must be one of {SHORT_BATCH}, '
-                       f'got {self.short_batch!r}')
-    if self.long_prompts not in LONG_PROMPTS:
-      raise ValueError(
-          f'rollout.long_prompts must be one of {LONG_PROMPTS}, got '
-          f'{self.long_prompts!r}')
-    if self.round_size != 'adaptive' and not (
-        isinstance(self.round_size, int) and self.round_size > 0):
-      raise ValueError(
-          f"rollout.round_size must be a positive int or 'adaptive', got "
-          f'{self.round_size!r}')
+    checks.check(self, RULES, 'rollout')
+
+  @classmethod
+  def from_section(cls, rollout, advantage: str) -> 'RolloutConfig':
+    """From the config's rollout section and rl.advantage."""
+    return cls(advantage=advantage, **{
+        f.name: getattr(rollout, f.name) for f in dataclasses.fields(cls)
+        if f.name != 'advantage'})
 
 
 @dataclasses.dataclass

@@ -171,7 +171,7 @@ class SnoozeTableTest(parameterized.TestCase):
   @_SETTINGS
   @hypothesis.given(
       policy=st.sampled_from(snooze.POLICIES), size=st.integers(1, 40),
-      round_size=st.integers(1, 50), n=st.integers(0, 4),
+      round_size=st.integers(1, 50), n=st.integers(1, 4),
       hard=st.integers(0, 3), g=st.integers(1, 6), seed=st.integers(0, 999))
   def test_matches_literal_reference(self, policy, size, round_size, n, hard,
                                      g, seed):
@@ -199,7 +199,7 @@ class SnoozeTableTest(parameterized.TestCase):
   @_SETTINGS
   @hypothesis.given(
       policy=st.sampled_from(snooze.POLICIES), size=st.integers(1, 60),
-      n=st.integers(0, 4), hard=st.integers(0, 2), seed=st.integers(0, 999))
+      n=st.integers(1, 4), hard=st.integers(0, 2), seed=st.integers(0, 999))
   def test_epoch_offers_exactly_the_examples_not_skipped(
       self, policy, size, n, hard, seed):
     table = _table(policy, size, seed=seed, snooze_factor=n,
@@ -520,7 +520,8 @@ class SnoozeTableTest(parameterized.TestCase):
                            1 - 0.1**4 - 0.9**4)
 
   @parameterized.parameters(
-      dict(policy='snoze'), dict(snooze_factor=-1),
+      dict(policy='snoze'), dict(snooze_factor=-1), dict(snooze_factor=0),
+      dict(w_min=0.0),
       dict(easy_threshold=0.5, hard_threshold=0.5), dict(group_size=0),
       dict(w_min=1.5), dict(prior_strength=0.0), dict(prior_mean=1.2))
   def test_config_validation(self, **kw):
