@@ -327,8 +327,9 @@ class SamplerSection(_Section):
   snooze_hard_factor: int = field(
       0, '> 0 snoozes too-hard examples for that many epochs',
       snooze.RULES['snooze_hard_factor'])
-  w_min: float = field(0.05, '`weighted`: floor of the offer probability, in (0, 1]',
-                       snooze.RULES['w_min'])
+  w_min: float = field(
+      0.05, '`weighted`: floor of the offer probability, in (0, 1]',
+      snooze.RULES['w_min'])
   prior_strength: float = field(
       2.0, '`weighted`: strength of the Beta prior, in pseudo-samples',
       snooze.RULES['prior_strength'])
