@@ -445,6 +445,9 @@ def render_blocks(data: str) -> dict[str, str]:
     blocks[name] = table(runs)
     if runs:
       blocks[name] += f'\n![{title}](results/{name}.png)\n'
+  long = load(data, 'long')
+  blocks['long_checks'] = regime_checks(long)
+  blocks['long_savings'] = savings(long, policy_stats(long))[0]
   memorise = load(data, 'memorise')
   blocks['memorise_checks'] = regime_checks(memorise)
   blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
