@@ -1,30 +1,52 @@
 """A training run's parts, built from its validated config.
 
-Each builder turns config mistakes into a ConfigError naming the key:
-the verifiers and their worker pool, a pretrained model, the device mesh,
-and the compiled train step's memory check. `jaxgrpo.train` puts them
-together; `jaxgrpo-eval` and `jaxgrpo-stratify` reuse the scorer and the
-model loader.
+`build_run` builds them all, as one `Run`: the mesh, data, verifiers,
+model, optimizer, compiled train step, prompt sampler, rollout, evaluator
+and checkpointer; `jaxgrpo.train` runs the loop over them. Each builder
+turns config mistakes into a ConfigError naming the key: the verifiers and
+their worker pool, a pretrained model, the device mesh, and the compiled
+train step's memory check. `jaxgrpo-eval` and `jaxgrpo-stratify` reuse the
+scorer and the model loader.
 """
 
 from collections.abc import Callable
 import contextlib
 import dataclasses
 import importlib
+import os
 import time
+from typing import Any
 
 from etils import epath
 import jax
+import optax
 
+from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
+from jaxgrpo import console as console_lib
 from jaxgrpo import errors
+from jaxgrpo import evaluate
+from jaxgrpo import metrics as metrics_lib
+from jaxgrpo import multihost
+from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo import sharding
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
 from jaxgrpo import verifiers
+from jaxgrpo.data import curriculum as curriculum_lib
+from jaxgrpo.data import loading
+from jaxgrpo.data import mixture
+from jaxgrpo.data import snooze
+from jaxgrpo.data import sources
+from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
+from jaxgrpo.generate import sampling as sampling_lib
+from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.model import config as model_config
+from jaxgrpo.model import decoder
 from jaxgrpo.model import pretrained
-from jaxgrpo.typing import TrainBatch
+from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.typing import PyTree, TrainBatch
 from jaxgrpo.verifiers import pool as verifier_pool
 
 Log = Callable[[str], None]
@@ -164,3 +186,309 @@ def _verifier_name(value) -> str:
   if isinstance(value, (list, tuple)):
     return '+'.join(_verifier_name(p) for p in value)
   return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluator:
+  """Held-out accuracy of params: `evaluator(params, step)` -> metrics.
+
+  Samples cfg.eval.num_samples completions of each held-out example (at
+  cfg.eval.temperature, a key folded from `rng` and the step) and returns
+  `evaluate.accuracy_metrics` (eval/accuracy, ...), with a progress bar.
+  """
+
+  generator: Generator
+  tokenizer: Any
+  examples: list[Example]
+  scorer: verifier_pool.Scorer
+  rng: jax.Array
+  max_prompt_len: int
+  truncate: bool
+  console: console_lib.Console
+
+  def __call__(self, params: PyTree, step: int) -> dict[str, float]:
+    with self.console.bar(len(self.examples), desc=f'eval (step {step})',
+                          unit='ex') as bar:
+      rewards = evaluate.sample_rewards(
+          self.generator, params, self.tokenizer, self.examples, self.scorer,
+          jax.random.fold_in(self.rng, step),
+          max_prompt_len=self.max_prompt_len,
+          truncate=self.truncate, on_chunk=bar.update,
+      )
+    return evaluate.accuracy_metrics(self.examples, rewards)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """A training run's parts (`build_run`).
+
+  Attributes:
+    tokenizer: the model's tokenizer (its own for a pretrained model).
+    model_cfg: the model's architecture.
+    model_name: model.path, or the preset's name.
+    graphdef: the model's structure (flax nnx graphdef).
+    params: the initial params (pretrained or random), placed on the mesh;
+      a fresh start begins from them (after the warm start, if any).
+    generator: samples a rollout's completions.
+    optimizer: the optax optimizer.
+    keep_reference: whether the state keeps reference params (rl.beta > 0).
+    abstract_state: the train state's shapes and shardings (restore target).
+    state_shardings: where the train state lives.
+    batch_shardings: where a train batch lives.
+    step_fn: the compiled train step: (state, batch, rng) -> (state, metrics).
+    head_examples: the first examples of each training set (the warm start
+      trains on them).
+    scorer: each dataset's verifier.
+    source: the prompt sampler over the datasets (mixture and curriculum).
+    rollout: collects a step's batch of informative groups.
+    evaluator: held-out accuracy of params at a step.
+    ckpt: the checkpointer of workdir/checkpoints.
+    meta: the notes each checkpoint holds (config, model, datasets).
+    ids: example id hashes per dataset, saved for
+      checkpoint.on_dataset_change='remap'; None otherwise.
+    warm_rng: the warm start's key.
+    run_rng: the GRPO steps' key (folded with the step).
+  """
+
+  tokenizer: Any
+  model_cfg: model_config.ModelConfig
+  model_name: str
+  graphdef: Any
+  params: PyTree
+  generator: Generator
+  optimizer: optax.GradientTransformation
+  keep_reference: bool
+  abstract_state: train_state_lib.TrainState
+  state_shardings: PyTree
+  batch_shardings: PyTree
+  step_fn: Callable
+  head_examples: list[Example]
+  scorer: verifier_pool.Scorer
+  source: mixture.MixtureSampler
+  rollout: rollout_lib.Rollout
+  evaluator: Evaluator
+  ckpt: checkpoint_lib.Checkpointer
+  meta: dict[str, Any]
+  ids: dict[str, Any] | None
+  warm_rng: jax.Array
+  run_rng: jax.Array
+
+  def data_state(self) -> dict:
+    """The data-side state a checkpoint holds: the sampler's per-example
+    tables and the rollout counters and carried groups (numpy arrays)."""
+    return {'source': self.source.get_state(),
+            'rollout': self.rollout.get_state()}
+
+  def save(self, step: int, state: train_state_lib.TrainState,
+           meta: dict[str, Any]) -> None:
+    """Starts the save of step `step`: `state`, the data side, `meta`."""
+    data = self.data_state()
+    if self.ids:
+      data['ids'] = self.ids
+    self.ckpt.save(step, state, data, meta)
+
+
+def build_run(
+    cfg: config_lib.Config,
+    workdir: str,
+    console: console_lib.Console,
+    resources: contextlib.ExitStack,
+) -> Run:
+  """Builds every part of a run; `resources` closes what they open.
+
+  Checks the workdir, enters the mesh, loads the data and the model,
+  compiles the train step (checking its memory), and builds the sampler,
+  rollout, evaluator and checkpointer. Nothing is restored here
+  (`checkpoint.restore_or_start` does that).
+
+  Raises:
+    ConfigError: naming the config key at fault.
+  """
+  log = console.info
+  check_workdir(workdir)
+  enter_mesh(cfg, log, resources)
+  init_rng, warm_rng, run_rng, eval_rng = jax.random.split(
+      jax.random.key(cfg.seed), 4)
+  pretrained_model = load_pretrained(cfg, log) if cfg.model.path else None
+  if pretrained_model is not None:
+    tokenizer = pretrained_model.tokenizer
+  else:
+    tokenizer = tokenizer_lib.make_tokenizer(
+        'char' if cfg.model.tokenizer == 'auto' else cfg.model.tokenizer)
+  datasets = [loading.load_dataset(cfg, entry, tokenizer)
+              for entry in cfg.data.datasets]
+  eval_examples = [ex for _, _, held_out in datasets for ex in held_out]
+  # The first examples of each training set: checked here, and what the
+  # warm start trains on (read once: records may come from large files).
+  head_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]
+  loading.check_lengths(cfg, tokenizer, head_examples + eval_examples)
+  scorer = resources.enter_context(build_scorer(cfg))
+  model_cfg, graphdef, params, model_name = _model(
+      cfg, pretrained_model, tokenizer, init_rng)
+  ro = cfg.rollout
+  generator = _generator(cfg, graphdef, model_cfg, tokenizer)
+  eval_generator = dataclasses.replace(
+      generator, num_samples=cfg.eval.num_samples,
+      sampling=sampling_lib.Sampling(temperature=cfg.eval.temperature),
+  )
+  optimizer = _optimizer(cfg)
+  keep_reference = cfg.rl.beta > 0
+  # The state's placement, and a restore target that lands on it.
+  abstract_state = train_state_lib.abstract_train_state(
+      graphdef, params, optimizer, keep_reference=keep_reference)
+  state_shardings = sharding.train_state_shardings(abstract_state)
+  abstract_state = sharding.with_shardings(abstract_state, state_shardings)
+  batch_spec = train_step_lib.abstract_batch(
+      ro.batch_size, ro.group_size, ro.max_prompt_len, ro.max_new_tokens)
+  batch_shardings = sharding.batch_shardings(batch_spec)
+  step_fn = _step_fn(cfg, graphdef, optimizer, state_shardings,
+                     batch_shardings)
+  check_memory(cfg, step_fn, abstract_state, batch_spec, log)
+  source = _source(cfg, datasets, log)
+  rollout = rollout_lib.Rollout(
+      rollout_lib.RolloutConfig.from_section(ro, cfg.rl.advantage),
+      source, tokenizer, generator, scorer,
+  )
+  evaluator = Evaluator(
+      eval_generator, tokenizer, eval_examples, scorer, eval_rng,
+      max_prompt_len=ro.max_prompt_len,
+      truncate=ro.long_prompts == 'truncate', console=console)
+  ckpt = checkpoint_lib.Checkpointer(
+      os.path.join(workdir, 'checkpoints'),
+      every=cfg.checkpoint.every, max_to_keep=cfg.checkpoint.max_to_keep,
+  )
+  return Run(
+      tokenizer=tokenizer, model_cfg=model_cfg, model_name=model_name,
+      graphdef=graphdef, params=params, generator=generator,
+      optimizer=optimizer, keep_reference=keep_reference,
+      abstract_state=abstract_state, state_shardings=state_shardings,
+      batch_shardings=batch_shardings, step_fn=step_fn,
+      head_examples=head_examples, scorer=scorer, source=source,
+      rollout=rollout, evaluator=evaluator, ckpt=ckpt,
+      meta=_meta(cfg, model_cfg, datasets), ids=_ids(cfg, datasets),
+      warm_rng=warm_rng, run_rng=run_rng,
+  )
+
+
+def metrics_writer(cfg: config_lib.Config, workdir: str,
+                   resumed_from: int | None,
+                   log: Log) -> metrics_lib.MetricsWriter:
+  """The run's metrics.jsonl (and TensorBoard) writer, on the main process.
+
+  A fresh start (`resumed_from` None) drops lines a run killed before its
+  first checkpoint left; a resume drops those after its checkpoint.
+  """
+  writer = metrics_lib.MetricsWriter(
+      workdir, resume_step=-1 if resumed_from is None else resumed_from,
+      enabled=multihost.is_main(), tensorboard=cfg.tensorboard)
+  if writer.tensorboard is not None:
+    log(f'TensorBoard events: {writer.tensorboard.logdir}')
+  return writer
+
+
+def _model(cfg: config_lib.Config, pretrained_model, tokenizer,
+           init_rng: jax.Array):
+  """(model_cfg, graphdef, params placed on the mesh, model name)."""
+  if pretrained_model is not None:
+    model_cfg = pretrained_model.cfg
+    graphdef, params = pretrained_model.graphdef, pretrained_model.params
+    model_name = cfg.model.path
+  else:
+    try:
+      model_cfg = model_config.preset(
+          cfg.model.preset, vocab_size=tokenizer.vocab_size,
+          dtype=cfg.model.dtype, param_dtype=cfg.model.param_dtype,
+      )
+    except ValueError as e:
+      raise errors.ConfigError(f'model.preset: {e}') from None
+    graphdef, params = decoder.init_params(model_cfg, init_rng)
+    model_name = cfg.model.preset
+  params = sharding.shard(params, sharding.param_shardings(params))
+  return model_cfg, graphdef, params, model_name
+
+
+def _generator(cfg: config_lib.Config, graphdef, model_cfg,
+               tokenizer) -> Generator:
+  """The rollout's sampler: rollout.group_size completions per prompt."""
+  ro = cfg.rollout
+  return Generator(
+      graphdef=graphdef, model_cfg=model_cfg,
+      sampling=sampling_lib.Sampling(
+          temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p),
+      max_new_tokens=ro.max_new_tokens, num_samples=ro.group_size,
+      stop_tokens=tuple(getattr(tokenizer, 'stop_ids', (tokenizer.eos_id,))),
+      pad_id=tokenizer.pad_id,
+  )
+
+
+def _optimizer(cfg: config_lib.Config) -> optax.GradientTransformation:
+  """The optimizer per cfg.optim, its schedule over every update."""
+  num_updates = cfg.total_steps * cfg.rl.num_iterations * cfg.rl.num_minibatches
+  return optimizer_lib.make_optimizer(
+      learning_rate=cfg.optim.learning_rate,
+      warmup_steps=cfg.optim.warmup_steps,
+      total_steps=max(num_updates, cfg.optim.warmup_steps + 1),
+      max_grad_norm=cfg.optim.max_grad_norm,
+      weight_decay=cfg.optim.weight_decay,
+      schedule=cfg.optim.schedule,
+  )
+
+
+def _step_fn(cfg: config_lib.Config, graphdef, optimizer, state_shardings,
+             batch_shardings) -> Callable:
+  """The jitted train step per cfg.rl (loss, iterations, minibatches)."""
+  ro = cfg.rollout
+  return train_step_lib.make_train_step(
+      graphdef=graphdef, optimizer=optimizer,
+      loss_cfg=train_step_lib.LossConfig(
+          **{key: getattr(cfg.rl, key) for key in train_step_lib.RULES},
+          temperature=ro.temperature, max_completion_len=ro.max_new_tokens,
+      ),
+      num_iterations=cfg.rl.num_iterations,
+      num_minibatches=cfg.rl.num_minibatches,
+      remat=cfg.model.remat,
+      state_shardings=state_shardings,
+      batch_shardings=batch_shardings,
+  )
+
+
+def _source(cfg: config_lib.Config, datasets,
+            log: Log) -> mixture.MixtureSampler:
+  """The prompt sampler: the mixture per cfg.data, the curriculum per
+  cfg.curriculum (its strata loaded when configured)."""
+  cur = cfg.curriculum
+  strata = curriculum_lib.load(
+      cur.strata, {spec.name: train for spec, train, _ in datasets},
+      edges=cur.bands, checkpoints=cur.checkpoints, prior=cur.prior,
+      log=log) if cur.strata else None
+  return mixture.MixtureSampler(
+      [(spec, train) for spec, train, _ in datasets],
+      balance=cfg.data.balance, batch_size=cfg.rollout.batch_size,
+      seed=cfg.seed, strata=strata,
+      curriculum=curriculum_lib.Curriculum(
+          [curriculum_lib.Stage(s['step'], s['weights'])
+           for s in cur.stages]),
+      log=log,
+  )
+
+
+def _meta(cfg: config_lib.Config, model_cfg, datasets) -> dict[str, Any]:
+  """What each checkpoint notes: the config, the model, each dataset's
+  size and fingerprint (a resume checks the last two)."""
+  return {
+      'config': config_lib.to_dict(cfg),
+      'model': dataclasses.asdict(model_cfg),
+      'datasets': {spec.name: {'size': len(train),
+                               'fingerprint': sources.fingerprint(train)}
+                   for spec, train, _ in datasets},
+  }
+
+
+def _ids(cfg: config_lib.Config, datasets) -> dict[str, Any] | None:
+  """Hashes of every example id (8 bytes each), saved so that a resume
+  with a changed dataset can match sampler state by id; None unless
+  checkpoint.on_dataset_change='remap'."""
+  if cfg.checkpoint.on_dataset_change != 'remap':
+    return None
+  return {spec.name: snooze.id_hashes(train[i].id for i in range(len(train)))
+          for spec, train, _ in datasets}

@@ -8,7 +8,7 @@ and renames it when complete, so a crash mid-save never shadows the last
 good checkpoint.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 import dataclasses
 import os
 from typing import Any
@@ -18,6 +18,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxgrpo import errors
+from jaxgrpo import sharding
 from jaxgrpo.typing import PyTree
 
 
@@ -238,3 +239,89 @@ def check_resumable(
           f'dataset {name!r} changed since the {where}: {what}' + hint)
     changed.append(name)
   return changed
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+  """Where a run starts: from its latest checkpoint, or from scratch.
+
+  Attributes:
+    step: the last step done (0 on a fresh start).
+    resumed_from: the checkpoint's step, or None on a fresh start.
+    state: the restored train state, or None on a fresh start.
+    meta: the run notes to save with each checkpoint (this run's, over the
+      checkpoint's when resumed).
+  """
+
+  step: int
+  resumed_from: int | None
+  state: PyTree | None
+  meta: dict[str, Any]
+
+
+def restore_or_start(
+    ckpt: Checkpointer,
+    target_state: PyTree,
+    shardings: PyTree,
+    *,
+    meta: Mapping[str, Any],
+    source: Any,
+    rollout: Any,
+    ids: Mapping[str, Any] | None,
+    remap: bool,
+    notice: Callable[[str], None],
+    workdir: str,
+) -> Start:
+  """Resumes from the latest checkpoint in `ckpt`, if any.
+
+  Checks that it fits this run (`check_resumable`), restores the train
+  state into `target_state`'s structure and placement, and sets the state
+  of the prompt `source` (a MixtureSampler; the tables of changed datasets
+  matched by example id when `remap`) and of `rollout`.
+
+  Args:
+    ckpt: the run's checkpointer.
+    target_state: the abstract train state, with its shardings.
+    shardings: where the restored state goes (`sharding.shard`).
+    meta: this run's notes; 'model' and 'datasets' are checked.
+    source: the prompt sampler (`get_state`/`set_state`).
+    rollout: the rollout (`set_state`).
+    ids: this run's example id hashes per dataset (when `remap`).
+    remap: checkpoint.on_dataset_change == 'remap'.
+    notice: receives the lines that need attention.
+    workdir: the run's workdir (for the message).
+
+  Returns:
+    The start; its state is None when there is no checkpoint.
+
+  Raises:
+    ResumeError: the checkpoint does not fit this run.
+  """
+  latest = ckpt.latest_step()
+  if latest is None:
+    return Start(step=0, resumed_from=None, state=None, meta=dict(meta))
+  changed = check_resumable(
+      ckpt.read_meta(latest), step=latest, directory=ckpt.directory,
+      model=meta['model'], datasets=meta['datasets'], remap=remap)
+  restored = ckpt.restore(latest, target_state)
+  state = sharding.shard(restored.state, shardings)
+  saved_ids = restored.data.get('ids', {})
+  for name in changed:
+    if name in restored.data['source']['tables'] and name not in saved_ids:
+      raise errors.ResumeError(
+          f'dataset {name!r} changed since the checkpoint of step {latest} '
+          f'in {ckpt.directory}, which holds no example ids to match its '
+          "sampler state by (they are saved from the first run with "
+          "checkpoint.on_dataset_change='remap'); restore the dataset or "
+          'use a new --workdir')
+  report = source.set_state(
+      restored.data['source'],
+      remap={name: (saved_ids.get(name), ids[name]) for name in changed})
+  for name, counts in report.items():
+    notice(f'dataset {name!r} changed: sampler state kept for '
+           f'{counts["kept"]} examples by id, {counts["new"]} new, '
+           f'{counts["removed"]} removed')
+  rollout.set_state(restored.data['rollout'])
+  notice(f'resumed from {workdir} at step {latest}')
+  return Start(step=latest, resumed_from=latest, state=state,
+               meta={**restored.meta, **meta})

@@ -1,4 +1,6 @@
-"""The training loop: build, warm start, rollout, step, evaluate, checkpoint."""
+"""The training loop: build (`build.build_run`), resume or start
+(`checkpoint.restore_or_start`, else the warm start), then step, log,
+evaluate, save, stop."""
 
 from collections.abc import Callable
 import contextlib
@@ -14,47 +16,17 @@ from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
 from jaxgrpo import console as console_lib
 from jaxgrpo import errors
-from jaxgrpo import evaluate
 from jaxgrpo import metrics as metrics_lib
 from jaxgrpo import multihost
-from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo import plot as plot_lib
 from jaxgrpo import preemption
 from jaxgrpo import sharding
 from jaxgrpo import summary as summary_lib
 from jaxgrpo import train_state as train_state_lib
-from jaxgrpo import train_step as train_step_lib
 from jaxgrpo import warmstart
-from jaxgrpo.data import curriculum as curriculum_lib
-from jaxgrpo.data import loading
-from jaxgrpo.data import mixture
-from jaxgrpo.data import snooze
-from jaxgrpo.data import sources
-from jaxgrpo.data import tokenizer as tokenizer_lib
-from jaxgrpo.generate import sampling as sampling_lib
-from jaxgrpo.generate.sampler import Generator
 from jaxgrpo.model import config as model_config
-from jaxgrpo.model import decoder
-from jaxgrpo.rl import rollout as rollout_lib
 
 Log = Callable[[str], None]
-
-
-def _sampler_state(source: mixture.MixtureSampler,
-                   rollout: rollout_lib.Rollout) -> dict:
-  """The data-side state a checkpoint holds: the sampler's per-example
-  tables and the rollout counters and carried groups (numpy arrays)."""
-  return {'source': source.get_state(), 'rollout': rollout.get_state()}
-
-
-def _save(ckpt, step, state, source, rollout, meta, ids=None,
-          writer=None) -> None:
-  data = _sampler_state(source, rollout)
-  if ids:
-    data['ids'] = ids
-  ckpt.save(step, state, data, meta)
-  if writer is not None:
-    writer.sync()  # an object-store workdir gets the metrics with each save
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,17 +39,15 @@ class StepInfo:
       during the call only: the next step donates its buffers (copy what
       you keep, e.g. with jax.device_get).
     metrics: the step's metrics, as written to metrics.jsonl.
+    sampler_state: returns the data-side state a checkpoint holds (the
+      prompt sampler's per-example tables, the rollout counters and carried
+      groups, as numpy arrays); called on demand, as it copies them.
   """
 
   step: int
   state: train_state_lib.TrainState
   metrics: dict[str, float]
-  _source: mixture.MixtureSampler
-  _rollout: rollout_lib.Rollout
-
-  def sampler_state(self) -> dict:
-    """The data-side state a checkpoint holds (see `_sampler_state`)."""
-    return _sampler_state(self._source, self._rollout)
+  sampler_state: Callable[[], dict]
 
 
 def run(
@@ -157,314 +127,236 @@ def _run(
     resources: contextlib.ExitStack,
     on_step: Callable[[StepInfo], None] | None = None,
 ) -> summary_lib.RunSummary:
-  """The body of `run`; `resources` closes what it opens."""
+  """The body of `run`: build, resume or start, loop, summarize;
+  `resources` closes what it opens."""
   t_start = time.perf_counter()
   d = cfg.distributed
   multihost.initialize(d.initialize, coordinator=d.coordinator,
                        num_processes=d.num_processes, process_id=d.process_id,
                        log=console.info)
   console.enabled = multihost.is_main()
-  log = console.info
   workdir = checkpoint_lib.absolute(workdir)
-  build.check_workdir(workdir)
-  build.enter_mesh(cfg, log, resources)
+  parts = build.build_run(cfg, workdir, console, resources)
+  start = checkpoint_lib.restore_or_start(
+      parts.ckpt, parts.abstract_state, parts.state_shardings,
+      meta=parts.meta, source=parts.source, rollout=parts.rollout,
+      ids=parts.ids, remap=cfg.checkpoint.on_dataset_change == 'remap',
+      notice=console.notice, workdir=workdir)
+  state, meta = start.state, start.meta
+  if state is None:
+    state, meta = _fresh_state(cfg, parts, console, meta)
+  writer = build.metrics_writer(cfg, workdir, start.resumed_from,
+                                console.info)
+  if start.resumed_from is None:
+    _first_eval(parts, state, meta, writer, console)
+  loop = _Loop(cfg, parts, console, writer, state, meta)
+  step, stopped_by = loop.run(start.step, on_step)
+  parts.ckpt.close()
+  writer.close()
+  return _finish(cfg, workdir, console, parts, meta, step=step,
+                 resumed_from=start.resumed_from, stopped_by=stopped_by,
+                 seconds=time.perf_counter() - t_start)
 
-  # Data and reward.
-  rng = jax.random.key(cfg.seed)
-  init_rng, warm_rng, run_rng, eval_rng = jax.random.split(rng, 4)
-  pretrained_model = build.load_pretrained(cfg, log) if cfg.model.path else None
-  if pretrained_model is not None:
-    tokenizer = pretrained_model.tokenizer
-  else:
-    tokenizer = tokenizer_lib.make_tokenizer(
-        'char' if cfg.model.tokenizer == 'auto' else cfg.model.tokenizer)
-  datasets = [loading.load_dataset(cfg, entry, tokenizer)
-              for entry in cfg.data.datasets]
-  eval_examples = [ex for _, _, held_out in datasets for ex in held_out]
-  # The first examples of each training set: checked here, and what the
-  # warm start trains on (read once: records may come from large files).
-  head_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]
-  loading.check_lengths(cfg, tokenizer, head_examples + eval_examples)
-  scorer = resources.enter_context(build.build_scorer(cfg))
 
-  # Model, generators, optimizer.
-  if pretrained_model is not None:
-    model_cfg = pretrained_model.cfg
-    graphdef, params = pretrained_model.graphdef, pretrained_model.params
-    model_name = cfg.model.path
-  else:
-    try:
-      model_cfg = model_config.preset(
-          cfg.model.preset, vocab_size=tokenizer.vocab_size,
-          dtype=cfg.model.dtype, param_dtype=cfg.model.param_dtype,
-      )
-    except ValueError as e:
-      raise errors.ConfigError(f'model.preset: {e}') from None
-    graphdef, params = decoder.init_params(model_cfg, init_rng)
-    model_name = cfg.model.preset
-  params = sharding.shard(params, sharding.param_shardings(params))
-  ro = cfg.rollout
-  generator = Generator(
-      graphdef=graphdef, model_cfg=model_cfg,
-      sampling=sampling_lib.Sampling(
-          temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p),
-      max_new_tokens=ro.max_new_tokens, num_samples=ro.group_size,
-      stop_tokens=tuple(getattr(tokenizer, 'stop_ids', (tokenizer.eos_id,))),
-      pad_id=tokenizer.pad_id,
-  )
-  eval_generator = dataclasses.replace(
-      generator, num_samples=cfg.eval.num_samples,
-      sampling=sampling_lib.Sampling(temperature=cfg.eval.temperature),
-  )
-  num_updates = cfg.total_steps * cfg.rl.num_iterations * cfg.rl.num_minibatches
-  optimizer = optimizer_lib.make_optimizer(
-      learning_rate=cfg.optim.learning_rate,
-      warmup_steps=cfg.optim.warmup_steps,
-      total_steps=max(num_updates, cfg.optim.warmup_steps + 1),
-      max_grad_norm=cfg.optim.max_grad_norm,
-      weight_decay=cfg.optim.weight_decay,
-      schedule=cfg.optim.schedule,
-  )
-  keep_reference = cfg.rl.beta > 0
-  # The state's placement, and a restore target that lands on it.
-  abstract_state = train_state_lib.abstract_train_state(
-      graphdef, params, optimizer, keep_reference=keep_reference)
-  state_shardings = sharding.train_state_shardings(abstract_state)
-  abstract_state = sharding.with_shardings(abstract_state, state_shardings)
-  batch_spec = train_step_lib.abstract_batch(
-      ro.batch_size, ro.group_size, ro.max_prompt_len, ro.max_new_tokens)
-  batch_shardings = sharding.batch_shardings(batch_spec)
-  step_fn = train_step_lib.make_train_step(
-      graphdef=graphdef, optimizer=optimizer,
-      loss_cfg=train_step_lib.LossConfig(
-          **{key: getattr(cfg.rl, key) for key in train_step_lib.RULES},
-          temperature=ro.temperature, max_completion_len=ro.max_new_tokens,
-      ),
-      num_iterations=cfg.rl.num_iterations,
-      num_minibatches=cfg.rl.num_minibatches,
-      remat=cfg.model.remat,
-      state_shardings=state_shardings,
-      batch_shardings=batch_shardings,
-  )
-  build.check_memory(cfg, step_fn, abstract_state, batch_spec, log)
+def _fresh_state(cfg: config_lib.Config, parts: build.Run,
+                 console: console_lib.Console,
+                 meta: dict) -> tuple[train_state_lib.TrainState, dict]:
+  """A fresh start's train state (after the warm start, when enabled) and
+  the checkpoint notes (with the warm start's)."""
+  params = parts.params
+  if cfg.warmstart.enabled and cfg.warmstart.max_steps > 0:
+    result = _warm_start(cfg, parts, console)
+    params = result.params
+    meta = {**meta, 'warmstart': {'steps': result.steps,
+                                  'pass_rate': result.pass_rate,
+                                  'seconds': result.seconds}}
+  state = sharding.shard(
+      train_state_lib.create_train_state(
+          parts.graphdef, params, parts.optimizer,
+          keep_reference=parts.keep_reference),
+      parts.state_shardings)
+  return state, meta
 
-  cur = cfg.curriculum
-  strata = curriculum_lib.load(
-      cur.strata, {spec.name: train for spec, train, _ in datasets},
-      edges=cur.bands, checkpoints=cur.checkpoints, prior=cur.prior,
-      log=log) if cur.strata else None
-  source = mixture.MixtureSampler(
-      [(spec, train) for spec, train, _ in datasets],
-      balance=cfg.data.balance, batch_size=ro.batch_size, seed=cfg.seed,
-      strata=strata,
-      curriculum=curriculum_lib.Curriculum(
-          [curriculum_lib.Stage(s['step'], s['weights'])
-           for s in cur.stages]),
-      log=log,
-  )
-  rollout = rollout_lib.Rollout(
-      rollout_lib.RolloutConfig.from_section(ro, cfg.rl.advantage),
-      source, tokenizer, generator, scorer,
-  )
 
-  def run_eval(params, step: int) -> dict[str, float]:
-    with console.bar(len(eval_examples), desc=f'eval (step {step})',
-                     unit='ex') as bar:
-      rewards = evaluate.sample_rewards(
-          eval_generator, params, tokenizer, eval_examples, scorer,
-          jax.random.fold_in(eval_rng, step),
-          max_prompt_len=ro.max_prompt_len,
-          truncate=ro.long_prompts == 'truncate', on_chunk=bar.update,
-      )
-    return evaluate.accuracy_metrics(eval_examples, rewards)
+def _warm_start(cfg: config_lib.Config, parts: build.Run,
+                console: console_lib.Console) -> warmstart.WarmStartResult:
+  """Supervised steps until the sampled pass rate reaches the target."""
+  ws, ro, log = cfg.warmstart, cfg.rollout, console.info
+  log(f'warm start: supervised steps until the sampled pass rate reaches '
+      f'{ws.target_pass_rate:.2f} (at most {ws.max_steps} steps)')
+  with console.bar(ws.max_steps, desc='warm start', unit='step') as bar:
 
-  # Resume, or start (with the warm start) from scratch.
-  ckpt = checkpoint_lib.Checkpointer(
-      os.path.join(workdir, 'checkpoints'),
-      every=cfg.checkpoint.every, max_to_keep=cfg.checkpoint.max_to_keep,
-  )
-  meta = {
-      'config': config_lib.to_dict(cfg),
-      'model': dataclasses.asdict(model_cfg),
-      'datasets': {spec.name: {'size': len(train),
-                               'fingerprint': sources.fingerprint(train)}
-                   for spec, train, _ in datasets},
-  }
-  remap = cfg.checkpoint.on_dataset_change == 'remap'
-  # Hashes of every example id (8 bytes each), saved so that a resume with
-  # a changed dataset can match sampler state by id.
-  ids = ({spec.name: snooze.id_hashes(train[i].id for i in range(len(train)))
-          for spec, train, _ in datasets} if remap else None)
-  latest = ckpt.latest_step()
-  resumed_from = latest
-  if latest is not None:
-    changed = checkpoint_lib.check_resumable(
-        ckpt.read_meta(latest), step=latest, directory=ckpt.directory,
-        model=meta['model'], datasets=meta['datasets'], remap=remap)
-    restored = ckpt.restore(latest, abstract_state)
-    state = sharding.shard(restored.state, state_shardings)
-    saved_ids = restored.data.get('ids', {})
-    for name in changed:
-      if name in restored.data['source']['tables'] and name not in saved_ids:
-        raise errors.ResumeError(
-            f'dataset {name!r} changed since the checkpoint of step {latest} '
-            f'in {ckpt.directory}, which holds no example ids to match its '
-            "sampler state by (they are saved from the first run with "
-            "checkpoint.on_dataset_change='remap'); restore the dataset or "
-            'use a new --workdir')
-    report = source.set_state(
-        restored.data['source'],
-        remap={name: (saved_ids.get(name), ids[name]) for name in changed})
-    for name, counts in report.items():
-      console.notice(
-          f'dataset {name!r} changed: sampler state kept for '
-          f'{counts["kept"]} examples by id, {counts["new"]} new, '
-          f'{counts["removed"]} removed')
-    rollout.set_state(restored.data['rollout'])
-    meta = {**restored.meta, **meta}
-    console.notice(f'resumed from {workdir} at step {latest}')
-  else:
-    if cfg.warmstart.enabled and cfg.warmstart.max_steps > 0:
-      ws = cfg.warmstart
-      log(f'warm start: supervised steps until the sampled pass rate reaches '
-          f'{ws.target_pass_rate:.2f} (at most {ws.max_steps} steps)')
-      with console.bar(ws.max_steps, desc='warm start', unit='step') as bar:
+    def on_warm_step(_, rate):
+      bar.update(1)
+      if rate is not None:
+        bar.set_postfix_str(f'pass rate {rate:.2f}')
 
-        def on_warm_step(_, rate):
-          bar.update(1)
-          if rate is not None:
-            bar.set_postfix_str(f'pass rate {rate:.2f}')
+    return warmstart.warm_start(
+        parts.graphdef, parts.params, tokenizer=parts.tokenizer,
+        train_examples=parts.head_examples, check_generator=parts.generator,
+        scorer=parts.scorer, rng=parts.warm_rng, max_steps=ws.max_steps,
+        batch_size=ws.batch_size, learning_rate=ws.learning_rate,
+        target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,
+        check_examples=ws.check_examples,
+        max_prompt_len=ro.max_prompt_len,
+        truncate_prompts=ro.long_prompts == 'truncate',
+        seq_len=ro.max_prompt_len + ro.max_new_tokens, progress=log,
+        on_step=on_warm_step,
+    )
 
-        result = warmstart.warm_start(
-            graphdef, params, tokenizer=tokenizer,
-            train_examples=head_examples, check_generator=generator,
-            scorer=scorer, rng=warm_rng, max_steps=ws.max_steps,
-            batch_size=ws.batch_size, learning_rate=ws.learning_rate,
-            target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,
-            check_examples=ws.check_examples,
-            max_prompt_len=ro.max_prompt_len,
-            truncate_prompts=ro.long_prompts == 'truncate',
-            seq_len=ro.max_prompt_len + ro.max_new_tokens, progress=log,
-            on_step=on_warm_step,
-        )
-      params = result.params
-      meta['warmstart'] = {'steps': result.steps,
-                           'pass_rate': result.pass_rate,
-                           'seconds': result.seconds}
-    state = sharding.shard(
-        train_state_lib.create_train_state(
-            graphdef, params, optimizer, keep_reference=keep_reference),
-        state_shardings)
 
-  # A fresh start drops lines a run killed before its first checkpoint left.
-  writer = metrics_lib.MetricsWriter(
-      workdir, resume_step=-1 if latest is None else latest,
-      enabled=multihost.is_main(), tensorboard=cfg.tensorboard)
-  if writer.tensorboard is not None:
-    log(f'TensorBoard events: {writer.tensorboard.logdir}')
-  start_step = latest or 0
-  if latest is None:
-    first = run_eval(state.params, 0)
-    writer.write(0, first)
-    log(f'step 0: held-out accuracy {first["eval/accuracy"]:.3f}')
-    _save(ckpt, 0, state, source, rollout, meta, ids)
+def _first_eval(parts: build.Run, state: train_state_lib.TrainState,
+                meta: dict, writer: metrics_lib.MetricsWriter,
+                console: console_lib.Console) -> None:
+  """A fresh start's step 0: held-out accuracy, written and saved."""
+  first = parts.evaluator(state.params, 0)
+  writer.write(0, first)
+  console.info(f'step 0: held-out accuracy {first["eval/accuracy"]:.3f}')
+  parts.save(0, state, meta)
 
-  window = metrics_lib.ConsoleWindow()
-  log(f'GRPO: {cfg.total_steps} steps of {ro.batch_size} prompts x '
-      f'{ro.group_size} samples, model {model_name} '
-      f'({model_config.param_count(model_cfg) / 1e6:.2f}M params)')
-  waiting = False  # whether the last step held a short batch
 
-  def _train_one_step(step: int) -> dict[str, float]:
-    nonlocal state, waiting
+class _Loop:
+  """The GRPO steps of a run: step, log, evaluate, save, stop."""
+
+  def __init__(self, cfg: config_lib.Config, parts: build.Run,
+               console: console_lib.Console,
+               writer: metrics_lib.MetricsWriter,
+               state: train_state_lib.TrainState, meta: dict):
+    self.cfg, self.parts, self.console = cfg, parts, console
+    self.writer, self.state, self.meta = writer, state, meta
+    self.window = metrics_lib.ConsoleWindow()
+    self.waiting = False  # whether the last step held a short batch
+    self.nonfinite_run = 0  # steps in a row with NaN/inf loss or gradients
+    self.start_step = self.loop_start = self.last_save = 0
+
+  def run(self, start_step: int,
+          on_step: Callable[[StepInfo], None] | None) -> tuple[int, str | None]:
+    """Steps from `start_step` to cfg.total_steps, or until a stop signal;
+    returns the last step done and the signal that stopped it, if any."""
+    cfg, parts, console = self.cfg, self.parts, self.console
+    ro = cfg.rollout
+    console.info(
+        f'GRPO: {cfg.total_steps} steps of {ro.batch_size} prompts x '
+        f'{ro.group_size} samples, model {parts.model_name} '
+        f'({model_config.param_count(parts.model_cfg) / 1e6:.2f}M params)')
+    step, self.start_step = start_step, start_step
+    self.last_save = self.loop_start = time.monotonic()
+    with preemption.StopRequest() as stop, console.bar(
+        cfg.total_steps, initial=start_step, desc='GRPO', unit='step') as bar:
+      for step in range(start_step + 1, cfg.total_steps + 1):
+        metrics = self.step(step)
+        self.check_hosts(step)
+        self.log(step, metrics, bar)
+        self.save_if_due(step, stopping=stop.signal is not None)
+        if on_step is not None:
+          on_step(StepInfo(step, self.state, metrics, parts.data_state))
+        self.check_finite(step, metrics)
+        if stop.signal is not None:
+          console.notice(
+              f'{stop.signal} received: saved the checkpoint of step {step} '
+              f'in {parts.ckpt.directory} and stopped; run the same command '
+              'to resume')
+          return step, stop.signal
+    return step, None
+
+  def step(self, step: int) -> dict[str, float]:
+    """One GRPO step (rollout, update), with the evaluation when due;
+    returns its metrics."""
+    cfg, parts = self.cfg, self.parts
     t0 = time.perf_counter()
-    step_rng = jax.random.fold_in(run_rng, step)
-    result = rollout.collect(state.params, jax.random.fold_in(step_rng, 0),
-                             step)
+    step_rng = jax.random.fold_in(parts.run_rng, step)
+    result = parts.rollout.collect(
+        self.state.params, jax.random.fold_in(step_rng, 0), step)
     metrics = dict(result.metrics)
     if result.batch is not None:
       # Placed here, not by jit: under a mesh spanning processes each
       # process fills only its own devices' rows.
-      batch = sharding.shard(result.batch, batch_shardings)
-      state, train_metrics = step_fn(
-          state, batch, jax.random.fold_in(step_rng, 1))
+      batch = sharding.shard(result.batch, parts.batch_shardings)
+      self.state, train_metrics = parts.step_fn(
+          self.state, batch, jax.random.fold_in(step_rng, 1))
       metrics.update(
           {k: float(v) for k, v in jax.device_get(train_metrics).items()})
     else:
       metrics['train/skipped'] = 1.0
-      _explain_no_update(step, metrics, ro, console, waiting)
-    waiting = bool(metrics.get('rollout/held'))
+      _explain_no_update(step, metrics, cfg.rollout, self.console,
+                         self.waiting)
+    self.waiting = bool(metrics.get('rollout/held'))
     metrics['perf/step_s'] = time.perf_counter() - t0
     if cfg.eval.every and (step % cfg.eval.every == 0
                            or step == cfg.total_steps):
-      metrics.update(run_eval(state.params, step))
+      metrics.update(parts.evaluator(self.state.params, step))
     return metrics
 
-  nonfinite_run, stopped_by, step = 0, None, start_step
-  last_save = loop_start = time.monotonic()
-  with preemption.StopRequest() as stop, console.bar(
-      cfg.total_steps, initial=start_step, desc='GRPO', unit='step') as bar:
-    for step in range(start_step + 1, cfg.total_steps + 1):
-      metrics = _train_one_step(step)
-      nonfinite_run = (nonfinite_run + 1 if metrics.get('train/nonfinite')
-                       else 0)
-      every = cfg.distributed.check_every
-      if every and jax.process_count() > 1 and step % every == 0:
-        # Host drift (different files or code on one host) stops the run.
-        multihost.check_agree(
-            multihost.digest(_sampler_state(source, rollout)),
-            what='sampler state', step=step)
-      writer.write(step, metrics)
-      window.add(metrics)
-      bar.update(1)
-      bar.set_postfix_str(_postfix(metrics), refresh=False)
-      if step % cfg.log_every == 0 or step == cfg.total_steps:
-        line = window.line(step, cfg.total_steps, metrics)
-        if 'eval/accuracy' in metrics:
-          line += f'  eval {metrics["eval/accuracy"]:.3f}'
-        if step < cfg.total_steps:
-          per_step = (time.monotonic() - loop_start) / (step - start_step)
-          line += ('  eta ' + console_lib.format_seconds(
-              per_step * (cfg.total_steps - step)))
-        log(line)
-      minutes = (time.monotonic() - last_save) / 60
-      if (ckpt.should_save(step) or step == cfg.total_steps
-          or stop.signal is not None
-          or 0 < cfg.checkpoint.every_minutes <= minutes):
-        _save(ckpt, step, state, source, rollout, meta, ids, writer)
-        last_save = time.monotonic()
-      if on_step is not None:
-        on_step(StepInfo(step, state, metrics, source, rollout))
-      if nonfinite_run >= cfg.rl.max_nonfinite_steps:
-        ckpt.close()
-        writer.close()
-        raise errors.TrainingError(
-            f'step {step}: NaN/inf loss or gradients in {nonfinite_run} '
-            'steps in a row (those updates were skipped, so the params are the '
-            f'last good ones, saved in {ckpt.directory}); lower '
-            'optim.learning_rate or check the rewards, then resume')
-      if stop.signal is not None:
-        stopped_by = stop.signal
-        console.notice(
-            f'{stop.signal} received: saved the checkpoint of step {step} '
-            f'in {ckpt.directory} and stopped; run the same command to resume')
-        break
-  ckpt.close()
-  writer.close()
+  def check_hosts(self, step: int) -> None:
+    """Every distributed.check_every steps over several processes: host
+    drift (different files or code on one host) stops the run."""
+    every = self.cfg.distributed.check_every
+    if every and jax.process_count() > 1 and step % every == 0:
+      multihost.check_agree(multihost.digest(self.parts.data_state()),
+                            what='sampler state', step=step)
 
+  def log(self, step: int, metrics: dict[str, float], bar) -> None:
+    """Writes the step's metrics; shows them every cfg.log_every steps."""
+    cfg = self.cfg
+    self.writer.write(step, metrics)
+    self.window.add(metrics)
+    bar.update(1)
+    bar.set_postfix_str(_postfix(metrics), refresh=False)
+    if step % cfg.log_every == 0 or step == cfg.total_steps:
+      line = self.window.line(step, cfg.total_steps, metrics)
+      if 'eval/accuracy' in metrics:
+        line += f'  eval {metrics["eval/accuracy"]:.3f}'
+      if step < cfg.total_steps:
+        per_step = ((time.monotonic() - self.loop_start)
+                    / (step - self.start_step))
+        line += ('  eta ' + console_lib.format_seconds(
+            per_step * (cfg.total_steps - step)))
+      self.console.info(line)
+
+  def save_if_due(self, step: int, stopping: bool) -> None:
+    """Saves on checkpoint.every, at the last step, on a stop signal, or
+    checkpoint.every_minutes after the last save."""
+    cfg = self.cfg
+    minutes = (time.monotonic() - self.last_save) / 60
+    if (self.parts.ckpt.should_save(step) or step == cfg.total_steps
+        or stopping or 0 < cfg.checkpoint.every_minutes <= minutes):
+      self.parts.save(step, self.state, self.meta)
+      # An object-store workdir gets the metrics with each save.
+      self.writer.sync()
+      self.last_save = time.monotonic()
+
+  def check_finite(self, step: int, metrics: dict[str, float]) -> None:
+    """Stops the run after rl.max_nonfinite_steps NaN/inf steps in a row."""
+    self.nonfinite_run = (self.nonfinite_run + 1
+                          if metrics.get('train/nonfinite') else 0)
+    if self.nonfinite_run >= self.cfg.rl.max_nonfinite_steps:
+      self.parts.ckpt.close()
+      self.writer.close()
+      raise errors.TrainingError(
+          f'step {step}: NaN/inf loss or gradients in {self.nonfinite_run} '
+          'steps in a row (those updates were skipped, so the params are the '
+          f'last good ones, saved in {self.parts.ckpt.directory}); lower '
+          'optim.learning_rate or check the rewards, then resume')
+
+
+def _finish(cfg: config_lib.Config, workdir: str,
+            console: console_lib.Console, parts: build.Run, meta: dict, *,
+            step: int, resumed_from: int | None, stopped_by: str | None,
+            seconds: float) -> summary_lib.RunSummary:
+  """The run summary, shown; the plots drawn when cfg.plots."""
   summary = summary_lib.summarize(
       metrics_lib.read_metrics(workdir) if multihost.is_main() else [],
       steps=step,
       resumed_from=resumed_from, stopped_by=stopped_by,
       warmstart=meta.get('warmstart', {}),
-      cum_prompts_generated=rollout.cum_prompts_generated,
-      cum_groups_used=rollout.cum_groups_used,
-      seconds=time.perf_counter() - t_start,
+      cum_prompts_generated=parts.rollout.cum_prompts_generated,
+      cum_groups_used=parts.rollout.cum_groups_used,
+      seconds=seconds,
       dataset_names=[d.name for d in cfg.data.datasets], workdir=workdir)
   console.notice(summary_lib.format_summary(summary))
   if cfg.plots and multihost.is_main():
     written = plot_lib.plot_run(workdir, log=lambda _: None)
     if written:
-      log(f'plots: {len(written)} PNGs in {os.path.dirname(written[0])} '
-          '(jaxgrpo-plot redraws them)')
+      console.info(f'plots: {len(written)} PNGs in '
+                   f'{os.path.dirname(written[0])} (jaxgrpo-plot redraws them)')
   return summary
