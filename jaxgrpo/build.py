@@ -26,8 +26,6 @@ from jaxgrpo import config_lib
 from jaxgrpo import console as console_lib
 from jaxgrpo import errors
 from jaxgrpo import evaluate
-from jaxgrpo import metrics as metrics_lib
-from jaxgrpo import multihost
 from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo import sharding
 from jaxgrpo import train_state as train_state_lib
@@ -189,36 +187,6 @@ def _verifier_name(value) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Evaluator:
-  """Held-out accuracy of params: `evaluator(params, step)` -> metrics.
-
-  Samples cfg.eval.num_samples completions of each held-out example (at
-  cfg.eval.temperature, a key folded from `rng` and the step) and returns
-  `evaluate.accuracy_metrics` (eval/accuracy, ...), with a progress bar.
-  """
-
-  generator: Generator
-  tokenizer: Any
-  examples: list[Example]
-  scorer: verifier_pool.Scorer
-  rng: jax.Array
-  max_prompt_len: int
-  truncate: bool
-  console: console_lib.Console
-
-  def __call__(self, params: PyTree, step: int) -> dict[str, float]:
-    with self.console.bar(len(self.examples), desc=f'eval (step {step})',
-                          unit='ex') as bar:
-      rewards = evaluate.sample_rewards(
-          self.generator, params, self.tokenizer, self.examples, self.scorer,
-          jax.random.fold_in(self.rng, step),
-          max_prompt_len=self.max_prompt_len,
-          truncate=self.truncate, on_chunk=bar.update,
-      )
-    return evaluate.accuracy_metrics(self.examples, rewards)
-
-
-@dataclasses.dataclass(frozen=True)
 class Run:
   """A training run's parts (`build_run`).
 
@@ -266,7 +234,7 @@ class Run:
   scorer: verifier_pool.Scorer
   source: mixture.MixtureSampler
   rollout: rollout_lib.Rollout
-  evaluator: Evaluator
+  evaluator: evaluate.Evaluator
   ckpt: checkpoint_lib.Checkpointer
   meta: dict[str, Any]
   ids: dict[str, Any] | None
@@ -349,7 +317,7 @@ def build_run(
       rollout_lib.RolloutConfig.from_section(ro, cfg.rl.advantage),
       source, tokenizer, generator, scorer,
   )
-  evaluator = Evaluator(
+  evaluator = evaluate.Evaluator(
       eval_generator, tokenizer, eval_examples, scorer, eval_rng,
       max_prompt_len=ro.max_prompt_len,
       truncate=ro.long_prompts == 'truncate', console=console)
@@ -368,22 +336,6 @@ def build_run(
       meta=_meta(cfg, model_cfg, datasets), ids=_ids(cfg, datasets),
       warm_rng=warm_rng, run_rng=run_rng,
   )
-
-
-def metrics_writer(cfg: config_lib.Config, workdir: str,
-                   resumed_from: int | None,
-                   log: Log) -> metrics_lib.MetricsWriter:
-  """The run's metrics.jsonl (and TensorBoard) writer, on the main process.
-
-  A fresh start (`resumed_from` None) drops lines a run killed before its
-  first checkpoint left; a resume drops those after its checkpoint.
-  """
-  writer = metrics_lib.MetricsWriter(
-      workdir, resume_step=-1 if resumed_from is None else resumed_from,
-      enabled=multihost.is_main(), tensorboard=cfg.tensorboard)
-  if writer.tensorboard is not None:
-    log(f'TensorBoard events: {writer.tensorboard.logdir}')
-  return writer
 
 
 def _model(cfg: config_lib.Config, pretrained_model, tokenizer,

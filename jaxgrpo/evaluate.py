@@ -2,10 +2,13 @@
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+import dataclasses
+from typing import Any
 
 import jax
 import numpy as np
 
+from jaxgrpo import console as console_lib
 from jaxgrpo import scoring
 from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
@@ -121,3 +124,33 @@ def grouped_pass_metrics(
   for group, index in sorted(rows.items()):
     out[group] = pass_metrics(rewards_EK[index], threshold)
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluator:
+  """Held-out accuracy of params: `evaluator(params, step)` -> metrics.
+
+  Samples cfg.eval.num_samples completions of each held-out example (at
+  cfg.eval.temperature, a key folded from `rng` and the step) and returns
+  `accuracy_metrics` (eval/accuracy, ...), with a progress bar.
+  """
+
+  generator: Generator
+  tokenizer: Any
+  examples: list[Example]
+  scorer: verifier_pool.Scorer
+  rng: jax.Array
+  max_prompt_len: int
+  truncate: bool
+  console: console_lib.Console
+
+  def __call__(self, params: PyTree, step: int) -> dict[str, float]:
+    with self.console.bar(len(self.examples), desc=f'eval (step {step})',
+                          unit='ex') as bar:
+      rewards = sample_rewards(
+          self.generator, params, self.tokenizer, self.examples, self.scorer,
+          jax.random.fold_in(self.rng, step),
+          max_prompt_len=self.max_prompt_len,
+          truncate=self.truncate, on_chunk=bar.update,
+      )
+    return accuracy_metrics(self.examples, rewards)

@@ -145,8 +145,8 @@ def _run(
   state, meta = start.state, start.meta
   if state is None:
     state, meta = _fresh_state(cfg, parts, console, meta)
-  writer = build.metrics_writer(cfg, workdir, start.resumed_from,
-                                console.info)
+  writer = _metrics_writer(cfg, workdir, start.resumed_from,
+                           console.info)
   if start.resumed_from is None:
     _first_eval(parts, state, meta, writer, console)
   loop = _Loop(cfg, parts, console, writer, state, meta)
@@ -156,6 +156,22 @@ def _run(
   return _finish(cfg, workdir, console, parts, meta, step=step,
                  resumed_from=start.resumed_from, stopped_by=stopped_by,
                  seconds=time.perf_counter() - t_start)
+
+
+def _metrics_writer(cfg: config_lib.Config, workdir: str,
+                   resumed_from: int | None,
+                   log: Log) -> metrics_lib.MetricsWriter:
+  """The run's metrics.jsonl (and TensorBoard) writer, on the main process.
+
+  A fresh start (`resumed_from` None) drops lines a run killed before its
+  first checkpoint left; a resume drops those after its checkpoint.
+  """
+  writer = metrics_lib.MetricsWriter(
+      workdir, resume_step=-1 if resumed_from is None else resumed_from,
+      enabled=multihost.is_main(), tensorboard=cfg.tensorboard)
+  if writer.tensorboard is not None:
+    log(f'TensorBoard events: {writer.tensorboard.logdir}')
+  return writer
 
 
 def _fresh_state(cfg: config_lib.Config, parts: build.Run,

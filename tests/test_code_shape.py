@@ -18,7 +18,6 @@ import code_shape
 
 # Misses left to fix, with the most lines each may have.
 KNOWN_FUNCTIONS = {
-    'jaxgrpo/train.py _run': 318,
     'jaxgrpo/data/sources.py make_dataset': 122,
 }
 KNOWN_MODULES = {
@@ -26,7 +25,6 @@ KNOWN_MODULES = {
     'jaxgrpo/model/hf.py': 660,
     'jaxgrpo/data/snooze.py': 617,
     'jaxgrpo/data/formats.py': 560,
-    'jaxgrpo/train.py': 470,
     'jaxgrpo/rl/rollout.py': 458,
     'jaxgrpo/model/gguf.py': 457,
 }
