@@ -130,6 +130,31 @@ def _arithmetic_example(
   return arithmetic_lib.make_examples(spec, [index], name=name)[0]
 
 
+def _open_source(kind: str, name: str, path: str | None,
+                 tfds_name: str | None, split: str, data_dir: str | None):
+  """(record source, origin for messages, record describer) of a dataset
+  read from files or TFDS."""
+  if kind == 'tfds':
+    if not tfds_name:
+      raise ValueError(f'tfds dataset {name!r} needs tfds_name')
+    source = _tfds_source(tfds_name, split, data_dir)
+    origin = f'tfds {tfds_name} split {split!r}'
+    return source, origin, functools.partial(_describe_record, origin)
+  if not path:
+    raise ValueError(f'{kind} dataset {name!r} needs a path')
+  if kind in ('jsonl', 'gsm8k'):
+    source = JsonlSource(path)
+    return source, path, source.describe
+  if kind == 'squad2':
+    source = formats.Squad2File(path)
+    return source, path, source.describe
+  paths = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
+  if not paths or not all(map(os.path.exists, paths)):
+    raise FileNotFoundError(f'dataset {name!r}: no ArrayRecord file {path}')
+  return (grain.sources.ArrayRecordDataSource(paths), path,
+          functools.partial(_describe_record, path))
+
+
 def make_dataset(
     kind: str,
     *,
@@ -213,26 +238,8 @@ def make_dataset(
         f'{kind} dataset {name!r} takes only the {kind!r} record format, '
         f'got {record_format.FORMAT!r}'
     )
-  if kind == 'tfds':
-    if not tfds_name:
-      raise ValueError(f'tfds dataset {name!r} needs tfds_name')
-    source = _tfds_source(tfds_name, split, data_dir)
-    origin = f'tfds {tfds_name} split {split!r}'
-    describe = functools.partial(_describe_record, origin)
-  elif not path:
-    raise ValueError(f'{kind} dataset {name!r} needs a path')
-  elif kind in ('jsonl', 'gsm8k'):
-    source = JsonlSource(path)
-    origin, describe = path, source.describe
-  elif kind == 'squad2':
-    source = formats.Squad2File(path)
-    origin, describe = path, source.describe
-  else:
-    paths = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
-    if not paths or not all(map(os.path.exists, paths)):
-      raise FileNotFoundError(f'dataset {name!r}: no ArrayRecord file {path}')
-    source, origin = grain.sources.ArrayRecordDataSource(paths), path
-    describe = functools.partial(_describe_record, origin)
+  source, origin, describe = _open_source(kind, name, path, tfds_name,
+                                          split, data_dir)
   if len(source) == 0:
     raise ValueError(f'dataset {name!r}: {origin} has no records')
   ds = grain.MapDataset.source(source)
