@@ -111,8 +111,9 @@ def experiments() -> dict[str, Experiment]:
   # memorising them). The warm start takes the model to a sampled pass rate
   # of 0.8 on its training prompts (held-out greedy accuracy 0.46-0.67);
   # over 150 GRPO steps held-out accuracy (greedy, on 1,024 problems none of
-  # which is a training prompt) climbs with the training reward. Late in the run nearly every degenerate
-  # group is too easy. Rounds of 64 prompts, up to 128 a step.
+  # which is a training prompt) climbs with the training reward. Late in
+  # the run nearly every degenerate group is too easy. Rounds of 64 prompts,
+  # up to 128 a step.
   settings = {
       'warmstart.target_pass_rate': 0.8,
       'warmstart.check_examples': 128,

@@ -171,13 +171,21 @@ def regime_checks(runs) -> str:
     epochs = r.total('rollout/prompts_generated') / ntrain
     rows.append((seed, _fmt(r.evals[0][1]), _fmt(r.final()),
                  _fmt(easy / max(easy + hard, 1), 2), f'{epochs:.1f}'))
-  fills, capped_steps = [], 0
-  for variant, seeds in runs.items():
-    for r in seeds.values():
+  # Every run's steps left short, and how many of those at the round cap.
+  fills, lines, capped_steps = [], [], 0
+  for v, seeds in runs.items():
+    for r in sorted(seeds.values(), key=lambda r: r.seed):
       fills.extend(x.get('train/batch_fill', 1.0) for x in r.steps)
+      short = [x for x in r.steps if x.get('train/batch_fill', 1.0) < 1.0]
+      if not short:
+        continue
       cap = r.header['overrides'].get('rollout.max_rounds')
-      capped_steps += sum(x.get('train/batch_fill', 1.0) < 1.0
-                          and x.get('rollout/rounds') == cap for x in r.steps)
+      capped = sum(x.get('rollout/rounds') == cap for x in short)
+      capped_steps += capped
+      lines.append(f'- `{v}` seed {r.seed}: {len(short)} steps between '
+                   f'{short[0]["step"]} and {short[-1]["step"]}; {capped} at '
+                   f'the round cap ({cap} rounds), {len(short) - capped} with '
+                   'nothing left to offer')
   full = sum(f >= 1.0 for f in fills) / max(len(fills), 1)
   text = _table(('seed', 'held-out accuracy, step 0', 'final accuracy',
                  'too-easy share of degenerate groups, last quarter',
@@ -195,18 +203,6 @@ def regime_checks(runs) -> str:
            f'{sum(f >= 1.0 for f in fills):,} of {len(fills):,} '
            f'({100 * full:.2f}%; the bar is 99%); steps left short at the '
            f'round cap: {capped_steps:,}.\n')
-  lines = []
-  for v, seeds in runs.items():
-    for r in sorted(seeds.values(), key=lambda r: r.seed):
-      short = [x for x in r.steps if x.get('train/batch_fill', 1.0) < 1.0]
-      if not short:
-        continue
-      cap = r.header['overrides'].get('rollout.max_rounds')
-      capped = sum(x.get('rollout/rounds') == cap for x in short)
-      lines.append(f'- `{v}` seed {r.seed}: {len(short)} steps between '
-                   f'{short[0]["step"]} and {short[-1]["step"]}; {capped} at '
-                   f'the round cap ({cap} rounds), {len(short) - capped} with '
-                   'nothing left to offer')
   if lines:
     text += '\nSteps not filled, per run:\n\n' + '\n'.join(lines) + '\n'
   return text
@@ -413,9 +409,10 @@ def readme_summary(stats) -> str:
   n = len(stats['none']['seeds'])
   steps = stats['none']['steps']
   lines = [f'In the regime of `docs/results.md` ({n} seeds, paired warm '
-           f'starts, {steps} steps), the saving over `none` [95% CI] in prompts '
-           'generated to reach 0.95 x `none`\'s final held-out accuracy and '
-           'over the whole run, and the final accuracy minus `none`\'s:',
+           f'starts, {steps} steps), the saving over `none` [95% CI] in '
+           'prompts generated to reach 0.95 x `none`\'s final held-out '
+           'accuracy and over the whole run, and the final accuracy minus '
+           '`none`\'s:',
            '']
   for variant, st in stats.items():
     if variant == 'none':
