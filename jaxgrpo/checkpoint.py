@@ -246,17 +246,20 @@ class Start:
   """Where a run starts: from its latest checkpoint, or from scratch.
 
   Attributes:
-    step: the last step done (0 on a fresh start).
     resumed_from: the checkpoint's step, or None on a fresh start.
     state: the restored train state, or None on a fresh start.
     meta: the run notes to save with each checkpoint (this run's, over the
       checkpoint's when resumed).
   """
 
-  step: int
   resumed_from: int | None
   state: PyTree | None
   meta: dict[str, Any]
+
+  @property
+  def step(self) -> int:
+    """The last step done (0 on a fresh start)."""
+    return self.resumed_from or 0
 
 
 def restore_or_start(
@@ -299,7 +302,7 @@ def restore_or_start(
   """
   latest = ckpt.latest_step()
   if latest is None:
-    return Start(step=0, resumed_from=None, state=None, meta=dict(meta))
+    return Start(resumed_from=None, state=None, meta=dict(meta))
   changed = check_resumable(
       ckpt.read_meta(latest), step=latest, directory=ckpt.directory,
       model=meta['model'], datasets=meta['datasets'], remap=remap)
@@ -323,5 +326,5 @@ def restore_or_start(
            f'{counts["removed"]} removed')
   rollout.set_state(restored.data['rollout'])
   notice(f'resumed from {workdir} at step {latest}')
-  return Start(step=latest, resumed_from=latest, state=state,
+  return Start(resumed_from=latest, state=state,
                meta={**restored.meta, **meta})

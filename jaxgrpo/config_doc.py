@@ -1,6 +1,6 @@
 """The configuration reference table, generated from the config schema.
 
-Every key of `configs/common.py:base_config()` has one row, its default and
+Every key of `config_lib.base_config()` has one row, its default and
 its help text from the schema's fields (`jaxgrpo/config_lib.py`), so the
 table of `docs/configuration.md` (between the `config-reference` markers)
 cannot drift from it. `tests/test_config_doc.py` fails when a key has no
@@ -18,8 +18,9 @@ from jaxgrpo import config_lib
 
 START = '<!-- config-reference:start (python -m jaxgrpo.config_doc --write) -->'
 END = '<!-- config-reference:end -->'
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), 'docs', 'configuration.md')  # the page with the table
+# The page with the table.
+PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), 'docs', 'configuration.md')
 
 
 def _leaves(config, prefix: str = '') -> dict[str, object]:
@@ -35,9 +36,8 @@ def _leaves(config, prefix: str = '') -> dict[str, object]:
 
 
 def defaults() -> dict[str, object]:
-  """Every key of `configs.common.base_config()` with its default."""
-  from configs import common  # pylint: disable=g-import-not-at-top
-  return _leaves(common.base_config())
+  """Every key of `config_lib.base_config()` with its default."""
+  return _leaves(config_lib.base_config())
 
 
 def _show(value) -> str:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog='python -m jaxgrpo.config_doc')
   parser.add_argument('--write', action='store_true',
                       help='rewrite the table in docs/configuration.md')
-  parser.add_argument('--readme', default=README)
+  parser.add_argument('--page', default=PAGE)
   args = parser.parse_args(argv)
   try:
     new_table = table()
@@ -92,11 +92,11 @@ def main(argv: list[str] | None = None) -> int:
   if not args.write:
     print(new_table)
     return 0
-  with open(args.readme, encoding='utf-8') as f:
+  with open(args.page, encoding='utf-8') as f:
     text = f.read()
-  with open(args.readme, 'w', encoding='utf-8') as f:
+  with open(args.page, 'w', encoding='utf-8') as f:
     f.write(replace_in(text, new_table))
-  print(f'wrote the configuration table of {args.readme}')
+  print(f'wrote the configuration table of {args.page}')
   return 0
 
 

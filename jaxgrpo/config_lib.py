@@ -28,7 +28,6 @@ from jaxgrpo.data import formats
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
-from jaxgrpo.data.snooze import POLICIES  # pylint: disable=unused-import
 from jaxgrpo.errors import ConfigError
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder

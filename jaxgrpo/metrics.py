@@ -43,10 +43,6 @@ def _jsonable(value):
   return value
 
 
-# Whether a path names an object store location (`gs://...`).
-is_remote = records_lib.is_remote
-
-
 class MetricsWriter:
   """Appends one JSON line per step to `metrics.jsonl`.
 
@@ -64,7 +60,8 @@ class MetricsWriter:
                enabled: bool = True, tensorboard: bool = False):
     self.enabled = enabled
     self.tensorboard = None
-    self.remote = epath.Path(workdir) / METRICS if is_remote(workdir) else None
+    self.remote = (epath.Path(workdir) / METRICS
+                   if records_lib.is_remote(workdir) else None)
     if self.remote is None:
       self.path = os.path.join(workdir, METRICS)
     else:

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from jaxgrpo import records as records_lib
+from jaxgrpo.records import as_float
 
 Log = Callable[[str], None]
 Records = Sequence[dict]
@@ -43,10 +43,6 @@ class Panel:
 
 # ---------------------------------------------------------------------------
 # Reading the records.
-
-
-# A recorded scalar as a float ('nan' and 'inf' strings included).
-as_float = records_lib.as_float
 
 
 def read_records(workdir: str) -> list[dict]:

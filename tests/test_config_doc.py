@@ -11,8 +11,8 @@ class ConfigDocTest(absltest.TestCase):
   def test_every_key_has_a_row(self):
     config_doc.check_rows(config_doc.defaults())  # raises naming the key
 
-  def test_readme_table_is_current(self):
-    with open(config_doc.README, encoding='utf-8') as f:
+  def test_page_table_is_current(self):
+    with open(config_doc.PAGE, encoding='utf-8') as f:
       text = f.read()
     self.assertEqual(
         config_doc.replace_in(text, config_doc.table()), text,

@@ -11,6 +11,7 @@ from absl.testing import absltest
 
 from jaxgrpo import config_lib
 from jaxgrpo.data import arithmetic
+from jaxgrpo.data import snooze
 from tests import test_train
 
 sys.path.insert(0, os.path.join(test_train.REPO, 'scripts'))
@@ -69,7 +70,7 @@ class ReproduceTest(absltest.TestCase):
     names = set(reproduce.experiments()['regime'].variants)
     self.assertEqual(names, set(reproduce.POLICIES))
     policies = {v['sampler.policy'] for v in reproduce.POLICIES.values()}
-    self.assertEqual(policies, set(config_lib.POLICIES))
+    self.assertEqual(policies, set(snooze.POLICIES))
 
   def test_plan_shards_and_unknown_variant(self):
     e = reproduce.experiments()['drift']
