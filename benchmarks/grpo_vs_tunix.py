@@ -40,7 +40,7 @@ from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
 from jaxgrpo.generate import sampling
-from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.typing import TrainBatch

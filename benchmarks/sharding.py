@@ -46,7 +46,7 @@ def _child(args) -> dict:
   from jaxgrpo import train_step as train_step_lib
   from jaxgrpo.data import tokenizer as tokenizer_lib
   from jaxgrpo.generate import sampling as sampling_lib
-  from jaxgrpo.generate.sampler import Generator
+  from jaxgrpo.generate.generator import Generator
   from jaxgrpo.model import config as model_config
   from jaxgrpo.model import decoder
   from jaxgrpo.typing import TrainBatch

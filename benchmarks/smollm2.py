@@ -31,7 +31,7 @@ import numpy as np
 
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.generate import sampling
-from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import hf
 from jaxgrpo.model import pretrained
 
@@ -89,7 +89,7 @@ def bench_generation(args) -> None:
 
 def bench_grpo(args) -> None:
   from configs import smollm2_arith
-  from jaxgrpo import metrics as metrics_lib
+  from jaxgrpo.reporting import metrics as metrics_lib
   from jaxgrpo import train
 
   c = smollm2_arith.get_config()

@@ -23,7 +23,7 @@ import optax
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
-from jaxgrpo import console as console_lib
+from jaxgrpo.reporting import console as console_lib
 from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import optimizer as optimizer_lib
@@ -39,7 +39,7 @@ from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import sampling as sampling_lib
-from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import pretrained

@@ -13,8 +13,10 @@ import dataclasses
 import os
 from typing import Any
 
+from etils import epath
 import jax
 import numpy as np
+import optax
 import orbax.checkpoint as ocp
 
 from jaxgrpo import errors
@@ -106,8 +108,19 @@ class Checkpointer:
     return dict(out.meta)
 
   def restore(self, step: int, target_state: PyTree) -> Restored:
-    """Restores step `step` into the structure of `target_state`."""
+    """Restores step `step` into the structure of `target_state`.
+
+    A checkpoint written before the optimizer skipped non-finite updates
+    through `optax.apply_if_finite` holds AdamW's state without the skip
+    counters around it; it is restored into the inner state, with the
+    counters starting at zero.
+    """
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
+    unwrapped = (isinstance(getattr(abstract, 'opt_state', None),
+                            optax.ApplyIfFiniteState)
+                 and not self._has_skip_counters(step))
+    if unwrapped:
+      abstract = abstract.replace(opt_state=abstract.opt_state.inner_state)
     out = self.manager.restore(
         step,
         args=ocp.args.Composite(
@@ -116,8 +129,22 @@ class Checkpointer:
             meta=ocp.args.JsonRestore(),
         ),
     )
-    return Restored(step=step, state=out.state, data=dict(out.data),
+    state = out.state
+    if unwrapped:
+      state = state.replace(opt_state=optax.ApplyIfFiniteState(
+          notfinite_count=np.zeros([], np.int32),
+          last_finite=np.ones([], bool),
+          total_notfinite=np.zeros([], np.int32),
+          inner_state=state.opt_state))
+    return Restored(step=step, state=state, data=dict(out.data),
                     meta=dict(out.meta))
+
+  def _has_skip_counters(self, step: int) -> bool:
+    """Whether step `step`'s optimizer state is an ApplyIfFiniteState."""
+    path = epath.Path(self.directory) / str(step) / 'state'
+    tree = ocp.StandardCheckpointHandler().metadata(path)
+    opt_state = getattr(tree, 'tree', tree)['opt_state']
+    return isinstance(opt_state, Mapping) and 'inner_state' in opt_state
 
   def restore_data(self, step: int) -> dict[str, Any]:
     """The data item of step `step` alone (sampler, rollout, example ids)."""

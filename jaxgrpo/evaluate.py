@@ -8,12 +8,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxgrpo import console as console_lib
+from jaxgrpo.reporting import console as console_lib
 from jaxgrpo import scoring
 from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
-from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.generate.generator import Generator
 from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import pool as verifier_pool
 

@@ -1,7 +1,7 @@
 """What the writers and the readers of a run's metrics records share.
 
-`jaxgrpo.metrics` writes the records (and, through `jaxgrpo.tensorboard`,
-their TensorBoard events); `jaxgrpo.plot_panels` reads them back. Both use
+`jaxgrpo.reporting.metrics` writes the records (and, through `jaxgrpo.reporting.tensorboard`,
+their TensorBoard events); `jaxgrpo.reporting.plot_panels` reads them back. Both use
 these helpers, which import nothing of jaxgrpo, so that neither side has to
 import the other.
 """

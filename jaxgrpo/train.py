@@ -14,14 +14,14 @@ import ml_collections
 from jaxgrpo import build
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
-from jaxgrpo import console as console_lib
+from jaxgrpo.reporting import console as console_lib
 from jaxgrpo import errors
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import multihost
-from jaxgrpo import plot as plot_lib
+from jaxgrpo.reporting import plot as plot_lib
 from jaxgrpo import preemption
 from jaxgrpo import sharding
-from jaxgrpo import summary as summary_lib
+from jaxgrpo.reporting import summary as summary_lib
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import warmstart
 from jaxgrpo.model import config as model_config

@@ -63,17 +63,17 @@ class LossConfig:
 def _loss_fn(
     params: nnx.State,
     batch: TrainBatch,
-    ref_logps_NT: jax.Array | None,
+    ref_logps_RT: jax.Array | None,
     *,
     graphdef: nnx.GraphDef,
     loss_cfg: LossConfig,
     remat: str,
 ) -> tuple[jax.Array, Metrics]:
-  logps_NT, entropy_NT = logprobs.completion_logprobs(
+  logps_RT, entropy_RT = logprobs.completion_logprobs(
       graphdef, params, batch, loss_cfg.temperature, remat=remat
   )
   loss, aux = loss_lib.grpo_loss(
-      logps_NT,
+      logps_RT,
       batch.old_logps,
       batch.advantages,
       batch.completion_mask,
@@ -81,11 +81,11 @@ def _loss_fn(
       eps_high=loss_cfg.eps_high,
       loss_agg=loss_cfg.loss_agg,
       beta=loss_cfg.beta,
-      ref_logps_NT=ref_logps_NT,
+      ref_logps_RT=ref_logps_RT,
       max_completion_len=loss_cfg.max_completion_len,
   )
-  mask_NT = batch.completion_mask.astype(jnp.float32)
-  entropy = (entropy_NT * mask_NT).sum() / jnp.maximum(mask_NT.sum(), 1.0)
+  mask_RT = batch.completion_mask.astype(jnp.float32)
+  entropy = (entropy_RT * mask_RT).sum() / jnp.maximum(mask_RT.sum(), 1.0)
   aux['entropy'] = jax.lax.stop_gradient(entropy)
   return loss, aux
 
@@ -102,7 +102,7 @@ def _split_minibatches(batch: TrainBatch, num_minibatches: int) -> TrainBatch:
 
 
 def _take_groups(
-    batch: TrainBatch, ref_logps_NT: jax.Array | None, groups_M: jax.Array
+    batch: TrainBatch, ref_logps_RT: jax.Array | None, groups_M: jax.Array
 ) -> tuple[TrainBatch, jax.Array | None]:
   """The minibatch of the given prompt groups, with all their completions."""
   g = batch.advantages.shape[0] // batch.prompt_tokens.shape[0]
@@ -115,7 +115,7 @@ def _take_groups(
       old_logps=batch.old_logps[rows],
       advantages=batch.advantages[rows],
   )
-  return minibatch, None if ref_logps_NT is None else ref_logps_NT[rows]
+  return minibatch, None if ref_logps_RT is None else ref_logps_RT[rows]
 
 
 def _reference_logps(
@@ -126,7 +126,7 @@ def _reference_logps(
     temperature: float,
     num_minibatches: int,
 ) -> jax.Array:
-  """[N, T] log-probs under the reference, one minibatch at a time."""
+  """[R, T] log-probs under the reference, one minibatch at a time."""
   # Computed once per batch (the reference does not move between updates),
   # in minibatch-sized chunks so that peak memory matches an update's.
   chunks = _split_minibatches(batch, num_minibatches)
@@ -160,16 +160,20 @@ def train_step(
   old policy of the clipped ratio.
 
   An update whose loss or gradients are not finite is skipped: params and
-  optimizer state stay as they were, and `train/nonfinite` counts it, so a
-  bad batch cannot poison the state (the loop decides when to give up).
+  optimizer state stay as they were (`optax.apply_if_finite`, which
+  `optimizer.make_optimizer` wraps around AdamW), and `train/nonfinite`
+  counts it, so a bad batch cannot poison the state (the loop decides when
+  to give up).
 
   Args:
     state: the current TrainState; `state.ref_params` must be set when
       `loss_cfg.beta > 0`.
-    batch: the rollout batch: B prompts, N = B * G completions.
+    batch: the rollout batch: B prompts, R = B * G completions.
     rng: key for the minibatch shuffles.
     graphdef: the Decoder's graph definition.
-    optimizer: the optax transformation that `state.opt_state` belongs to.
+    optimizer: the optax transformation that `state.opt_state` belongs to,
+      made by `optimizer.make_optimizer` (its state says whether an update
+      was applied).
     loss_cfg: the objective's settings.
     num_iterations: passes over the batch.
     num_minibatches: updates per pass; must divide B.
@@ -196,11 +200,11 @@ def train_step(
         f'{num_groups} prompt groups do not split into {num_minibatches} '
         'minibatches'
     )
-  ref_logps_NT = None
+  ref_logps_RT = None
   if loss_cfg.beta > 0:
     if state.ref_params is None:
       raise ValueError('beta > 0 needs a TrainState with ref_params')
-    ref_logps_NT = _reference_logps(
+    ref_logps_RT = _reference_logps(
         graphdef,
         state.ref_params,
         batch,
@@ -221,19 +225,19 @@ def train_step(
 
   def update(carry, groups_M):
     params, opt_state = carry
-    mb_batch, mb_ref_logps = _take_groups(batch, ref_logps_NT, groups_M)
+    mb_batch, mb_ref_logps = _take_groups(batch, ref_logps_RT, groups_M)
     (loss, aux), grads = grad_fn(params, mb_batch, mb_ref_logps)
     grad_norm = optax.tree.norm(grads)
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    updates, new_opt_state = optimizer.update(grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    keep = lambda new, old: jnp.where(finite, new, old)
-    params = jax.tree.map(keep, new_params, params)
-    opt_state = jax.tree.map(keep, new_opt_state, opt_state)
+    # A non-finite loss poisons the gradients too; the optimizer
+    # (optax.apply_if_finite) then leaves params and its state as they were.
+    grads = jax.tree.map(
+        lambda g: jnp.where(jnp.isfinite(loss), g, jnp.nan), grads)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
     metrics = {
         'train/loss': loss,
         'train/grad_norm': grad_norm,
-        'train/nonfinite': 1.0 - finite.astype(jnp.float32),
+        'train/nonfinite': 1.0 - opt_state.last_finite.astype(jnp.float32),
         **{f'train/{name}': value for name, value in aux.items()},
     }
     return (params, opt_state), metrics

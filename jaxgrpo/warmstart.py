@@ -23,7 +23,7 @@ from jaxgrpo import evaluate
 from jaxgrpo import example as example_lib
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
-from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import decoder
 from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import pool as verifier_pool

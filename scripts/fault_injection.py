@@ -30,7 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from jaxgrpo import checkpoint  # pylint: disable=g-import-not-at-top
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 
 
 def command(workdir: str, steps: int) -> list[str]:

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce
 import results_report as rr
-from jaxgrpo.plot_panels import smooth
+from jaxgrpo.reporting.plot_panels import smooth
 from jaxgrpo.sim import engine
 from jaxgrpo.sim import learner as learner_lib
 

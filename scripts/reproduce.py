@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.join(REPO, 'scripts'))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from configs import common
 from configs import mixture_demo
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
 
 DATA = os.path.join(REPO, 'docs', 'results', 'data')

@@ -7,7 +7,7 @@ colour. Called by `python scripts/reproduce.py report`.
 import os
 
 import results_report as rr
-from jaxgrpo.plot_panels import smooth
+from jaxgrpo.reporting.plot_panels import smooth
 
 # The policies drawn in the efficiency figures (all of them crowd a panel).
 SHOWN = ('none', 'filter', 'snooze2', 'snooze5', 'snooze_prob5', 'weighted',

@@ -11,7 +11,7 @@ import argparse
 
 import numpy as np
 
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 
 
 def summarize(records: list[dict], window: int) -> list[tuple]:

@@ -37,7 +37,7 @@ from jaxgrpo import train_step as train_step_lib
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import sampling as sampling_lib
-from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.typing import TrainBatch
 from jaxgrpo.verifiers import base

@@ -1,4 +1,4 @@
-"""Reads back the event files that `jaxgrpo.tensorboard` writes.
+"""Reads back the event files that `jaxgrpo.reporting.tensorboard` writes.
 
 Independently of the writer: the TFRecord framing and both checksums of
 every record are checked here (CRC-32C, computed in this file), and the

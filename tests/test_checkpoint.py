@@ -3,11 +3,15 @@
 import os
 
 from absl.testing import absltest
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from jaxgrpo import checkpoint
+from jaxgrpo import optimizer as optimizer_lib
+from jaxgrpo import train_state as train_state_lib
 
 
 class CheckpointTest(absltest.TestCase):
@@ -35,6 +39,48 @@ class CheckpointTest(absltest.TestCase):
     self.assertEqual(restored.meta, {'note': 'x'})
     self.assertTrue(ckpt.should_save(6))
     self.assertFalse(ckpt.should_save(5))
+
+  def test_optimizer_state_without_skip_counters_restores(self):
+    # Checkpoints written before the optimizer was wrapped in
+    # optax.apply_if_finite hold AdamW's state alone.
+    params = {'w': jnp.arange(6.0).reshape(2, 3)}
+    optimizer = optimizer_lib.make_optimizer(
+        learning_rate=0.1, warmup_steps=0, total_steps=10, max_grad_norm=1.0)
+    state = train_state_lib.TrainState(
+        step=jnp.zeros((), jnp.int32), params=params,
+        opt_state=optimizer.init(params))
+    updates, opt_state = optimizer.update({'w': jnp.ones((2, 3))},
+                                          state.opt_state, params)
+    state = state.replace(params=optax_apply(params, updates),
+                          opt_state=opt_state)
+    old = state.replace(opt_state=state.opt_state.inner_state)
+    ckpt = checkpoint.Checkpointer(self.create_tempdir().full_path, every=1,
+                                   max_to_keep=1)
+    ckpt.save(1, old, {'x': np.zeros(1)}, {})
+    ckpt.wait()
+    target = train_state_lib.TrainState(
+        step=jnp.zeros((), jnp.int32), params=params,
+        opt_state=optimizer.init(params))
+    restored = ckpt.restore(1, target).state
+    ckpt.close()
+    self.assertIsInstance(restored.opt_state, optax.ApplyIfFiniteState)
+    chex.assert_trees_all_equal(restored.opt_state.inner_state,
+                                jax.device_get(state.opt_state.inner_state))
+    self.assertEqual(int(restored.opt_state.total_notfinite), 0)
+    self.assertTrue(bool(restored.opt_state.last_finite))
+    # And a checkpoint with the counters restores them as saved.
+    ckpt = checkpoint.Checkpointer(self.create_tempdir().full_path, every=1,
+                                   max_to_keep=1)
+    ckpt.save(1, state.replace(opt_state=state.opt_state._replace(
+        total_notfinite=jnp.int32(3))), {'x': np.zeros(1)}, {})
+    ckpt.wait()
+    restored = ckpt.restore(1, target).state
+    ckpt.close()
+    self.assertEqual(int(restored.opt_state.total_notfinite), 3)
+
+
+def optax_apply(params, updates):
+  return jax.tree.map(lambda p, u: p + u, params, updates)
 
 
 if __name__ == '__main__':

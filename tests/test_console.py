@@ -6,7 +6,7 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from jaxgrpo import console as console_lib
+from jaxgrpo.reporting import console as console_lib
 
 
 class ConsoleTest(absltest.TestCase):

@@ -14,14 +14,14 @@ import jax
 import numpy as np
 
 from jaxgrpo import config_lib
-from jaxgrpo import eval_cli
+from jaxgrpo.cli import evaluate as evaluate_cli
 from jaxgrpo import evaluate
-from jaxgrpo import policy as policy_lib
+from jaxgrpo import model_spec
 from jaxgrpo.data import loading
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import sampling as sampling_lib
-from jaxgrpo.generate.sampler import Completions
+from jaxgrpo.generate.generator import Completions
 from jaxgrpo.model import decoder
 from jaxgrpo.stratify import runner
 from jaxgrpo.verifiers import pool as verifier_pool
@@ -81,10 +81,10 @@ def _known_examples():
 
 
 def _main(*argv):
-  """(exit code, stdout, stderr) of eval_cli.main(argv)."""
+  """(exit code, stdout, stderr) of evaluate_cli.main(argv)."""
   out, err = io.StringIO(), io.StringIO()
   with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    code = eval_cli.main(list(argv))
+    code = evaluate_cli.main(list(argv))
   return code, out.getvalue(), err.getvalue()
 
 
@@ -114,7 +114,7 @@ class PassMetricsTest(absltest.TestCase):
     scorer = verifier_pool.Scorer(flaky_verifiers.Flaky())
     for batch in (1, 3, 8):  # chunks of one size, the last one padded
       with self.subTest(batch=batch):
-        metrics = eval_cli.evaluate_policy(
+        metrics = evaluate_cli.evaluate_model(
             TextGenerator(tok, a + b), None, tok, scorer, [(0, a), (1, b)],
             key=jax.random.key(0), threshold=1.0, max_prompt_len=8,
             batch=batch)
@@ -135,7 +135,7 @@ class EvaluateCheckpointsTest(absltest.TestCase):
     # pylint: disable-next=protected-access
     config = test_train._config(**{'verify.workers': 0})
     cfg = config_lib.from_config_dict(config)
-    sampled = eval_cli.evaluate_checkpoints(
+    sampled = evaluate_cli.evaluate_checkpoints(
         cfg, ['init'], k=4, temperature=1.0, progress=False,
         log=lambda _: None)
     (entry,) = sampled['checkpoints']
@@ -153,21 +153,21 @@ class EvaluateCheckpointsTest(absltest.TestCase):
     self.assertGreater(metrics['all']['pass@k'], 0.0)  # some signal
 
     # Greedy: one completion per example, each computed here directly.
-    greedy = eval_cli.evaluate_checkpoints(
+    greedy = evaluate_cli.evaluate_checkpoints(
         cfg, ['init'], k=4, temperature=0.0, progress=False,
         log=lambda _: None)
     self.assertEqual(greedy['k'], 1)
-    policy = policy_lib.load('init', cfg)
-    (_, _, held_out), = [loading.load_dataset(cfg, entry, policy.tokenizer)
+    model = model_spec.load('init', cfg)
+    (_, _, held_out), = [loading.load_dataset(cfg, entry, model.tokenizer)
                          for entry in cfg.data.datasets]
     generator = dataclasses.replace(
-        runner.make_generator(cfg, policy, 1),
+        runner.make_generator(cfg, model, 1),
         sampling=sampling_lib.Sampling(temperature=0.0))
     tokens, mask, _ = tokenizer_lib.encode_prompts(
-        policy.tokenizer, [ex.prompt for ex in held_out],
+        model.tokenizer, [ex.prompt for ex in held_out],
         cfg.rollout.max_prompt_len)
-    out = generator.generate(policy.params, tokens, mask, jax.random.key(7))
-    texts = [policy.tokenizer.decode(row) for row in np.asarray(out.tokens)]
+    out = generator.generate(model.params, tokens, mask, jax.random.key(7))
+    texts = [model.tokenizer.decode(row) for row in np.asarray(out.tokens)]
     passed = np.array([flaky_verifiers.starts_with_digit(t, None)
                        for t in texts])
     metrics = greedy['checkpoints'][0]['metrics']
@@ -250,7 +250,7 @@ class CommandLineTest(absltest.TestCase):
 
   def test_python_dash_m_help(self):
     proc = subprocess.run(
-        [sys.executable, '-m', 'jaxgrpo.eval_cli', '--help'], cwd=REPO,
+        [sys.executable, '-m', 'jaxgrpo.cli.evaluate', '--help'], cwd=REPO,
         capture_output=True, text=True, timeout=60)
     self.assertEqual(proc.returncode, 0, proc.stderr)
     self.assertIn('usage: jaxgrpo-eval', proc.stdout)

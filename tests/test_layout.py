@@ -1,4 +1,4 @@
-"""The jaxgrpo package imports without cycles.
+"""The jaxgrpo package imports without cycles, and each layer only downwards.
 
 Every module under jaxgrpo/ is parsed with `ast` (nothing is imported) and
 each import of a jaxgrpo module becomes an edge of a graph: at module level
@@ -167,13 +167,73 @@ class LayoutTest(absltest.TestCase):
     graph = import_graph(REPO, PACKAGE)
     self.assertIn('jaxgrpo.train', graph)
     self.assertIn('jaxgrpo.verifiers', graph)  # a package's __init__
-    self.assertIn('jaxgrpo.tensorboard', graph['jaxgrpo.metrics'])
-    self.assertIn('jaxgrpo.records', graph['jaxgrpo.tensorboard'])
+    self.assertIn('jaxgrpo.reporting.tensorboard',
+                  graph['jaxgrpo.reporting.metrics'])
+    self.assertIn('jaxgrpo.records', graph['jaxgrpo.reporting.tensorboard'])
     # Inside a function.
-    self.assertIn('jaxgrpo.metrics', graph['jaxgrpo.plot_panels'])
+    self.assertIn('jaxgrpo.reporting.metrics',
+                  graph['jaxgrpo.reporting.plot_panels'])
     # importlib.import_module with a literal name.
     self.assertIn('jaxgrpo.data.tfds_builders', graph['jaxgrpo.data.sources'])
     self.assertIn('jaxgrpo.verifiers.exact', graph['jaxgrpo.verifiers'])
+
+
+# The layers, lowest first: a module may import its own layer and those
+# below it. A name is a top-level module or package of jaxgrpo.
+LAYERS = (
+    # Shared types and helpers.
+    ('base', {'errors', 'example', 'typing', 'checks', 'records', 'sharding',
+              'multihost'}),
+    # The decoder and its weights; what a run shows, from its metrics.
+    ('model', {'model', 'reporting'}),
+    ('generate', {'generate'}),
+    # Prompts, datasets and their rewards.
+    ('data', {'data', 'verifiers'}),
+    ('rl', {'rl', 'scoring'}),
+    # A run: its config, parts, loop and checkpoints; tools built on them.
+    ('train', {'config_lib', 'config_doc', 'build', 'checkpoint', 'evaluate',
+               'optimizer', 'preemption', 'train', 'train_state',
+               'train_step', 'warmstart', 'model_spec', 'sim', 'stratify'}),
+    ('cli', {'cli', 'main'}),
+)
+# Imports against the layers, each with its reason.
+LAYER_EXCEPTIONS = {
+    # A pretrained model comes with its own tokenizer.
+    ('jaxgrpo.model.pretrained', 'jaxgrpo.data.hf_tokenizer'),
+    # Datasets are built from their config entries.
+    ('jaxgrpo.data.loading', 'jaxgrpo.config_lib'),
+    # A curriculum reads the strata tables that jaxgrpo-stratify writes.
+    ('jaxgrpo.data.curriculum', 'jaxgrpo.stratify.bands'),
+    ('jaxgrpo.data.curriculum', 'jaxgrpo.stratify.passrates'),
+    # `python -m jaxgrpo.stratify` runs the jaxgrpo-stratify command.
+    ('jaxgrpo.stratify.__main__', 'jaxgrpo.cli.stratify'),
+}
+
+
+def layer_of(module: str) -> int:
+  name = module.split('.')[1] if '.' in module else ''
+  for i, (_, names) in enumerate(LAYERS):
+    if name in names:
+      return i
+  raise KeyError(f'{module} is in no layer of LAYERS')
+
+
+class LayersTest(absltest.TestCase):
+
+  def test_modules_import_only_their_layer_and_those_below(self):
+    graph = import_graph(REPO, PACKAGE)
+    upward = sorted(
+        f'{m} ({LAYERS[layer_of(m)][0]}) -> {d} ({LAYERS[layer_of(d)][0]})'
+        for m, deps in graph.items() if m != PACKAGE
+        for d in deps
+        if layer_of(d) > layer_of(m) and (m, d) not in LAYER_EXCEPTIONS)
+    self.assertEmpty(upward, 'imports of a higher layer (move the code '
+                     'down, or pass what it needs in):\n' + '\n'.join(upward))
+
+  def test_every_exception_is_still_needed(self):
+    graph = import_graph(REPO, PACKAGE)
+    stale = [e for e in LAYER_EXCEPTIONS if e[1] not in graph.get(e[0], ())]
+    self.assertEmpty(stale, 'LAYER_EXCEPTIONS no longer imported')
 
 
 class GraphTest(absltest.TestCase):

@@ -7,8 +7,8 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
-from jaxgrpo import metrics as metrics_lib
-from jaxgrpo import tensorboard
+from jaxgrpo.reporting import metrics as metrics_lib
+from jaxgrpo.reporting import tensorboard
 from tests import tensorboard_events
 
 

@@ -5,7 +5,7 @@ import os
 
 from absl.testing import absltest
 
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLAB = os.path.join(REPO, 'colab')

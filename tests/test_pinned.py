@@ -18,7 +18,7 @@ import os
 from absl.testing import absltest
 
 from configs import demo
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'golden',

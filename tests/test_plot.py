@@ -10,9 +10,10 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
-from jaxgrpo import metrics as metrics_lib
-from jaxgrpo import plot
-from jaxgrpo import plot_panels
+from jaxgrpo.reporting import metrics as metrics_lib
+from jaxgrpo.cli import plot as plot_cli
+from jaxgrpo.reporting import plot
+from jaxgrpo.reporting import plot_panels
 from tests import tensorboard_events
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,10 +80,10 @@ def _check_png(test, path):
 
 
 def _main(*argv):
-  """(exit code, stdout, stderr) of plot.main(argv)."""
+  """(exit code, stdout, stderr) of plot_cli.main(argv)."""
   out, err = io.StringIO(), io.StringIO()
   with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    code = plot.main(list(argv))
+    code = plot_cli.main(list(argv))
   return code, out.getvalue(), err.getvalue()
 
 
@@ -221,7 +222,7 @@ class CommandLineTest(absltest.TestCase):
         self.assertIn(pattern, lines[0])
 
   def test_python_dash_m_help(self):
-    proc = subprocess.run([sys.executable, '-m', 'jaxgrpo.plot', '--help'],
+    proc = subprocess.run([sys.executable, '-m', 'jaxgrpo.cli.plot', '--help'],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     self.assertEqual(proc.returncode, 0, proc.stderr)
     self.assertIn('usage: jaxgrpo-plot', proc.stdout)

@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
 from jaxgrpo.rl import rollout as rollout_lib
 from tests import test_train

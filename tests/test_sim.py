@@ -10,7 +10,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.data import mixture
 from jaxgrpo.example import Example
 from jaxgrpo.rl import rollout as rollout_lib

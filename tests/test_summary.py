@@ -2,7 +2,7 @@
 
 from absl.testing import absltest
 
-from jaxgrpo import summary as summary_lib
+from jaxgrpo.reporting import summary as summary_lib
 
 
 def _records():

@@ -13,7 +13,7 @@ from configs import demo
 from configs import squad_qa
 from jaxgrpo import config_lib
 from jaxgrpo import errors
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
 from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
@@ -142,6 +142,23 @@ class CommandLineTest(absltest.TestCase):
     out = self._run('--config=configs/demo.py:runlocal')
     self.assertEqual(out.returncode, 2)
     self.assertIn('--workdir', out.stderr)
+
+  def test_config_mistakes_end_in_one_line_with_the_reason(self):
+    workdir = self.create_tempdir().full_path
+    cases = {
+        # A misspelled config argument: the reason, not just "Error whilst
+        # parsing config file".
+        '--config=configs/demo.py:runlocl': "'runlocl' is not one of",
+        '--config=configs/nope.py': 'configs/nope.py is not a file',
+        '--config=configs/demo.py:runlocal --stray': 'unrecognized arguments',
+    }
+    for args, reason in cases.items():
+      out = self._run(*args.split(), f'--workdir={workdir}')
+      lines = [l for l in out.stderr.splitlines() if l.strip()]
+      self.assertEqual(out.returncode, 2, msg=(args, out.stderr[-2000:]))
+      self.assertLen(lines, 1, msg=(args, out.stderr[-2000:]))
+      self.assertStartsWith(lines[0], 'jaxgrpo-train: error: ')
+      self.assertIn(reason, lines[0])
 
 
 class BadInputTest(absltest.TestCase):

@@ -16,6 +16,7 @@ import numpy as np
 from jaxgrpo.data import arithmetic as arithmetic_lib
 from jaxgrpo.data import formats
 from jaxgrpo.data import jsonl
+from jaxgrpo.data import squad2_file
 from jaxgrpo.example import Example
 
 KINDS = ('jsonl', 'array_record', 'tfds', 'arithmetic', 'gsm8k', 'squad2')
@@ -146,7 +147,7 @@ def _open_source(kind: str, name: str, path: str | None,
     source = JsonlSource(path)
     return source, path, source.describe
   if kind == 'squad2':
-    source = formats.Squad2File(path)
+    source = squad2_file.Squad2File(path)
     return source, path, source.describe
   paths = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
   if not paths or not all(map(os.path.exists, paths)):

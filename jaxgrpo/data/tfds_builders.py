@@ -32,6 +32,7 @@ import tensorflow_datasets as tfds
 
 from jaxgrpo.data import formats
 from jaxgrpo.data import jsonl
+from jaxgrpo.data import squad2_file
 
 # Run as `python -m`, this file is `__main__` and must not register the
 # builders a second time: the CLI uses those of the imported module.
@@ -148,12 +149,12 @@ class JaxgrpoSquad2(_LocalBuilder, skip_registration=not _REGISTER):
     return splits
 
   def _generate_examples(self, path: str) -> Iterator[tuple[int, Any]]:
-    source, check = formats.Squad2File(path), formats.Squad2Format()
+    source, check = squad2_file.Squad2File(path), formats.Squad2Format()
     for i in range(len(source)):
       record = source[i]
       check.example(record, name=self.name, index=i,
                     where=functools.partial(source.describe, i))
-      yield i, formats.squad2_features(record)
+      yield i, squad2_file.squad2_features(record)
 
 
 BUILDERS = {'gsm8k': JaxgrpoGsm8k, 'squad2': JaxgrpoSquad2}

@@ -1,1 +1,1 @@
-"""On-device generation: sampling strategies and the KV-cache sampler."""
+"""On-device generation: sampling strategies and the KV-cache generator."""

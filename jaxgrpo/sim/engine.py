@@ -19,7 +19,7 @@ import time
 import jax
 import numpy as np
 
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import verifiers
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze

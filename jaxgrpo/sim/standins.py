@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxgrpo.example import Example
-from jaxgrpo.generate.sampler import Completions
+from jaxgrpo.generate.generator import Completions
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.sim import learner as learner_lib
 

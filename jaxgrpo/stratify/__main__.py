@@ -2,7 +2,7 @@
 
 import sys
 
-from jaxgrpo.stratify import cli
+from jaxgrpo.cli import stratify as command
 
 if __name__ == '__main__':
-  sys.exit(cli.main())
+  sys.exit(command.main())

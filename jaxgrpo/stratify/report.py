@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxgrpo import console
+from jaxgrpo.reporting import console
 from jaxgrpo.stratify import bands as bands_lib
 from jaxgrpo.stratify import passrates
 

@@ -22,16 +22,16 @@ import tqdm
 
 from jaxgrpo import build
 from jaxgrpo import config_lib
-from jaxgrpo import console
+from jaxgrpo.reporting import console
 from jaxgrpo import errors
 from jaxgrpo import evaluate
-from jaxgrpo import policy as policy_lib
+from jaxgrpo import model_spec
 from jaxgrpo.data import loading
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import sampling as sampling_lib
-from jaxgrpo.generate.sampler import Generator
+from jaxgrpo.generate.generator import Generator
 from jaxgrpo.stratify import passrates
 from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import pool as verifier_pool
@@ -237,9 +237,9 @@ def _remove_stale_tmp(out_dir: str, dataset: str, tag: str,
 
 
 def tag_of(name: str) -> str:
-  """A filesystem-safe label of a `Policy.name`: 'init', the workdir's
+  """A filesystem-safe label of a `LoadedModel.name`: 'init', the workdir's
   basename and step ('warm-step100'), or the model file or folder name."""
-  if name == policy_lib.INIT:
+  if name == model_spec.INIT:
     return name
   path, sep, step = name.rpartition('@')
   if not sep or not step.isdigit():
@@ -250,13 +250,13 @@ def tag_of(name: str) -> str:
   return re.sub(r'[^A-Za-z0-9._+-]+', '_', label).lstrip('.') or 'model'
 
 
-def make_generator(cfg: config_lib.Config, policy: policy_lib.Policy,
+def make_generator(cfg: config_lib.Config, model: model_spec.LoadedModel,
                    k: int) -> Generator:
   """The policy's generator, sampling as rollouts do, K per prompt."""
   ro = cfg.rollout
-  tokenizer = policy.tokenizer
+  tokenizer = model.tokenizer
   return Generator(
-      graphdef=policy.graphdef, model_cfg=policy.model_cfg,
+      graphdef=model.graphdef, model_cfg=model.model_cfg,
       sampling=sampling_lib.Sampling(
           temperature=ro.temperature, top_k=ro.top_k, top_p=ro.top_p),
       max_new_tokens=ro.max_new_tokens, num_samples=k,
@@ -305,7 +305,7 @@ def run(
 
   Args:
     cfg: the validated config (datasets, verifiers, sampling settings).
-    checkpoints: checkpoint specs (see `jaxgrpo.policy`).
+    checkpoints: checkpoint specs (see `jaxgrpo.model_spec`).
     out_dir: where the parts and summary.json go.
     k: completions per example (default: rollout.group_size).
     datasets: names of the datasets to measure (default: all).
@@ -350,7 +350,7 @@ def run(
   # checkpoint meanwhile does not change what is loaded.
   tags = {}
   for spec in checkpoints:
-    name = policy_lib.name_of(spec)
+    name = model_spec.name_of(spec)
     tag = tag_of(name)
     if tag in tags:
       raise errors.ConfigError(
@@ -366,21 +366,21 @@ def run(
   # pylint: disable-next=protected-access
   with build.build_scorer(cfg) as scorer:
     for tag, (spec, name) in tags.items():
-      policy = policy_lib.load(name, cfg, log=log)
-      identity = policy.name
-      if identity == policy_lib.INIT:
+      model = model_spec.load(name, cfg, log=log)
+      identity = model.name
+      if identity == model_spec.INIT:
         identity = (f'init:{cfg.model.path or cfg.model.preset}'
                     f':seed{cfg.seed}')
       loaded = [(i, entry.name,
-                 loading.load_dataset(cfg, entry, policy.tokenizer)[1])
+                 loading.load_dataset(cfg, entry, model.tokenizer)[1])
                 for i, entry in enumerate(cfg.data.datasets)
                 if entry.name in selected]
       counts.add(stratify(
           out_dir, tag=tag,
           info={'spec': spec, 'policy': identity, 'config': config_file,
                 'sampling': sampling},
-          generator=make_generator(cfg, policy, k), params=policy.params,
-          tokenizer=policy.tokenizer, scorer=scorer, datasets=loaded,
+          generator=make_generator(cfg, model, k), params=model.params,
+          tokenizer=model.tokenizer, scorer=scorer, datasets=loaded,
           settings=settings, progress=progress))
   if passrates.layout(out_dir):
     passrates.write_summary(out_dir)

@@ -15,6 +15,7 @@ from jaxgrpo import errors
 from jaxgrpo.data import formats
 from jaxgrpo.data import loading
 from jaxgrpo.data import sources
+from jaxgrpo.data import squad2_file
 from jaxgrpo.data import tokenizer as tokenizer_lib
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..',
@@ -200,7 +201,7 @@ class Squad2FileTest(parameterized.TestCase):
         _article({'context': 'c1', 'qas': [_qa('c', 'qc?', ['y'])]},
                  title='Other'),
     ]))
-    src = formats.Squad2File(path)
+    src = squad2_file.Squad2File(path)
     self.assertLen(src, 3)
     self.assertEqual([src[i]['id'] for i in range(3)], ['a', 'b', 'c'])
     self.assertEqual((src[2]['context'], src[2]['title']), ('c1', 'Other'))
@@ -219,7 +220,7 @@ class Squad2FileTest(parameterized.TestCase):
         ['not', 'an', 'article'],
         _article({'qas': [good]}),
     ]))
-    src = formats.Squad2File(path)
+    src = squad2_file.Squad2File(path)
     self.assertLen(src, 9)
     ds = sources.make_dataset('squad2', name='sq', path=path)
     self.assertEqual(ds[0].id, 'ok')
@@ -246,7 +247,7 @@ class Squad2FileTest(parameterized.TestCase):
     path = self._file(data)
     with self.assertRaisesRegex(sources.BadRecordError,
                                 f'^{re.escape(path)}{message}'):
-      formats.Squad2File(path)
+      squad2_file.Squad2File(path)
 
 
 @_needs(_GSM8K)

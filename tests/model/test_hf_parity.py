@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgrpo.generate import sampler
+from jaxgrpo.generate import generator as generator_lib
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import decoder
 from jaxgrpo.model import hf
@@ -100,7 +100,7 @@ def _left_pad(prompts) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _positions(mask: np.ndarray) -> np.ndarray:
-  # As jaxgrpo.generate.sampler: the count of real tokens before each token.
+  # As jaxgrpo.generate.generator: the count of real tokens before each token.
   return np.maximum(np.cumsum(mask, axis=1) - 1, 0)
 
 
@@ -169,7 +169,7 @@ class HFParityTest(parameterized.TestCase):
           min_new_tokens=_NEW_TOKENS,
           do_sample=False,
       )[:, self.tokens.shape[1]:].numpy()
-    gen = sampler.Generator(
+    gen = generator_lib.Generator(
         graphdef=graphdef, model_cfg=cfg, sampling=Sampling(temperature=0.0),
         max_new_tokens=_NEW_TOKENS,
     )

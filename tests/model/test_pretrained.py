@@ -10,8 +10,8 @@ import numpy as np
 
 from configs import common
 from jaxgrpo import errors
-from jaxgrpo import export
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.cli import export
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder

@@ -8,7 +8,7 @@ from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
-from jaxgrpo.generate.sampler import Completions
+from jaxgrpo.generate.generator import Completions
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.verifiers import pool as verifier_pool
 from tests import scripted

@@ -10,7 +10,7 @@ import sys
 from absl.testing import absltest
 import numpy as np
 
-from jaxgrpo.stratify import cli
+from jaxgrpo.cli import stratify as stratify_cli
 from jaxgrpo.stratify import passrates
 from tests.stratify import fixtures
 
@@ -20,10 +20,10 @@ CONFIG = os.path.join(REPO, 'configs', 'demo.py') + ':runlocal'
 
 
 def _main(*argv):
-  """(exit code, stdout, stderr) of cli.main(argv)."""
+  """(exit code, stdout, stderr) of stratify_cli.main(argv)."""
   out, err = io.StringIO(), io.StringIO()
   with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    code = cli.main(list(argv))
+    code = stratify_cli.main(list(argv))
   return code, out.getvalue(), err.getvalue()
 
 

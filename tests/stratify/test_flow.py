@@ -7,7 +7,7 @@ from absl.testing import absltest
 import numpy as np
 
 from jaxgrpo import config_lib
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
 from jaxgrpo.data import curriculum
 from jaxgrpo.stratify import passrates

@@ -2,7 +2,7 @@
 
 A figure is a list of panels; a panel holds curves (`Line`), reference lines
 and a title, computed here from a run's `metrics.jsonl` records without
-matplotlib (`jaxgrpo.plot` draws them). `FIGURES` names every figure and the
+matplotlib (`jaxgrpo.reporting.plot` draws them). `FIGURES` names every figure and the
 function that makes its panels; a figure whose metrics a run did not record
 comes out empty and is skipped.
 """
@@ -52,10 +52,10 @@ def read_records(workdir: str) -> list[dict]:
   Raises:
     OSError: WORKDIR/metrics.jsonl cannot be read.
   """
-  # Imported here: jaxgrpo.metrics imports clu and jax, which `--help` and
+  # Imported here: jaxgrpo.reporting.metrics imports clu and jax, which `--help` and
   # a missing workdir do not need.
   # pylint: disable-next=g-import-not-at-top
-  from jaxgrpo import metrics as metrics_lib
+  from jaxgrpo.reporting import metrics as metrics_lib
   try:
     return metrics_lib.read_metrics(workdir)
   except json.JSONDecodeError:

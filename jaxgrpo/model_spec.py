@@ -40,12 +40,12 @@ CHECKPOINTS = 'checkpoints'
 Log = Callable[[str], None]
 
 
-class PolicyError(errors.UserError):
+class ModelSpecError(errors.UserError):
   """A checkpoint spec names no model that can be loaded."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Policy:
+class LoadedModel:
   """A model ready to sample from.
 
   Attributes:
@@ -85,7 +85,7 @@ def _split_step(spec: str) -> tuple[str, int | None]:
   if not sep or not head:
     return spec, None
   if not tail.isdigit():
-    raise PolicyError(f'checkpoint {spec!r}: {tail!r} after @ is not a '
+    raise ModelSpecError(f'checkpoint {spec!r}: {tail!r} after @ is not a '
                       'step number (use WORKDIR@STEP, e.g. runs/warm@100)')
   return head, int(tail)
 
@@ -119,27 +119,27 @@ def _resolve(spec: str) -> _Resolved:
     finally:
       manager.close()
     if not steps:
-      raise PolicyError(f'checkpoint {spec!r}: no checkpoint in {directory} '
+      raise ModelSpecError(f'checkpoint {spec!r}: no checkpoint in {directory} '
                         '(the run saved none yet)')
     if step is not None and step not in steps:
-      raise PolicyError(
+      raise ModelSpecError(
           f'checkpoint {spec!r}: no step {step} in {directory} (steps '
           f'there: {", ".join(map(str, steps))})')
     return _Resolved('run', path, steps[-1] if step is None else step)
   if step is not None:
-    raise PolicyError(
+    raise ModelSpecError(
         f'checkpoint {spec!r}: {path} is not a run workdir (no '
         f'{CHECKPOINTS}/ in it), so @{step} names no checkpoint')
   if target == pretrained.SMOLLM2:
     return _Resolved('pretrained', target, None)
   if not os.path.exists(path):
-    raise PolicyError(
+    raise ModelSpecError(
         f"checkpoint {spec!r}: {path} does not exist (expected 'init', a "
         'run workdir, WORKDIR@STEP, a Hugging Face model directory, a '
         ".gguf file or 'smollm2')")
   if os.path.isdir(path) and not os.path.exists(
       os.path.join(path, 'config.json')):
-    raise PolicyError(
+    raise ModelSpecError(
         f'checkpoint {spec!r}: {path} is neither a run workdir (no '
         f'{CHECKPOINTS}/ in it) nor a Hugging Face model directory (no '
         'config.json in it)')
@@ -147,10 +147,10 @@ def _resolve(spec: str) -> _Resolved:
 
 
 def name_of(spec: str) -> str:
-  """The `Policy.name` that `load(spec, ...)` gives, without loading it.
+  """The `LoadedModel.name` that `load(spec, ...)` gives, without loading it.
 
   Raises:
-    PolicyError: as `load` does for a missing path or step.
+    ModelSpecError: as `load` does for a missing path or step.
   """
   resolved = _resolve(spec)
   if resolved.kind == 'run':
@@ -158,7 +158,7 @@ def name_of(spec: str) -> str:
   return resolved.path or spec
 
 
-def load(spec: str, cfg: config_lib.Config, *, log: Log = _ignore) -> Policy:
+def load(spec: str, cfg: config_lib.Config, *, log: Log = _ignore) -> LoadedModel:
   """Loads the model `spec` names (see the module docstring).
 
   Args:
@@ -171,7 +171,7 @@ def load(spec: str, cfg: config_lib.Config, *, log: Log = _ignore) -> Policy:
     The policy.
 
   Raises:
-    PolicyError: the spec names nothing loadable (a missing path, a workdir
+    ModelSpecError: the spec names nothing loadable (a missing path, a workdir
       without checkpoints or without step STEP, an unreadable checkpoint).
     errors.ConfigError: the config's model section is invalid for 'init'.
   """
@@ -186,7 +186,7 @@ def load(spec: str, cfg: config_lib.Config, *, log: Log = _ignore) -> Policy:
                           name=name_of(spec))
 
 
-def _init(cfg: config_lib.Config, log: Log) -> Policy:
+def _init(cfg: config_lib.Config, log: Log) -> LoadedModel:
   """The config's preset, initialised as train.py does."""
   tokenizer = tokenizer_lib.make_tokenizer(
       'char' if cfg.model.tokenizer == 'auto' else cfg.model.tokenizer)
@@ -201,12 +201,12 @@ def _init(cfg: config_lib.Config, log: Log) -> Policy:
   graphdef, params = decoder.init_params(model_cfg, init_rng)
   log(f'init: preset {cfg.model.preset!r} initialised from seed {cfg.seed} '
       f'({model_config.param_count(model_cfg) / 1e6:.2f}M params)')
-  return Policy(name=INIT, model_cfg=model_cfg, graphdef=graphdef,
+  return LoadedModel(name=INIT, model_cfg=model_cfg, graphdef=graphdef,
                 params=params, tokenizer=tokenizer)
 
 
 def _load_pretrained(spec: str, path: str, cfg: config_lib.Config, log: Log,
-                     *, name: str) -> Policy:
+                     *, name: str) -> LoadedModel:
   """A pretrained model with its tokenizer set up per cfg.model."""
   # Imported here: build imports the model loaders and verifiers, which a
   # policy loaded from a workdir or preset does not need.
@@ -221,13 +221,13 @@ def _load_pretrained(spec: str, path: str, cfg: config_lib.Config, log: Log,
   except (errors.UserError, ValueError, OSError) as e:
     message = str(e)
     prefix = f'model.path={path!r}: '
-    raise PolicyError(f'checkpoint {spec!r}: '
+    raise ModelSpecError(f'checkpoint {spec!r}: '
                       f'{message.removeprefix(prefix)}') from None
-  return Policy(name=name, model_cfg=loaded.cfg, graphdef=loaded.graphdef,
+  return LoadedModel(name=name, model_cfg=loaded.cfg, graphdef=loaded.graphdef,
                 params=loaded.params, tokenizer=loaded.tokenizer)
 
 
-def _load_run(spec: str, workdir: str, step: int, log: Log) -> Policy:
+def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
   """Checkpoint `step` of a run: its params, model config and tokenizer."""
   directory = os.path.join(workdir, CHECKPOINTS)
   where = f'checkpoint {spec!r} (step {step} in {directory})'
@@ -236,11 +236,11 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> Policy:
     meta = dict(manager.restore(
         step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
     if 'model' not in meta:
-      raise PolicyError(f'{where}: its metadata holds no model config')
+      raise ModelSpecError(f'{where}: its metadata holds no model config')
     try:
       model_cfg = model_config.ModelConfig(**meta['model'])
     except (TypeError, ValueError) as e:
-      raise PolicyError(f'{where}: bad model config ({e})') from None
+      raise ModelSpecError(f'{where}: bad model config ({e})') from None
     graphdef, state = decoder.abstract_params(model_cfg)
     # Train states hold each param as {'value': array}; only the params
     # are restored, not the optimizer state or the reference params.
@@ -253,11 +253,11 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> Policy:
             restore_args=jax.tree.map(
                 lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target),
             partial_restore=True)))
-  except PolicyError:
+  except ModelSpecError:
     raise
   except Exception as e:  # pylint: disable=broad-except
     # Orbax reports missing or mismatched arrays with assorted types.
-    raise PolicyError(f'{where}: cannot read its params '
+    raise ModelSpecError(f'{where}: cannot read its params '
                       f'({str(e).splitlines()[0][:300]})') from None
   finally:
     manager.close()
@@ -269,7 +269,7 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> Policy:
                              model_cfg)
   log(f'loaded {workdir} step {step}: {model_cfg.num_layers} layers, '
       f'{model_config.param_count(model_cfg) / 1e6:.2f}M params')
-  return Policy(name=f'{workdir}@{step}', model_cfg=model_cfg,
+  return LoadedModel(name=f'{workdir}@{step}', model_cfg=model_cfg,
                 graphdef=graphdef, params=params, tokenizer=tokenizer)
 
 
@@ -282,19 +282,19 @@ def _run_tokenizer(where: str, model: dict[str, Any],
     try:
       return tokenizer_lib.make_tokenizer('char' if name == 'auto' else name)
     except ValueError as e:
-      raise PolicyError(f'{where}: {e}') from None
+      raise ModelSpecError(f'{where}: {e}') from None
   try:
     source = pretrained.resolve(path)
     if not os.path.exists(source):
-      raise PolicyError(
+      raise ModelSpecError(
           f"{where}: the run's model.path {source} is missing (its "
           'tokenizer is needed)')
     tokenizer = pretrained.load_tokenizer(source,
                                           vocab_size=model_cfg.vocab_size)
     return tokenizer.with_prompts(chat=model.get('chat_template', True),
                                   system=model.get('system_prompt'))
-  except PolicyError:
+  except ModelSpecError:
     raise
   except (errors.UserError, ValueError, OSError) as e:
-    raise PolicyError(f"{where}: the run's tokenizer ({path}): {e}"
+    raise ModelSpecError(f"{where}: the run's tokenizer ({path}): {e}"
                       ) from None

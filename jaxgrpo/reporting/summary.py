@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxgrpo import metrics as metrics_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 
 
 @dataclasses.dataclass(frozen=True)

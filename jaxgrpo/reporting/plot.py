@@ -1,7 +1,8 @@
 r"""Figures of a run's `metrics.jsonl` (PNG), and its scalars for TensorBoard.
 
   jaxgrpo-plot runs/demo [--out=runs/demo/plots] [--window=20] [--tensorboard]
-  python -m jaxgrpo.plot runs/demo
+
+(the command line is `jaxgrpo.cli.plot`)
 
 Writes, for the metrics the run recorded (a figure whose metrics are absent
 is skipped):
@@ -23,22 +24,18 @@ as TensorBoard event files under WORKDIR/tensorboard with tensorboardX
 (`pip install 'jaxgrpo[tensorboard]'`).
 """
 
-import argparse
 from collections.abc import Callable, Sequence
 import dataclasses
 import importlib
 import os
-import sys
 
 import numpy as np
 
-from jaxgrpo import cli
-from jaxgrpo import console
-from jaxgrpo import plot_panels
-from jaxgrpo.plot_panels import Panel
-from jaxgrpo.plot_panels import read_records
+from jaxgrpo.reporting import console
+from jaxgrpo.reporting import plot_panels
+from jaxgrpo.reporting.plot_panels import Panel
+from jaxgrpo.reporting.plot_panels import read_records
 
-PROG = 'jaxgrpo-plot'
 PLOTS = 'plots'
 INSTALL_PLOTS = "pip install 'jaxgrpo[plots]'"
 INSTALL_TENSORBOARD = "pip install 'jaxgrpo[tensorboard]'"
@@ -159,7 +156,7 @@ def write_tensorboard(workdir: str) -> str | None:
   """Writes every scalar of metrics.jsonl as TensorBoard events.
 
   The events go to WORKDIR/tensorboard through tensorboardX
-  (`jaxgrpo.tensorboard`); event files there from before (an earlier call,
+  (`jaxgrpo.reporting.tensorboard`); event files there from before (an earlier call,
   or the training run's own) are replaced, so each step appears once.
 
   Returns:
@@ -170,60 +167,5 @@ def write_tensorboard(workdir: str) -> str | None:
     OSError: metrics.jsonl cannot be read or the directory written.
   """
   # Imported here: it imports etils, which `--help` does not need.
-  from jaxgrpo import tensorboard  # pylint: disable=g-import-not-at-top
+  from jaxgrpo.reporting import tensorboard  # pylint: disable=g-import-not-at-top
   return tensorboard.write_all(workdir, read_records(workdir))
-
-
-# ---------------------------------------------------------------------------
-# Command line.
-
-
-def _parser() -> argparse.ArgumentParser:
-  parser = cli.Parser(prog=PROG, description=__doc__.split('\n')[0])
-  parser.add_argument('workdir', help='a run workdir (holds metrics.jsonl)')
-  parser.add_argument('--out', default=None,
-                      help='directory of the PNGs (default: WORKDIR/plots)')
-  parser.add_argument('--window', type=int, default=20,
-                      help='steps in the trailing mean of per-step series')
-  parser.add_argument('--tensorboard', action='store_true',
-                      help='also write every scalar as TensorBoard events '
-                      'under WORKDIR/tensorboard')
-  return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-  """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
-  argv = sys.argv[1:] if argv is None else list(argv)
-  try:
-    args = _parser().parse_args(argv)
-  except cli.UsageError as e:
-    return cli.fail(PROG, str(e), 2)
-  if args.window < 1:
-    return cli.fail(PROG, f'--window={args.window}: must be >= 1', 2)
-  path = os.path.join(args.workdir, 'metrics.jsonl')
-  if not os.path.isfile(path):
-    return cli.fail(PROG, f'{path}: no such file (WORKDIR is a run workdir: '
-                    'where the run wrote metrics.jsonl)', 1)
-  failed = []  # one error line each
-  paths = plot_run(args.workdir, args.out, args.window, log=failed.append)
-  for p in paths:
-    print(p, flush=True)
-  if not paths and not failed:
-    failed.append(f'{path} holds no metrics to plot')
-  if args.tensorboard:
-    try:
-      logdir = write_tensorboard(args.workdir)
-    except OSError as e:
-      return cli.fail(PROG, f'tensorboard: {e}', 1)
-    if logdir is None:
-      failed.append('--tensorboard needs tensorboardX (it writes the '
-                    f'events): {INSTALL_TENSORBOARD}')
-    else:
-      print(f'{logdir} (tensorboard --logdir {logdir})', flush=True)
-  for line in failed:
-    cli.fail(PROG, line, 1)
-  return 1 if failed else 0
-
-
-if __name__ == '__main__':
-  sys.exit(main())

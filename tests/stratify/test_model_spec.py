@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from jaxgrpo import config_lib
-from jaxgrpo import policy as policy_lib
+from jaxgrpo import model_spec
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import decoder
 from jaxgrpo.stratify import runner
@@ -34,22 +34,22 @@ class PolicyTest(absltest.TestCase):
 
   def test_init_is_the_params_a_run_starts_from(self):
     lines = []
-    init = policy_lib.load('init', self.cfg, log=lines.append)
+    init = model_spec.load('init', self.cfg, log=lines.append)
     self.assertEqual(init.name, 'init')
     self.assertIsInstance(init.tokenizer, tokenizer_lib.CharTokenizer)
     self.assertIn("preset 'demo'", lines[0])
     # The run trained without a warm start: step 0 holds the init params.
-    step0 = policy_lib.load(f'{self.workdir}@0', self.cfg)
+    step0 = model_spec.load(f'{self.workdir}@0', self.cfg)
     for a, b in zip(_leaves(init.params), _leaves(step0.params)):
       np.testing.assert_array_equal(a, b)
     self.assertEqual(init.model_cfg, step0.model_cfg)
 
   def test_workdir_latest_and_step(self):
     first, last = fixtures.RUN_STEPS
-    latest = policy_lib.load(self.workdir, self.cfg)
+    latest = model_spec.load(self.workdir, self.cfg)
     self.assertEqual(latest.name, f'{self.workdir}@{last}')
-    self.assertEqual(policy_lib.name_of(self.workdir), latest.name)
-    step0 = policy_lib.load(f'{self.workdir}@{first}', self.cfg)
+    self.assertEqual(model_spec.name_of(self.workdir), latest.name)
+    step0 = model_spec.load(f'{self.workdir}@{first}', self.cfg)
     self.assertEqual(step0.name, f'{self.workdir}@{first}')
     for a, b in zip(_leaves(latest.params), _leaves(step0.params)):
       np.testing.assert_allclose(a, b + 1)
@@ -58,7 +58,7 @@ class PolicyTest(absltest.TestCase):
                      f'{os.path.basename(self.workdir)}-step{last}')
     # A relative path names the same checkpoint.
     relative = os.path.relpath(self.workdir)
-    self.assertEqual(policy_lib.name_of(relative), latest.name)
+    self.assertEqual(model_spec.name_of(relative), latest.name)
 
   def test_errors_name_the_spec(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')
@@ -76,9 +76,9 @@ class PolicyTest(absltest.TestCase):
     )
     for spec, pattern in cases:
       with self.subTest(spec=spec):
-        with self.assertRaisesRegex(policy_lib.PolicyError,
+        with self.assertRaisesRegex(model_spec.ModelSpecError,
                                     f'checkpoint {spec!r}: .*{pattern}'):
-          policy_lib.load(spec, self.cfg)
+          model_spec.load(spec, self.cfg)
 
   @absltest.skipUnless(_HAS_HF, 'needs tokenizers, jinja2, safetensors')
   def test_pretrained_directory_and_init_from_model_path(self):
@@ -87,7 +87,7 @@ class PolicyTest(absltest.TestCase):
     with mock.patch.object(decoder, 'init_params', fixtures.fast_init_params):
       # pylint: disable-next=protected-access
       model_dir = test_pretrained._model_dir(self.create_tempdir().full_path)
-    loaded = policy_lib.load(model_dir, self.cfg)
+    loaded = model_spec.load(model_dir, self.cfg)
     self.assertEqual(loaded.name, model_dir)
     self.assertEqual(runner.tag_of(loaded.name), os.path.basename(model_dir))
     # The config's chat template setting applies.
@@ -95,11 +95,11 @@ class PolicyTest(absltest.TestCase):
     no_chat = dataclasses.replace(self.cfg, model=dataclasses.replace(
         self.cfg.model, chat_template=False))
     self.assertEqual(
-        policy_lib.load(model_dir, no_chat).tokenizer.prompt_text('1+1='),
+        model_spec.load(model_dir, no_chat).tokenizer.prompt_text('1+1='),
         '1+1=')
     with_path = dataclasses.replace(self.cfg, model=dataclasses.replace(
         self.cfg.model, path=model_dir, tokenizer='auto'))
-    init = policy_lib.load('init', with_path)
+    init = model_spec.load('init', with_path)
     self.assertEqual(init.name, 'init')
     for a, b in zip(_leaves(init.params), _leaves(loaded.params)):
       np.testing.assert_array_equal(a, b)

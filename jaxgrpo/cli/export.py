@@ -1,7 +1,7 @@
 r"""Exports a run's trained params as a Hugging Face model directory.
 
     jaxgrpo-export --workdir=runs/smollm2 --out=exported/smollm2_grpo
-    python -m jaxgrpo.export --workdir=runs/smollm2 --out=DIR --step=100
+    python -m jaxgrpo.cli.export --workdir=runs/smollm2 --out=DIR --step=100
 
 Writes config.json and safetensors weights (see `jaxgrpo.model.hf.export`)
 from the run's latest (or `--step`) checkpoint, and the tokenizer next to

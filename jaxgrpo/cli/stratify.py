@@ -11,7 +11,7 @@ r"""Command line: measure pass rates (`run`) and stratify them (`report`).
 
 A checkpoint is 'init' (the config's model as a run starts it), a run
 workdir (its latest checkpoint) or WORKDIR@STEP, a Hugging Face model
-directory, a .gguf file or 'smollm2' (see `jaxgrpo.policy`); its pass rates
+directory, a .gguf file or 'smollm2' (see `jaxgrpo.model_spec`); its pass rates
 go under a tag, e.g. 'warm-step100' (summary.json maps tags to specs).
 
 `run` resumes where an earlier run with the same --out stopped. Mistakes
@@ -22,14 +22,14 @@ command line and the config, 1 otherwise), not a traceback.
 import argparse
 import sys
 
-from jaxgrpo import cli
+from jaxgrpo.cli import common
 from jaxgrpo.stratify import bands
 
 PROG = 'jaxgrpo-stratify'
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = cli.Parser(prog=PROG, description=__doc__.split('\n')[0])
+  parser = common.Parser(prog=PROG, description=__doc__.split('\n')[0])
   commands = parser.add_subparsers(dest='command', required=True,
                                    metavar='{run,report}')
   run = commands.add_parser(
@@ -79,9 +79,9 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
   # pylint: disable=g-import-not-at-top
   from jaxgrpo import config_lib
   from jaxgrpo.stratify import runner
-  overrides = cli.config_overrides(extra)
+  overrides = common.config_overrides(extra)
   cfg = config_lib.from_config_dict(
-      cli.load_config(PROG, args.config, overrides))
+      common.load_config(PROG, args.config, overrides))
   datasets = None
   if args.datasets is not None:
     datasets = [d.strip() for d in args.datasets.split(',') if d.strip()]
@@ -100,7 +100,7 @@ def _report(args: argparse.Namespace) -> int:
     edges = tuple(float(e) for e in args.bands.split(',') if e.strip())
     bands.check_edges(edges)
   except ValueError as e:
-    raise cli.UsageError(f'--bands={args.bands}: {e}') from None
+    raise common.UsageError(f'--bands={args.bands}: {e}') from None
   report.report(args.out, edges, plot=not args.no_plot,
                 checkpoints=args.checkpoint)
   return 0
@@ -115,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == 'run':
       return _run(args, extra)
     if extra:
-      raise cli.UsageError(f'unrecognized arguments: {" ".join(extra)}')
+      raise common.UsageError(f'unrecognized arguments: {" ".join(extra)}')
     return _report(args)
 
-  return cli.run_main(
+  return common.run_main(
       PROG, body, interrupted='interrupted; the parts written so far are '
       'kept: run the same command to resume')
 

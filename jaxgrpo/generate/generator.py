@@ -6,7 +6,7 @@ prompt is prefilled once; its cache is then repeated G times (row b * G + g)
 and the G samples are decoded together.
 
 Einsum letters / suffixes follow `jaxgrpo.typing`: B prompts, P prompt
-length, N = B * G sequences, T generated length, S cache length, V vocab.
+length, R = B * G sequences, T generated length, S cache length, V vocab.
 
 Under a mesh (`jaxgrpo.sharding.use_mesh`) the params stay as placed, prompt
 and sequence rows are split over the batch axes and the KV cache is
@@ -32,11 +32,11 @@ class Completions:
   """Generated continuations, prompt-major (row b * G + g).
 
   Attributes:
-    tokens: [N, T] int32, generated ids; pad_id after the stop token.
-    logps: [N, T] float32, log-prob of each generated token at sampling time
+    tokens: [R, T] int32, generated ids; pad_id after the stop token.
+    logps: [R, T] float32, log-prob of each generated token at sampling time
       (0 on padding).
-    mask: [N, T] bool, True on generated tokens, the stop token included.
-    lengths: [N] int32, generated tokens per row (stop token included).
+    mask: [R, T] bool, True on generated tokens, the stop token included.
+    lengths: [R] int32, generated tokens per row (stop token included).
   """
 
   tokens: jax.Array
@@ -52,14 +52,14 @@ class SamplingState:
   Attributes:
     step: int32 scalar, tokens generated so far (the next column to fill).
     cache_index: int32 scalar, cache slot for the key of `last_tokens`.
-    last_tokens: [N] int32, most recent sampled token, fed next.
-    positions: [N] int32, RoPE position of `last_tokens`.
-    key_mask: [N, S] bool, cache slots holding real keys.
-    cache: per-layer KV cache, each dict(k=[N, S, K, H], v=[N, S, K, H]).
-    tokens: [N, T] int32 output buffer, pad-filled.
-    logps: [N, T] float32 output buffer, zero-filled.
-    lengths: [N] int32, generated tokens per row so far.
-    done: [N] bool, rows that emitted a stop token.
+    last_tokens: [R] int32, most recent sampled token, fed next.
+    positions: [R] int32, RoPE position of `last_tokens`.
+    key_mask: [R, S] bool, cache slots holding real keys.
+    cache: per-layer KV cache, each dict(k=[R, S, K, H], v=[R, S, K, H]).
+    tokens: [R, T] int32 output buffer, pad-filled.
+    logps: [R, T] float32 output buffer, zero-filled.
+    lengths: [R] int32, generated tokens per row so far.
+    done: [R] bool, rows that emitted a stop token.
     rng: PRNG key; step t draws with fold_in(rng, t).
   """
 
@@ -149,7 +149,7 @@ class Generator:
       rng: PRNG key.
 
     Returns:
-      The decode state for N = B * G sequences.
+      The decode state for R = B * G sequences.
     """
     # Rows on the batch axes; B should be a multiple of
     # `sharding.batch_multiple()` (otherwise the rows are replicated).
@@ -177,17 +177,17 @@ class Generator:
     """Samples G completions per prompt; see `prefill` for arguments.
 
     Returns:
-      Completions with N = B * G rows, row b * G + g the g-th sample of
+      Completions with R = B * G rows, row b * G + g the g-th sample of
       prompt b, and T = max_new_tokens columns.
     """
     state = self.prefill(params, prompt_tokens_BP, prompt_mask_BP, rng)
     return _completions(self.decode(params, state))
 
-  def _is_stop(self, tokens_N: jax.Array) -> jax.Array:
-    is_stop_N = jnp.zeros(tokens_N.shape, bool)
+  def _is_stop(self, tokens_R: jax.Array) -> jax.Array:
+    is_stop_R = jnp.zeros(tokens_R.shape, bool)
     for stop in self.stop_tokens:
-      is_stop_N = is_stop_N | (tokens_N == stop)
-    return is_stop_N
+      is_stop_R = is_stop_R | (tokens_R == stop)
+    return is_stop_R
 
 
 def _constrain(state: SamplingState) -> SamplingState:
@@ -246,30 +246,30 @@ def _prefill_body(
   )
   # Left padding puts every prompt's last token at column P - 1; the vocab
   # projection is needed there only.
-  logits_NV = jnp.repeat(model.unembed(x_BPD[:, -1:])[:, 0], g, axis=0)
+  logits_RV = jnp.repeat(model.unembed(x_BPD[:, -1:])[:, 0], g, axis=0)
 
   # The last sampled token never needs a key, so T - 1 extra slots suffice.
   grow = ((0, 0), (0, t - 1), (0, 0), (0, 0))
   cache = jax.tree.map(lambda c: jnp.pad(jnp.repeat(c, g, axis=0), grow),
                        cache)
-  key_mask_NS = jnp.pad(jnp.repeat(real_BP, g, axis=0), ((0, 0), (0, t - 1)))
-  prompt_lengths_N = jnp.repeat(jnp.sum(real_BP, axis=1, dtype=jnp.int32), g)
+  key_mask_RS = jnp.pad(jnp.repeat(real_BP, g, axis=0), ((0, 0), (0, t - 1)))
+  prompt_lengths_R = jnp.repeat(jnp.sum(real_BP, axis=1, dtype=jnp.int32), g)
 
-  tokens_N = gen.sampling.next_tokens(logits_NV, jax.random.fold_in(rng, 0))
+  tokens_R = gen.sampling.next_tokens(logits_RV, jax.random.fold_in(rng, 0))
   n = b * g
   return _constrain(SamplingState(
       step=jnp.int32(1),
       cache_index=jnp.int32(p),
-      last_tokens=tokens_N,
-      positions=prompt_lengths_N,
-      key_mask=key_mask_NS,
+      last_tokens=tokens_R,
+      positions=prompt_lengths_R,
+      key_mask=key_mask_RS,
       cache=cache,
-      tokens=jnp.full((n, t), gen.pad_id, jnp.int32).at[:, 0].set(tokens_N),
+      tokens=jnp.full((n, t), gen.pad_id, jnp.int32).at[:, 0].set(tokens_R),
       logps=jnp.zeros((n, t), jnp.float32).at[:, 0].set(
-          gen.sampling.logps(logits_NV, tokens_N)
+          gen.sampling.logps(logits_RV, tokens_R)
       ),
       lengths=jnp.ones((n,), jnp.int32),
-      done=gen._is_stop(tokens_N),
+      done=gen._is_stop(tokens_R),
       rng=rng,
   ))
 
@@ -296,35 +296,35 @@ def _decode_body(
 
   def body(s: SamplingState) -> SamplingState:
     # Only the new slot changes, so the key mask is updated, not rebuilt.
-    key_mask_NS = jax.lax.dynamic_update_slice(
+    key_mask_RS = jax.lax.dynamic_update_slice(
         s.key_mask, jnp.ones((n, 1), bool), (0, s.cache_index)
     )
     logits_N1V, cache = model(
         s.last_tokens[:, None],
         s.positions[:, None],
-        key_mask_NS[:, None, :],
+        key_mask_RS[:, None, :],
         s.cache,
         s.cache_index,
     )
-    logits_NV = logits_N1V[:, 0]
-    tokens_N = gen.sampling.next_tokens(
-        logits_NV, jax.random.fold_in(s.rng, s.step)
+    logits_RV = logits_N1V[:, 0]
+    tokens_R = gen.sampling.next_tokens(
+        logits_RV, jax.random.fold_in(s.rng, s.step)
     )
-    logps_N = jnp.where(s.done, 0.0, gen.sampling.logps(logits_NV, tokens_N))
-    tokens_N = jnp.where(s.done, gen.pad_id, tokens_N)
+    logps_R = jnp.where(s.done, 0.0, gen.sampling.logps(logits_RV, tokens_R))
+    tokens_R = jnp.where(s.done, gen.pad_id, tokens_R)
     column = (0, s.step)
     return _constrain(s.replace(
         step=s.step + 1,
         cache_index=s.cache_index + 1,
-        last_tokens=tokens_N,
+        last_tokens=tokens_R,
         positions=s.positions + 1,
-        key_mask=key_mask_NS,
+        key_mask=key_mask_RS,
         cache=cache,
-        tokens=jax.lax.dynamic_update_slice(s.tokens, tokens_N[:, None],
+        tokens=jax.lax.dynamic_update_slice(s.tokens, tokens_R[:, None],
                                             column),
-        logps=jax.lax.dynamic_update_slice(s.logps, logps_N[:, None], column),
+        logps=jax.lax.dynamic_update_slice(s.logps, logps_R[:, None], column),
         lengths=s.lengths + (~s.done).astype(jnp.int32),
-        done=s.done | gen._is_stop(tokens_N),
+        done=s.done | gen._is_stop(tokens_R),
     ))
 
   return jax.lax.while_loop(cond, body, state)

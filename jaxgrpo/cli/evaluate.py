@@ -4,11 +4,11 @@ r"""Command line: pass@1, mean@k and pass@k of checkpoints on held-out data.
       [--checkpoint=init ...] [--datasets=a,b] [--k=4] [--temperature=1.0] \
       [--split=eval|train] [--limit=N] [--seed=0] [--batch=64] \
       [--json=PATH] [--quiet] [--config.KEY=VALUE ...]
-  python -m jaxgrpo.eval_cli ...
+  python -m jaxgrpo.cli.evaluate ...
 
 A checkpoint is 'init' (the config's model as a run starts it), a run
 workdir (its latest checkpoint) or WORKDIR@STEP, a Hugging Face model
-directory, a .gguf file or 'smollm2' (see `jaxgrpo.policy`). Each is
+directory, a .gguf file or 'smollm2' (see `jaxgrpo.model_spec`). Each is
 evaluated on the examples of the config's datasets, loaded as training
 loads them: the held-out sets (`--split=eval`) or the training sets
 (`--split=train`), the first `--limit` of each. k completions per example
@@ -37,8 +37,8 @@ import sys
 import time
 from typing import Any, TYPE_CHECKING
 
-from jaxgrpo import cli
-from jaxgrpo import console
+from jaxgrpo.cli import common
+from jaxgrpo.reporting import console
 from jaxgrpo import errors
 from jaxgrpo.example import Example
 
@@ -62,7 +62,7 @@ METRICS = ('pass@1', 'mean@k', 'pass@k')
 Log = Callable[[str], None]
 
 
-def evaluate_policy(
+def evaluate_model(
     generator: 'runner.SampleGenerator',
     params: 'PyTree',
     tokenizer: 'tokenizer_lib.Tokenizer',
@@ -162,7 +162,7 @@ def evaluate_checkpoints(
     cfg: the config (a `config_lib.Config`, or a ConfigDict validated
       here): datasets, verifiers, rollout.max_new_tokens and
       rollout.easy_threshold.
-    specs: checkpoint specs (see `jaxgrpo.policy`).
+    specs: checkpoint specs (see `jaxgrpo.model_spec`).
     datasets: names of the datasets to evaluate (default: all).
     k: completions per example (default: eval.num_samples).
     temperature: sampling temperature, 0 greedy (default:
@@ -183,14 +183,14 @@ def evaluate_checkpoints(
 
   Raises:
     errors.ConfigError: a bad argument or dataset name.
-    policy.PolicyError: a spec names no loadable model.
+    model_spec.ModelSpecError: a spec names no loadable model.
     errors.UserError: a dataset cannot be loaded or has a bad record.
   """
   # pylint: disable=g-import-not-at-top
   import jax
   import tqdm
   from jaxgrpo import config_lib
-  from jaxgrpo import policy as policy_lib
+  from jaxgrpo import model_spec
   from jaxgrpo import build
   from jaxgrpo.data import loading
   from jaxgrpo.generate import sampling as sampling_lib
@@ -209,7 +209,7 @@ def evaluate_checkpoints(
   threshold = cfg.rollout.easy_threshold
   # Every spec is checked before any model loads; a workdir's latest step
   # is resolved once, here.
-  names = [policy_lib.name_of(spec) for spec in specs]
+  names = [model_spec.name_of(spec) for spec in specs]
   result = {
       'split': split, 'k': k, 'temperature': temperature,
       'threshold': threshold, 'seed': seed, 'limit': limit,
@@ -220,13 +220,13 @@ def evaluate_checkpoints(
   with build.build_scorer(cfg) as scorer:
     for spec, name in zip(specs, names):
       t0 = time.perf_counter()
-      policy = policy_lib.load(name, cfg, log=log)
+      model = model_spec.load(name, cfg, log=log)
       loaded = []
       for index, entry in enumerate(cfg.data.datasets):
         if entry.name not in selected:
           continue
         _, train_set, held_out = loading.load_dataset(
-            cfg, entry, policy.tokenizer)
+            cfg, entry, model.tokenizer)
         source = held_out if split == 'eval' else train_set
         n = len(source) if limit is None else min(limit, len(source))
         members = [source[i] for i in range(n)]
@@ -240,21 +240,21 @@ def evaluate_checkpoints(
             'examples there' + (' (set num_eval, eval_path or holdout in '
                                 'their entries)' if split == 'eval' else ''))
       examples = [ex for _, members in loaded for ex in members]
-      loading.check_lengths(cfg, policy.tokenizer, examples)
+      loading.check_lengths(cfg, model.tokenizer, examples)
       generator = dataclasses.replace(
-          runner.make_generator(cfg, policy, k),
+          runner.make_generator(cfg, model, k),
           sampling=sampling_lib.Sampling(temperature=temperature))
-      tag = runner.tag_of(policy.name)
+      tag = runner.tag_of(model.name)
       with tqdm.tqdm(total=len(examples), desc=tag, unit='ex',
                      disable=not progress, dynamic_ncols=True) as bar:
-        metrics = evaluate_policy(
-            generator, policy.params, policy.tokenizer, scorer, loaded,
+        metrics = evaluate_model(
+            generator, model.params, model.tokenizer, scorer, loaded,
             key=key, threshold=threshold,
             max_prompt_len=cfg.rollout.max_prompt_len,
             truncate=cfg.rollout.long_prompts == 'truncate',
             batch=min(batch, max(len(m) for _, m in loaded)), bar=bar)
       result['checkpoints'].append({
-          'spec': spec, 'name': policy.name, 'tag': tag,
+          'spec': spec, 'name': model.name, 'tag': tag,
           'seconds': round(time.perf_counter() - t0, 3), 'metrics': metrics})
   return result
 
@@ -286,7 +286,7 @@ def format_table(result: dict[str, Any]) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = cli.Parser(prog=PROG, description=__doc__.split('\n')[0],
+  parser = common.Parser(prog=PROG, description=__doc__.split('\n')[0],
                    epilog='Overrides: --config.KEY=VALUE (any config key).')
   parser.add_argument('--config', required=True,
                       help='config file (`path.py` or `path.py:args`); '
@@ -334,11 +334,11 @@ def main(argv: list[str] | None = None) -> int:
 
   def body() -> int:
     args, extra = _parser().parse_known_args(argv)
-    overrides = cli.config_overrides(extra)
-    config = cli.load_config(PROG, args.config, overrides)
+    overrides = common.config_overrides(extra)
+    config = common.load_config(PROG, args.config, overrides)
     # pylint: disable=g-import-not-at-top
     from jaxgrpo import config_lib
-    from jaxgrpo import policy as policy_lib
+    from jaxgrpo import model_spec
     # pylint: enable=g-import-not-at-top
     cfg = config_lib.from_config_dict(config)
     datasets = None
@@ -350,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
           temperature=args.temperature, split=args.split, limit=args.limit,
           seed=args.seed, batch=args.batch, progress=not args.quiet,
           log=(lambda _: None) if args.quiet else console.print_line)
-    except policy_lib.PolicyError as e:
-      raise cli.UsageError(str(e)) from None
+    except model_spec.ModelSpecError as e:
+      raise common.UsageError(str(e)) from None
     result['config'] = ' '.join([args.config, *overrides])
     for line in format_table(result):
       print(line, flush=True)
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
       print(f'wrote {args.json}', flush=True)
     return 0
 
-  return cli.run_main(PROG, body)
+  return common.run_main(PROG, body)
 
 
 if __name__ == '__main__':

@@ -21,7 +21,7 @@ from etils import epath
 import numpy as np
 
 from jaxgrpo import records as records_lib
-from jaxgrpo import tensorboard as tensorboard_lib
+from jaxgrpo.reporting import tensorboard as tensorboard_lib
 
 METRICS = 'metrics.jsonl'
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgrpo.generate import sampler
+from jaxgrpo.generate import generator as generator_lib
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
@@ -63,8 +63,8 @@ class GeneratorTest(chex.TestCase):
     )
 
   @classmethod
-  def generator(cls, sampling: Sampling, **kwargs) -> sampler.Generator:
-    return sampler.Generator(
+  def generator(cls, sampling: Sampling, **kwargs) -> generator_lib.Generator:
+    return generator_lib.Generator(
         graphdef=cls.graphdef,
         model_cfg=cls.cfg,
         sampling=sampling,
@@ -184,14 +184,14 @@ class GeneratorTest(chex.TestCase):
   def test_compiles_once_per_shape(self):
     gen = self.greedy_gen
     self.generate(gen)
-    sizes = (sampler._prefill._cache_size(), sampler._decode._cache_size())
+    sizes = (generator_lib._prefill._cache_size(), generator_lib._decode._cache_size())
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter('always')
       # An equal, separately built generator shares the compiled code.
       self.generate(dataclasses.replace(gen), seed=5)
       self.generate(gen, seed=6)
     self.assertEqual(
-        (sampler._prefill._cache_size(), sampler._decode._cache_size()), sizes
+        (generator_lib._prefill._cache_size(), generator_lib._decode._cache_size()), sizes
     )
     self.assertEmpty([w for w in caught if 'donat' in str(w.message)])
 

@@ -1,0 +1,67 @@
+"""`jaxgrpo-plot`: a run's figures (PNG) and TensorBoard events.
+
+  jaxgrpo-plot runs/demo [--out=runs/demo/plots] [--window=20] [--tensorboard]
+  python -m jaxgrpo.cli.plot runs/demo
+
+What each figure shows: `jaxgrpo.reporting.plot`.
+"""
+
+import argparse
+import os
+import sys
+
+from jaxgrpo.cli import common
+from jaxgrpo.reporting import plot
+
+PROG = 'jaxgrpo-plot'
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = common.Parser(prog=PROG, description=plot.__doc__.split('\n')[0])
+  parser.add_argument('workdir', help='a run workdir (holds metrics.jsonl)')
+  parser.add_argument('--out', default=None,
+                      help='directory of the PNGs (default: WORKDIR/plots)')
+  parser.add_argument('--window', type=int, default=20,
+                      help='steps in the trailing mean of per-step series')
+  parser.add_argument('--tensorboard', action='store_true',
+                      help='also write every scalar as TensorBoard events '
+                      'under WORKDIR/tensorboard')
+  return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
+  argv = sys.argv[1:] if argv is None else list(argv)
+  try:
+    args = _parser().parse_args(argv)
+  except common.UsageError as e:
+    return common.fail(PROG, str(e), 2)
+  if args.window < 1:
+    return common.fail(PROG, f'--window={args.window}: must be >= 1', 2)
+  path = os.path.join(args.workdir, 'metrics.jsonl')
+  if not os.path.isfile(path):
+    return common.fail(PROG, f'{path}: no such file (WORKDIR is a run workdir: '
+                    'where the run wrote metrics.jsonl)', 1)
+  failed = []  # one error line each
+  paths = plot.plot_run(args.workdir, args.out, args.window, log=failed.append)
+  for p in paths:
+    print(p, flush=True)
+  if not paths and not failed:
+    failed.append(f'{path} holds no metrics to plot')
+  if args.tensorboard:
+    try:
+      logdir = plot.write_tensorboard(args.workdir)
+    except OSError as e:
+      return common.fail(PROG, f'tensorboard: {e}', 1)
+    if logdir is None:
+      failed.append('--tensorboard needs tensorboardX (it writes the '
+                    f'events): {plot.INSTALL_TENSORBOARD}')
+    else:
+      print(f'{logdir} (tensorboard --logdir {logdir})', flush=True)
+  for line in failed:
+    common.fail(PROG, line, 1)
+  return 1 if failed else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,83 @@
+"""`jaxgrpo-train`: one training run.
+
+  jaxgrpo-train --config=configs/demo.py --workdir=runs/demo \
+      [--config.KEY=VALUE ...] [--progress=auto|on|off] [--quiet] [-v N]
+
+`python -m jaxgrpo.main` runs the same command. The logic lives in
+`jaxgrpo.train`, which notebooks and tests import directly. Mistakes in the
+command line or the config end with one line naming the key and exit code
+2; a run that cannot go on (a resume that does not match, a streak of
+non-finite updates, a full disk) ends with one line and exit code 1.
+"""
+
+import sys
+
+from absl import flags
+from absl import logging as absl_logging
+
+from jaxgrpo import config_lib
+from jaxgrpo import train
+from jaxgrpo.cli import common
+
+PROG = 'jaxgrpo-train'
+DEFAULT_CONFIG = 'configs/demo.py'
+
+
+def _parser() -> common.Parser:
+  parser = common.Parser(prog=PROG, description='One GRPO training run.')
+  parser.add_argument(
+      '--config', default=DEFAULT_CONFIG,
+      help='config file (`path.py` or `path.py:args`); configs/NAME.py '
+      'names a config shipped with jaxgrpo when no such file is here')
+  parser.add_argument(
+      '--workdir', default=None,
+      help='run directory (required); a run resumes from its latest '
+      'checkpoint there')
+  parser.add_argument(
+      '--progress', choices=('auto', 'on', 'off'), default='auto',
+      help='progress bars with rate and time left (warm start, evaluation, '
+      'training); auto: when stderr is a terminal')
+  parser.add_argument(
+      '--quiet', action='store_true',
+      help='show only what needs attention (a resume, skipped updates, a '
+      'stop signal) and the final summary; no progress bars')
+  parser.add_argument(
+      '-v', '--verbosity', type=int, default=None,
+      help="libraries' log level: 0 shows their INFO records (orbax logs "
+      'every save), which are hidden by default')
+  return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
+  argv = sys.argv[1:] if argv is None else list(argv)
+
+  def body() -> int:
+    args, extra = _parser().parse_known_args(argv)
+    overrides = common.config_overrides(extra)
+    if not args.workdir:
+      raise common.UsageError(
+          '--workdir is required (checkpoints and metrics.jsonl go there)')
+    config = common.load_config(PROG, args.config, overrides)
+    cfg = config_lib.from_config_dict(config)
+    # Libraries' INFO records (orbax logs every save) would bury the run's
+    # own lines and bars. The command's flags are argparse's: absl is told
+    # its own are parsed, so it logs without a warning about them.
+    flags.FLAGS.mark_as_parsed()
+    absl_logging.set_verbosity(
+        absl_logging.WARNING if args.verbosity is None else args.verbosity)
+    progress = not args.quiet and (args.progress == 'on' or (
+        args.progress == 'auto' and sys.stderr.isatty()))
+    train.run(cfg, args.workdir, progress=progress, quiet=args.quiet)
+    return 0
+
+  return common.run_main(PROG, body)
+
+
+def run_cli() -> None:
+  """The `jaxgrpo-train` entry point."""
+  sys.exit(main())
+
+
+if __name__ == '__main__':
+  run_cli()
