@@ -1,1 +1,2 @@
-"""On-device generation: sampling strategies and the KV-cache sampler."""
+"""On-device generation: sampling strategies, the KV-cache sampler, and
+examples generated and scored (`scored`)."""
