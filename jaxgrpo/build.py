@@ -313,7 +313,7 @@ def build_run(
                      batch_shardings)
   check_memory(cfg, step_fn, abstract_state, batch_spec, log)
   source = _source(cfg, datasets, log)
-  rollout = rollout_lib.Rollout(
+  rollout = rollout_lib.Rollout.for_model(
       rollout_lib.RolloutConfig.from_section(ro, cfg.rl.advantage),
       source, tokenizer, generator, scorer,
   )

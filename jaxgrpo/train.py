@@ -365,8 +365,8 @@ def _finish(cfg: config_lib.Config, workdir: str,
       steps=step,
       resumed_from=resumed_from, stopped_by=stopped_by,
       warmstart=meta.get('warmstart', {}),
-      cum_prompts_generated=parts.rollout.cum_prompts_generated,
-      cum_groups_used=parts.rollout.cum_groups_used,
+      cum_prompts_generated=parts.rollout.accumulator.cum_prompts_generated,
+      cum_groups_used=parts.rollout.accumulator.cum_groups_used,
       seconds=seconds,
       dataset_names=[d.name for d in cfg.data.datasets], workdir=workdir)
   console.notice(summary_lib.format_summary(summary))

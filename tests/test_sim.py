@@ -14,6 +14,7 @@ from jaxgrpo import metrics as metrics_lib
 from jaxgrpo.data import mixture
 from jaxgrpo.example import Example
 from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.rl import rounds
 from jaxgrpo.sim import engine
 from jaxgrpo.sim import experiments
 from jaxgrpo.sim import learner as learner_lib
@@ -123,8 +124,10 @@ class RunTest(parameterized.TestCase):
     sim = engine.build(_spec())
     self.assertIsInstance(sim.sampler, mixture.MixtureSampler)
     self.assertIs(type(sim.rollout), rollout_lib.Rollout)
-    self.assertIsInstance(engine.build(_spec(engine='fast')).rollout,
-                          rollout_lib.Rollout)
+    self.assertIsInstance(sim.rollout.round_fn, rounds.ModelRound)
+    fast = engine.build(_spec(engine='fast')).rollout
+    self.assertIs(type(fast), rollout_lib.Rollout)
+    self.assertIsInstance(fast.round_fn, standins.FastRound)
 
   @parameterized.parameters('rollout', 'fast')
   def test_snooze_tables_are_driven(self, eng):
