@@ -11,6 +11,7 @@ from jaxgrpo.example import Example
 from jaxgrpo.generate.sampler import Completions
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.rl import rounds
+from jaxgrpo.sim import standins
 from jaxgrpo.verifiers import pool as verifier_pool
 from tests import scripted
 
@@ -203,9 +204,6 @@ class RolloutTest(absltest.TestCase):
     self.assertLessEqual(np.mean(rounds[-4:]), 2.0)
 
 
-if __name__ == '__main__':
-  absltest.main()
-
 
 class RolloutStateTest(absltest.TestCase):
 
@@ -296,3 +294,55 @@ class LongPromptTest(absltest.TestCase):
       rollout_lib.RolloutConfig(batch_size=1, group_size=2, round_size=1,
                                 max_rounds=1, max_prompt_len=4,
                                 long_prompts='cut')
+
+
+class _TableRound:
+  """A round function without a model: each example's G rewards come from a
+  table, as the simulator's do. Keeps the (prompt ids, size) of each call."""
+
+  def __init__(self, table):
+    self.table = table
+    self.calls = []
+
+  def __call__(self, params, rng, examples, size):
+    del params, rng
+    self.calls.append(([ex.id for ex in examples], size))
+    rewards = np.array([self.table[ex.id] for ex in examples], np.float32)
+    return rounds.Round(
+        groups=[standins.SimGroup(ex, r) for ex, r in zip(examples, rewards)],
+        rewards=rewards, gen_s=0.5, gen_tokens=float(rewards.size))
+
+
+class RoundFunctionTest(absltest.TestCase):
+
+  def test_a_plugged_in_round_function_feeds_dynamic_sampling(self):
+    ro, sampler, _ = _rollout([0.5] * 4, batch_size=1, round_size=4,
+                              max_rounds=2)
+    round_fn = _TableRound({'d/0': [1, 1, 1, 1], 'd/1': [0, 0, 0, 0],
+                            'd/2': [1, 0, 0, 0], 'd/3': [0, 1, 1, 0]})
+    plugged = rollout_lib.Rollout(ro.cfg, sampler, round_fn, pad_id=None)
+    res = plugged.collect(None, jax.random.key(0))
+    self.assertLen(round_fn.calls, 1)  # one round filled the batch
+    ids, size = round_fn.calls[0]
+    self.assertCountEqual(ids, ['d/0', 'd/1', 'd/2', 'd/3'])
+    self.assertEqual(size, 4)
+    # The too easy and too hard groups are dropped; of the two informative
+    # ones, one trains and one is carried.
+    self.assertIsNone(res.batch)  # no pad id: no batch
+    self.assertLen(res.groups, 1)
+    self.assertIn(res.groups[0].example.id, ('d/2', 'd/3'))
+    m = res.metrics
+    self.assertEqual((m['rollout/groups_easy'], m['rollout/groups_hard'],
+                      m['rollout/groups_used'], m['rollout/surplus']),
+                     (1.0, 1.0, 1.0, 1.0))
+    self.assertEqual(m['rollout/tokens_generated'], 16.0)
+    self.assertEqual(m['reward/mean'], 7 / 16)
+    self.assertEqual(m, res.stats.to_metrics() | sampler.metrics())
+    self.assertLen(plugged.accumulator.carried, 1)
+    # The outcomes reached the sampler's tables.
+    self.assertEqual(int(sampler.tables[0].get_state()['trials'].sum()),
+                     4 * G)
+
+
+if __name__ == '__main__':
+  absltest.main()
