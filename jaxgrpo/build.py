@@ -23,7 +23,6 @@ import optax
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
-from jaxgrpo.reporting import console as console_lib
 from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import optimizer as optimizer_lib
@@ -43,6 +42,7 @@ from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import pretrained
+from jaxgrpo.reporting import console as console_lib
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.typing import PyTree, TrainBatch
 from jaxgrpo.verifiers import pool as verifier_pool
@@ -313,7 +313,7 @@ def build_run(
                      batch_shardings)
   check_memory(cfg, step_fn, abstract_state, batch_spec, log)
   source = _source(cfg, datasets, log)
-  rollout = rollout_lib.Rollout(
+  rollout = rollout_lib.Rollout.for_model(
       rollout_lib.RolloutConfig.from_section(ro, cfg.rl.advantage),
       source, tokenizer, generator, scorer,
   )

@@ -8,12 +8,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxgrpo.reporting import console as console_lib
-from jaxgrpo import scoring
-from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
+from jaxgrpo.generate import scored as scored_lib
 from jaxgrpo.generate.generator import Generator
+from jaxgrpo.reporting import console as console_lib
 from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import pool as verifier_pool
 
@@ -33,35 +32,23 @@ def sample_rewards(
 ) -> np.ndarray:
   """Rewards [E, k] of k = generator.num_samples completions per example.
 
-  Examples go through the generator in chunks of one fixed size (the last
-  padded by repetition), so evaluation compiles once; under a mesh the size
-  is rounded up to a multiple of the batch devices, so rows shard evenly
-  (the padding rows' completions are dropped). With `truncate`, prompts
-  longer than `max_prompt_len` are cut as in rollouts; otherwise they raise
-  `PromptTooLongError`. `on_chunk` receives the number of examples each
-  chunk finished (a progress bar's `update`).
+  Examples go through `scored.generate_and_score` in chunks of one fixed
+  size (the last padded by repetition), so evaluation compiles once; under
+  a mesh the size is rounded up to a multiple of the batch devices, so rows
+  shard evenly (the padding rows' completions are dropped). With
+  `truncate`, prompts longer than `max_prompt_len` are cut as in rollouts;
+  otherwise they raise `PromptTooLongError`. `on_chunk` receives the number
+  of examples each chunk finished (a progress bar's `update`).
   """
-  k = generator.num_samples
-  out = np.zeros((len(examples), k), np.float32)
-  multiple = sharding.batch_multiple()
-  padded_size = -(-chunk_size // multiple) * multiple
+  out = np.zeros((len(examples), generator.num_samples), np.float32)
   for start in range(0, len(examples), chunk_size):
-    chunk = list(examples[start:start + chunk_size])
-    n = len(chunk)
-    chunk += [chunk[i % n] for i in range(padded_size - n)]
-    tokens, mask, _ = tokenizer_lib.encode_prompts(
-        tokenizer, [ex.prompt for ex in chunk], max_prompt_len,
-        truncate=truncate, names=[ex.id for ex in chunk],
-    )
-    completions = generator.generate(
-        params, tokens, mask, jax.random.fold_in(rng, start))
-    # Each process verifies its own rows; all get every reward.
-    rewards, _ = scoring.score_rows(
-        scorer, tokenizer.decode, completions.tokens,
-        [ex for ex in chunk[:n] for _ in range(k)])
-    out[start:start + n] = rewards.reshape(n, k)
+    chunk = examples[start:start + chunk_size]
+    out[start:start + len(chunk)] = scored_lib.generate_and_score(
+        generator, params, tokenizer, chunk, scorer,
+        jax.random.fold_in(rng, start), max_prompt_len=max_prompt_len,
+        truncate=truncate, rows=chunk_size).rewards
     if on_chunk is not None:
-      on_chunk(n)
+      on_chunk(len(chunk))
   return out
 
 

@@ -115,7 +115,7 @@ def activate(context: MeshContext | None) -> Iterator[None]:
   jit caches know nothing of the active context, yet `constrain` reads it
   while tracing. A jitted function that constrains takes `current()` as a
   static (hashable) argument and traces under `activate(it)`, so that each
-  placement gets its own trace; see `generate.sampler`.
+  placement gets its own trace; see `generate.generator`.
   """
   token = _ACTIVE.set(context)
   try:

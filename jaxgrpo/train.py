@@ -14,17 +14,17 @@ import ml_collections
 from jaxgrpo import build
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
-from jaxgrpo.reporting import console as console_lib
 from jaxgrpo import errors
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import multihost
-from jaxgrpo.reporting import plot as plot_lib
 from jaxgrpo import preemption
 from jaxgrpo import sharding
-from jaxgrpo.reporting import summary as summary_lib
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import warmstart
 from jaxgrpo.model import config as model_config
+from jaxgrpo.reporting import console as console_lib
+from jaxgrpo.reporting import metrics as metrics_lib
+from jaxgrpo.reporting import plot as plot_lib
+from jaxgrpo.reporting import summary as summary_lib
 
 Log = Callable[[str], None]
 
@@ -365,8 +365,8 @@ def _finish(cfg: config_lib.Config, workdir: str,
       steps=step,
       resumed_from=resumed_from, stopped_by=stopped_by,
       warmstart=meta.get('warmstart', {}),
-      cum_prompts_generated=parts.rollout.cum_prompts_generated,
-      cum_groups_used=parts.rollout.cum_groups_used,
+      cum_prompts_generated=parts.rollout.accumulator.cum_prompts_generated,
+      cum_groups_used=parts.rollout.accumulator.cum_groups_used,
       seconds=seconds,
       dataset_names=[d.name for d in cfg.data.datasets], workdir=workdir)
   console.notice(summary_lib.format_summary(summary))

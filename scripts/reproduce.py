@@ -58,8 +58,8 @@ sys.path.insert(0, os.path.join(REPO, 'scripts'))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from configs import common
 from configs import mixture_demo
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
+from jaxgrpo.reporting import metrics as metrics_lib
 
 DATA = os.path.join(REPO, 'docs', 'results', 'data')
 WORK = os.path.join(REPO, 'runs', 'reproduce')

@@ -92,6 +92,6 @@ def make_rollout(datasets, *, policy='none', balance='pre_filter',
       batch_size=batch_size, group_size=group_size, round_size=round_size,
       max_rounds=max_rounds, surplus=surplus, max_prompt_len=8,
       max_round_size=max_round_size, short_batch=short_batch)
-  ro = rollout_lib.Rollout(
+  ro = rollout_lib.Rollout.for_model(
       cfg, sampler, tok, gen, verifier_pool.Scorer(verifiers.get('exact_match')))
   return ro, sampler, gen

@@ -24,7 +24,6 @@ KNOWN_MODULES = {
     'jaxgrpo/model/hf.py': 660,
     'jaxgrpo/data/snooze.py': 617,
     'jaxgrpo/data/formats.py': 560,
-    'jaxgrpo/rl/rollout.py': 458,
     'jaxgrpo/model/gguf.py': 457,
 }
 

@@ -14,9 +14,9 @@ import jax
 import numpy as np
 
 from jaxgrpo import config_lib
-from jaxgrpo.cli import evaluate as evaluate_cli
 from jaxgrpo import evaluate
 from jaxgrpo import model_spec
+from jaxgrpo.cli import evaluate as evaluate_cli
 from jaxgrpo.data import loading
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example

@@ -18,8 +18,8 @@ import os
 from absl.testing import absltest
 
 from configs import demo
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
+from jaxgrpo.reporting import metrics as metrics_lib
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'golden',
                       'demo_runlocal_metrics.json')

@@ -10,8 +10,8 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.cli import plot as plot_cli
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.reporting import plot
 from jaxgrpo.reporting import plot_panels
 from tests import tensorboard_events

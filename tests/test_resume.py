@@ -6,14 +6,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.rl import rollout as rollout_lib
 from tests import test_train
 
@@ -126,28 +127,25 @@ class FullDiskTest(absltest.TestCase):
       subprocess.run(['umount', mount_point], check=False)
 
 
-class _PoisonedRollout(rollout_lib.Rollout):
+def _poisoned_assemble(*args, **kwargs):
   """Batches whose advantages are NaN: every update is non-finite."""
+  batch = _ASSEMBLE(*args, **kwargs)
+  return batch.replace(advantages=np.full_like(batch.advantages, np.nan))
 
-  def _assemble(self, groups, scale=1.0):
-    batch = super()._assemble(groups, scale)
-    return batch.replace(advantages=np.full_like(batch.advantages, np.nan))
+
+_ASSEMBLE = rollout_lib.assemble
 
 
 class NonFiniteTest(absltest.TestCase):
 
   def test_nan_streak_stops_with_last_good_checkpoint(self):
     workdir = self.create_tempdir().full_path
-    original = rollout_lib.Rollout
-    rollout_lib.Rollout = _PoisonedRollout
-    try:
+    with mock.patch.object(rollout_lib, 'assemble', _poisoned_assemble):
       c = _config(total_steps=6)
       c.rl.max_nonfinite_steps = 2
       with self.assertRaisesRegex(errors.TrainingError,
                                   'NaN/inf .* in 2 steps in a row'):
         train.run(c, workdir, log=lambda _: None)
-    finally:
-      rollout_lib.Rollout = original
     records = metrics_lib.read_metrics(workdir)
     bad = [r for r in records if r.get('train/nonfinite')]
     self.assertLen(bad, 2)

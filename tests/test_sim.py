@@ -10,16 +10,17 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.data import mixture
 from jaxgrpo.example import Example
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.rl import rounds
+from jaxgrpo.sim import __main__ as cli
 from jaxgrpo.sim import engine
 from jaxgrpo.sim import experiments
 from jaxgrpo.sim import learner as learner_lib
 from jaxgrpo.sim import plots
 from jaxgrpo.sim import standins
-from jaxgrpo.sim import __main__ as cli
 
 _HAS_MPL = importlib.util.find_spec('matplotlib') is not None
 _NO_MPL = 'matplotlib not installed: pip install "jaxgrpo[plots]"'
@@ -123,8 +124,10 @@ class RunTest(parameterized.TestCase):
     sim = engine.build(_spec())
     self.assertIsInstance(sim.sampler, mixture.MixtureSampler)
     self.assertIs(type(sim.rollout), rollout_lib.Rollout)
-    self.assertIsInstance(engine.build(_spec(engine='fast')).rollout,
-                          rollout_lib.Rollout)
+    self.assertIsInstance(sim.rollout.round_fn, rounds.ModelRound)
+    fast = engine.build(_spec(engine='fast')).rollout
+    self.assertIs(type(fast), rollout_lib.Rollout)
+    self.assertIsInstance(fast.round_fn, standins.FastRound)
 
   @parameterized.parameters('rollout', 'fast')
   def test_snooze_tables_are_driven(self, eng):

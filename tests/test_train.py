@@ -13,12 +13,12 @@ from configs import demo
 from configs import squad_qa
 from jaxgrpo import config_lib
 from jaxgrpo import errors
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
 from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.reporting import metrics as metrics_lib
 from tests import flaky_verifiers  # noqa: F401  (registers starts_with_digit)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

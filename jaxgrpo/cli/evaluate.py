@@ -37,10 +37,10 @@ import sys
 import time
 from typing import Any, TYPE_CHECKING
 
-from jaxgrpo.cli import common
-from jaxgrpo.reporting import console
 from jaxgrpo import errors
+from jaxgrpo.cli import common
 from jaxgrpo.example import Example
+from jaxgrpo.reporting import console
 
 if TYPE_CHECKING:
   # The modules behind these import jax; `--help` and mistakes on the

@@ -1,1 +1,2 @@
-"""On-device generation: sampling strategies and the KV-cache generator."""
+"""On-device generation: sampling strategies, the KV-cache generator, and
+examples generated and scored (`scored`)."""

@@ -19,10 +19,10 @@ import time
 import jax
 import numpy as np
 
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import verifiers
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.sim import learner as learner_lib
 from jaxgrpo.sim import standins
@@ -196,12 +196,12 @@ def build(spec: SimSpec) -> Simulation:
       round_size=spec.round_size, max_rounds=spec.max_rounds,
       surplus=spec.surplus, short_batch=spec.short_batch, max_prompt_len=2)
   if spec.engine == 'rollout':
-    rollout = rollout_lib.Rollout(
+    rollout = rollout_lib.Rollout.for_model(
         cfg, sampler, standins.SimTokenizer(), generator,
         verifier_pool.Scorer(verifiers.get('exact_match')))
   else:
-    rollout = standins.FastRollout(cfg, sampler, standins.SimTokenizer(),
-                                   generator, None)
+    rollout = rollout_lib.Rollout(cfg, sampler, standins.FastRound(generator),
+                                  pad_id=None)
   return Simulation(spec=spec, learner=learner, sampler=sampler,
                     rollout=rollout, generator=generator, sample=sample)
 

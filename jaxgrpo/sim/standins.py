@@ -2,16 +2,18 @@
 
 Two ways to run `Rollout.collect` against the synthetic learner:
 
-  'rollout': the real `Rollout` with `SimTokenizer` and `SimGenerator`. A
-    prompt 'k:i' (dataset code k, example index i) encodes as two tokens;
-    the generator answers each of G completions right with the learner's
-    pass rate as a one-token completion, which is decoded to text and
-    scored by the real `exact_match` verifier in a `Scorer`.
-  'fast': `FastRollout`, a `Rollout` whose round skips the text: it draws
-    the same rewards from the same random stream as a [R, G] array and
-    hands lightweight `SimPrompt`s to the same sampler, classification and
-    `collect` loop. It gives the same metrics as 'rollout' (the tests check
-    this) for a fraction of the cost per completion.
+  'rollout': the real `Rollout` and round (`Rollout.for_model`) with
+    `SimTokenizer` and `SimGenerator`. A prompt 'k:i' (dataset code k,
+    example index i) encodes as two tokens; the generator answers each of G
+    completions right with the learner's pass rate as a one-token
+    completion, which is decoded to text and scored by the real
+    `exact_match` verifier in a `Scorer`.
+  'fast': the real `Rollout` with `FastRound` as its round function, which
+    skips the text: it draws the same rewards from the same random stream
+    as a [R, G] array for lightweight `SimPrompt`s, and the same sampler,
+    classification and `collect` loop take them. It gives the same metrics
+    as 'rollout' (the tests check this) for a fraction of the cost per
+    completion.
 
 Datasets are lazy: `SimSource` and `IndexSource` make an example when it is
 indexed, so a dataset of a million examples costs nothing until drawn.
@@ -26,7 +28,7 @@ import numpy as np
 
 from jaxgrpo.example import Example
 from jaxgrpo.generate.generator import Completions
-from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.rl import rounds
 from jaxgrpo.sim import learner as learner_lib
 
 RIGHT, WRONG = 'right', 'wrong'
@@ -151,51 +153,36 @@ class SimGenerator:
 
 @dataclasses.dataclass
 class SimGroup:
-  """An informative group of the fast engine: its prompt and G rewards."""
+  """A group of the fast engine: its prompt and G rewards."""
 
   example: SimPrompt
   rewards: np.ndarray
 
 
-class FastRollout(rollout_lib.Rollout):
-  """`Rollout` with a vectorized round: no tokens, text or verifier calls.
+@dataclasses.dataclass(frozen=True)
+class FastRound:
+  """The fast engine's round function: no tokens, text or verifier calls.
 
-  `collect` (dynamic sampling, surplus, metrics) is inherited unchanged;
-  the round draws prompts from the sampler, rewards from `SimGenerator`
-  (1.0 right, 0.0 wrong, as `exact_match` scores them) and classifies them
-  with `rollout.classify`. No train batch is assembled.
+  Draws each prompt's G rewards from `SimGenerator` (1.0 right, 0.0 wrong,
+  as `exact_match` scores them) as one [R, G] array; the `Rollout` it is
+  plugged into classifies them and runs dynamic sampling, surplus and the
+  metrics unchanged. Its groups are `SimGroup`s, so no train batch is
+  assembled.
   """
 
-  def _round(self, params, rng, size, need):
+  generator: SimGenerator
+
+  def __call__(self, params, rng, examples: Sequence[SimPrompt],
+               size: int) -> rounds.Round:
     del params, rng
-    cfg = self.cfg
-    examples = self.source.next_prompts(size, need)
-    if not examples:
-      return [], np.zeros((0, cfg.group_size), np.float32), [], {}
-    n = len(examples)
+    gen, n = self.generator, len(examples)
     codes = np.fromiter((ex.code for ex in examples), np.int64, n)
     index = np.fromiter((ex.index for ex in examples), np.int64, n)
     t0 = time.perf_counter()
-    rewards_RG = self.generator.correct(
-        self.generator.pass_rates(codes, index), size).astype(np.float32)
+    rewards_RG = gen.correct(gen.pass_rates(codes, index),
+                             size).astype(np.float32)
     gen_s = time.perf_counter() - t0
-    self.source.observe(examples, rewards_RG)
-    informative, easy, hard = rollout_lib.classify(
-        rewards_RG, cfg.easy_threshold, cfg.hard_threshold)
-    groups = [SimGroup(examples[r], rewards_RG[r])
-              for r in np.flatnonzero(informative)]
-    info = {
-        'easy': float(easy.sum()),
-        'hard': float(hard.sum()),
-        'gen_s': gen_s,
-        'gen_tokens': float(2 * n * cfg.group_size),
-        'verify_errors': 0.0,
-        'verify_timeouts': 0.0,
-        'verify_s': 0.0,
-        'round_size': float(size),
-    }
-    return groups, rewards_RG, examples, info
-
-  def _assemble(self, groups, scale=1.0):
-    del groups, scale
-    return None
+    return rounds.Round(
+        groups=[SimGroup(ex, rewards_RG[r]) for r, ex in enumerate(examples)],
+        rewards=rewards_RG, gen_s=gen_s,
+        gen_tokens=float(2 * n * gen.num_samples))

@@ -22,7 +22,6 @@ import tqdm
 
 from jaxgrpo import build
 from jaxgrpo import config_lib
-from jaxgrpo.reporting import console
 from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import model_spec
@@ -32,6 +31,7 @@ from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.generator import Generator
+from jaxgrpo.reporting import console
 from jaxgrpo.stratify import passrates
 from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import pool as verifier_pool

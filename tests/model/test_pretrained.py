@@ -10,12 +10,12 @@ import numpy as np
 
 from configs import common
 from jaxgrpo import errors
-from jaxgrpo.cli import export
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
+from jaxgrpo.cli import export
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import pretrained
+from jaxgrpo.reporting import metrics as metrics_lib
 
 _HAS_HF = all(importlib.util.find_spec(m) for m in
               ('tokenizers', 'jinja2', 'safetensors'))

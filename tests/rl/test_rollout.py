@@ -10,6 +10,8 @@ from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate.generator import Completions
 from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.rl import rounds
+from jaxgrpo.sim import standins
 from jaxgrpo.verifiers import pool as verifier_pool
 from tests import scripted
 
@@ -21,12 +23,12 @@ class ClassifyTest(absltest.TestCase):
   def test_by_hand(self):
     rewards = np.array([[1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 1],
                         [.5, .5, .5, .5], [.9, 1, .95, 1]], np.float32)
-    informative, easy, hard = rollout_lib.classify(rewards, 1.0, 0.0)
+    informative, easy, hard = rounds.classify(rewards, 1.0, 0.0)
     np.testing.assert_array_equal(informative, [0, 0, 1, 0, 1])
     np.testing.assert_array_equal(easy, [1, 0, 0, 0, 0])
     np.testing.assert_array_equal(hard, [0, 1, 0, 0, 0])
     # With a lower easy threshold the near-perfect group is too easy.
-    informative, easy, _ = rollout_lib.classify(rewards, 0.9, 0.0)
+    informative, easy, _ = rounds.classify(rewards, 0.9, 0.0)
     np.testing.assert_array_equal(informative, [0, 0, 1, 0, 0])
     np.testing.assert_array_equal(easy, [1, 0, 0, 0, 1])
 
@@ -69,7 +71,7 @@ class RolloutTest(absltest.TestCase):
     # rounds of 3 fill 4 groups; whatever exceeded 4 is carried.
     self.assertEqual(res.metrics['rollout/groups_used'], 4)
     self.assertEqual(res.metrics['rollout/rounds'], gen.calls)
-    carried = len(ro.carried)
+    carried = len(ro.accumulator.carried)
     self.assertEqual(res.metrics['rollout/surplus'], carried)
     calls = gen.calls
     res2 = ro.collect(None, jax.random.key(1), 1)
@@ -81,7 +83,7 @@ class RolloutTest(absltest.TestCase):
     ro, _, _ = _rollout([0.5] * 12, batch_size=1, round_size=6,
                         surplus='drop')
     ro.collect(None, jax.random.key(0))
-    self.assertEmpty(ro.carried)
+    self.assertEmpty(ro.accumulator.carried)
 
   def test_short_batch_is_padded_and_reported(self):
     # Only one example is ever informative; max_rounds stops the step.
@@ -112,10 +114,10 @@ class RolloutTest(absltest.TestCase):
       if res.batch is None:
         self.assertEmpty(res.groups)
         self.assertEqual(m['rollout/groups_used'], 0)
-        self.assertEqual(m['rollout/held'], len(ro.carried))
+        self.assertEqual(m['rollout/held'], len(ro.accumulator.carried))
         self.assertLess(m['rollout/held'], 4)
         self.assertEqual(m['train/batch_fill'], m['rollout/held'] / 4)
-        in_hand = len(ro.carried)
+        in_hand = len(ro.accumulator.carried)
       else:
         batches += 1
         self.assertLen(res.groups, 4)
@@ -123,7 +125,7 @@ class RolloutTest(absltest.TestCase):
         self.assertEqual(m['rollout/held'], 0)
         self.assertTrue((res.batch.completion_mask.reshape(4, G, -1)
                          .any(axis=(1, 2))).all())
-        in_hand = len(ro.carried)
+        in_hand = len(ro.accumulator.carried)
     self.assertGreater(batches, 0)
     self.assertEqual(gen.calls, 12)
 
@@ -135,12 +137,12 @@ class RolloutTest(absltest.TestCase):
       if res.metrics['rollout/held']:
         break
     self.assertIsNone(res.batch)
-    held = [g.example.id for g in ro.carried]
+    held = [g.example.id for g in ro.accumulator.carried]
     self.assertNotEmpty(held)
     fresh, _, _ = _rollout([0.5] * 2 + [1.0] * 10, batch_size=4,
                            round_size=6, max_rounds=1)
     fresh.set_state(ro.get_state())
-    self.assertEqual([g.example.id for g in fresh.carried], held)
+    self.assertEqual([g.example.id for g in fresh.accumulator.carried], held)
 
   def test_short_batch_scale(self):
     # Two of six examples can be informative and B=4: the same groups under
@@ -170,10 +172,10 @@ class RolloutTest(absltest.TestCase):
     self.assertEqual(res.metrics['reward/mean'], 1.0)
 
   def test_batch_layout_is_prompt_major(self):
-    ro, _, _ = _rollout([0.5] * 8, batch_size=2, round_size=8, max_rounds=1)
+    ro, _, gen = _rollout([0.5] * 8, batch_size=2, round_size=8, max_rounds=1)
     res = ro.collect(None, jax.random.key(0))
     b = res.batch
-    tok = ro.tokenizer
+    tok = gen.tok
     for i, g in enumerate(res.groups):
       self.assertEqual(tok.decode(b.prompt_tokens[i]), g.example.prompt)
       for j in range(G):
@@ -202,9 +204,6 @@ class RolloutTest(absltest.TestCase):
     self.assertLessEqual(np.mean(rounds[-4:]), 2.0)
 
 
-if __name__ == '__main__':
-  absltest.main()
-
 
 class RolloutStateTest(absltest.TestCase):
 
@@ -213,7 +212,7 @@ class RolloutStateTest(absltest.TestCase):
     from jaxgrpo import checkpoint  # pylint: disable=g-import-not-at-top
     ro, _, _ = _rollout([0.5] * 12, batch_size=1, round_size=6)
     ro.collect(None, jax.random.key(0))
-    self.assertNotEmpty(ro.carried)
+    self.assertNotEmpty(ro.accumulator.carried)
     ckpt = checkpoint.Checkpointer(tempfile.mkdtemp(), every=1, max_to_keep=1)
     empty, _, _ = _rollout([0.5] * 12)
     for step, source in enumerate((ro, empty), start=1):
@@ -222,13 +221,14 @@ class RolloutStateTest(absltest.TestCase):
       restored = ckpt.restore(step, {'x': np.zeros(())}).data['rollout']
       twin, _, _ = _rollout([0.5] * 12)
       twin.set_state(restored)
-      self.assertLen(twin.carried, len(source.carried))
-      for a, b in zip(source.carried, twin.carried):
+      self.assertLen(twin.accumulator.carried, len(source.accumulator.carried))
+      for a, b in zip(source.accumulator.carried, twin.accumulator.carried):
         self.assertEqual(a.example, b.example)
         np.testing.assert_array_equal(a.completion_tokens, b.completion_tokens)
         np.testing.assert_array_equal(a.old_logps, b.old_logps)
         np.testing.assert_array_equal(a.rewards, b.rewards)
-      self.assertEqual(twin.cum_prompts_generated, source.cum_prompts_generated)
+      self.assertEqual(twin.accumulator.cum_prompts_generated,
+                       source.accumulator.cum_prompts_generated)
     ckpt.close()
 
 
@@ -268,7 +268,7 @@ class LongPromptTest(absltest.TestCase):
         batch_size=2, group_size=G, round_size=4, max_rounds=1,
         max_prompt_len=5, long_prompts=long_prompts)
     gen = _EosGenerator(G, tok.eos_id)
-    return (rollout_lib.Rollout(
+    return (rollout_lib.Rollout.for_model(
         cfg, sampler, tok, gen, verifier_pool.Scorer(lambda t, ex: 0.0)),
             gen, tok)
 
@@ -294,3 +294,55 @@ class LongPromptTest(absltest.TestCase):
       rollout_lib.RolloutConfig(batch_size=1, group_size=2, round_size=1,
                                 max_rounds=1, max_prompt_len=4,
                                 long_prompts='cut')
+
+
+class _TableRound:
+  """A round function without a model: each example's G rewards come from a
+  table, as the simulator's do. Keeps the (prompt ids, size) of each call."""
+
+  def __init__(self, table):
+    self.table = table
+    self.calls = []
+
+  def __call__(self, params, rng, examples, size):
+    del params, rng
+    self.calls.append(([ex.id for ex in examples], size))
+    rewards = np.array([self.table[ex.id] for ex in examples], np.float32)
+    return rounds.Round(
+        groups=[standins.SimGroup(ex, r) for ex, r in zip(examples, rewards)],
+        rewards=rewards, gen_s=0.5, gen_tokens=float(rewards.size))
+
+
+class RoundFunctionTest(absltest.TestCase):
+
+  def test_a_plugged_in_round_function_feeds_dynamic_sampling(self):
+    ro, sampler, _ = _rollout([0.5] * 4, batch_size=1, round_size=4,
+                              max_rounds=2)
+    round_fn = _TableRound({'d/0': [1, 1, 1, 1], 'd/1': [0, 0, 0, 0],
+                            'd/2': [1, 0, 0, 0], 'd/3': [0, 1, 1, 0]})
+    plugged = rollout_lib.Rollout(ro.cfg, sampler, round_fn, pad_id=None)
+    res = plugged.collect(None, jax.random.key(0))
+    self.assertLen(round_fn.calls, 1)  # one round filled the batch
+    ids, size = round_fn.calls[0]
+    self.assertCountEqual(ids, ['d/0', 'd/1', 'd/2', 'd/3'])
+    self.assertEqual(size, 4)
+    # The too easy and too hard groups are dropped; of the two informative
+    # ones, one trains and one is carried.
+    self.assertIsNone(res.batch)  # no pad id: no batch
+    self.assertLen(res.groups, 1)
+    self.assertIn(res.groups[0].example.id, ('d/2', 'd/3'))
+    m = res.metrics
+    self.assertEqual((m['rollout/groups_easy'], m['rollout/groups_hard'],
+                      m['rollout/groups_used'], m['rollout/surplus']),
+                     (1.0, 1.0, 1.0, 1.0))
+    self.assertEqual(m['rollout/tokens_generated'], 16.0)
+    self.assertEqual(m['reward/mean'], 7 / 16)
+    self.assertEqual(m, res.stats.to_metrics() | sampler.metrics())
+    self.assertLen(plugged.accumulator.carried, 1)
+    # The outcomes reached the sampler's tables.
+    self.assertEqual(int(sampler.tables[0].get_state()['trials'].sum()),
+                     4 * G)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -7,9 +7,9 @@ from absl.testing import absltest
 import numpy as np
 
 from jaxgrpo import config_lib
-from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo import train
 from jaxgrpo.data import curriculum
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.stratify import passrates
 from jaxgrpo.stratify import runner
 from tests import test_train

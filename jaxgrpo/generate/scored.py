@@ -1,0 +1,128 @@
+"""Generate and score: examples -> prompts -> K completions each -> rewards.
+
+Rollout rounds (`rl.rounds.ModelRound`) and evaluation (`evaluate`, and
+through it stratification and the warm start's checks) share one sequence:
+pad the examples by repetition to a fixed row count, encode their prompts,
+sample K = generator.num_samples completions of each and score the real
+rows' completions with the verifiers. A fixed row count keeps the compiled
+generator to one shape; under a mesh it is rounded up to a multiple of the
+batch devices, so the rows shard evenly. Padding rows are never scored.
+"""
+
+from collections.abc import Sequence
+import dataclasses
+import time
+
+import jax
+import numpy as np
+
+from jaxgrpo import multihost
+from jaxgrpo import scoring
+from jaxgrpo import sharding
+from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
+from jaxgrpo.generate.generator import Completions
+from jaxgrpo.generate.generator import Generator
+from jaxgrpo.typing import PyTree
+from jaxgrpo.verifiers import base
+from jaxgrpo.verifiers import pool as verifier_pool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Scored:
+  """K completions of each of E examples, scored.
+
+  Row r of the prompts answers example r; rows E and on are the padding.
+
+  Attributes:
+    prompt_tokens: [E', P] int32, the left-padded prompts, E' >= E rows.
+    prompt_mask: [E', P] bool, True on real prompt tokens.
+    truncated: [E'] bool, prompts cut to fit P (`truncate`).
+    completions: the E' * K completions (row r * K + k), gathered to the
+      host on every process; None unless asked for (`gather`).
+    rewards: [E, K] float32, the same on every process.
+    stats: the verifiers' failures.
+    gen_s: seconds generating (and gathering).
+    verify_s: seconds decoding and verifying.
+  """
+
+  prompt_tokens: np.ndarray
+  prompt_mask: np.ndarray
+  truncated: np.ndarray
+  completions: Completions | None
+  rewards: np.ndarray
+  stats: base.ScoreStats
+  gen_s: float
+  verify_s: float
+
+  def tokens_generated(self) -> float:
+    """Completion tokens of the real rows (needs `completions`)."""
+    rows = self.rewards.size
+    return float(self.completions.mask[:rows].sum())
+
+
+def padded_rows(rows: int) -> int:
+  """`rows` rounded up to a multiple of the batch devices."""
+  multiple = sharding.batch_multiple()
+  return -(-rows // multiple) * multiple
+
+
+def generate_and_score(
+    generator: Generator,
+    params: PyTree,
+    tokenizer: tokenizer_lib.Tokenizer,
+    examples: Sequence[Example],
+    scorer: verifier_pool.Scorer,
+    rng: jax.Array,
+    *,
+    max_prompt_len: int,
+    truncate: bool = False,
+    rows: int | None = None,
+    gather: bool = False,
+) -> Scored:
+  """Samples and scores K = generator.num_samples completions per example.
+
+  Args:
+    generator: samples the completions (a `Generator`, or a stand-in).
+    params: the policy's params.
+    tokenizer: encodes the prompts and decodes the completions.
+    examples: E >= 1 examples.
+    scorer: the verifiers.
+    rng: the sampling key.
+    max_prompt_len: P, the padded prompt length.
+    truncate: cut longer prompts to their last tokens (BOS kept) instead
+      of raising `PromptTooLongError`.
+    rows: prompt rows to generate, >= E (default E); the examples are
+      repeated to fill them, then to a multiple of the batch devices.
+    gather: keep the completions, gathered to the host on every process
+      (rollouts build their batch from them); otherwise each process only
+      reads the rows it verifies.
+
+  Returns:
+    The prompts, completions (with `gather`), rewards and timings.
+  """
+  n = len(examples)
+  if not n:
+    raise ValueError('generate_and_score needs at least one example')
+  padded = list(examples)
+  padded += [examples[i % n] for i in range(padded_rows(rows or n) - n)]
+  tokens, mask, truncated = tokenizer_lib.encode_prompts(
+      tokenizer, [ex.prompt for ex in padded], max_prompt_len,
+      truncate=truncate, names=[ex.id for ex in padded],
+  )
+  t0 = time.perf_counter()
+  generated = generator.generate(params, tokens, mask, rng)
+  # Every process holds every row (gathered across processes).
+  host = jax.tree.map(multihost.to_host, generated) if gather else None
+  gen_s = time.perf_counter() - t0
+  k = generator.num_samples
+  t0 = time.perf_counter()
+  rewards, stats = scoring.score_rows(
+      scorer, tokenizer.decode, generated.tokens,
+      [ex for ex in examples for _ in range(k)],
+      on_host=None if host is None else host.tokens)
+  verify_s = time.perf_counter() - t0
+  return Scored(
+      prompt_tokens=tokens, prompt_mask=mask, truncated=truncated,
+      completions=host, rewards=rewards.reshape(n, k), stats=stats,
+      gen_s=gen_s, verify_s=verify_s)

@@ -1,0 +1,269 @@
+"""Dynamic sampling's bookkeeping: informative groups in hand until B.
+
+An `Accumulator` lives for the run. Each step `start`s with the groups
+carried from the last one, `add`s each round's informative groups (counted
+per dataset, so the prompt source knows what it still owes) and `finish`es
+by deciding what trains: B chosen groups, the surplus carried or dropped
+(`rollout.surplus`), or, for a short step under `rollout.short_batch`
+'wait', nothing, every group held for the next step. What the step did is
+a `StepStats`, whose `to_metrics` is the one place the `rollout/*` metric
+names are written. The carried groups and running totals are the
+rollout's part of a checkpoint (`get_state`).
+"""
+
+from collections.abc import Callable, Sequence
+import dataclasses
+import json
+from typing import Any
+
+import numpy as np
+
+from jaxgrpo.example import Example
+from jaxgrpo.rl import rounds as rounds_lib
+
+# A prompt source's `choose`: groups in hand -> (batch, surplus).
+Choose = Callable[[Sequence[Any]], tuple[list, list]]
+
+
+@dataclasses.dataclass(kw_only=True)
+class StepStats:
+  """What a step's collection did; per-dataset arrays follow `names`.
+
+  Attributes:
+    names: the prompt source's datasets.
+    batch_size: B.
+    rounds: generator calls.
+    prompts_asked: prompts the rounds asked for (their sizes, summed).
+    prompts_generated: [D] prompts generated per dataset.
+    groups_used: [D] groups in the step's batch per dataset.
+    truncated: [D] prompts cut to fit per dataset.
+    tokens_generated: completion tokens generated.
+    groups_easy: groups dropped as too easy.
+    groups_hard: groups dropped as too hard.
+    carried_in: groups carried in from the last step.
+    in_hand: informative groups in hand when the rounds ended.
+    held: groups held for the next step (`short_batch` 'wait').
+    surplus: groups beyond the batch (carried or dropped).
+    cum_prompts_generated: prompts generated over the run.
+    cum_groups_used: groups trained on over the run.
+    reward_sums: [sum, count] of the rewards per dataset and per
+      `<dataset>/<subset>`.
+    verify_errors, verify_timeouts: verifier failures.
+    gen_s, verify_s: seconds generating and verifying.
+  """
+
+  names: list[str]
+  batch_size: int
+  rounds: int = 0
+  prompts_asked: float = 0.0
+  prompts_generated: np.ndarray
+  groups_used: np.ndarray
+  truncated: np.ndarray
+  tokens_generated: float = 0.0
+  groups_easy: float = 0.0
+  groups_hard: float = 0.0
+  carried_in: int = 0
+  in_hand: int = 0
+  held: int = 0
+  surplus: int = 0
+  cum_prompts_generated: int = 0
+  cum_groups_used: int = 0
+  reward_sums: dict[str, list[float]] = dataclasses.field(
+      default_factory=dict)
+  verify_errors: float = 0.0
+  verify_timeouts: float = 0.0
+  gen_s: float = 0.0
+  verify_s: float = 0.0
+
+  @classmethod
+  def empty(cls, names: Sequence[str], batch_size: int) -> 'StepStats':
+    """Nothing done yet."""
+    D = len(names)
+    return cls(names=list(names), batch_size=batch_size,
+               prompts_generated=np.zeros(D, np.int64),
+               groups_used=np.zeros(D, np.int64), truncated=np.zeros(D))
+
+  def to_metrics(self) -> dict[str, float]:
+    """The step's metrics (docs/metrics.md), by name."""
+    generated = int(self.prompts_generated.sum())
+    used = int(self.groups_used.sum())
+    B = self.batch_size
+    metrics = {
+        'rollout/prompts_generated': float(generated),
+        'rollout/tokens_generated': self.tokens_generated,
+        'rollout/groups_used': float(used),
+        'rollout/groups_easy': self.groups_easy,
+        'rollout/groups_hard': self.groups_hard,
+        'rollout/rounds': float(self.rounds),
+        'rollout/round_size': (self.prompts_asked / self.rounds
+                               if self.rounds else 0.0),
+        'rollout/efficiency': used / generated if generated else 1.0,
+        'rollout/cum_prompts_generated': float(self.cum_prompts_generated),
+        'rollout/cum_groups_used': float(self.cum_groups_used),
+        'rollout/batch_short': float(max(B - self.in_hand, 0)),
+        'rollout/carried_in': float(self.carried_in),
+        'rollout/held': float(self.held),
+        'train/batch_fill': min(self.in_hand, B) / B,
+        'rollout/surplus': float(self.surplus),
+        'verify/errors': self.verify_errors,
+        'verify/timeouts': self.verify_timeouts,
+        'perf/verify_s': self.verify_s,
+        'perf/gen_s': self.gen_s,
+        'perf/gen_tokens_per_s': (
+            self.tokens_generated / self.gen_s if self.gen_s else 0.0),
+    }
+    by_dataset = [self.reward_sums[name] for name in self.names
+                  if name in self.reward_sums]
+    n_all = sum(c for _, c in by_dataset)
+    if n_all:
+      metrics['reward/mean'] = sum(s for s, _ in by_dataset) / n_all
+      for key, (s, c) in sorted(self.reward_sums.items()):
+        metrics[f'reward/mean/{key}'] = s / c
+    for d, name in enumerate(self.names):
+      metrics[f'rollout/prompts_generated/{name}'] = float(
+          self.prompts_generated[d])
+      metrics[f'rollout/groups_used/{name}'] = float(self.groups_used[d])
+      metrics[f'data/batch_share/{name}'] = (
+          int(self.groups_used[d]) / used if used else 0.0)
+      metrics[f'data/truncated/{name}'] = float(self.truncated[d])
+    return metrics
+
+
+class Accumulator:
+  """Informative groups in hand, carried between steps, counted per dataset.
+
+  Attributes:
+    carried: groups carried into the next step (surplus, or held).
+    cum_prompts_generated: prompts generated over the run.
+    cum_groups_used: groups trained on over the run.
+    groups: the step's groups in hand (between `start` and `finish`).
+    counts: [D] of them per dataset.
+    stats: the step's `StepStats` so far.
+  """
+
+  def __init__(self, names: Sequence[str], *, batch_size: int,
+               short_batch: str, surplus: str):
+    self.names = list(names)
+    self.batch_size = batch_size
+    self.short_batch = short_batch
+    self.surplus = surplus
+    self._index = {name: d for d, name in enumerate(self.names)}
+    self.carried: list = []
+    self.cum_prompts_generated = 0
+    self.cum_groups_used = 0
+    self.groups: list = []
+    self.counts = np.zeros(len(self.names), np.int64)
+    self.stats = StepStats.empty(self.names, batch_size)
+
+  def start(self) -> None:
+    """Begins a step with the groups carried in."""
+    self.groups, self.carried = self.carried, []
+    self.stats = StepStats.empty(self.names, self.batch_size)
+    self.stats.carried_in = len(self.groups)
+    self.counts = np.zeros(len(self.names), np.int64)
+    for g in self.groups:
+      self.counts[self._index[g.example.dataset]] += 1
+
+  def add(self, rnd: rounds_lib.Round, size: int,
+          classified: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """Takes a round of `size` prompts and its `rounds.classify` masks."""
+    informative, easy, hard = classified
+    s = self.stats
+    s.rounds += 1
+    new = [rnd.groups[r] for r in np.flatnonzero(informative)]
+    self.groups.extend(new)
+    for g in new:
+      self.counts[self._index[g.example.dataset]] += 1
+    s.groups_easy += float(easy.sum())
+    s.groups_hard += float(hard.sum())
+    s.gen_s += rnd.gen_s
+    s.tokens_generated += rnd.gen_tokens
+    s.verify_errors += rnd.verify_errors
+    s.verify_timeouts += rnd.verify_timeouts
+    s.verify_s += rnd.verify_s
+    s.prompts_asked += float(size)
+    for g, row in zip(rnd.groups, rnd.rewards):
+      ex = g.example
+      s.prompts_generated[self._index[ex.dataset]] += 1
+      for key in [ex.dataset] + ([f'{ex.dataset}/{ex.subset}']
+                                 if ex.subset else []):
+        sums = s.reward_sums.setdefault(key, [0.0, 0.0])
+        sums[0] += float(row.sum())
+        sums[1] += row.size
+    if rnd.truncated is not None:
+      for g, cut in zip(rnd.groups, rnd.truncated):
+        s.truncated[self._index[g.example.dataset]] += float(cut)
+
+  def finish(self, choose: Choose) -> tuple[list, StepStats]:
+    """Ends the step: the groups to train on (none: no update) and stats.
+
+    A step short of B groups under short_batch 'wait' holds them all for
+    the next; otherwise `choose` picks the batch and the surplus is carried
+    or dropped.
+    """
+    s = self.stats
+    s.in_hand = len(self.groups)
+    if s.in_hand < self.batch_size and self.short_batch == 'wait':
+      # No update on a short batch: every group waits for the next step.
+      groups, surplus, self.carried = [], [], self.groups
+      s.held = len(self.carried)
+    else:
+      groups, surplus = choose(self.groups)
+      if self.surplus == 'carry':
+        self.carried = list(surplus)
+    self.groups = []
+    s.surplus = len(surplus)
+    for g in groups:
+      s.groups_used[self._index[g.example.dataset]] += 1
+    self.cum_prompts_generated += int(s.prompts_generated.sum())
+    self.cum_groups_used += len(groups)
+    s.cum_prompts_generated = self.cum_prompts_generated
+    s.cum_groups_used = self.cum_groups_used
+    return groups, s
+
+  def get_state(self) -> dict:
+    """Counters and the carried groups, as numpy arrays.
+
+    Carried groups are stacked (padded to one row when there are none:
+    checkpoints hold no empty arrays) and their examples JSON-encoded as
+    bytes, so a resumed run trains on exactly the groups it would have.
+    """
+    def stack(field, dtype):
+      if not self.carried:
+        return np.zeros((1,), dtype)
+      return np.stack([getattr(g, field) for g in self.carried]).astype(dtype)
+
+    examples = [dataclasses.asdict(g.example) for g in self.carried]
+    return {
+        'cum_prompts_generated': self.cum_prompts_generated,
+        'cum_groups_used': self.cum_groups_used,
+        'carried': {
+            'count': len(self.carried),
+            'examples': np.frombuffer(json.dumps(examples).encode(), np.uint8),
+            'prompt_tokens': stack('prompt_tokens', np.int32),
+            'prompt_mask': stack('prompt_mask', bool),
+            'completion_tokens': stack('completion_tokens', np.int32),
+            'completion_mask': stack('completion_mask', bool),
+            'old_logps': stack('old_logps', np.float32),
+            'rewards': stack('rewards', np.float32),
+        },
+    }
+
+  def set_state(self, state: dict) -> None:
+    """Restores `get_state`."""
+    self.cum_prompts_generated = int(state['cum_prompts_generated'])
+    self.cum_groups_used = int(state['cum_groups_used'])
+    carried = state['carried']
+    examples = json.loads(np.asarray(carried['examples'], np.uint8).tobytes())
+    self.carried = [
+        rounds_lib.Group(
+            example=Example(**examples[i]),
+            prompt_tokens=np.asarray(carried['prompt_tokens'][i]),
+            prompt_mask=np.asarray(carried['prompt_mask'][i]),
+            completion_tokens=np.asarray(carried['completion_tokens'][i]),
+            completion_mask=np.asarray(carried['completion_mask'][i]),
+            old_logps=np.asarray(carried['old_logps'][i]),
+            rewards=np.asarray(carried['rewards'][i]),
+        )
+        for i in range(int(carried['count']))
+    ]
