@@ -44,6 +44,10 @@ index) with splitmix64. Per-example state is 13 bytes: status uint8,
 wake_epoch int32 (a tiny dataset can walk past 2^16 epochs in a long run),
 successes and trials uint16 (halved together before trials would overflow,
 which keeps the pass rate) and last_step int32.
+
+Size: one class, `SnoozeTable`, whose per-example arrays, skip rules,
+epoch walk and saved state change together; split, each part would reach
+into the others' arrays. The randomness it draws on is `counter_random`.
 """
 
 from collections.abc import Iterable
@@ -53,6 +57,7 @@ import hashlib
 import numpy as np
 
 from jaxgrpo import checks
+from jaxgrpo.data import counter_random
 
 POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
 # The rules of the sampler settings (config_lib's `sampler` section checks
@@ -78,8 +83,6 @@ ACTIVE, SNOOZED, FILTERED, EASY = 0, 1, 2, 3
 _PER_EXAMPLE = ('status', 'wake_epoch', 'successes', 'trials', 'last_step')
 _SKIPS = ('skipped_snoozed', 'skipped_filtered', 'skipped_weighted',
           'skipped_curriculum')
-_M64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
 _ORDER_SALT, _SKIP_SALT, _STAGE_SALT = 0x6F72646572, 0x736B6970, 0x7374616765
 _ROUNDS = 6  # Even, so the unbalanced halves end where they started.
 _COUNT_MAX = int(np.iinfo(np.uint16).max)
@@ -100,27 +103,11 @@ def id_hashes(ids: Iterable[str]) -> np.ndarray:
                       'little') for i in ids], np.uint64)
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
-  """splitmix64 of a 1-D uint64 array (array arithmetic wraps silently)."""
-  z = z + np.uint64(_GOLDEN)
-  z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-  z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-  return z ^ (z >> np.uint64(31))
-
-
-def _key(*words: int) -> np.uint64:
-  """Folds integers into one 64-bit key (1-D arrays: no overflow warnings)."""
-  h = np.zeros(1, np.uint64)
-  for w in words:
-    h = _mix(h ^ np.uint64(w & _M64))
-  return h[0]
-
-
 def uniform(seed: int, epoch: int, indices: np.ndarray,
             salt: int = _SKIP_SALT) -> np.ndarray:
   """[K] float64 uniforms in [0, 1), one per (seed, epoch, indices[k])."""
-  key = _key(salt, seed, epoch)
-  h = _mix(np.asarray(indices, np.uint64).reshape(-1) ^ key)
+  key = counter_random.fold(salt, seed, epoch)
+  h = counter_random.mix(np.asarray(indices, np.uint64).reshape(-1) ^ key)
   return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
@@ -134,24 +121,6 @@ def _ipow(x: np.ndarray, g: int) -> np.ndarray:
     if g:
       x = x * x
   return out
-
-
-def _feistel(x: np.ndarray, keys: tuple[np.uint64, ...], bits: int,
-             inverse: bool) -> np.ndarray:
-  """A keyed bijection of [0, 2^bits) on uint64 arrays (or its inverse)."""
-  # Unbalanced halves swap widths each round: (hi, lo) -> (lo, hi).
-  wa, wb = bits - bits // 2, bits // 2
-  mask = {w: np.uint64((1 << w) - 1) for w in (wa, wb)}
-  a, b = x >> np.uint64(wb), x & mask[wb]
-  if not inverse:
-    for k in keys:
-      a, b = b, a ^ (_mix(b ^ k) & mask[wa])
-      wa, wb = wb, wa
-  else:
-    for k in reversed(keys):
-      a, b = b ^ (_mix(a ^ k) & mask[wb]), a
-      wa, wb = wb, wa
-  return (a << np.uint64(wb)) | b
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -283,7 +252,7 @@ class SnoozeTable:
 
   def _round_keys(self, epoch: int) -> tuple[np.uint64, ...]:
     if self._keys is None or self._keys[0] != epoch:
-      keys = tuple(_key(_ORDER_SALT, self.seed, epoch, r)
+      keys = tuple(counter_random.fold(_ORDER_SALT, self.seed, epoch, r)
                    for r in range(_ROUNDS))
       self._keys = (epoch, keys)
     return self._keys[1]
@@ -291,13 +260,15 @@ class SnoozeTable:
   def epoch_order(self, epoch: int) -> np.ndarray:
     """The order in which `epoch` walks the examples: [size] int64."""
     pos = np.arange(self._domain, dtype=np.uint64)
-    perm = _feistel(pos, self._round_keys(epoch), self._bits, inverse=False)
+    perm = counter_random.feistel(pos, self._round_keys(epoch), self._bits,
+                                  inverse=False)
     return perm[perm < self.size].astype(np.int64)
 
   def _next_epoch_of(self, indices: np.ndarray) -> np.ndarray:
     """The epoch in which the walk reaches each example next."""
-    pos = _feistel(indices.astype(np.uint64), self._round_keys(self.epoch),
-                   self._bits, inverse=True)
+    pos = counter_random.feistel(
+        indices.astype(np.uint64), self._round_keys(self.epoch), self._bits,
+        inverse=True)
     return self.epoch + (pos < self.position).astype(np.int64)
 
   def _prior_mean(self) -> float:
@@ -375,7 +346,8 @@ class SnoozeTable:
       span = min(self._domain - self.position,
                  int(need / self._rate * 1.2) + 16, _MAX_CHUNK)
       pos = np.arange(self.position, self.position + span, dtype=np.uint64)
-      perm = _feistel(pos, self._round_keys(self.epoch), self._bits, False)
+      perm = counter_random.feistel(pos, self._round_keys(self.epoch),
+                                    self._bits, False)
       where = np.flatnonzero(perm < self.size)
       idx = perm[where].astype(np.int64)
       masks = self._skips(idx, self.epoch)
@@ -531,7 +503,8 @@ class SnoozeTable:
     state = {a: getattr(self, a).copy() for a in _PER_EXAMPLE}
     state.update({k: np.int64(v) for k, v in self._skipped.items()})
     state.update(
-        size=np.int64(self.size), seed=np.uint64(self.seed & _M64),
+        size=np.int64(self.size),
+        seed=np.uint64(self.seed & counter_random.M64),
         epoch=np.int64(self.epoch), position=np.int64(self.position),
         total_successes=np.float64(self._total_successes),
         total_trials=np.int64(self._total_trials))
