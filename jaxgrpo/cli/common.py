@@ -95,6 +95,21 @@ def _one_line(e: Exception) -> str:
   return ' '.join(lines)[:500]
 
 
+def shipped_config(path: str) -> str | None:
+  """The config shipped with jaxgrpo that `configs/NAME.py` names, if any.
+
+  From a clone, `configs/` is the repository's folder; anywhere else (an
+  installed jaxgrpo, another working directory) `configs/demo.py` still
+  names the demo config inside the package.
+  """
+  folder, name = os.path.split(os.path.normpath(path))
+  if folder != 'configs' or not name.endswith('.py'):
+    return None
+  shipped = os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                         'configs', name)
+  return shipped if os.path.isfile(shipped) else None
+
+
 def load_config(prog: str, config: str,
                 overrides: list[str]) -> ml_collections.ConfigDict:
   """The ConfigDict of `--config` with `--config.KEY` overrides applied.
@@ -103,9 +118,12 @@ def load_config(prog: str, config: str,
     UsageError: the file does not exist or load, or an override names an
       unknown key or a bad value.
   """
-  path = config.split(':', 1)[0]
+  path, sep, arg = config.partition(':')
   if not os.path.isfile(path):
-    raise UsageError(f'--config={config}: {path} is not a file')
+    shipped = shipped_config(path)
+    if shipped is None:
+      raise UsageError(f'--config={config}: {path} is not a file')
+    config = shipped + sep + arg
   values = flags.FlagValues()
   argv = [prog, f'--config={config}', *overrides]
   # config_flags finds the override flags in `sys_argv` when defined.

@@ -1,2 +1,1 @@
-"""On-device generation: sampling strategies, the KV-cache generator, and
-examples generated and scored (`scored`)."""
+"""On-device generation: sampling strategies and the KV-cache generator."""

@@ -52,10 +52,10 @@ def _unpadded_logits(graphdef, params) -> np.ndarray:
   positions = jnp.broadcast_to(jnp.arange(length), (n, length))
   causal = jnp.tril(jnp.ones((length, length), bool))
   mask = jnp.broadcast_to(causal, (n, length, length))
-  logits_NLV, _ = jax.jit(decoder.forward, static_argnums=0)(
+  logits_RLV, _ = jax.jit(decoder.forward, static_argnums=0)(
       graphdef, params, tokens, positions, mask
   )
-  return np.asarray(logits_NLV, np.float64)
+  return np.asarray(logits_RLV, np.float64)
 
 
 class CompletionLogprobsTest(parameterized.TestCase):
@@ -68,26 +68,26 @@ class CompletionLogprobsTest(parameterized.TestCase):
 
   @parameterized.parameters(0.7, 0.0)
   def test_matches_unpadded_log_softmax(self, temperature):
-    logps_NT, entropy_NT = jax.jit(
+    logps_RT, entropy_RT = jax.jit(
         logprobs.completion_logprobs, static_argnums=(0, 3)
     )(self.graphdef, self.params, _batch(), temperature)
-    chex.assert_shape((logps_NT, entropy_NT), (len(_ROWS), _T))
+    chex.assert_shape((logps_RT, entropy_RT), (len(_ROWS), _T))
     # Temperature 0 (greedy) scores under the plain softmax.
-    logits_NLV = self.logits / (temperature or 1.0)
-    logp_NLV = logits_NLV - np.log(
-        np.exp(logits_NLV).sum(axis=-1, keepdims=True)
+    logits_RLV = self.logits / (temperature or 1.0)
+    logp_RLV = logits_RLV - np.log(
+        np.exp(logits_RLV).sum(axis=-1, keepdims=True)
     )
     for i, (prompt, completion) in enumerate(_ROWS):
       for j, token in enumerate(completion):
         # Token j of the completion is predicted one position earlier.
-        logp_V = logp_NLV[i, len(prompt) + j - 1]
-        np.testing.assert_allclose(logps_NT[i, j], logp_V[token], atol=2e-5)
+        logp_V = logp_RLV[i, len(prompt) + j - 1]
+        np.testing.assert_allclose(logps_RT[i, j], logp_V[token], atol=2e-5)
         np.testing.assert_allclose(
-            entropy_NT[i, j], -(np.exp(logp_V) * logp_V).sum(), atol=2e-5
+            entropy_RT[i, j], -(np.exp(logp_V) * logp_V).sum(), atol=2e-5
         )
       # Padding is zero.
-      np.testing.assert_array_equal(logps_NT[i, len(completion) :], 0.0)
-      np.testing.assert_array_equal(entropy_NT[i, len(completion) :], 0.0)
+      np.testing.assert_array_equal(logps_RT[i, len(completion) :], 0.0)
+      np.testing.assert_array_equal(entropy_RT[i, len(completion) :], 0.0)
 
   def test_shared_prompt_equals_repeated_prompt(self):
     # Two groups of G=2: each prompt stored once must score exactly like the

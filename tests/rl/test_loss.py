@@ -81,7 +81,7 @@ class GrpoLossTest(chex.TestCase, parameterized.TestCase):
             _loss,
             loss_agg,
             beta=beta,
-            ref_logps_NT=jnp.asarray(_LOGPS + _DELTA),
+            ref_logps_RT=jnp.asarray(_LOGPS + _DELTA),
         )
     )
     loss, aux = fn()
@@ -97,9 +97,9 @@ class GrpoLossTest(chex.TestCase, parameterized.TestCase):
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
 
   def test_gradient_is_cut_where_clipped(self):
-    def loss_of(logps_NT):
+    def loss_of(logps_RT):
       return loss_lib.grpo_loss(
-          logps_NT,
+          logps_RT,
           jnp.asarray(_OLD_LOGPS),
           jnp.asarray(_ADV),
           jnp.asarray(_MASK),
@@ -107,12 +107,12 @@ class GrpoLossTest(chex.TestCase, parameterized.TestCase):
           eps_high=_EPS_HIGH,
       )[0]
 
-    grad_NT = jax.grad(loss_of)(jnp.asarray(_LOGPS))
+    grad_RT = jax.grad(loss_of)(jnp.asarray(_LOGPS))
     # d/dlogp of -ratio * A / 5 is -ratio * A / 5 where not clipped.
     expected = np.array(
         [[0.0, -0.5 / 5, -1.1 / 5], [0.0, 2.0 * 1.5 / 5, 0.0]], np.float32
     )
-    np.testing.assert_allclose(grad_NT, expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(grad_RT, expected, rtol=1e-5, atol=1e-7)
 
   def test_clip_frac_counts_both_sides(self):
     # Positive advantage clipped above, negative clipped below; a ratio
@@ -134,19 +134,19 @@ class GrpoLossTest(chex.TestCase, parameterized.TestCase):
     kwargs = dict(eps_low=_EPS_LOW, eps_high=_EPS_HIGH, beta=0.1)
     args = (jnp.asarray(_OLD_LOGPS), jnp.asarray(_ADV), jnp.asarray(_MASK))
     clean = loss_lib.grpo_loss(
-        jnp.asarray(_LOGPS), *args, ref_logps_NT=ref_logps, **kwargs
+        jnp.asarray(_LOGPS), *args, ref_logps_RT=ref_logps, **kwargs
     )
     dirty = loss_lib.grpo_loss(
         jnp.asarray(_LOGPS).at[1, 2].set(1e4),
         *args,
-        ref_logps_NT=ref_logps.at[1, 2].set(3e4),
+        ref_logps_RT=ref_logps.at[1, 2].set(3e4),
         **kwargs,
     )
     chex.assert_tree_all_finite(dirty)
     chex.assert_trees_all_close(dirty, clean)
 
   def test_beta_without_reference_raises(self):
-    with self.assertRaisesRegex(ValueError, 'ref_logps_NT'):
+    with self.assertRaisesRegex(ValueError, 'ref_logps_RT'):
       _loss('token_mean', beta=0.1)
 
   def test_unknown_aggregation_raises(self):
