@@ -182,7 +182,9 @@ class Squad2FormatTest(parameterized.TestCase):
             ('gsm8k',), ('squad2',), ('jsonl',), ('tfds', 'jaxgrpo_gsm8k'),
             ('tfds', 'jaxgrpo_squad2/x:1.0.0'), ('tfds', 'gsm8k')]],
         ['gsm8k', 'squad2', 'fields', 'gsm8k', 'squad2', 'fields'])
-    self.assertEqual(config_lib.DatasetSection.FORMATS, formats.FORMATS)
+    with self.assertRaisesRegex(errors.ConfigError,
+                                re.escape(str(formats.FORMATS))):
+      sources.DatasetSection(name='a', kind='jsonl', path='x', format='csv')
 
 
 class Squad2FileTest(parameterized.TestCase):
