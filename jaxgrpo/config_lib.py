@@ -248,40 +248,6 @@ class VerifySection(Section, name='verify'):
     return iter(())
 
 
-class DistributedSection(Section, name='distributed'):
-  """Several processes in one run (`jaxgrpo.multihost`)."""
-
-  initialize: str = field(
-      'auto', 'start `jax.distributed`: `auto` (when a coordinator is given, '
-      'or the platform announces several processes: a multi-host TPU VM slice, '
-      'SLURM, mpirun), `always` or `never` (see [Scale-out](scale-out.md))',
-      one_of(multihost.INITIALIZE))
-  coordinator: str | None = field(
-      None, "an explicit cluster (GPU nodes without a manager): process 0's "
-      '`host:port`; with `num_processes` and `process_id`, all three or none',
-      rule(lambda c: c is None or (isinstance(c, str) and ':' in c),
-           "must be 'host:port' (process 0's host), or None"))
-  num_processes: int | None = field(
-      None, 'an explicit cluster: the number of processes',
-      checks.optional(rule(lambda n: n >= 1, 'must be >= 1'), 'no cluster'))
-  process_id: int | None = field(
-      None, "an explicit cluster: this process's index")
-  check_every: int = field(
-      10, 'steps between checks that every process holds the same sampler '
-      'state (a digest compared across processes; 0: never)',
-      rule(lambda n: n >= 0, 'must be >= 0 (0: no cross-process check)'))
-
-  def _validate(self):
-    given = {self.coordinator is None, self.num_processes is None,
-             self.process_id is None}
-    yield 'coordinator', len(given) == 1, (
-        'distributed.coordinator, num_processes and process_id go together: '
-        'give all three or none')
-    if self.num_processes is not None:
-      yield 'process_id', 0 <= self.process_id < self.num_processes, (
-          f'must be in [0, {self.num_processes})')
-
-
 class Config(Section):
   """The whole run's configuration."""
 
@@ -308,7 +274,8 @@ class Config(Section):
   curriculum: curriculum_lib.CurriculumSection = field(
       curriculum_lib.CurriculumSection)
   mesh: sharding.MeshSection = field(sharding.MeshSection)
-  distributed: DistributedSection = field(DistributedSection)
+  distributed: multihost.DistributedSection = field(
+      multihost.DistributedSection)
 
   def _validate(self):
     """The checks across sections."""
