@@ -21,6 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
 from jaxgrpo import checks
+from jaxgrpo.checks import field
 from jaxgrpo.typing import PyTree
 
 LogicalAxes = Sequence[str | None]
@@ -66,25 +67,25 @@ _PAIRS = ('must be a list of (logical axis, mesh axis | tuple of mesh axes | '
 class MeshSection(checks.Section, name='mesh'):
   """The config's `mesh`: the device mesh and how logical axes map onto it."""
 
-  data: int = checks.field(
+  data: int = field(
       -1, 'devices the batch rows split over, with `fsdp`; -1 takes the '
       'devices `fsdp` and `tensor` leave. `data` x `fsdp` x `tensor` must '
       'equal the device count, and `rollout.batch_size` x `group_size` must be '
       'a multiple of `data` x `fsdp` (see [Scale-out](scale-out.md))',
       checks.rule(lambda d: d == -1 or d >= 1,
                   'must be >= 1, or -1 (the devices left by fsdp and tensor)'))
-  fsdp: int = checks.field(
+  fsdp: int = field(
       1, 'devices the batch rows, params and optimizer state (their `embed` '
       'axis) split over', checks.POSITIVE)
-  tensor: int = checks.field(
+  tensor: int = field(
       1, 'devices params and optimizer state split over by heads, mlp and '
       'vocab', checks.POSITIVE)
-  rules: Rules = checks.field(
+  rules: Rules = field(
       (), '`(logical axis, target)` pairs overriding the default rules of '
       '`jaxgrpo/sharding.py` (`DEFAULT_RULES`); a target is a mesh axis, a '
       "tuple of mesh axes or None (replicated), e.g. `(('vocab', None),)`",
       checks.rule(lambda r: isinstance(r, (list, tuple)), _PAIRS))
-  memory_limit_gib: float | None = checks.field(
+  memory_limit_gib: float | None = field(
       None, 'memory per device the train step must fit, checked (and logged '
       'with argument / output / temp bytes) after compiling it, before the '
       "first step; None: the device's own limit (none on CPU: no check)",
