@@ -1,11 +1,11 @@
 """How settings are declared and checked: rules, fields and sections.
 
-A rule maps a value to None (fine) or to what is wrong with it ('must be
-> 0'). A config section (`class X(Section, name='x')`) declares each setting
-with `field(default, help, rule)`: `jaxgrpo.config_lib` puts the sections
-together. A library dataclass that takes the same setting
+A config section, `class X(Section, name='x')`, declares each setting with
+`field(default, help, rule)`; `jaxgrpo.config_lib` puts the sections
+together. A rule maps a value to None (fine) or to what is wrong with it
+('must be > 0'). A library dataclass that takes the same setting
 (`rl.rollout.RolloutConfig`, `data.snooze.PolicyConfig`,
-`train_step.LossConfig`) checks it with the same rule through `check`, so a
+`train_step.LossConfig`) checks it with the same rule through `check`: a
 setting has one rule and one message, and every message names the key.
 """
 
@@ -63,11 +63,9 @@ def fail(key: str, value: Any, message: str) -> None:
 
 
 def check(obj: Any, rules: dict[str, Rule], section: str) -> None:
-  """Raises ConfigError `section.key=value: message` for the first broken
-  rule of `obj`'s attributes."""
+  """Fails naming `section.key` at the first broken rule of `obj`'s."""
   for key, broken in rules.items():
-    message = broken(getattr(obj, key))
-    if message:
+    if message := broken(getattr(obj, key)):
       fail(f'{section}.{key}' if section else key, getattr(obj, key), message)
 
 
@@ -83,9 +81,8 @@ def field(default: Any = dataclasses.MISSING, help: str = '',
 
 
 class Section:
-  """A config section: `class X(Section, name='x')` is a frozen dataclass
-  whose errors name its keys `x.key`. Its fields' rules are checked, then
-  the checks `_validate` yields."""
+  """A frozen dataclass of settings that checks them when made: the rules
+  of its fields, then what `_validate` yields; errors name `SECTION.key`."""
 
   SECTION: ClassVar[str] = ''
 
@@ -103,6 +100,5 @@ class Section:
              operator.attrgetter(key)(self), message)
 
   def _validate(self) -> Iterator[tuple[str, Any, str]]:
-    """(key, ok, message) of the checks that read several fields, in order;
-    the first not ok raises, naming the key."""
+    """(key, ok, message) of the checks that read several fields, in order."""
     return iter(())

@@ -1,11 +1,13 @@
 """The config schema: every setting's default, type, check and help text.
 
-Each section is a frozen dataclass whose fields declare its settings with
-`field(default, help, check)`; option lists come from the modules that
-implement them. `base_config()` builds the ml-collections ConfigDict that
-config files start from, `jaxgrpo.config_doc` makes the table of
-docs/configuration.md from the help texts, and `from_config_dict` turns a
-ConfigDict back into the frozen, checked `Config` (train.py calls it once,
+Each section is a frozen dataclass (`checks.Section`) whose fields declare
+its settings with `field(default, help, check)`; the sections of `mesh`,
+`distributed`, `curriculum` and the dataset entries live in the modules
+that implement them (`sharding`, `multihost`, `data.curriculum`,
+`data.sources`), and option lists come from their modules too.
+`base_config()` builds the ml-collections ConfigDict that config files start
+from, `jaxgrpo.config_doc` the table of docs/configuration.md, and
+`from_config_dict` the frozen, checked `Config` (train.py calls it once,
 before anything compiles). Every check names the full config key it
 rejects; `Config._validate` and `mesh_shape` hold the checks across sections.
 """
@@ -78,8 +80,6 @@ class DataSection(Section, name='data'):
   balance: str = field(
       'pre_filter', 'how a mixture fills the batch: `pre_filter` or '
       '`post_filter` (see [the sampler](sampler.md))', one_of(mixture.BALANCES))
-  # A bad record of a file stops the run naming its file and line, unless
-  # its entry sets on_bad_record='skip'.
   datasets: tuple[sources.DatasetSection, ...] = field(
       (sources.DatasetSection(name='arithmetic', kind='arithmetic'),),
       'list of dataset entries (below)')
