@@ -91,7 +91,8 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
     own = self.kind in ('gsm8k', 'squad2')
     yield 'format', not own or self.format in (None, self.kind), (
         f'must be None or {self.kind!r} for kind={self.kind!r}')
-    if own or self.format in ('gsm8k', 'squad2'):
+    fmt = self.format or formats.default_format(self.kind, self.tfds_name)
+    if fmt != 'fields':
       for key in ('prompt_field', 'answer_field', 'id_field', 'subset_field'):
         default = self.__dataclass_fields__[key].default
         yield key, getattr(self, key) == default, (

@@ -461,9 +461,10 @@ class DatasetConfigTest(parameterized.TestCase):
 
   def test_field_keys_of_a_tfds_builder_with_its_own_format(self):
     c = _config(kind='tfds', tfds_name='jaxgrpo_squad2', subset_field='x')
-    with self.assertRaisesRegex(errors.ConfigError,
-                                "subset_field applies to format='fields'"):
-      _load(c)
+    with self.assertRaisesRegex(  # When the config is read, before loading.
+        errors.ConfigError,
+        r"^data\.datasets\[0\]\.subset_field='x': applies to format='fields'"):
+      config_lib.from_config_dict(c)
 
 
 if __name__ == '__main__':
