@@ -1,9 +1,8 @@
-"""The configuration reference table, generated from the config schema.
+"""The configuration reference, generated from the config schema.
 
-Every key of `config_lib.base_config()` has one row of docs/configuration.md
-(between the `config-reference` markers): its default and the help text of
-its field, so the table cannot drift from the schema. tests/test_config_doc.py
-fails when a key has no help text or the table is stale:
+Each key of `config_lib.base_config()` has a row in docs/configuration.md
+(between the `config-reference` markers): its default and its field's help
+text. tests/test_config_doc.py fails when a key has no help or it is stale:
 
   python -m jaxgrpo.config_doc            # print the table
   python -m jaxgrpo.config_doc --write    # rewrite the table in the page

@@ -23,6 +23,15 @@ from jaxgrpo.example import Example
 
 KINDS = ('jsonl', 'array_record', 'tfds', 'arithmetic', 'gsm8k', 'squad2')
 
+# Defined with the formats that raise it; most callers know it from here.
+BadRecordError = formats.BadRecordError
+
+# Defined in `jsonl` with its helpers; most callers know it from here.
+JsonlSource = jsonl.JsonlSource
+
+# The generic record format (see `formats`), the default of file kinds.
+RecordFields = formats.RecordFields
+
 
 class DatasetSection(checks.Section, name='data.datasets[?]'):
   """One entry of the config's `data.datasets`; which keys apply depends on
@@ -94,22 +103,12 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
     fmt = self.format or formats.default_format(self.kind, self.tfds_name)
     if fmt != 'fields':
       for key in ('prompt_field', 'answer_field', 'id_field', 'subset_field'):
-        default = self.__dataclass_fields__[key].default
-        yield key, getattr(self, key) == default, (
+        yield key, getattr(self, key) == getattr(type(self), key), (
             "applies to format='fields' only")
     yield 'holdout', self.holdout >= 0, 'must be >= 0'
     yield 'holdout', not self.holdout or not (
         self.eval_path or self.eval_split), (
             'needs no eval_path or eval_split (they are the held-out set)')
-
-# Defined with the formats that raise it; most callers know it from here.
-BadRecordError = formats.BadRecordError
-
-# Defined in `jsonl` with its helpers; most callers know it from here.
-JsonlSource = jsonl.JsonlSource
-
-# The generic record format (see `formats`), the default of file kinds.
-RecordFields = formats.RecordFields
 
 
 @dataclasses.dataclass(frozen=True)
