@@ -1,14 +1,18 @@
-"""Value rules, shared by the config schema and the library dataclasses.
+"""How settings are declared and checked: rules, fields and sections.
 
-A rule maps a value to None (fine) or to what is wrong with it ('must be
-> 0'). `config_lib` attaches rules to its fields; a library dataclass that
-takes the same setting (`rl.rollout.RolloutConfig`, `data.snooze.PolicyConfig`,
-`train_step.LossConfig`) checks it with the same rule through `check`, so a
-setting has one rule and one message.
+A config section, `class X(Section, name='x')`, declares each setting with
+`field(default, help, rule)`; `jaxgrpo.config_lib` puts the sections
+together. A rule maps a value to None (fine) or to what is wrong with it
+('must be > 0'). A library dataclass that takes the same setting
+(`rl.rollout.RolloutConfig`, `data.snooze.PolicyConfig`,
+`train_step.LossConfig`) checks it with the same rule through `check`: a
+setting has one rule and one message, and every message names the key.
 """
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+import dataclasses
+import operator
+from typing import Any, ClassVar
 
 from jaxgrpo.errors import ConfigError
 
@@ -43,16 +47,58 @@ def optional(check: Rule, none: str) -> Rule:
       check(v) and f'{check(v)}, or None ({none})')
 
 
+def names(message: str) -> Rule:
+  """A list of non-empty strings."""
+  return rule(lambda v: isinstance(v, (list, tuple)) and all(
+      isinstance(x, str) and x for x in v), message)
+
+
 POSITIVE = rule(lambda v: v > 0, 'must be > 0')
 NON_NEGATIVE = rule(lambda v: v >= 0, 'must be >= 0')
 
 
+def fail(key: str, value: Any, message: str) -> None:
+  """Raises ConfigError `key=value: message`."""
+  raise ConfigError(f'{key}={value!r}: {message}')
+
+
 def check(obj: Any, rules: dict[str, Rule], section: str) -> None:
-  """Raises ConfigError `section.key=value: message` for the first broken
-  rule of `obj`'s attributes."""
+  """Fails naming `section.key` at the first broken rule of `obj`'s."""
   for key, broken in rules.items():
-    value = getattr(obj, key)
-    message = broken(value)
-    if message:
-      name = f'{section}.{key}' if section else key
-      raise ConfigError(f'{name}={value!r}: {message}')
+    if message := broken(getattr(obj, key)):
+      fail(f'{section}.{key}' if section else key, getattr(obj, key), message)
+
+
+# pylint: disable-next=redefined-builtin,redefined-outer-name
+def field(default: Any = dataclasses.MISSING, help: str = '',
+          check: Rule | None = None) -> Any:
+  """A setting: its default, its help text (the configuration reference)
+  and the rule its value must meet. A section class as default nests it."""
+  if isinstance(default, type):
+    return dataclasses.field(default_factory=default)
+  return dataclasses.field(default=default,
+                           metadata={'help': help, 'check': check})
+
+
+class Section:
+  """A frozen dataclass of settings that checks them when made: the rules
+  of its fields, then what `_validate` yields; errors name `SECTION.key`."""
+
+  SECTION: ClassVar[str] = ''
+
+  def __init_subclass__(cls, name: str = '', **kwargs):
+    super().__init_subclass__(**kwargs)
+    cls.SECTION = name
+    dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+
+  def __post_init__(self):
+    check(self, {f.name: f.metadata['check'] for f in dataclasses.fields(self)
+                 if f.metadata.get('check')}, self.SECTION)
+    for key, ok, message in self._validate():
+      if not ok:
+        fail(f'{self.SECTION}.{key}'.lstrip('.'),
+             operator.attrgetter(key)(self), message)
+
+  def _validate(self) -> Iterator[tuple[str, Any, str]]:
+    """(key, ok, message) of the checks that read several fields, in order."""
+    return iter(())

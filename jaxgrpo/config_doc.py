@@ -1,10 +1,8 @@
-"""The configuration reference table, generated from the config schema.
+"""The configuration reference, generated from the config schema.
 
-Every key of `config_lib.base_config()` has one row, its default and
-its help text from the schema's fields (`jaxgrpo/config_lib.py`), so the
-table of `docs/configuration.md` (between the `config-reference` markers)
-cannot drift from it. `tests/test_config_doc.py` fails when a key has no
-help text or the table is stale:
+Each key of `config_lib.base_config()` has a row in docs/configuration.md
+(between the `config-reference` markers): its default and its field's help
+text. tests/test_config_doc.py fails when a key has no help or it is stale:
 
   python -m jaxgrpo.config_doc            # print the table
   python -m jaxgrpo.config_doc --write    # rewrite the table in the page
@@ -14,40 +12,34 @@ import argparse
 import os
 import sys
 
+import ml_collections
+
 from jaxgrpo import config_lib
 
 START = '<!-- config-reference:start (python -m jaxgrpo.config_doc --write) -->'
 END = '<!-- config-reference:end -->'
-# The page with the table.
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), 'docs', 'configuration.md')
 
 
-def _leaves(config, prefix: str = '') -> dict[str, object]:
-  """Flat 'section.key' -> default of a ConfigDict, in definition order."""
-  out = {}
-  for key, value in config.items():
-    name = f'{prefix}{key}'
-    if hasattr(value, 'items') and key != 'datasets':
-      out.update(_leaves(value, name + '.'))
-    else:
-      out[name] = value
-  return out
-
-
 def defaults() -> dict[str, object]:
-  """Every key of `config_lib.base_config()` with its default."""
-  return _leaves(config_lib.base_config())
+  """Every key of `config_lib.base_config()` with its default, in order."""
+  out = {}
+  for key, value in config_lib.base_config().items():
+    if isinstance(value, ml_collections.ConfigDict):
+      out.update({f'{key}.{k}': v for k, v in value.items()})
+    else:
+      out[key] = value
+  return out
 
 
 def _show(value) -> str:
   if isinstance(value, str):
     return f'`{value}`'
-  if isinstance(value, (list, tuple)) and not value:
-    return '`()`'
-  if isinstance(value, list):
-    return 'one arithmetic dataset' if len(value) == 1 else f'{len(value)} datasets'
-  return str(value)
+  if isinstance(value, list):  # data.datasets
+    return ('one arithmetic dataset' if len(value) == 1
+            else f'{len(value)} datasets')
+  return '`()`' if value == () else str(value)
 
 
 def check_rows(keys: dict[str, object]) -> None:
@@ -56,17 +48,16 @@ def check_rows(keys: dict[str, object]) -> None:
   missing = [k for k in keys if not helps.get(k)]
   if missing:
     raise ValueError(f'config keys without help text: {missing}; add it to '
-                     'their field in jaxgrpo/config_lib.py')
+                     'their field')
 
 
 def table() -> str:
   """The markdown table: one row per key, in schema order."""
   keys = defaults()
   check_rows(keys)
-  lines = ['| key | default | meaning |', '| --- | --- | --- |']
-  for name, meaning in config_lib.help_texts().items():
-    lines.append(f'| `{name}` | {_show(keys[name])} | {meaning} |')
-  return '\n'.join(lines)
+  return '\n'.join(['| key | default | meaning |', '| --- | --- | --- |'] + [
+      f'| `{name}` | {_show(keys[name])} | {meaning} |'
+      for name, meaning in config_lib.help_texts().items()])
 
 
 def replace_in(text: str, new_table: str) -> str:
@@ -74,8 +65,7 @@ def replace_in(text: str, new_table: str) -> str:
   if START not in text or END not in text:
     raise ValueError(f'the page has no {START!r} ... {END!r} markers')
   head, rest = text.split(START, 1)
-  _, tail = rest.split(END, 1)
-  return f'{head}{START}\n{new_table}\n{END}{tail}'
+  return f'{head}{START}\n{new_table}\n{END}{rest.split(END, 1)[1]}'
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,11 +28,48 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from jaxgrpo import checks
 from jaxgrpo import errors
+from jaxgrpo.checks import field
 
 Log = Callable[[str], None]
 
 INITIALIZE = ('auto', 'always', 'never')
+
+
+class DistributedSection(checks.Section, name='distributed'):
+  """The config's `distributed`: several processes in one run."""
+
+  initialize: str = field(
+      'auto', 'start `jax.distributed`: `auto` (when a coordinator is given, '
+      'or the platform announces several processes: a multi-host TPU VM slice, '
+      'SLURM, mpirun), `always` or `never` (see [Scale-out](scale-out.md))',
+      checks.one_of(INITIALIZE))
+  coordinator: str | None = field(
+      None, "an explicit cluster (GPU nodes without a manager): process 0's "
+      '`host:port`; with `num_processes` and `process_id`, all three or none',
+      checks.rule(lambda c: c is None or (isinstance(c, str) and ':' in c),
+                  "must be 'host:port' (process 0's host), or None"))
+  num_processes: int | None = field(
+      None, 'an explicit cluster: the number of processes',
+      checks.optional(checks.rule(lambda n: n >= 1, 'must be >= 1'),
+                      'no cluster'))
+  process_id: int | None = field(
+      None, "an explicit cluster: this process's index")
+  check_every: int = field(
+      10, 'steps between checks that every process holds the same sampler '
+      'state (a digest compared across processes; 0: never)',
+      checks.rule(lambda n: n >= 0, 'must be >= 0 (0: no cross-process check)'))
+
+  def _validate(self):
+    given = {self.coordinator is None, self.num_processes is None,
+             self.process_id is None}
+    yield 'coordinator', len(given) == 1, (
+        'distributed.coordinator, num_processes and process_id go together: '
+        'give all three or none')
+    if self.num_processes is not None:
+      yield 'process_id', 0 <= self.process_id < self.num_processes, (
+          f'must be in [0, {self.num_processes})')
 
 
 class HostDriftError(errors.TrainingError):
@@ -74,16 +111,11 @@ def initialize(
   Returns:
     Whether jax.distributed was started here.
   """
-  if mode not in INITIALIZE:
-    raise errors.ConfigError(
-        f'distributed.initialize={mode!r}: must be one of {INITIALIZE}')
+  DistributedSection(initialize=mode, coordinator=coordinator,  # Checks.
+                     num_processes=num_processes, process_id=process_id)
   if mode == 'never' or (mode == 'auto' and coordinator is None
                          and not _platform_is_multihost()):
     return False
-  if coordinator is not None and (num_processes is None or process_id is None):
-    raise errors.ConfigError(
-        f'distributed.coordinator={coordinator!r} needs '
-        'distributed.num_processes and distributed.process_id')
   if jax.distributed.is_initialized():
     return False
   try:

@@ -20,6 +20,8 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
+from jaxgrpo import checks
+from jaxgrpo.checks import field
 from jaxgrpo.typing import PyTree
 
 LogicalAxes = Sequence[str | None]
@@ -58,25 +60,85 @@ _ACTIVE: contextvars.ContextVar[MeshContext | None] = contextvars.ContextVar(
 )
 
 
+_PAIRS = ('must be a list of (logical axis, mesh axis | tuple of mesh axes | '
+          'None) pairs')
+
+
+class MeshSection(checks.Section, name='mesh'):
+  """The config's `mesh`: the device mesh and how logical axes map onto it."""
+
+  data: int = field(
+      -1, 'devices the batch rows split over, with `fsdp`; -1 takes the '
+      'devices `fsdp` and `tensor` leave. `data` x `fsdp` x `tensor` must '
+      'equal the device count, and `rollout.batch_size` x `group_size` must be '
+      'a multiple of `data` x `fsdp` (see [Scale-out](scale-out.md))',
+      checks.rule(lambda d: d == -1 or d >= 1,
+                  'must be >= 1, or -1 (the devices left by fsdp and tensor)'))
+  fsdp: int = field(
+      1, 'devices the batch rows, params and optimizer state (their `embed` '
+      'axis) split over', checks.POSITIVE)
+  tensor: int = field(
+      1, 'devices params and optimizer state split over by heads, mlp and '
+      'vocab', checks.POSITIVE)
+  rules: Rules = field(
+      (), '`(logical axis, target)` pairs overriding the default rules of '
+      '`jaxgrpo/sharding.py` (`DEFAULT_RULES`); a target is a mesh axis, a '
+      "tuple of mesh axes or None (replicated), e.g. `(('vocab', None),)`",
+      checks.rule(lambda r: isinstance(r, (list, tuple)), _PAIRS))
+  memory_limit_gib: float | None = field(
+      None, 'memory per device the train step must fit, checked (and logged '
+      'with argument / output / temp bytes) after compiling it, before the '
+      "first step; None: the device's own limit (none on CPU: no check)",
+      checks.optional(checks.POSITIVE, "the device's own limit"))
+
+  def _validate(self):
+    logical = [name for name, _ in DEFAULT_RULES]
+    rules = []
+    for i, pair in enumerate(self.rules):
+      at = f'mesh.rules[{i}]'
+      pair = tuple(pair) if isinstance(pair, (list, tuple)) else pair
+      if not isinstance(pair, tuple) or len(pair) != 2:
+        checks.fail(at, pair, _PAIRS)
+      name, target = pair
+      if name not in logical:
+        checks.fail(at, pair, f'unknown logical axis {name!r} (one of '
+                    f'{", ".join(logical)})')
+      axes = (target,) if isinstance(target, str) else target
+      if axes is not None and not (
+          isinstance(axes, (list, tuple)) and all(a in MESH_AXES for a in axes)
+          and len(set(axes)) == len(axes)):
+        checks.fail(at, pair, f'the target must be one of {MESH_AXES}, a '
+                    'tuple of distinct ones, or None (replicated)')
+      rules.append((name, _as_target(target)))
+    object.__setattr__(self, 'rules', tuple(rules))
+    return iter(())
+
+
+def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1,
+               tensor: int = 1) -> tuple[int, int, int]:
+  """(data, fsdp, tensor) on `num_devices` devices; -1 on `data` takes what
+  fsdp and tensor leave.
+
+  Raises:
+    ConfigError: naming mesh.fsdp or mesh.data, when they do not fit.
+  """
+  if data == -1 and num_devices % (fsdp * tensor):
+    checks.fail('mesh.fsdp', fsdp, f'mesh.fsdp x mesh.tensor = '
+                f'{fsdp * tensor} must divide the {num_devices} devices')
+  if data != -1 and data * fsdp * tensor != num_devices:
+    checks.fail('mesh.data', data, f'mesh.data x fsdp x tensor = {data} x '
+                f'{fsdp} x {tensor} must equal the {num_devices} devices (or '
+                'set mesh.data=-1 to take the devices left)')
+  return (num_devices // (fsdp * tensor) if data == -1 else data), fsdp, tensor
+
+
 def make_mesh(
     data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None
 ) -> Mesh:
   """Builds a (data, fsdp, tensor) mesh; -1 on `data` takes what is left."""
   devices = list(jax.devices() if devices is None else devices)
-  if data == -1:
-    if len(devices) % (fsdp * tensor):
-      raise ValueError(
-          f'mesh: {len(devices)} devices do not divide into fsdp={fsdp} x '
-          f'tensor={tensor}'
-      )
-    data = len(devices) // (fsdp * tensor)
-  if data * fsdp * tensor != len(devices):
-    raise ValueError(
-        f'mesh: data={data} x fsdp={fsdp} x tensor={tensor} != '
-        f'{len(devices)} devices'
-    )
-  grid = np.asarray(devices).reshape(data, fsdp, tensor)
-  return Mesh(grid, MESH_AXES)
+  shape = mesh_shape(len(devices), data, fsdp, tensor)
+  return Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
 
 
 def merge_rules(overrides: Rules = (), base: Rules = DEFAULT_RULES) -> Rules:

@@ -2,7 +2,8 @@
 
 Functions over 120 lines and modules over 450 lines (without a `Size:`
 reason) may only be the ones listed here, and only shrink: a new long
-function or module, or a listed one that grew, fails.
+function or module, or a listed one that grew, fails. So may the config
+layer, until it is a third below its baseline.
 """
 
 import os
@@ -20,12 +21,13 @@ import code_shape
 KNOWN_FUNCTIONS = {
 }
 KNOWN_MODULES = {
-    'jaxgrpo/config_lib.py': 796,
     'jaxgrpo/model/hf.py': 660,
     'jaxgrpo/data/snooze.py': 617,
     'jaxgrpo/data/formats.py': 560,
     'jaxgrpo/model/gguf.py': 457,
 }
+# The config layer's lines at most, while above code_shape.MAX_CONFIG.
+KNOWN_CONFIG_LINES = 972
 
 
 class CodeShapeTest(absltest.TestCase):
@@ -55,6 +57,18 @@ class CodeShapeTest(absltest.TestCase):
       self.assertIn(rel, KNOWN_MODULES,
                     f'{rel} is {n} lines; split it or give a `Size:` reason')
       self.assertLessEqual(n, KNOWN_MODULES[rel], f'{rel} grew')
+
+  def test_config_layer_is_measured(self):
+    parts = dict(self.m['config'])
+    self.assertEqual([what for what, n in parts.items() if not n], [],
+                     'config layer parts not found: update CONFIG_PARTS')
+    for part in ('jaxgrpo/config_lib.py', 'jaxgrpo/checks.py',
+                 'jaxgrpo/sharding.py MeshSection',
+                 'jaxgrpo/data/sources.py DatasetSection'):
+      self.assertIn(part, parts)
+    self.assertLessEqual(
+        sum(parts.values()), max(code_shape.MAX_CONFIG, KNOWN_CONFIG_LINES),
+        'the config layer grew')
 
   def test_readme_fits_on_a_few_screens(self):
     self.assertLess(self.m['readme'], code_shape.MAX_README)

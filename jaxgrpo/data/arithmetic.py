@@ -5,11 +5,12 @@ Problems look like `47+385=` with answer `432`. Each example is generated from
 and example ids (`<name>/<index>`) are stable across runs.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 import dataclasses
 
 import numpy as np
 
+from jaxgrpo import checks
 from jaxgrpo.example import Example
 
 _OPS = ('+', '-', '*')
@@ -49,23 +50,24 @@ class ArithmeticSpec:
   unanswerable: bool | str = False
 
   def __post_init__(self):
-    if self.unanswerable not in UNANSWERABLE:
-      raise ValueError('arithmetic unanswerable must be one of '
-                       f'{UNANSWERABLE}, got {self.unanswerable!r}')
-    if self.unanswerable == 'negative' and self.ops != '-':
-      raise ValueError("arithmetic unanswerable='negative' needs ops='-', "
-                       f'got {self.ops!r}')
-    if not 1 <= self.min_digits <= self.max_digits <= 9:
-      raise ValueError(
-          'arithmetic digits need 1 <= min_digits <= max_digits <= 9, got '
-          f'min_digits={self.min_digits} max_digits={self.max_digits}'
-      )
-    if not self.ops or any(op not in _OPS for op in self.ops):
-      raise ValueError(f'arithmetic ops must be drawn from {_OPS}, got {self.ops!r}')
-    if self.carries not in _CARRIES:
-      raise ValueError(
-          f'arithmetic carries must be one of {_CARRIES}, got {self.carries!r}'
-      )
+    for key, ok, message in spec_checks(self):
+      if not ok:
+        checks.fail(f'arithmetic.{key}', getattr(self, key), message)
+
+
+def spec_checks(spec) -> Iterator[tuple[str, bool, str]]:
+  """(key, ok, message) of a spec's checks, in order: `ArithmeticSpec`'s,
+  and those of the config's dataset entries of kind 'arithmetic'."""
+  yield 'min_digits', 1 <= spec.min_digits <= 9, 'must be in [1, 9]'
+  yield 'max_digits', spec.min_digits <= spec.max_digits <= 9, (
+      'must be in [min_digits, 9]')
+  yield 'ops', bool(spec.ops) and set(spec.ops) <= set(_OPS), (
+      "must be a non-empty string of '+', '-', '*'")
+  yield 'carries', spec.carries in _CARRIES, f'must be one of {_CARRIES}'
+  yield 'unanswerable', spec.unanswerable in UNANSWERABLE, (
+      f'must be one of {UNANSWERABLE}')
+  yield 'unanswerable', spec.unanswerable != 'negative' or spec.ops == '-', (
+      "'negative' needs ops='-'")
 
 
 def count_carries(a: int, b: int, op: str) -> int:

@@ -28,10 +28,13 @@ The pass rates also seed the `weighted` policy's prior, example by example.
 from collections.abc import Mapping, Sequence
 import dataclasses
 import logging
+from typing import Any
 
 import numpy as np
 
+from jaxgrpo import checks
 from jaxgrpo import errors
+from jaxgrpo.checks import field
 from jaxgrpo.data import snooze
 from jaxgrpo.stratify import bands as bands_lib
 from jaxgrpo.stratify import passrates
@@ -42,6 +45,67 @@ UNRATED = 'unrated'
 def stratum_names(edges: Sequence[float]) -> tuple[str, ...]:
   """Every stratum name for these band edges, 'unrated' last."""
   return tuple(bands_lib.stratum_names(edges)) + (UNRATED,)
+
+
+class CurriculumSection(checks.Section, name='curriculum'):
+  """The config's `curriculum`: offline strata and stages."""
+
+  strata: str | None = field(
+      None, 'a `jaxgrpo-stratify` output directory: per-example pass rates '
+      'that put each example in a stratum (see [Stratification and '
+      'curriculum](sampler.md#stratification-and-curriculum)); None: no strata',
+      checks.rule(lambda s: s is None or bool(s),
+                  'must be a jaxgrpo-stratify output directory or None'))
+  checkpoints: tuple[str, ...] = field(
+      (), 'checkpoint tags whose pass rates are pooled (empty: all measured)',
+      checks.names('must be a list of checkpoint tags (empty: all)'))
+  bands: tuple[float, ...] = field(
+      (0.25, 0.5, 0.75), 'band edges in (0, 1) between the `too_hard` (pass '
+      'rate 0) and `too_easy` (pass rate 1) strata; examples without a pass '
+      'rate are `unrated`')
+  prior: bool = field(
+      True, "the pass rates as each example's prior mean for the `weighted` "
+      'policy')
+  stages: tuple[dict[str, Any], ...] = field(
+      (), "`({'step': S, 'weights': {stratum or 'dataset/stratum': w}}, ...)`: "
+      'per-stratum weights (relative to the largest) from step S on (unnamed: '
+      '1; 0 postpones)', checks.rule(lambda s: isinstance(s, (list, tuple)), (
+          "must be a list of {'step': S, 'weights': {...}} dicts")))
+
+  def _validate(self):
+    object.__setattr__(self, 'checkpoints', tuple(self.checkpoints))
+    try:
+      names = stratum_names(tuple(self.bands))
+    except (TypeError, ValueError) as e:
+      yield 'bands', False, f'must be increasing edges in (0, 1) ({e})'
+    object.__setattr__(self, 'bands', tuple(float(b) for b in self.bands))
+    yield 'stages', not self.stages or self.strata is not None, (
+        'need curriculum.strata (a jaxgrpo-stratify output)')
+    last = -1
+    for i, stage in enumerate(self.stages):
+      at = f'curriculum.stages[{i}]'
+      if not isinstance(stage, dict) or set(stage) != {'step', 'weights'}:
+        checks.fail(at, stage, "must be a dict with keys 'step' and 'weights'")
+      step, weights = stage['step'], stage['weights']
+      if not isinstance(step, int) or step <= last:
+        checks.fail(f'{at}.step', step, 'must be an int >= 0, greater than '
+                    "the previous stage's")
+      last = step
+      if not isinstance(weights, dict):
+        checks.fail(f'{at}.weights', weights,
+                    'must be a dict of stratum name -> weight')
+      for key, w in weights.items():
+        stratum = str(key).rsplit('/', 1)[-1]
+        if stratum not in names:
+          raise errors.ConfigError(
+              f'{at}.weights[{key!r}]: unknown stratum {stratum!r} (with '
+              f'curriculum.bands={self.bands}: {", ".join(names)}; '
+              "'dataset/stratum' for one dataset)")
+        if not isinstance(w, (int, float)) or not 0 <= w < float('inf'):
+          checks.fail(f'{at}.weights[{key!r}]', w, 'must be a number >= 0')
+    object.__setattr__(self, 'stages', tuple(
+        {'step': s['step'], 'weights': dict(s['weights'])}
+        for s in self.stages))
 
 
 @dataclasses.dataclass(frozen=True)

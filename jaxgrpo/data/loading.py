@@ -119,14 +119,7 @@ def _record_format(entry) -> formats.RecordFormat:
   name = entry.format or formats.default_format(entry.kind, entry.tfds_name)
   keys = {'prompt': entry.prompt_field, 'answer': entry.answer_field,
           'id': entry.id_field, 'subset': entry.subset_field}
-  if name != 'fields':
-    default = formats.RecordFields()
-    changed = sorted(f'{k}_field' for k, v in keys.items()
-                     if v != getattr(default, k))
-    if changed:
-      raise errors.ConfigError(
-          f'dataset {entry.name!r}: {changed[0]} applies to '
-          f"format='fields' only; this dataset's records use format {name!r}")
+  if name != 'fields':  # The config checked that the *_field keys are unset.
     keys = {}
   try:
     return formats.make_format(name, template=entry.template, **keys)

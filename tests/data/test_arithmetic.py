@@ -88,11 +88,11 @@ class TemplateTest(absltest.TestCase):
       self.assertEqual((w.id, w.answer, w.subset), (p.id, p.answer, p.subset))
 
   def test_config_rejects_other_fields(self):
-    from jaxgrpo import config_lib  # pylint: disable=g-import-not-at-top
     from jaxgrpo import errors  # pylint: disable=g-import-not-at-top
+    from jaxgrpo.data import sources  # pylint: disable=g-import-not-at-top
     with self.assertRaisesRegex(errors.ConfigError, r'template=.*\{expression\}'):
-      config_lib.DatasetSection(name='a', kind='arithmetic',
-                                template='Q: {question}')
+      sources.DatasetSection(name='a', kind='arithmetic',
+                             template='Q: {question}')
 
 
 class UnanswerableTest(absltest.TestCase):

@@ -183,7 +183,9 @@ class Squad2FormatTest(parameterized.TestCase):
             ('gsm8k',), ('squad2',), ('jsonl',), ('tfds', 'jaxgrpo_gsm8k'),
             ('tfds', 'jaxgrpo_squad2/x:1.0.0'), ('tfds', 'gsm8k')]],
         ['gsm8k', 'squad2', 'fields', 'gsm8k', 'squad2', 'fields'])
-    self.assertEqual(config_lib.DatasetSection.FORMATS, formats.FORMATS)
+    with self.assertRaisesRegex(errors.ConfigError,
+                                re.escape(str(formats.FORMATS))):
+      sources.DatasetSection(name='a', kind='jsonl', path='x', format='csv')
 
 
 class Squad2FileTest(parameterized.TestCase):
@@ -460,9 +462,10 @@ class DatasetConfigTest(parameterized.TestCase):
 
   def test_field_keys_of_a_tfds_builder_with_its_own_format(self):
     c = _config(kind='tfds', tfds_name='jaxgrpo_squad2', subset_field='x')
-    with self.assertRaisesRegex(errors.ConfigError,
-                                "subset_field applies to format='fields'"):
-      _load(c)
+    with self.assertRaisesRegex(  # When the config is read, before loading.
+        errors.ConfigError,
+        r"^data\.datasets\[0\]\.subset_field='x': applies to format='fields'"):
+      config_lib.from_config_dict(c)
 
 
 if __name__ == '__main__':
