@@ -88,7 +88,7 @@ def bench_generation(args) -> None:
 
 
 def bench_grpo(args) -> None:
-  from configs import smollm2_arith
+  from jaxgrpo.configs import smollm2_arith
   from jaxgrpo.reporting import metrics as metrics_lib
   from jaxgrpo import train
 

@@ -84,7 +84,7 @@ def bench_scoring(args) -> None:
 
 def bench_step_share(args) -> None:
   # Imported here: part 1 needs no JAX.
-  from configs import gsm8k_mixture  # pylint: disable=g-import-not-at-top
+  from jaxgrpo.configs import gsm8k_mixture  # pylint: disable=g-import-not-at-top
   from jaxgrpo.reporting import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   from jaxgrpo import train  # pylint: disable=g-import-not-at-top
 

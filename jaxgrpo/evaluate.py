@@ -10,9 +10,9 @@ import numpy as np
 
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
-from jaxgrpo.rl import scored as scored_lib
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.reporting import console as console_lib
+from jaxgrpo.rl import scored as scored_lib
 from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import pool as verifier_pool
 

@@ -56,9 +56,9 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, 'scripts'))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from configs import common
-from configs import mixture_demo
 from jaxgrpo import train
+from jaxgrpo.configs import common
+from jaxgrpo.configs import mixture_demo
 from jaxgrpo.reporting import metrics as metrics_lib
 
 DATA = os.path.join(REPO, 'docs', 'results', 'data')

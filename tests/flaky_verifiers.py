@@ -57,7 +57,7 @@ def informative_demo_config():
   """The demo's 2-step runlocal config without a warm start, scored by
   `starts_with_digit`: an untrained model starts with a digit about as
   often as not, so groups are informative and every step updates."""
-  from configs import demo  # pylint: disable=g-import-not-at-top
+  from jaxgrpo.configs import demo  # pylint: disable=g-import-not-at-top
   c = demo.get_config('runlocal')
   c.warmstart.enabled = False
   c.data.datasets[0]['verifier'] = 'starts_with_digit'

@@ -3,9 +3,9 @@
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from configs import common
-from configs import demo
 from jaxgrpo import config_lib
+from jaxgrpo.configs import common
+from jaxgrpo.configs import demo
 from jaxgrpo.rl import advantages
 
 

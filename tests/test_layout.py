@@ -194,7 +194,8 @@ LAYERS = (
     ('train', {'config_lib', 'config_doc', 'build', 'checkpoint', 'evaluate',
                'optimizer', 'preemption', 'train', 'train_state',
                'train_step', 'warmstart', 'model_spec', 'sim', 'stratify'}),
-    ('cli', {'cli', 'main'}),
+    # The commands, and the experiment configs users start from.
+    ('cli', {'cli', 'main', 'configs'}),
 )
 # Imports against the layers, each with its reason.
 LAYER_EXCEPTIONS = {

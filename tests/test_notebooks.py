@@ -74,7 +74,7 @@ class NotebookTest(absltest.TestCase):
         if line.startswith(('import ', 'from ')):
           module = line.split()[1].split('.')[0]
           self.assertIn(module, {
-              'jaxgrpo', 'configs', 'os', 'sys', 'shutil', 'subprocess',
+              'jaxgrpo', 'os', 'sys', 'shutil', 'subprocess',
               'importlib', 'jax', 'matplotlib', 'IPython'}, (name, line))
 
   def test_quickstart_runs(self):

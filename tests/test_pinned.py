@@ -17,8 +17,8 @@ import os
 
 from absl.testing import absltest
 
-from configs import demo
 from jaxgrpo import train
+from jaxgrpo.configs import demo
 from jaxgrpo.reporting import metrics as metrics_lib
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'golden',

@@ -30,6 +30,7 @@ REPO_PATH = re.compile(
 PLACEHOLDERS = {
     'configs/my_config.py': 'docs/data.md "Adding a verifier": the reader\'s '
                             'own config',
+    'configs/NAME.py': 'docs/configuration.md: any shipped config',
 }
 # A markdown link or image target: `](target)` or `](target "title")`.
 LINK = re.compile(r'\]\(\s*([^)\s]+)(?:\s+"[^"]*")?\s*\)')
@@ -106,7 +107,7 @@ class ReadmeTest(absltest.TestCase):
         continue
       with self.subTest(page=page, config=f'{path}:{arg}' if arg else path):
         self.assertTrue(os.path.isfile(os.path.join(REPO, path)), path)
-        module = importlib.import_module(f'configs.{name}')
+        module = importlib.import_module(f'jaxgrpo.configs.{name}')
         config_lib.from_config_dict(module.get_config(arg or None))
 
   def test_paths_exist(self):

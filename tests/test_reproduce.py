@@ -37,7 +37,7 @@ class ReproduceTest(absltest.TestCase):
                              (e.name, variant, key))
 
   def test_demo_config_is_the_memorise_experiment(self):
-    from configs import demo  # pylint: disable=g-import-not-at-top
+    from jaxgrpo.configs import demo  # pylint: disable=g-import-not-at-top
     ours = config_lib.from_config_dict(demo.get_config())
     regime = reproduce.experiments()['memorise']
     theirs = config_lib.from_config_dict(

@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs import demo
 from jaxgrpo import config_lib
 from jaxgrpo import sharding
 from jaxgrpo import train
+from jaxgrpo.configs import demo
 from jaxgrpo.rl import logprobs
 from jaxgrpo.typing import TrainBatch
 from tests import tiny

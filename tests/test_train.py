@@ -9,11 +9,12 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from configs import demo
-from configs import squad_qa
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import train
+from jaxgrpo.cli import common
+from jaxgrpo.configs import demo
+from jaxgrpo.configs import squad_qa
 from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
 from jaxgrpo.data import sources
@@ -143,6 +144,26 @@ class CommandLineTest(absltest.TestCase):
     self.assertEqual(out.returncode, 2)
     self.assertIn('--workdir', out.stderr)
 
+  def test_configs_folder_names_the_shipped_configs_from_anywhere(self):
+    # An installed jaxgrpo, or a working directory other than the clone:
+    # configs/NAME.py is the config inside the package.
+    cwd = os.getcwd()
+    os.chdir(self.create_tempdir().full_path)
+    try:
+      self.assertIsNone(common.shipped_config('configs/no_such.py'))
+      self.assertIsNone(common.shipped_config('elsewhere/demo.py'))
+      shipped = common.shipped_config('configs/demo.py')
+      config = common.load_config('jaxgrpo-train', 'configs/demo.py:runlocal',
+                                  ['--config.total_steps=3'])
+    finally:
+      os.chdir(cwd)
+    self.assertEqual(shipped, os.path.join(REPO, 'jaxgrpo', 'configs',
+                                           'demo.py'))
+    self.assertEqual(config.total_steps, 3)
+    # From the clone, configs/ is the same folder.
+    self.assertEqual(os.path.realpath(os.path.join(REPO, 'configs')),
+                     os.path.join(REPO, 'jaxgrpo', 'configs'))
+
   def test_config_mistakes_end_in_one_line_with_the_reason(self):
     workdir = self.create_tempdir().full_path
     cases = {
@@ -246,7 +267,7 @@ class ConfigFilesTest(absltest.TestCase):
   """Every config's runlocal variant trains 2 steps."""
 
   def test_runlocal_variants_train(self):
-    from configs import mixture_demo  # pylint: disable=g-import-not-at-top
+    from jaxgrpo.configs import mixture_demo  # pylint: disable=g-import-not-at-top
     for module in (demo, mixture_demo):
       workdir = self.create_tempdir().full_path
       lines = []
@@ -261,8 +282,8 @@ class ConfigFilesTest(absltest.TestCase):
         self.assertTrue(any(line.startswith('plots: ') for line in lines))
 
   def test_accelerator_templates_validate(self):
-    from configs import qwen25_gsm8k  # pylint: disable=g-import-not-at-top
-    from configs import smollm2_arith  # pylint: disable=g-import-not-at-top
+    from jaxgrpo.configs import qwen25_gsm8k  # pylint: disable=g-import-not-at-top
+    from jaxgrpo.configs import smollm2_arith  # pylint: disable=g-import-not-at-top
     cfg = config_lib.from_config_dict(
         qwen25_gsm8k.get_config('path=/data/qwen,gsm8k=/data/gsm8k'))
     self.assertEqual(cfg.model.path, '/data/qwen')
@@ -272,7 +293,7 @@ class ConfigFilesTest(absltest.TestCase):
       self.assertEqual(cfg.model.path, 'smollm2')
 
   def test_gsm8k_format_mixture_trains(self):
-    from configs import gsm8k_mixture  # pylint: disable=g-import-not-at-top
+    from jaxgrpo.configs import gsm8k_mixture  # pylint: disable=g-import-not-at-top
     c = gsm8k_mixture.get_config('runlocal')
     c.warmstart.enabled = False  # its teacher forcing is tested elsewhere
     workdir = self.create_tempdir().full_path

@@ -5,9 +5,9 @@ import dataclasses
 from absl.testing import absltest
 import numpy as np
 
-from configs import common
 from jaxgrpo import config_lib
 from jaxgrpo import errors
+from jaxgrpo.configs import common
 from jaxgrpo.data import curriculum
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze

@@ -9,9 +9,9 @@ import re
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from configs import demo
 from jaxgrpo import config_lib
 from jaxgrpo import errors
+from jaxgrpo.configs import demo
 from jaxgrpo.data import formats
 from jaxgrpo.data import loading
 from jaxgrpo.data import sources

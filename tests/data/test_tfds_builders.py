@@ -10,8 +10,8 @@ import tempfile
 
 from absl.testing import absltest
 
-from configs import demo
 from jaxgrpo import config_lib
+from jaxgrpo.configs import demo
 from jaxgrpo.data import loading
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib

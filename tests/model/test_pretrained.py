@@ -8,10 +8,10 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
-from configs import common
 from jaxgrpo import errors
 from jaxgrpo import train
 from jaxgrpo.cli import export
+from jaxgrpo.configs import common
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import pretrained

@@ -10,8 +10,8 @@ from jaxgrpo import evaluate
 from jaxgrpo import verifiers
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
-from jaxgrpo.rl import scored as scored_lib
 from jaxgrpo.generate.generator import Completions
+from jaxgrpo.rl import scored as scored_lib
 from jaxgrpo.verifiers import pool as verifier_pool
 from tests import scripted
 

@@ -93,7 +93,7 @@ class StratifyThenTrainTest(absltest.TestCase):
 
 
   def test_curriculum_demo_config_trains(self):
-    from configs import curriculum_demo  # pylint: disable=g-import-not-at-top
+    from jaxgrpo.configs import curriculum_demo  # pylint: disable=g-import-not-at-top
     c = curriculum_demo.get_config('runlocal')
     c.warmstart.enabled = False
     c.data.datasets[0]['verifier'] = 'starts_with_digit'

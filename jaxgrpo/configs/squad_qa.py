@@ -20,7 +20,7 @@ give it a real checkpoint for real answers.
 
 import os
 
-from configs import common
+from jaxgrpo.configs import common
 
 SQUAD2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), '..', 'shared', 'data', 'squad2', 'cs224n-dev-v2.0.json')

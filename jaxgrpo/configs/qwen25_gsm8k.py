@@ -14,7 +14,7 @@ in bf16; snoozing N=5 skips problems the model solves in every sample.
 
 import os
 
-from configs import common
+from jaxgrpo.configs import common
 
 
 def get_config(arg: str | None = None):

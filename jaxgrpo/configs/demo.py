@@ -18,7 +18,7 @@ generating it every epoch.
   jaxgrpo-train --workdir=/tmp/jaxgrpo_none --config.sampler.policy=none
 """
 
-from configs import common
+from jaxgrpo.configs import common
 
 
 def regime(c) -> None:

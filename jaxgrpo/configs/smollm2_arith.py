@@ -17,7 +17,7 @@ is for an accelerator.
   python -m jaxgrpo.main --config=configs/smollm2_arith.py:runlocal --workdir=/tmp/sm
 """
 
-from configs import common
+from jaxgrpo.configs import common
 
 
 def get_config(arg: str | None = None):

@@ -28,7 +28,7 @@ steps 1 and 2 measure (20,000 1-3 digit sums, warm start to a sampled pass
 rate of 0.3).
 """
 
-from configs import common
+from jaxgrpo.configs import common
 
 
 def get_config(arg: str | None = None):

@@ -15,8 +15,8 @@ plain dynamic sampling, pre_filter against post_filter.
       --config.data.balance=pre_filter --config.sampler.policy=none
 """
 
-from configs import common
-from configs import demo
+from jaxgrpo.configs import common
+from jaxgrpo.configs import demo
 
 
 def get_config(arg: str | None = None):

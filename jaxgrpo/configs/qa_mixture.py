@@ -32,7 +32,7 @@ then. Nothing is downloaded.
 
 import os
 
-from configs import common
+from jaxgrpo.configs import common
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORD_PROBLEMS = os.path.join(HERE, 'data', 'word_problems.jsonl')

@@ -17,7 +17,7 @@ it; the run shows the plumbing, the rewards stay near 0). Prompts are bytes
 
 import os
 
-from configs import common
+from jaxgrpo.configs import common
 
 WORD_PROBLEMS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                              'data', 'word_problems.jsonl')
