@@ -445,6 +445,9 @@ def render_blocks(data: str) -> dict[str, str]:
   long = load(data, 'long')
   blocks['long_checks'] = regime_checks(long)
   blocks['long_savings'] = savings(long, policy_stats(long))[0]
+  warm = load(data, 'warm')
+  blocks['warm_checks'] = regime_checks(warm)
+  blocks['warm_savings'] = savings(warm, policy_stats(warm))[0]
   memorise = load(data, 'memorise')
   blocks['memorise_checks'] = regime_checks(memorise)
   blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
