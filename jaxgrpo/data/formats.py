@@ -106,16 +106,47 @@ def _keys(record: Mapping[str, Any]) -> str:
   return ', '.join(sorted(record))
 
 
+def _lookup(record: Mapping[str, Any], key: str, *, name: str,
+            where: Where) -> Any:
+  """The value of field `key`; 'a.b' reaches into a nested record (a
+  Parquet struct such as verl's `reward_model.ground_truth`)."""
+  if key in record:
+    return record[key]
+  value = record
+  for part in key.split('.'):
+    if not isinstance(value, Mapping) or part not in value:
+      raise BadRecordError(
+          f'{where()}: record has no field {key!r} (dataset {name!r}; its '
+          f'fields: {_keys(record)})'
+      )
+    value = value[part]
+  return value
+
+
+def chat_prompt(value: Any, key: str, where: Where) -> str:
+  """The user's message of a chat-format prompt: a list of {role, content}
+  messages holding one user turn (verl's `prompt` column). The model's
+  chat template is applied to it when prompts are encoded
+  (`model.chat_template`)."""
+  roles = [m.get('role') if isinstance(m, Mapping) else None for m in value]
+  if roles != ['user']:
+    raise BadRecordError(
+        f'{where()}: field {key!r} holds chat messages with roles {roles}; '
+        "one 'user' message is supported (a system message goes in "
+        'model.system_prompt)'
+    )
+  return value[0].get('content')
+
+
 def _field(record: Mapping[str, Any], key: str, *, name: str,
            where: Where) -> str:
   """A text (or number) field as text; BadRecordError if absent or not."""
-  if key not in record:
-    raise BadRecordError(
-        f'{where()}: record has no field {key!r} (dataset {name!r}; its '
-        f'fields: {_keys(record)})'
-    )
+  value = _lookup(record, key, name=name, where=where)
+  if (isinstance(value, (list, tuple)) and value
+      and isinstance(value[0], Mapping) and 'role' in value[0]):
+    value = chat_prompt(value, key, where)
   try:
-    value = plain(record[key])
+    value = plain(value)
   except UnicodeDecodeError as e:
     raise BadRecordError(f'{where()}: not valid UTF-8 ({e})') from e
   if not isinstance(value, (str, int, float)):

@@ -18,11 +18,13 @@ from jaxgrpo.checks import field
 from jaxgrpo.data import arithmetic as arithmetic_lib
 from jaxgrpo.data import formats
 from jaxgrpo.data import jsonl
+from jaxgrpo.data import parquet
 from jaxgrpo.data import snooze
 from jaxgrpo.data import squad2_file
 from jaxgrpo.example import Example
 
-KINDS = ('jsonl', 'array_record', 'tfds', 'arithmetic', 'gsm8k', 'squad2')
+KINDS = ('jsonl', 'array_record', 'parquet', 'tfds', 'arithmetic', 'gsm8k',
+         'squad2')
 
 # Defined with the formats that raise it; most callers know it from here.
 BadRecordError = formats.BadRecordError
@@ -57,8 +59,9 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
   num_train: int = 20_000
   seed: int = 0
   unanswerable: bool | str = False
-  # The files of kind 'jsonl', 'array_record', 'gsm8k' and 'squad2' (as
-  # shipped) and the dataset of kind 'tfds'.
+  # The files of kind 'jsonl', 'array_record', 'parquet' (a file, a glob,
+  # a folder of shards or a Hugging Face dataset saved to disk), 'gsm8k' and
+  # 'squad2' (as shipped) and the dataset of kind 'tfds'.
   path: str | None = None
   eval_path: str | None = None
   tfds_name: str | None = None
@@ -230,6 +233,9 @@ def _open_source(kind: str, name: str, path: str | None,
   if kind == 'squad2':
     source = squad2_file.Squad2File(path)
     return source, path, source.describe
+  if kind == 'parquet':
+    source = parquet.ParquetSource(path)
+    return source, path, source.describe
   paths = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
   if not paths or not all(map(os.path.exists, paths)):
     raise FileNotFoundError(f'dataset {name!r}: no ArrayRecord file {path}')
@@ -259,10 +265,12 @@ def make_dataset(
 
   Args:
     kind: 'jsonl', 'array_record' (JSON-encoded records, see
-      `write_array_record`), 'tfds' (a prepared split; nothing is
-      downloaded), 'gsm8k' (GSM8K's JSONL file as shipped), 'squad2' (a
-      SQuAD 2.0 JSON file as shipped, one example per question) or
-      'arithmetic' (generated; see `jaxgrpo.data.arithmetic`).
+      `write_array_record`), 'parquet' (Parquet files or a Hugging Face
+      dataset saved to disk, see `jaxgrpo.data.parquet`), 'tfds' (a
+      prepared split; nothing is downloaded), 'gsm8k' (GSM8K's JSONL file
+      as shipped), 'squad2' (a SQuAD 2.0 JSON file as shipped, one example
+      per question) or 'arithmetic' (generated; see
+      `jaxgrpo.data.arithmetic`).
     name: dataset name: Example.dataset and the prefix of index-based ids.
     path: the file, for every kind but 'tfds' and 'arithmetic' (a glob
       pattern selects sorted ArrayRecord shards).
@@ -289,6 +297,7 @@ def make_dataset(
   allowed = {
       'jsonl': file_keys,
       'array_record': file_keys,
+      'parquet': file_keys,
       'gsm8k': file_keys,
       'squad2': file_keys,
       'tfds': {'tfds_name', 'record_format', 'data_dir'},

@@ -1,0 +1,160 @@
+"""Prompt files in the peers' formats: Parquet, and Hugging Face datasets.
+
+`ParquetSource` is a grain RandomAccessDataSource over the rows of
+
+  * a Parquet file, or several (a glob, or a folder of `*.parquet` shards,
+    as verl's recipes and Hugging Face Hub datasets ship them);
+  * a Hugging Face dataset saved with `Dataset.save_to_disk` (a folder of
+    Arrow stream files, `data-00000-of-00001.arrow`, with its `state.json`).
+
+Rows are read on access, never all at once: Parquet files are read one
+row group at a time (the last few kept), Arrow files are memory-mapped.
+Memory is bounded by the cached row groups, not the file size. A row
+becomes a plain dict (nested structs as dicts, lists as lists), which the
+record formats (`formats.RecordFields`) turn into Examples; errors name the
+file and the row (`train.parquet:row 12`, counted from 0 within the file).
+"""
+
+import bisect
+import collections
+import glob
+import json
+import os
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jaxgrpo import errors
+
+_CACHED_GROUPS = 4
+
+
+class ParquetError(errors.UserError, ValueError):
+  """Files that are missing, empty or not Parquet / Arrow."""
+
+
+def find_files(path: str) -> list[str]:
+  """The Parquet or Arrow files that `path` names, in a stable order.
+
+  Raises:
+    ParquetError: `path` names no such file.
+  """
+  if glob.has_magic(path):
+    files = sorted(glob.glob(path))
+  elif os.path.isdir(path):
+    state = os.path.join(path, 'state.json')
+    if os.path.isfile(state):  # Dataset.save_to_disk
+      with open(state, encoding='utf-8') as f:
+        names = [d['filename'] for d in json.load(f).get('_data_files', [])]
+      files = [os.path.join(path, n) for n in names]
+    else:
+      files = sorted(glob.glob(os.path.join(path, '**', '*.parquet'),
+                               recursive=True))
+      files = files or sorted(glob.glob(os.path.join(path, '*.arrow')))
+  else:
+    files = [path] if os.path.exists(path) else []
+  if not files:
+    raise ParquetError(f'{path}: no Parquet or Arrow file there')
+  missing = [f for f in files if not os.path.isfile(f)]
+  if missing:
+    raise ParquetError(f'{path}: {missing[0]} is missing')
+  return files
+
+
+class _File:
+  """One file's rows: Parquet row groups, or a memory-mapped Arrow table."""
+
+  def __init__(self, path: str):
+    self.path = path
+    if path.endswith('.arrow'):
+      try:
+        with pa.memory_map(path) as source:
+          self.table = pa.ipc.open_stream(source).read_all()
+      except pa.ArrowInvalid:
+        with pa.memory_map(path) as source:
+          self.table = pa.ipc.open_file(source).read_all()
+      self.parquet, self.starts = None, [0]
+      self.num_rows = self.table.num_rows
+    else:
+      self.table = None
+      try:
+        self.parquet = pq.ParquetFile(path)
+      except (pa.ArrowInvalid, OSError) as e:
+        raise ParquetError(f'{path}: not a Parquet file ({e})') from None
+      meta = self.parquet.metadata
+      sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+      self.starts = [sum(sizes[:g]) for g in range(len(sizes))]
+      self.num_rows = meta.num_rows
+
+
+class ParquetSource:
+  """A grain RandomAccessDataSource over the rows of Parquet / Arrow files.
+
+  Attributes:
+    path: what the config named (a file, a glob or a folder).
+    files: the files read, in order.
+  """
+
+  def __init__(self, path: str):
+    self.path = os.fspath(path)
+    self.files = find_files(self.path)
+    self._open()
+
+  def _open(self) -> None:
+    self._files = [_File(f) for f in self.files]
+    self._starts = []
+    total = 0
+    for f in self._files:
+      self._starts.append(total)
+      total += f.num_rows
+    self._len = total
+    self._groups: collections.OrderedDict = collections.OrderedDict()
+    self._lock = threading.Lock()  # grain may read from several threads
+
+  def __getstate__(self) -> dict[str, Any]:
+    return {'path': self.path, 'files': self.files}
+
+  def __setstate__(self, state: dict[str, Any]) -> None:
+    self.__dict__.update(state)
+    self._open()
+
+  def __len__(self) -> int:
+    return self._len
+
+  def __repr__(self) -> str:
+    return (f'ParquetSource({self.path!r}, files={len(self.files)}, '
+            f'rows={len(self)})')
+
+  def _locate(self, index: int) -> tuple[int, int]:
+    """(file number, row within the file) of row `index`."""
+    if not -len(self) <= index < len(self):
+      raise IndexError(f'{self.path}: row {index} out of range ({len(self)} '
+                       'rows)')
+    index %= len(self)
+    k = bisect.bisect_right(self._starts, index) - 1
+    return k, index - self._starts[k]
+
+  def describe(self, index: int) -> str:
+    """`file:row N` of row `index` (N counted from 0 within the file)."""
+    k, row = self._locate(index)
+    return f'{self.files[k]}:row {row}'
+
+  def _group(self, k: int, g: int) -> pa.Table:
+    key = (k, g)
+    with self._lock:
+      if key not in self._groups:
+        self._groups[key] = self._files[k].parquet.read_row_group(g)
+        if len(self._groups) > _CACHED_GROUPS:
+          self._groups.popitem(last=False)
+      self._groups.move_to_end(key)
+      return self._groups[key]
+
+  def __getitem__(self, index: int) -> dict[str, Any]:
+    k, row = self._locate(index)
+    f = self._files[k]
+    if f.table is not None:
+      return f.table.slice(row, 1).to_pylist()[0]
+    g = bisect.bisect_right(f.starts, row) - 1
+    return self._group(k, g).slice(row - f.starts[g], 1).to_pylist()[0]

@@ -1,0 +1,146 @@
+"""Prompt files as verl and Hugging Face write them: Parquet and Arrow."""
+
+import json
+import os
+
+from absl.testing import absltest
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from jaxgrpo import config_lib
+from jaxgrpo.configs import demo
+from jaxgrpo.data import formats
+from jaxgrpo.data import loading
+from jaxgrpo.data import parquet
+from jaxgrpo.data import sources
+from jaxgrpo.data import tokenizer as tokenizer_lib
+
+_SUFFIX = (" Let's think step by step and output the final answer after "
+           '"####".')
+
+
+def verl_rows(n: int, start: int = 0) -> list[dict]:
+  """Rows in the layout of verl's examples/data_preprocess/gsm8k.py."""
+  return [{
+      'data_source': 'openai/gsm8k',
+      'prompt': [{'role': 'user', 'content': f'{i}+{i + 1}=' + _SUFFIX}],
+      'ability': 'math',
+      'reward_model': {'style': 'rule', 'ground_truth': str(2 * i + 1)},
+      'extra_info': {'split': 'train', 'index': i, 'answer': '...',
+                     'question': f'{i}+{i + 1}='},
+  } for i in range(start, start + n)]
+
+
+def write_parquet(path: str, rows: list[dict], row_group_size: int = 4):
+  pq.write_table(pa.Table.from_pylist(rows), path,
+                 row_group_size=row_group_size)
+  return path
+
+
+def verl_entry(path: str, **extra) -> dict:
+  return dict(name='gsm8k', kind='parquet', path=path,
+              prompt_field='prompt', answer_field='reward_model.ground_truth',
+              id_field='extra_info.index', subset_field='data_source',
+              **extra)
+
+
+class ParquetSourceTest(absltest.TestCase):
+
+  def test_rows_across_row_groups_and_shards(self):
+    folder = self.create_tempdir().full_path
+    write_parquet(os.path.join(folder, 'train-00000-of-00002.parquet'),
+                  verl_rows(10))
+    write_parquet(os.path.join(folder, 'train-00001-of-00002.parquet'),
+                  verl_rows(7, start=10))
+    source = parquet.ParquetSource(folder)
+    self.assertLen(source, 17)
+    self.assertEqual([source[i]['extra_info']['index'] for i in range(17)],
+                     list(range(17)))
+    self.assertEqual(source[-1]['reward_model']['ground_truth'], '33')
+    self.assertEqual(source.describe(12),
+                     f'{folder}/train-00001-of-00002.parquet:row 2')
+    with self.assertRaises(IndexError):
+      source[17]  # pylint: disable=pointless-statement
+
+  def test_hugging_face_save_to_disk_folder(self):
+    # Dataset.save_to_disk writes Arrow stream files named in state.json.
+    folder = self.create_tempdir().full_path
+    table = pa.Table.from_pylist(verl_rows(5))
+    name = 'data-00000-of-00001.arrow'
+    with pa.OSFile(os.path.join(folder, name), 'wb') as sink:
+      with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    with open(os.path.join(folder, 'state.json'), 'w') as f:
+      json.dump({'_data_files': [{'filename': name}]}, f)
+    source = parquet.ParquetSource(folder)
+    self.assertLen(source, 5)
+    self.assertEqual(source[3]['prompt'][0]['role'], 'user')
+
+  def test_missing_and_broken_files_are_named(self):
+    folder = self.create_tempdir().full_path
+    with self.assertRaisesRegex(parquet.ParquetError,
+                                'no Parquet or Arrow file there'):
+      parquet.ParquetSource(os.path.join(folder, 'nope.parquet'))
+    bad = os.path.join(folder, 'bad.parquet')
+    with open(bad, 'w') as f:
+      f.write('not parquet')
+    with self.assertRaisesRegex(parquet.ParquetError,
+                                f'{bad}: not a Parquet file'):
+      parquet.ParquetSource(bad)
+
+
+class VerlLayoutTest(absltest.TestCase):
+
+  def _load(self, entry):
+    c = demo.get_config('runlocal')
+    c.data.datasets = [entry]
+    cfg = config_lib.from_config_dict(c)
+    return loading.load_dataset(cfg, cfg.data.datasets[0],
+                                tokenizer_lib.CharTokenizer())
+
+  def test_a_verl_gsm8k_file_trains_unchanged(self):
+    folder = self.create_tempdir().full_path
+    train = write_parquet(os.path.join(folder, 'train.parquet'),
+                          verl_rows(40))
+    test = write_parquet(os.path.join(folder, 'test.parquet'),
+                         verl_rows(8, start=100))
+    _, train_ds, eval_ds = self._load(verl_entry(
+        train, eval_path=test, num_eval=8, verifier='math',
+        template='{prompt}'))
+    example = train_ds[5]
+    self.assertEqual(example.prompt, '5+6=' + _SUFFIX)
+    self.assertEqual(example.answer, '11')
+    self.assertEqual(example.id, '5')
+    self.assertEqual(example.subset, 'openai/gsm8k')
+    self.assertLen(eval_ds, 8)
+    self.assertEqual(eval_ds[0].id, '100')
+
+  def test_bad_rows_name_the_file_and_row(self):
+    rows = verl_rows(6)
+    rows[4]['prompt'] = [{'role': 'system', 'content': 'Be brief.'},
+                         {'role': 'user', 'content': '1+1='}]
+    path = write_parquet(
+        os.path.join(self.create_tempdir().full_path, 'train.parquet'), rows)
+    ds = sources.make_dataset(
+        'parquet', name='gsm8k', path=path,
+        record_format=formats.RecordFields(
+            prompt='prompt', answer='reward_model.ground_truth',
+            id='extra_info.index'))
+    self.assertEqual(ds[3].answer, '7')
+    with self.assertRaisesRegex(
+        formats.BadRecordError,
+        rf"{path}:row 4: field 'prompt' holds chat messages with roles "
+        r"\['system', 'user'\]"):
+      ds[4]  # pylint: disable=pointless-statement
+    ds = sources.make_dataset(
+        'parquet', name='gsm8k', path=path,
+        record_format=formats.RecordFields(prompt='prompt',
+                                           answer='reward_model.score'))
+    with self.assertRaisesRegex(formats.BadRecordError,
+                                rf"{path}:row 0: record has no field "
+                                r"'reward_model.score'"):
+      ds[0]  # pylint: disable=pointless-statement
+
+
+if __name__ == '__main__':
+  absltest.main()
