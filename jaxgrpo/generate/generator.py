@@ -71,7 +71,7 @@ class SamplingState:
     sample_keys: [R] per-sample keys (step t of row r draws with
       fold_in(sample_keys[r], t)), or None to draw from `rng`.
     stop_at: [R] int32, the length at which each row's stop token is forced
-      (0: never), or None.
+      (stop tokens are not drawn before; 0: sample freely), or None.
   """
 
   step: jax.Array
@@ -164,9 +164,10 @@ class Generator:
         needs at least one real token.
       rng: PRNG key (unused with `prompt_keys`).
       prompt_keys: [B] keys (`keys.prompt_keys`): draw with per-sample keys.
-      stop_at: [R] int32, force the first stop token as each row's
-        `stop_at`-th token (0: never). A testing and benchmarking aid: it
-        gives a random model chosen completion lengths.
+      stop_at: [R] int32, each row's length: its first stop token is forced
+        as its `stop_at`-th token and never drawn before (0: sample freely).
+        A testing and benchmarking aid: it gives a random model chosen
+        completion lengths.
 
     Returns:
       The decode state for R = B * G sequences.
@@ -222,12 +223,17 @@ class Generator:
       sample_keys_R: jax.Array | None,
       stop_at_R: jax.Array | None,
   ) -> jax.Array:
-    """Tokens at output columns `columns_R`: sampled, then forced to stop.
+    """Tokens at output columns `columns_R`.
 
     Without `sample_keys_R` every row draws with fold_in(rng, column) (the
     columns are then all equal); with them row r draws with
-    fold_in(sample_keys_R[r], columns_R[r]).
+    fold_in(sample_keys_R[r], columns_R[r]). A row with stop_at_R > 0 never
+    draws a stop token and gets the first one at column stop_at_R - 1.
     """
+    if stop_at_R is not None:
+      is_stop_V = self._is_stop(jnp.arange(logits_RV.shape[-1]))
+      logits_RV = jnp.where((stop_at_R > 0)[:, None] & is_stop_V[None],
+                            -jnp.inf, logits_RV)
     if sample_keys_R is None:
       tokens_R = self.sampling.next_tokens(
           logits_RV, jax.random.fold_in(rng, columns_R[0]))
