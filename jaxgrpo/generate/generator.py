@@ -8,6 +8,12 @@ and the G samples are decoded together.
 Einsum letters / suffixes follow `jaxgrpo.typing`: B prompts, P prompt
 length, R = B * G sequences, T generated length, S cache length, V vocab.
 
+By default token t of every row draws with fold_in(rng, t), so a row's
+draws depend on its place in the batch. Given per-prompt keys
+(`jaxgrpo.generate.keys`), row b * G + g draws with
+fold_in(fold_in(prompt_keys[b], g), t) instead: per-sample keys, the keying
+of `generate.continuous`, so the two agree sample by sample.
+
 Under a mesh (`jaxgrpo.sharding.use_mesh`) the params stay as placed, prompt
 and sequence rows are split over the batch axes and the KV cache is
 constrained by its logical axes; the decode state is still donated.
@@ -22,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgrpo import sharding
+from jaxgrpo.generate import keys as keys_lib
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import attention
 from jaxgrpo.model.config import ModelConfig
@@ -61,6 +68,10 @@ class SamplingState:
     lengths: [R] int32, generated tokens per row so far.
     done: [R] bool, rows that emitted a stop token.
     rng: PRNG key; step t draws with fold_in(rng, t).
+    sample_keys: [R] per-sample keys (step t of row r draws with
+      fold_in(sample_keys[r], t)), or None to draw from `rng`.
+    stop_at: [R] int32, the length at which each row's stop token is forced
+      (stop tokens are not drawn before; 0: sample freely), or None.
   """
 
   step: jax.Array
@@ -74,6 +85,8 @@ class SamplingState:
   lengths: jax.Array
   done: jax.Array
   rng: jax.Array
+  sample_keys: jax.Array | None = None
+  stop_at: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -138,6 +151,9 @@ class Generator:
       prompt_tokens_BP: jax.Array,
       prompt_mask_BP: jax.Array,
       rng: jax.Array,
+      *,
+      prompt_keys: jax.Array | None = None,
+      stop_at: jax.Array | None = None,
   ) -> SamplingState:
     """Runs the prompts and samples the first token of every sequence.
 
@@ -146,7 +162,12 @@ class Generator:
       prompt_tokens_BP: int32 left-padded prompts, [B, P].
       prompt_mask_BP: bool, True on real prompt tokens, [B, P]. Every prompt
         needs at least one real token.
-      rng: PRNG key.
+      rng: PRNG key (unused with `prompt_keys`).
+      prompt_keys: [B] keys (`keys.prompt_keys`): draw with per-sample keys.
+      stop_at: [R] int32, each row's length: its first stop token is forced
+        as its `stop_at`-th token and never drawn before (0: sample freely).
+        A testing and benchmarking aid: it gives a random model chosen
+        completion lengths.
 
     Returns:
       The decode state for R = B * G sequences.
@@ -157,8 +178,15 @@ class Generator:
     if rows is not None:
       prompt_tokens_BP, prompt_mask_BP = sharding.shard(
           (prompt_tokens_BP, prompt_mask_BP), (rows, rows))
+    if stop_at is not None and not self.stop_tokens:
+      raise ValueError('Generator: stop_at needs stop_tokens')
+    sample_keys = None
+    if prompt_keys is not None:
+      sample_keys = keys_lib.sample_keys(prompt_keys, self.num_samples)
+    if stop_at is not None:
+      stop_at = jnp.asarray(stop_at, jnp.int32)
     return _prefill(self, sharding.current(), params, prompt_tokens_BP,
-                    prompt_mask_BP, rng)
+                    prompt_mask_BP, rng, sample_keys, stop_at)
 
   def decode(self, params: nnx.State, state: SamplingState) -> SamplingState:
     """Decodes until every row stopped or T tokens exist.
@@ -173,6 +201,9 @@ class Generator:
       prompt_tokens_BP: jax.Array,
       prompt_mask_BP: jax.Array,
       rng: jax.Array,
+      *,
+      prompt_keys: jax.Array | None = None,
+      stop_at: jax.Array | None = None,
   ) -> Completions:
     """Samples G completions per prompt; see `prefill` for arguments.
 
@@ -180,8 +211,39 @@ class Generator:
       Completions with R = B * G rows, row b * G + g the g-th sample of
       prompt b, and T = max_new_tokens columns.
     """
-    state = self.prefill(params, prompt_tokens_BP, prompt_mask_BP, rng)
+    state = self.prefill(params, prompt_tokens_BP, prompt_mask_BP, rng,
+                         prompt_keys=prompt_keys, stop_at=stop_at)
     return _completions(self.decode(params, state))
+
+  def draw(
+      self,
+      logits_RV: jax.Array,
+      columns_R: jax.Array,
+      rng: jax.Array,
+      sample_keys_R: jax.Array | None,
+      stop_at_R: jax.Array | None,
+  ) -> jax.Array:
+    """Tokens at output columns `columns_R`.
+
+    Without `sample_keys_R` every row draws with fold_in(rng, column) (the
+    columns are then all equal); with them row r draws with
+    fold_in(sample_keys_R[r], columns_R[r]). A row with stop_at_R > 0 never
+    draws a stop token and gets the first one at column stop_at_R - 1.
+    """
+    if stop_at_R is not None:
+      is_stop_V = self._is_stop(jnp.arange(logits_RV.shape[-1]))
+      logits_RV = jnp.where((stop_at_R > 0)[:, None] & is_stop_V[None],
+                            -jnp.inf, logits_RV)
+    if sample_keys_R is None:
+      tokens_R = self.sampling.next_tokens(
+          logits_RV, jax.random.fold_in(rng, columns_R[0]))
+    else:
+      tokens_R = self.sampling.next_tokens_per_row(
+          logits_RV, keys_lib.token_keys(sample_keys_R, columns_R))
+    if stop_at_R is not None:
+      tokens_R = jnp.where(columns_R + 1 == stop_at_R, self.stop_tokens[0],
+                           tokens_R)
+    return tokens_R
 
   def _is_stop(self, tokens_R: jax.Array) -> jax.Array:
     is_stop_R = jnp.zeros(tokens_R.shape, bool)
@@ -216,9 +278,12 @@ def _prefill(
     prompt_tokens_BP: jax.Array,
     prompt_mask_BP: jax.Array,
     rng: jax.Array,
+    sample_keys_R: jax.Array | None,
+    stop_at_R: jax.Array | None,
 ) -> SamplingState:
   with sharding.activate(mesh):
-    return _prefill_body(gen, params, prompt_tokens_BP, prompt_mask_BP, rng)
+    return _prefill_body(gen, params, prompt_tokens_BP, prompt_mask_BP, rng,
+                         sample_keys_R, stop_at_R)
 
 
 def _prefill_body(
@@ -227,6 +292,8 @@ def _prefill_body(
     prompt_tokens_BP: jax.Array,
     prompt_mask_BP: jax.Array,
     rng: jax.Array,
+    sample_keys_R: jax.Array | None = None,
+    stop_at_R: jax.Array | None = None,
 ) -> SamplingState:
   model = nnx.merge(gen.graphdef, params)
   b, p = prompt_tokens_BP.shape
@@ -255,8 +322,9 @@ def _prefill_body(
   key_mask_RS = jnp.pad(jnp.repeat(real_BP, g, axis=0), ((0, 0), (0, t - 1)))
   prompt_lengths_R = jnp.repeat(jnp.sum(real_BP, axis=1, dtype=jnp.int32), g)
 
-  tokens_R = gen.sampling.next_tokens(logits_RV, jax.random.fold_in(rng, 0))
   n = b * g
+  tokens_R = gen.draw(logits_RV, jnp.zeros((n,), jnp.int32), rng,
+                      sample_keys_R, stop_at_R)
   return _constrain(SamplingState(
       step=jnp.int32(1),
       cache_index=jnp.int32(p),
@@ -271,6 +339,8 @@ def _prefill_body(
       lengths=jnp.ones((n,), jnp.int32),
       done=gen._is_stop(tokens_R),
       rng=rng,
+      sample_keys=sample_keys_R,
+      stop_at=stop_at_R,
   ))
 
 
@@ -307,9 +377,8 @@ def _decode_body(
         s.cache_index,
     )
     logits_RV = logits_N1V[:, 0]
-    tokens_R = gen.sampling.next_tokens(
-        logits_RV, jax.random.fold_in(s.rng, s.step)
-    )
+    tokens_R = gen.draw(logits_RV, jnp.full((n,), s.step), s.rng,
+                        s.sample_keys, s.stop_at)
     logps_R = jnp.where(s.done, 0.0, gen.sampling.logps(logits_RV, tokens_R))
     tokens_R = jnp.where(s.done, gen.pad_id, tokens_R)
     column = (0, s.step)

@@ -68,6 +68,26 @@ class Sampling:
     choice_B = jax.random.categorical(rng, logits_BC, axis=-1)
     return jnp.take_along_axis(ids_BC, choice_B[:, None], axis=-1)[:, 0]
 
+  def next_tokens_per_row(
+      self, logits_BV: jax.Array, keys_B: jax.Array
+  ) -> jax.Array:
+    """Draws one token per row, row b with its own key `keys_B[b]`.
+
+    A row's token then depends on its logits and key only, not on its
+    batch-mates or its place in the batch.
+
+    Args:
+      logits_BV: unnormalized log-probs, [B, V].
+      keys_B: [B] PRNG keys (unused when greedy).
+
+    Returns:
+      int32 token ids, [B].
+    """
+    if self.greedy:
+      return self.next_tokens(logits_BV, keys_B)
+    return jax.vmap(lambda l_V, k: self.next_tokens(l_V[None], k)[0])(
+        logits_BV, keys_B)
+
   def logps(self, logits_BV: jax.Array, tokens_B: jax.Array) -> jax.Array:
     """Log-prob of `tokens_B` under softmax(logits / temperature).
 

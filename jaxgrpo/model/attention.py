@@ -52,12 +52,21 @@ def init_cache(
 def update_cache(
     cache: LayerCache, k_BTKH: jax.Array, v_BTKH: jax.Array, index: jax.Array
 ) -> LayerCache:
-  """Writes T new keys/values into `cache` starting at slot `index`."""
-  start = (0, index, 0, 0)
-  k = jax.lax.dynamic_update_slice(cache['k'], k_BTKH.astype(cache['k'].dtype),
-                                   start)
-  v = jax.lax.dynamic_update_slice(cache['v'], v_BTKH.astype(cache['v'].dtype),
-                                   start)
+  """Writes T new keys/values into `cache` starting at slot `index`.
+
+  `index` is an int32 scalar (every row writes at the same slot) or [B], one
+  slot per row (rows of a continuous batch sit at different positions).
+  """
+  k_BTKH = k_BTKH.astype(cache['k'].dtype)
+  v_BTKH = v_BTKH.astype(cache['v'].dtype)
+  if jnp.ndim(index):
+    write = jax.vmap(
+        lambda c, x, i: jax.lax.dynamic_update_slice(c, x, (i, 0, 0)))
+    k, v = write(cache['k'], k_BTKH, index), write(cache['v'], v_BTKH, index)
+  else:
+    start = (0, index, 0, 0)
+    k = jax.lax.dynamic_update_slice(cache['k'], k_BTKH, start)
+    v = jax.lax.dynamic_update_slice(cache['v'], v_BTKH, start)
   return dict(k=sharding.constrain(k, CACHE_AXES),
               v=sharding.constrain(v, CACHE_AXES))
 
@@ -135,7 +144,8 @@ class Attention(nnx.Module):
       mask_BTS: bool, True where query t may attend key s, [B, T, S]. S = T
         without a cache, else the cache length.
       cache: this layer's KV cache, or None.
-      cache_index: int32 scalar, cache slot of the first of the T new keys.
+      cache_index: int32 scalar, cache slot of the first of the T new keys,
+        or [B], one per row.
 
     Returns:
       (outputs [B, T, D], updated cache or None).

@@ -174,7 +174,7 @@ class Decoder(nnx.Module):
         without a cache, else the cache length.
       cache: per-layer KV cache from `attention.init_cache`, or None.
       cache_index: int32 scalar, the cache slot where the T new keys/values
-        are written; required with a cache.
+        are written, or [B], one slot per row; required with a cache.
 
     Returns:
       (logits [B, T, V] float32, updated cache or None).

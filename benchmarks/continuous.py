@@ -1,0 +1,199 @@
+r"""Static vs continuous generation at real completion lengths.
+
+Each sample's length is drawn from GSM8K's gold solutions
+(/work/shared/data/gsm8k/train.jsonl, see its SOURCE.md), tokenised with
+SmolLM2's tokenizer, plus one stop token, capped at --max-new (512). The
+generator's benchmark hook (`stop_at`) forces the stop token at the drawn
+length and keeps it from being drawn earlier, so a random-init model
+produces realistic lengths. Prompt lengths are the matching questions'
+token counts (capped at --prompt-width), filled with random ids.
+
+Both engines hold the same number of rows at once (--slots):
+  * static: the R = B * G samples in batches of --slots rows (slots / G
+    prompts), each batch decoded until its longest row ends
+    (`Generator.generate`, the path rollouts use today);
+  * continuous: `ContinuousGenerator` with --slots slots streaming all R.
+
+Useful tokens/s counts generated tokens up to and including each row's
+stop token. Slot occupancy is the share of decode slot-steps that produced
+such a token (for static: useful tokens / (steps x rows) over its
+batches). Both engines are compiled first, then run alternately
+--repeats times; the ratio is continuous over static.
+
+  python benchmarks/continuous.py --json benchmarks/results/continuous.json
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# pylint: disable=g-import-not-at-top
+from jaxgrpo.generate import continuous
+from jaxgrpo.generate.generator import Generator
+from jaxgrpo.generate.sampling import Sampling
+from jaxgrpo.model import config as model_config
+from jaxgrpo.model import decoder
+from jaxgrpo.model import gguf
+from jaxgrpo.model import pretrained
+
+_GSM8K = '/work/shared/data/gsm8k/train.jsonl'
+_STOP, _PAD = 1, 0
+
+
+def gsm8k_lengths(max_new: int, prompt_width: int):
+  """(prompt, completion) token counts of GSM8K train, SmolLM2 tokenizer."""
+  tokenizer, _ = gguf.tokenizer_parts(pretrained.smollm2_path())
+  with open(_GSM8K) as f:
+    records = [json.loads(line) for line in f]
+  questions = tokenizer.encode_batch([r['question'] for r in records])
+  answers = tokenizer.encode_batch([r['answer'] for r in records])
+  prompt = np.minimum([len(e.ids) for e in questions], prompt_width)
+  completion = np.minimum([len(e.ids) + 1 for e in answers], max_new)
+  return prompt.astype(np.int32), completion.astype(np.int32)
+
+
+def workload(args, vocab: int):
+  """Prompts [B, P], their masks and stop lengths [R], drawn reproducibly."""
+  prompt_len, completion_len = gsm8k_lengths(args.max_new, args.prompt_width)
+  rng = np.random.default_rng(args.seed)
+  b, g, p = args.prompts, args.samples, args.prompt_width
+  picked = rng.choice(len(prompt_len), b, replace=False)
+  tokens = np.full((b, p), _PAD, np.int32)
+  mask = np.zeros((b, p), bool)
+  for i, n in enumerate(prompt_len[picked]):
+    tokens[i, p - n:] = rng.integers(2, vocab, n)
+    mask[i, p - n:] = True
+  stop_at = rng.choice(completion_len, b * g).astype(np.int32)
+  dist = dict(mean=float(completion_len.mean()),
+              median=float(np.median(completion_len)),
+              p90=float(np.percentile(completion_len, 90)),
+              max=int(completion_len.max()), records=len(completion_len))
+  return tokens, mask, stop_at, dist
+
+
+def run_static(gen, params, tokens, mask, stop_at, slots):
+  """Batches of `slots` rows, each decoded until its longest row ends."""
+  g = gen.num_samples
+  per = slots // g
+  useful = slot_steps = 0
+  t0 = time.perf_counter()
+  for i in range(0, tokens.shape[0], per):
+    rows = slice(i * g, (i + per) * g)
+    out = gen.generate(params, tokens[i:i + per], mask[i:i + per],
+                       jax.random.key(i), stop_at=stop_at[rows])
+    lengths = np.asarray(out.lengths)
+    useful += int(lengths.sum())
+    slot_steps += int(lengths.max()) * lengths.size
+  return time.perf_counter() - t0, useful, useful / slot_steps
+
+
+def run_continuous(cg, params, tokens, mask, stop_at):
+  t0 = time.perf_counter()
+  out, stats = cg.generate_with_stats(params, tokens, mask, jax.random.key(0),
+                                      stop_at=stop_at)
+  useful = int(np.asarray(out.lengths).sum())
+  return time.perf_counter() - t0, useful, stats
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--model', default='small_10m')
+  parser.add_argument('--prompts', type=int, default=32)
+  parser.add_argument('--samples', type=int, default=8)
+  parser.add_argument('--slots', type=int, default=32)
+  parser.add_argument('--chunk', type=int, default=8)
+  parser.add_argument('--max-new', type=int, default=512)
+  parser.add_argument('--prompt-width', type=int, default=256)
+  parser.add_argument('--buckets', default='64,128')
+  parser.add_argument('--temperature', type=float, default=1.0)
+  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--json', help='also write the results here')
+  args = parser.parse_args()
+  if args.slots % args.samples or args.prompts % (args.slots // args.samples):
+    sys.exit('--slots must be a multiple of --samples, and --prompts of '
+             'slots / samples')
+
+  cfg = model_config.preset(args.model)
+  graphdef, params = decoder.init_params(cfg, jax.random.key(0))
+  tokens, mask, stop_at, dist = workload(args, cfg.vocab_size)
+  gen = Generator(graphdef=graphdef, model_cfg=cfg,
+                  sampling=Sampling(temperature=args.temperature),
+                  max_new_tokens=args.max_new, num_samples=args.samples,
+                  stop_tokens=(_STOP,), pad_id=_PAD)
+  cg = continuous.ContinuousGenerator(
+      generator=gen, slots=args.slots, chunk=args.chunk,
+      buckets=tuple(int(b) for b in args.buckets.split(',') if b))
+  print(f'{args.model} ({model_config.param_count(cfg) / 1e6:.2f}M params), '
+        f'B={args.prompts} x G={args.samples}, slots={args.slots}, '
+        f'chunk={args.chunk}, P={args.prompt_width}, T={args.max_new}')
+  print(f'GSM8K gold lengths (+stop, cap {args.max_new}): mean '
+        f'{dist["mean"]:.1f}, median {dist["median"]:.0f}, p90 '
+        f'{dist["p90"]:.0f}, max {dist["max"]}; drawn here: mean '
+        f'{stop_at.mean():.1f}, max {stop_at.max()}', flush=True)
+
+  # Compile: every program both engines will run, at stop length 1.
+  t0 = time.perf_counter()
+  ones = np.ones_like(stop_at)
+  run_static(gen, params, tokens, mask, ones, args.slots)
+  run_continuous(cg, params, tokens, mask, ones)
+  print(f'compiled in {time.perf_counter() - t0:.1f}s', flush=True)
+
+  static_s, cont_s = [], []
+  for rep in range(args.repeats):
+    s, s_useful, s_occ = run_static(gen, params, tokens, mask, stop_at,
+                                    args.slots)
+    c, c_useful, stats = run_continuous(cg, params, tokens, mask, stop_at)
+    assert s_useful == c_useful == int(stop_at.sum()), (s_useful, c_useful)
+    static_s.append(s)
+    cont_s.append(c)
+    print(f'repeat {rep}: static {s:.1f}s ({s_useful / s:,.0f} tok/s), '
+          f'continuous {c:.1f}s ({c_useful / c:,.0f} tok/s), ratio '
+          f'{s / c:.2f}x', flush=True)
+  useful = int(stop_at.sum())
+  med_s, med_c = statistics.median(static_s), statistics.median(cont_s)
+  best_s, best_c = min(static_s), min(cont_s)
+  result = dict(
+      command=' '.join([os.path.basename(sys.executable)] + sys.argv),
+      commit=subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
+                            capture_output=True, text=True,
+                            cwd=os.path.dirname(__file__)).stdout.strip(),
+      machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+                   jax=jax.__version__, backend=jax.default_backend()),
+      args=vars(args), params=model_config.param_count(cfg),
+      gsm8k_lengths=dist, useful_tokens=useful,
+      static=dict(seconds=static_s, tok_s_median=useful / med_s,
+                  tok_s_best=useful / best_s, occupancy=s_occ),
+      continuous=dict(seconds=cont_s, tok_s_median=useful / med_c,
+                      tok_s_best=useful / best_c,
+                      occupancy=stats.occupancy, chunks=stats.chunks,
+                      prefill_calls=stats.prefill_calls,
+                      decode_steps=stats.decode_steps),
+      ratio_median=med_s / med_c, ratio_best=best_s / best_c,
+  )
+  print(f'useful tokens/s: static {useful / med_s:,.0f} (best '
+        f'{useful / best_s:,.0f}), continuous {useful / med_c:,.0f} (best '
+        f'{useful / best_c:,.0f}); ratio {med_s / med_c:.2f}x median / '
+        f'{best_s / best_c:.2f}x best')
+  print(f'slot occupancy: static {s_occ:.3f}, continuous '
+        f'{stats.occupancy:.3f} ({stats.chunks} chunks, '
+        f'{stats.prefill_calls} prefill calls, {stats.decode_steps} decode '
+        f'steps)')
+  if args.json:
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, 'w') as f:
+      json.dump(result, f, indent=1)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,80 @@
+"""Continuous generation on a 4-device CPU mesh against static without one.
+
+Run by tests/generate/test_continuous.py in a subprocess, because the device
+count is fixed when jax is imported:
+
+  python tests/generate/continuous_sharded.py OUT.json
+
+For each mesh layout it samples with `ContinuousGenerator` under the mesh
+and with the static `Generator` (per-sample keys) without any mesh, and
+writes the largest differences and the slots' placement to OUT.json.
+"""
+
+import os
+import sys
+
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '')
+                           + ' --xla_force_host_platform_device_count=4')
+os.environ['JAX_PLATFORMS'] = 'cpu'
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import json
+
+import jax
+import numpy as np
+
+from jaxgrpo import sharding
+from jaxgrpo.generate import continuous
+from jaxgrpo.generate import keys
+from jaxgrpo.generate.generator import Generator
+from jaxgrpo.generate.sampling import Sampling
+from jaxgrpo.model import config
+from jaxgrpo.model import decoder
+
+B, G, P, T = 5, 3, 9, 10
+
+
+def main(out: str):
+  cfg = config.ModelConfig.tiny()
+  graphdef, params = decoder.init_params(cfg, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  tokens = np.zeros((B, P), np.int32)
+  mask = np.zeros((B, P), bool)
+  for i, n in enumerate(rng.integers(1, P + 1, B)):
+    tokens[i, P - n:] = rng.integers(2, cfg.vocab_size, n)
+    mask[i, P - n:] = True
+  stop_at = rng.integers(1, T + 3, B * G).astype(np.int32)
+  prompt_keys = keys.prompt_keys(jax.random.key(3),
+                                 [f'ex{i}' for i in range(B)], 0)
+  report = {'devices': jax.device_count(), 'layouts': {}}
+  for temperature in (0.0, 1.0):
+    gen = Generator(graphdef=graphdef, model_cfg=cfg,
+                    sampling=Sampling(temperature=temperature),
+                    max_new_tokens=T, num_samples=G, stop_tokens=(1,))
+    want = gen.generate(params, tokens, mask, jax.random.key(1),
+                        prompt_keys=prompt_keys, stop_at=stop_at)
+    cg = continuous.ContinuousGenerator(generator=gen, slots=6, chunk=3,
+                                        buckets=(4,))
+    for layout in ((4, 1, 1), (2, 1, 2), (1, 2, 2)):
+      with sharding.use_mesh(sharding.make_mesh(*layout)):
+        placed = sharding.shard(params, sharding.param_shardings(params))
+        got, stats = cg.generate_with_stats(
+            placed, tokens, mask, jax.random.key(1), prompt_keys=prompt_keys,
+            stop_at=stop_at)
+      report['layouts'][f'{layout} T={temperature}'] = dict(
+          tokens_equal=bool((np.asarray(got.tokens)
+                             == np.asarray(want.tokens)).all()),
+          lengths_equal=bool((np.asarray(got.lengths)
+                              == np.asarray(want.lengths)).all()),
+          logps_max_diff=float(np.abs(np.asarray(got.logps)
+                                      - np.asarray(want.logps)).max()),
+          slots=stats.slots,
+      )
+  with open(out, 'w') as f:
+    json.dump(report, f, indent=1)
+
+
+if __name__ == '__main__':
+  main(sys.argv[1])
