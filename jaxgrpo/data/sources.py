@@ -59,9 +59,8 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
   num_train: int = 20_000
   seed: int = 0
   unanswerable: bool | str = False
-  # The files of kind 'jsonl', 'array_record', 'parquet' (a file, a glob,
-  # a folder of shards or a Hugging Face dataset saved to disk), 'gsm8k' and
-  # 'squad2' (as shipped) and the dataset of kind 'tfds'.
+  # The files of the file kinds (parquet: also a folder of shards or a
+  # Hugging Face dataset saved to disk) and the dataset of kind 'tfds'.
   path: str | None = None
   eval_path: str | None = None
   tfds_name: str | None = None
