@@ -37,6 +37,7 @@ from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
+from jaxgrpo.generate import continuous
 from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import config as model_config
@@ -315,7 +316,9 @@ def build_run(
   source = _source(cfg, datasets, log)
   rollout = rollout_lib.Rollout.for_model(
       rollout_lib.RolloutConfig.from_section(ro, cfg.rl.advantage),
-      source, tokenizer, generator, scorer,
+      source, tokenizer, generator if ro.engine == 'static' else
+      continuous.ContinuousGenerator(generator=generator, slots=ro.slots),
+      scorer,
   )
   evaluator = evaluate.Evaluator(
       eval_generator, tokenizer, eval_examples, scorer, eval_rng,

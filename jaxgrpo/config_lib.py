@@ -32,6 +32,7 @@ from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.errors import ConfigError
+from jaxgrpo.generate import continuous
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import advantages
@@ -130,6 +131,12 @@ class RolloutSection(Section, name='rollout'):
   top_k: int = field(0, 'top-k sampling (0: off)', NON_NEGATIVE)
   top_p: float = field(
       1.0, 'top-p sampling (1.0: off)', in_range(0.0, 1.0, '(]'))
+  engine: str = field(
+      'static', 'decoding a round: `static` (one batch until its longest row '
+      'ends) or `continuous` (`slots` rows, each taking the next sample as '
+      'its row stops; keys per sample and example id)', one_of(
+          continuous.ENGINES))
+  slots: int = field(64, 'decode slots of the `continuous` engine', POSITIVE)
   easy_threshold: float = field(
       1.0, 'a group is too easy when every reward is >= this')
   hard_threshold: float = field(

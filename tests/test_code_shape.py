@@ -21,13 +21,10 @@ import code_shape
 KNOWN_FUNCTIONS = {
 }
 KNOWN_MODULES = {
-    'jaxgrpo/model/hf.py': 660,
-    'jaxgrpo/data/snooze.py': 617,
-    'jaxgrpo/data/formats.py': 560,
-    'jaxgrpo/model/gguf.py': 457,
 }
-# The config layer's lines at most, while above code_shape.MAX_CONFIG.
-KNOWN_CONFIG_LINES = 972
+# The config layer's lines at most, while above code_shape.MAX_CONFIG
+# (972 after its rewrite, 979 with rollout.engine and rollout.slots).
+KNOWN_CONFIG_LINES = 979
 
 
 class CodeShapeTest(absltest.TestCase):

@@ -96,6 +96,21 @@ class TrainTest(absltest.TestCase):
         if not key.startswith('perf/'):
           self.assertEqual(a[key], b[key], key)
 
+  def test_continuous_engine_trains_and_repeats_itself(self):
+    # The continuous engine's draws depend on the step's key and each
+    # example's id: two runs of the same config write the same metrics.
+    runs = []
+    for _ in range(2):
+      workdir = self.create_tempdir().full_path
+      train.run(_config(**{'rollout.engine': 'continuous',
+                           'rollout.slots': 8}), workdir,
+                log=lambda _: None)
+      runs.append([{k: v for k, v in r.items() if not k.startswith(
+          ('perf/', 'time/'))} for r in metrics_lib.read_metrics(workdir)])
+    self.assertEqual([r['step'] for r in runs[0]], [0, 1, 2])
+    self.assertIn('train/loss', runs[0][1] | runs[0][2])
+    self.assertEqual(runs[0], runs[1])
+
   def test_prompt_longer_than_context_names_the_key(self):
     c = _config()
     c.rollout.max_prompt_len = 4

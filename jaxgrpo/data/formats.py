@@ -124,10 +124,8 @@ def _lookup(record: Mapping[str, Any], key: str, *, name: str,
 
 
 def chat_prompt(value: Any, key: str, where: Where) -> str:
-  """The user's message of a chat-format prompt: a list of {role, content}
-  messages holding one user turn (verl's `prompt` column). The model's
-  chat template is applied to it when prompts are encoded
-  (`model.chat_template`)."""
+  """The user's message of a chat prompt (verl's `prompt` column: one user
+  turn); prompt encoding applies the model's chat template to it."""
   roles = [m.get('role') if isinstance(m, Mapping) else None for m in value]
   if roles != ['user']:
     raise BadRecordError(
@@ -142,8 +140,8 @@ def _field(record: Mapping[str, Any], key: str, *, name: str,
            where: Where) -> str:
   """A text (or number) field as text; BadRecordError if absent or not."""
   value = _lookup(record, key, name=name, where=where)
-  if (isinstance(value, (list, tuple)) and value
-      and isinstance(value[0], Mapping) and 'role' in value[0]):
+  if isinstance(value, (list, tuple)) and value and isinstance(
+      value[0], Mapping):  # chat messages
     value = chat_prompt(value, key, where)
   try:
     value = plain(value)

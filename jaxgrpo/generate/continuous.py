@@ -81,6 +81,9 @@ class EngineStats:
     return self.busy_slot_steps / max(self.decode_steps * self.slots, 1)
 
 
+# rollout.engine: how a round's completions are decoded.
+ENGINES = ('static', 'continuous')
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ContinuousGenerator:
   """Samples like `generator`, decoding in `slots` continuously refilled slots.

@@ -21,6 +21,8 @@ from jaxgrpo import scoring
 from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
+from jaxgrpo.generate import continuous
+from jaxgrpo.generate import keys
 from jaxgrpo.generate.generator import Completions
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.typing import PyTree
@@ -83,7 +85,8 @@ def generate_and_score(
   """Samples and scores K = generator.num_samples completions per example.
 
   Args:
-    generator: samples the completions (a `Generator`, or a stand-in).
+    generator: samples the completions (a `Generator`, a
+      `ContinuousGenerator`, or a stand-in).
     params: the policy's params.
     tokenizer: encodes the prompts and decodes the completions.
     examples: E >= 1 examples.
@@ -111,7 +114,14 @@ def generate_and_score(
       truncate=truncate, names=[ex.id for ex in padded],
   )
   t0 = time.perf_counter()
-  generated = generator.generate(params, tokens, mask, rng)
+  if isinstance(generator, continuous.ContinuousGenerator):
+    # A sample's draws depend on (rng, its example's id, its index), not
+    # on its row, slot or batch-mates.
+    generated = generator.generate(
+        params, tokens, mask, rng,
+        prompt_keys=keys.prompt_keys(rng, [ex.id for ex in padded], 0))
+  else:
+    generated = generator.generate(params, tokens, mask, rng)
   # Every process holds every row (gathered across processes).
   host = jax.tree.map(multihost.to_host, generated) if gather else None
   gen_s = time.perf_counter() - t0
