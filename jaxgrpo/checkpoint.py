@@ -11,6 +11,7 @@ good checkpoint.
 from collections.abc import Callable, Mapping
 import dataclasses
 import os
+import time
 from typing import Any
 
 from etils import epath
@@ -20,13 +21,17 @@ import optax
 import orbax.checkpoint as ocp
 
 from jaxgrpo import errors
+from jaxgrpo import resume_check
 from jaxgrpo import sharding
 from jaxgrpo.typing import PyTree
 
 
 def absolute(path: str) -> str:
-  """An absolute local path; object-store paths (`gs://...`) as given."""
-  return str(path) if '://' in str(path) else os.path.abspath(path)
+  """An absolute local path (`~` expanded); object-store paths
+  (`gs://...`) as given."""
+  if '://' in str(path):
+    return str(path)
+  return os.path.abspath(os.path.expanduser(path))
 
 
 @dataclasses.dataclass
@@ -46,6 +51,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, *, every: int, max_to_keep: int):
     self.every = every
+    self._confirmed = False  # whether a save of this process completed
     # Orbax's tensorstore paths must be absolute; users pass relative ones.
     self.directory = absolute(directory)
     self.manager = ocp.CheckpointManager(
@@ -61,6 +67,33 @@ class Checkpointer:
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    """The steps of the checkpoints here, newest first."""
+    return sorted(self.manager.all_steps(), reverse=True)
+
+  def set_aside(self, step: int) -> str:
+    """Renames step `step`'s folder to `<step>.damaged-<time>` (orbax no
+    longer sees it; nothing is deleted); returns the new path."""
+    folder = epath.Path(self.directory) / str(step)
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    target = folder.parent / f'{step}.damaged-{stamp}'
+    n = 1
+    while target.exists():
+      n += 1
+      target = folder.parent / f'{step}.damaged-{stamp}-{n}'
+    folder.rename(target)
+    self.manager.reload()
+    return str(target)
+
+  def check_for_errors(self) -> None:
+    """Raises TrainingError if a finished asynchronous save failed."""
+    try:
+      self.manager.check_for_errors()
+    except Exception as e:  # pylint: disable=broad-except
+      if _is_write_failure(e):
+        raise self._write_failed(e) from None
+      raise
 
   def should_save(self, step: int) -> bool:
     return self.every > 0 and step % self.every == 0
@@ -100,6 +133,11 @@ class Checkpointer:
       if _is_write_failure(e):
         raise self._write_failed(e) from None
       raise
+    if not self._confirmed:
+      # The first save of a start completes before training goes on, so
+      # that a folder that cannot hold a checkpoint stops the run at once.
+      self.wait()
+      self._confirmed = True
 
   def read_meta(self, step: int) -> dict[str, Any]:
     """The JSON item of step `step` alone (cheap; checks before a restore)."""
@@ -197,6 +235,35 @@ def load_state_arrays(directory: str, step: int | None = None) -> dict:
       step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
   manager.close()
   return jax.tree.map(np.asarray, out.state)
+
+
+def check_settings(directory: str, config: Mapping[str, Any]) -> None:
+  """Refuses, before the run is built, a resume with changed settings that
+  `resume_check` does not allow: this run's `config` against that of the
+  newest checkpoint in `directory` whose JSON item reads (cheap: nothing
+  else is read). Nothing to check without a checkpoint.
+
+  Raises:
+    ResumeError: naming the keys that cannot change.
+  """
+  directory = absolute(directory)
+  if not os.path.isdir(directory) and '://' not in directory:
+    return
+  manager = ocp.CheckpointManager(
+      directory, options=ocp.CheckpointManagerOptions(create=False))
+  try:
+    for step in sorted(manager.all_steps(), reverse=True):
+      try:
+        meta = manager.restore(
+            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+      except Exception:  # pylint: disable=broad-except
+        continue  # damaged: restore_or_start sets it aside or says so
+      resume_check.check(
+          meta.get('config'), config,
+          where=f'checkpoint of step {step} in {directory}', step=step)
+      return
+  finally:
+    manager.close()
 
 
 def check_resumable(
@@ -301,57 +368,132 @@ def restore_or_start(
     remap: bool,
     notice: Callable[[str], None],
     workdir: str,
+    main: bool = True,
 ) -> Start:
-  """Resumes from the latest checkpoint in `ckpt`, if any.
+  """Resumes from the newest checkpoint in `ckpt` that restores, if any.
 
-  Checks that it fits this run (`check_resumable`), restores the train
-  state into `target_state`'s structure and placement, and sets the state
-  of the prompt `source` (a MixtureSampler; the tables of changed datasets
+  Checks that it fits this run (`check_resumable`, and this run's config
+  against the saved one per `resume_check`), restores the train state into
+  `target_state`'s structure and placement, and sets the state of the
+  prompt `source` (a MixtureSampler; the tables of changed datasets
   matched by example id when `remap`) and of `rollout`.
+
+  A checkpoint that cannot be read (files truncated or missing, metadata
+  that does not parse, an item missing, an empty folder) is passed over
+  for the next older one; once one restores, the newer ones are set aside
+  as `<step>.damaged-<time>` (on the main process; nothing is deleted)
+  and named in a notice. When none restores, nothing is renamed.
 
   Args:
     ckpt: the run's checkpointer.
     target_state: the abstract train state, with its shardings.
     shardings: where the restored state goes (`sharding.shard`).
-    meta: this run's notes; 'model' and 'datasets' are checked.
+    meta: this run's notes; 'model', 'datasets' and 'config' are checked.
     source: the prompt sampler (`get_state`/`set_state`).
     rollout: the rollout (`set_state`).
     ids: this run's example id hashes per dataset (when `remap`).
     remap: checkpoint.on_dataset_change == 'remap'.
     notice: receives the lines that need attention.
     workdir: the run's workdir (for the message).
+    main: whether this is the main process (which sets damaged ones aside).
 
   Returns:
     The start; its state is None when there is no checkpoint.
 
   Raises:
-    ResumeError: the checkpoint does not fit this run.
+    ResumeError: the checkpoint does not fit this run, or none restores.
   """
-  latest = ckpt.latest_step()
-  if latest is None:
+  steps = ckpt.all_steps()
+  if not steps:
     return Start(resumed_from=None, state=None, meta=dict(meta))
+  damaged = []
+  for step in steps:
+    try:
+      saved_meta = ckpt.read_meta(step)
+    except Exception as e:  # pylint: disable=broad-except
+      damaged.append((step, _damage(e)))
+      continue
+    start = _resume(ckpt, step, saved_meta, target_state, shardings,
+                    meta=meta, source=source, rollout=rollout, ids=ids,
+                    remap=remap, notice=notice, damaged=damaged)
+    if start is not None:
+      break
+  else:
+    folders = ', '.join(f'{s} ({why})' for s, why in damaged)
+    raise errors.ResumeError(
+        f'no checkpoint in {ckpt.directory} can be restored: {folders}; move '
+        'those folders out of it to start this run again from step 0, or use '
+        'a new --workdir')
+  for step, why in damaged:
+    aside = ckpt.set_aside(step) if main else f'{step}'
+    notice(f'the checkpoint of step {step} is damaged ({why}); set aside as '
+           f'{aside}')
+  notice(f'resumed from {workdir} at step {start.step}')
+  return start
+
+
+def _damage(e: Exception) -> str:
+  """What is wrong with a checkpoint that does not restore, in brief."""
+  text = ' '.join(str(e).split())
+  if isinstance(e, KeyError) and 'was not found' in text:
+    item = text.split('"')[1] if text.count('"') >= 2 else '?'
+    return f'its {item!r} item is missing'
+  if isinstance(e, FileNotFoundError):
+    return f'a file is missing: {e.filename or text[:120]}'
+  if isinstance(e, OSError) and e.strerror:
+    return f'{e.strerror}: {e.filename}' if e.filename else e.strerror
+  if type(e).__name__ == 'JSONDecodeError':
+    return f'a metadata file is not valid JSON ({text[:80]})'
+  if 'error while reading array' in text:
+    return 'an array file cannot be read (truncated or missing)'
+  for marker in ('DATA_LOSS', 'NOT_FOUND', 'does not exist'):
+    if marker in text:
+      return text[text.index(marker):][:120]
+  return f'{type(e).__name__}: {text[:120]}'
+
+
+def _resume(ckpt: Checkpointer, step: int, saved_meta: Mapping[str, Any],
+            target_state: PyTree, shardings: PyTree, *,
+            meta: Mapping[str, Any], source: Any, rollout: Any,
+            ids: Mapping[str, Any] | None, remap: bool,
+            notice: Callable[[str], None],
+            damaged: list[tuple[int, str]]) -> Start | None:
+  """Resumes from step `step`; None (with the step added to `damaged`)
+  when its files do not restore. Raises ResumeError when it does not fit
+  this run."""
+  where = f'checkpoint of step {step} in {ckpt.directory}'
   changed = check_resumable(
-      ckpt.read_meta(latest), step=latest, directory=ckpt.directory,
+      saved_meta, step=step, directory=ckpt.directory,
       model=meta['model'], datasets=meta['datasets'], remap=remap)
-  restored = ckpt.restore(latest, target_state)
-  state = sharding.shard(restored.state, shardings)
-  saved_ids = restored.data.get('ids', {})
-  for name in changed:
-    if name in restored.data['source']['tables'] and name not in saved_ids:
-      raise errors.ResumeError(
-          f'dataset {name!r} changed since the checkpoint of step {latest} '
-          f'in {ckpt.directory}, which holds no example ids to match its '
-          "sampler state by (they are saved from the first run with "
-          "checkpoint.on_dataset_change='remap'); restore the dataset or "
-          'use a new --workdir')
-  report = source.set_state(
-      restored.data['source'],
-      remap={name: (saved_ids.get(name), ids[name]) for name in changed})
+  changed_settings = resume_check.check(
+      saved_meta.get('config'), meta.get('config', {}), where=where,
+      step=step)
+  try:
+    restored = ckpt.restore(step, target_state)
+    saved_ids = restored.data.get('ids', {})
+    for name in changed:
+      if (name in restored.data['source']['tables']
+          and name not in saved_ids):
+        raise errors.ResumeError(
+            f'dataset {name!r} changed since the {where}, which holds no '
+            'example ids to match its sampler state by (they are saved from '
+            "the first run with checkpoint.on_dataset_change='remap'); "
+            'restore the dataset or use a new --workdir')
+    report = source.set_state(
+        restored.data['source'],
+        remap={name: (saved_ids.get(name), ids[name]) for name in changed})
+    rollout.set_state(restored.data['rollout'])
+  except errors.UserError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    damaged.append((step, _damage(e)))
+    return None
   for name, counts in report.items():
     notice(f'dataset {name!r} changed: sampler state kept for '
            f'{counts["kept"]} examples by id, {counts["new"]} new, '
            f'{counts["removed"]} removed')
-  rollout.set_state(restored.data['rollout'])
-  notice(f'resumed from {workdir} at step {latest}')
-  return Start(resumed_from=latest, state=state,
+  for line in changed_settings:
+    notice(line)
+  state = sharding.shard(restored.state, shardings)
+  return Start(resumed_from=step, state=state,
                meta={**restored.meta, **meta})

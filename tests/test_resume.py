@@ -191,7 +191,9 @@ class PreemptionTest(absltest.TestCase):
     self.assertEqual(steps, list(range(stopped + 1)))
     # Resuming continues right after the step it stopped at.
     c = _config(total_steps=stopped + 2)
+    # The settings the command line ran with (a resume refuses others).
     c.data.datasets[0]['verifier'] = 'exact_match'
+    c.rollout.group_size = 4
     c.eval.every = 0
     summary = train.run(c, workdir, log=lambda _: None)
     self.assertEqual(summary.resumed_from, stopped)

@@ -10,6 +10,7 @@ command line or the config end with one line naming the key and exit code
 non-finite updates, a full disk) ends with one line and exit code 1.
 """
 
+import logging
 import sys
 
 from absl import flags
@@ -48,6 +49,13 @@ def _parser() -> common.Parser:
   return parser
 
 
+def _quiet_libraries(record: logging.LogRecord) -> bool:
+  """Drops orbax's and asyncio's error records (with their tracebacks):
+  a failed save or a damaged checkpoint is reported in one line by the run
+  itself. `-v N` shows them."""
+  return not (record.name == 'asyncio' or 'orbax' in record.pathname)
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
   argv = sys.argv[1:] if argv is None else list(argv)
@@ -66,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     flags.FLAGS.mark_as_parsed()
     absl_logging.set_verbosity(
         absl_logging.WARNING if args.verbosity is None else args.verbosity)
+    if args.verbosity is None:
+      # On the loggers: records are filtered before any handler sees them.
+      for name in ('absl', 'asyncio'):
+        logging.getLogger(name).addFilter(_quiet_libraries)
     progress = not args.quiet and (args.progress == 'on' or (
         args.progress == 'auto' and sys.stderr.isatty()))
     train.run(cfg, args.workdir, progress=progress, quiet=args.quiet)
