@@ -37,7 +37,7 @@ POLICY = {
     'model': REFUSE,
     'model.remat': FREE,
     'data.balance': REFUSE,
-    'data.datasets': FREE,
+    'data.datasets[]': FREE,
     'data.datasets[].weight': NOTICE,
     'data.datasets[].min_fraction': NOTICE,
     'data.datasets[].snooze_factor': REFUSE,
@@ -148,10 +148,15 @@ def check(saved: Mapping[str, Any] | None, now: Mapping[str, Any], *,
   if not saved:
     return []
   found = changes(saved, now)
-  refused = [c for c in found if policy(c[0]) == REFUSE]
+  refused = sorted((c for c in found if policy(c[0]) == REFUSE),
+                   key=lambda c: not c[0].startswith('model.'))
   if refused:
     shown = '; '.join(_show(*c) for c in refused[:3])
     more = f' (and {len(refused) - 3} more)' if len(refused) > 3 else ''
+    if refused[0][0].startswith('model.'):
+      raise errors.ResumeError(
+          f'the {where} is for another model ({shown}{more}); use a new '
+          '--workdir or the config it was trained with')
     raise errors.ResumeError(
         f'the {where} was trained with other settings: {shown}{more}; these '
         'cannot change on resume (docs/checkpoints.md, "What may change on '

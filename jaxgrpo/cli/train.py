@@ -56,6 +56,19 @@ def _quiet_libraries(record: logging.LogRecord) -> bool:
   return not (record.name == 'asyncio' or 'orbax' in record.pathname)
 
 
+def _quiet_closed_loops(hook):
+  """`hook`, but silent on the 'Event loop is closed' errors that a failed
+  save's late tensorstore callbacks print (one per array written)."""
+
+  def quiet(unraisable):
+    value = unraisable.exc_value
+    if isinstance(value, RuntimeError) and 'Event loop is closed' in str(value):
+      return
+    hook(unraisable)
+
+  return quiet
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
   argv = sys.argv[1:] if argv is None else list(argv)
@@ -78,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
       # On the loggers: records are filtered before any handler sees them.
       for name in ('absl', 'asyncio'):
         logging.getLogger(name).addFilter(_quiet_libraries)
+      sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
     progress = not args.quiet and (args.progress == 'on' or (
         args.progress == 'auto' and sys.stderr.isatty()))
     train.run(cfg, args.workdir, progress=progress, quiet=args.quiet)
