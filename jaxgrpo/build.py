@@ -253,7 +253,7 @@ def build_run(
   Enters the mesh, loads the data and the model, compiles the train step
   (checking its memory), and builds the sampler, rollout, evaluator and
   checkpointer. Nothing is restored here
-  (`checkpoint.restore_or_start` does that); the workdir is checked and
+  (`resume.restore_or_start` does that); the workdir is checked and
   locked before (`jaxgrpo.workdir`).
 
   Raises:

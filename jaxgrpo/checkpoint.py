@@ -8,7 +8,7 @@ and renames it when complete, so a crash mid-save never shadows the last
 good checkpoint.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 import dataclasses
 import os
 import time
@@ -21,8 +21,6 @@ import optax
 import orbax.checkpoint as ocp
 
 from jaxgrpo import errors
-from jaxgrpo import resume_check
-from jaxgrpo import sharding
 from jaxgrpo.typing import PyTree
 
 
@@ -237,35 +235,6 @@ def load_state_arrays(directory: str, step: int | None = None) -> dict:
   return jax.tree.map(np.asarray, out.state)
 
 
-def check_settings(directory: str, config: Mapping[str, Any]) -> None:
-  """Refuses, before the run is built, a resume with changed settings that
-  `resume_check` does not allow: this run's `config` against that of the
-  newest checkpoint in `directory` whose JSON item reads (cheap: nothing
-  else is read). Nothing to check without a checkpoint.
-
-  Raises:
-    ResumeError: naming the keys that cannot change.
-  """
-  directory = absolute(directory)
-  if not os.path.isdir(directory) and '://' not in directory:
-    return
-  manager = ocp.CheckpointManager(
-      directory, options=ocp.CheckpointManagerOptions(create=False))
-  try:
-    for step in sorted(manager.all_steps(), reverse=True):
-      try:
-        meta = manager.restore(
-            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-      except Exception:  # pylint: disable=broad-except
-        continue  # damaged: restore_or_start sets it aside or says so
-      resume_check.check(
-          meta.get('config'), config,
-          where=f'checkpoint of step {step} in {directory}', step=step)
-      return
-  finally:
-    manager.close()
-
-
 def check_resumable(
     meta: Mapping[str, Any],
     *,
@@ -333,167 +302,3 @@ def check_resumable(
           f'dataset {name!r} changed since the {where}: {what}' + hint)
     changed.append(name)
   return changed
-
-
-@dataclasses.dataclass(frozen=True)
-class Start:
-  """Where a run starts: from its latest checkpoint, or from scratch.
-
-  Attributes:
-    resumed_from: the checkpoint's step, or None on a fresh start.
-    state: the restored train state, or None on a fresh start.
-    meta: the run notes to save with each checkpoint (this run's, over the
-      checkpoint's when resumed).
-  """
-
-  resumed_from: int | None
-  state: PyTree | None
-  meta: dict[str, Any]
-
-  @property
-  def step(self) -> int:
-    """The last step done (0 on a fresh start)."""
-    return self.resumed_from or 0
-
-
-def restore_or_start(
-    ckpt: Checkpointer,
-    target_state: PyTree,
-    shardings: PyTree,
-    *,
-    meta: Mapping[str, Any],
-    source: Any,
-    rollout: Any,
-    ids: Mapping[str, Any] | None,
-    remap: bool,
-    notice: Callable[[str], None],
-    workdir: str,
-    main: bool = True,
-) -> Start:
-  """Resumes from the newest checkpoint in `ckpt` that restores, if any.
-
-  Checks that it fits this run (`check_resumable`, and this run's config
-  against the saved one per `resume_check`), restores the train state into
-  `target_state`'s structure and placement, and sets the state of the
-  prompt `source` (a MixtureSampler; the tables of changed datasets
-  matched by example id when `remap`) and of `rollout`.
-
-  A checkpoint that cannot be read (files truncated or missing, metadata
-  that does not parse, an item missing, an empty folder) is passed over
-  for the next older one; once one restores, the newer ones are set aside
-  as `<step>.damaged-<time>` (on the main process; nothing is deleted)
-  and named in a notice. When none restores, nothing is renamed.
-
-  Args:
-    ckpt: the run's checkpointer.
-    target_state: the abstract train state, with its shardings.
-    shardings: where the restored state goes (`sharding.shard`).
-    meta: this run's notes; 'model', 'datasets' and 'config' are checked.
-    source: the prompt sampler (`get_state`/`set_state`).
-    rollout: the rollout (`set_state`).
-    ids: this run's example id hashes per dataset (when `remap`).
-    remap: checkpoint.on_dataset_change == 'remap'.
-    notice: receives the lines that need attention.
-    workdir: the run's workdir (for the message).
-    main: whether this is the main process (which sets damaged ones aside).
-
-  Returns:
-    The start; its state is None when there is no checkpoint.
-
-  Raises:
-    ResumeError: the checkpoint does not fit this run, or none restores.
-  """
-  steps = ckpt.all_steps()
-  if not steps:
-    return Start(resumed_from=None, state=None, meta=dict(meta))
-  damaged = []
-  for step in steps:
-    try:
-      saved_meta = ckpt.read_meta(step)
-    except Exception as e:  # pylint: disable=broad-except
-      damaged.append((step, _damage(e)))
-      continue
-    start = _resume(ckpt, step, saved_meta, target_state, shardings,
-                    meta=meta, source=source, rollout=rollout, ids=ids,
-                    remap=remap, notice=notice, damaged=damaged)
-    if start is not None:
-      break
-  else:
-    folders = ', '.join(f'{s} ({why})' for s, why in damaged)
-    raise errors.ResumeError(
-        f'no checkpoint in {ckpt.directory} can be restored: {folders}; move '
-        'those folders out of it to start this run again from step 0, or use '
-        'a new --workdir')
-  for step, why in damaged:
-    aside = ckpt.set_aside(step) if main else f'{step}'
-    notice(f'the checkpoint of step {step} is damaged ({why}); set aside as '
-           f'{aside}')
-  notice(f'resumed from {workdir} at step {start.step}')
-  return start
-
-
-def _damage(e: Exception) -> str:
-  """What is wrong with a checkpoint that does not restore, in brief."""
-  text = ' '.join(str(e).split())
-  if isinstance(e, KeyError) and 'was not found' in text:
-    item = text.split('"')[1] if text.count('"') >= 2 else '?'
-    return f'its {item!r} item is missing'
-  if isinstance(e, FileNotFoundError):
-    return f'a file is missing: {e.filename or text[:120]}'
-  if isinstance(e, OSError) and e.strerror:
-    return f'{e.strerror}: {e.filename}' if e.filename else e.strerror
-  if type(e).__name__ == 'JSONDecodeError':
-    return f'a metadata file is not valid JSON ({text[:80]})'
-  if 'error while reading array' in text:
-    return 'an array file cannot be read (truncated or missing)'
-  for marker in ('DATA_LOSS', 'NOT_FOUND', 'does not exist'):
-    if marker in text:
-      return text[text.index(marker):][:120]
-  return f'{type(e).__name__}: {text[:120]}'
-
-
-def _resume(ckpt: Checkpointer, step: int, saved_meta: Mapping[str, Any],
-            target_state: PyTree, shardings: PyTree, *,
-            meta: Mapping[str, Any], source: Any, rollout: Any,
-            ids: Mapping[str, Any] | None, remap: bool,
-            notice: Callable[[str], None],
-            damaged: list[tuple[int, str]]) -> Start | None:
-  """Resumes from step `step`; None (with the step added to `damaged`)
-  when its files do not restore. Raises ResumeError when it does not fit
-  this run."""
-  where = f'checkpoint of step {step} in {ckpt.directory}'
-  changed = check_resumable(
-      saved_meta, step=step, directory=ckpt.directory,
-      model=meta['model'], datasets=meta['datasets'], remap=remap)
-  changed_settings = resume_check.check(
-      saved_meta.get('config'), meta.get('config', {}), where=where,
-      step=step)
-  try:
-    restored = ckpt.restore(step, target_state)
-    saved_ids = restored.data.get('ids', {})
-    for name in changed:
-      if (name in restored.data['source']['tables']
-          and name not in saved_ids):
-        raise errors.ResumeError(
-            f'dataset {name!r} changed since the {where}, which holds no '
-            'example ids to match its sampler state by (they are saved from '
-            "the first run with checkpoint.on_dataset_change='remap'); "
-            'restore the dataset or use a new --workdir')
-    report = source.set_state(
-        restored.data['source'],
-        remap={name: (saved_ids.get(name), ids[name]) for name in changed})
-    rollout.set_state(restored.data['rollout'])
-  except errors.UserError:
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    damaged.append((step, _damage(e)))
-    return None
-  for name, counts in report.items():
-    notice(f'dataset {name!r} changed: sampler state kept for '
-           f'{counts["kept"]} examples by id, {counts["new"]} new, '
-           f'{counts["removed"]} removed')
-  for line in changed_settings:
-    notice(line)
-  state = sharding.shard(restored.state, shardings)
-  return Start(resumed_from=step, state=state,
-               meta={**restored.meta, **meta})

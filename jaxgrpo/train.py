@@ -1,5 +1,5 @@
 """The training loop: build (`build.build_run`), resume or start
-(`checkpoint.restore_or_start`, else the warm start), then step, log,
+(`resume.restore_or_start`, else the warm start), then step, log,
 evaluate, save, stop."""
 
 from collections.abc import Callable
@@ -17,6 +17,7 @@ from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import multihost
 from jaxgrpo import preemption
+from jaxgrpo import resume
 from jaxgrpo import sharding
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import warmstart
@@ -139,10 +140,10 @@ def _run(
   workdir = checkpoint_lib.absolute(workdir)
   workdir_lib.check(workdir)
   resources.enter_context(workdir_lib.lock(workdir))
-  checkpoint_lib.check_settings(os.path.join(workdir, 'checkpoints'),
+  resume.check_settings(os.path.join(workdir, 'checkpoints'),
                                 config_lib.to_dict(cfg))
   parts = build.build_run(cfg, workdir, console, resources)
-  start = checkpoint_lib.restore_or_start(
+  start = resume.restore_or_start(
       parts.ckpt, parts.abstract_state, parts.state_shardings,
       meta=parts.meta, source=parts.source, rollout=parts.rollout,
       ids=parts.ids, remap=cfg.checkpoint.on_dataset_change == 'remap',

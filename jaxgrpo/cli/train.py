@@ -5,8 +5,9 @@
 
 `python -m jaxgrpo.main` runs the same command. The logic lives in
 `jaxgrpo.train`, which notebooks and tests import directly. Mistakes in the
-command line or the config end with one line naming the key and exit code
-2; a run that cannot go on (a resume that does not match, a streak of
+command line, the config or the data end with one line naming the key or
+the file and exit code 2; a run that cannot go on (a resume that does not
+match, no checkpoint that restores, a workdir in use, a streak of
 non-finite updates, a full disk) ends with one line and exit code 1.
 """
 
