@@ -146,7 +146,10 @@ def run_with_kills(workdir: str, steps: int, kills: int, rng: random.Random,
       _, err = proc.communicate()
     with open(log_path) as f:
       out = f.read()
-    if expect is not None:
+    if expect is not None and (killed and 'resumed from' not in out
+                               and 'is damaged' not in out):
+      pass  # killed before it resumed: the next start must do it
+    elif expect is not None:
       step, resume = expect
       if (f'the checkpoint of step {step} is damaged' not in out
           or f'at step {resume}\n' not in out):
@@ -167,7 +170,8 @@ def run_with_kills(workdir: str, steps: int, kills: int, rng: random.Random,
     except Exception as e:  # pylint: disable=broad-except
       print(f'kill {done_kills}: latest checkpoint not restorable: {e!r}')
     present = _steps(workdir)
-    if damage_every and done_kills % damage_every == 0 and len(present) > 1:
+    if (damage_every and done_kills % damage_every == 0 and len(present) > 1
+        and expect is None):
       kind = kinds[len(damaged) % len(kinds)]
       DAMAGES[kind](os.path.join(workdir, 'checkpoints', str(present[0])))
       expect = (present[0], present[1])
