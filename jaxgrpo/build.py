@@ -17,7 +17,6 @@ import os
 import time
 from typing import Any
 
-from etils import epath
 import jax
 import optax
 
@@ -49,19 +48,6 @@ from jaxgrpo.typing import PyTree, TrainBatch
 from jaxgrpo.verifiers import pool as verifier_pool
 
 Log = Callable[[str], None]
-
-
-def check_workdir(workdir: str) -> None:
-  """Fails early, in one line, when the workdir cannot be written."""
-  probe = epath.Path(workdir) / f'.jaxgrpo-write-test-{jax.process_index()}'
-  try:
-    probe.parent.mkdir(parents=True, exist_ok=True)
-    probe.write_text('ok')
-    probe.unlink()
-  except OSError as e:
-    raise errors.ConfigError(
-        f'--workdir {workdir}: cannot write there ({e.strerror or e})'
-    ) from None
 
 
 def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
@@ -265,16 +251,16 @@ def build_run(
 ) -> Run:
   """Builds every part of a run; `resources` closes what they open.
 
-  Checks the workdir, enters the mesh, loads the data and the model,
-  compiles the train step (checking its memory), and builds the sampler,
-  rollout, evaluator and checkpointer. Nothing is restored here
-  (`checkpoint.restore_or_start` does that).
+  Enters the mesh, loads the data and the model, compiles the train step
+  (checking its memory), and builds the sampler, rollout, evaluator and
+  checkpointer. Nothing is restored here
+  (`resume.restore_or_start` does that); the workdir is checked and
+  locked before (`jaxgrpo.workdir`).
 
   Raises:
     ConfigError: naming the config key at fault.
   """
   log = console.info
-  check_workdir(workdir)
   enter_mesh(cfg, log, resources)
   init_rng, warm_rng, run_rng, eval_rng = jax.random.split(
       jax.random.key(cfg.seed), 4)

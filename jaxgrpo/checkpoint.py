@@ -8,9 +8,10 @@ and renames it when complete, so a crash mid-save never shadows the last
 good checkpoint.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 import dataclasses
 import os
+import time
 from typing import Any
 
 from etils import epath
@@ -20,13 +21,15 @@ import optax
 import orbax.checkpoint as ocp
 
 from jaxgrpo import errors
-from jaxgrpo import sharding
 from jaxgrpo.typing import PyTree
 
 
 def absolute(path: str) -> str:
-  """An absolute local path; object-store paths (`gs://...`) as given."""
-  return str(path) if '://' in str(path) else os.path.abspath(path)
+  """An absolute local path (`~` expanded); object-store paths
+  (`gs://...`) as given."""
+  if '://' in str(path):
+    return str(path)
+  return os.path.abspath(os.path.expanduser(path))
 
 
 @dataclasses.dataclass
@@ -46,6 +49,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, *, every: int, max_to_keep: int):
     self.every = every
+    self._confirmed = False  # whether a save of this process completed
     # Orbax's tensorstore paths must be absolute; users pass relative ones.
     self.directory = absolute(directory)
     self.manager = ocp.CheckpointManager(
@@ -61,6 +65,33 @@ class Checkpointer:
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    """The steps of the checkpoints here, newest first."""
+    return sorted(self.manager.all_steps(), reverse=True)
+
+  def set_aside(self, step: int) -> str:
+    """Renames step `step`'s folder to `<step>.damaged-<time>` (orbax no
+    longer sees it; nothing is deleted); returns the new path."""
+    folder = epath.Path(self.directory) / str(step)
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    target = folder.parent / f'{step}.damaged-{stamp}'
+    n = 1
+    while target.exists():
+      n += 1
+      target = folder.parent / f'{step}.damaged-{stamp}-{n}'
+    folder.rename(target)
+    self.manager.reload()
+    return str(target)
+
+  def check_for_errors(self) -> None:
+    """Raises TrainingError if a finished asynchronous save failed."""
+    try:
+      self.manager.check_for_errors()
+    except Exception as e:  # pylint: disable=broad-except
+      if _is_write_failure(e):
+        raise self._write_failed(e) from None
+      raise
 
   def should_save(self, step: int) -> bool:
     return self.every > 0 and step % self.every == 0
@@ -100,6 +131,11 @@ class Checkpointer:
       if _is_write_failure(e):
         raise self._write_failed(e) from None
       raise
+    if not self._confirmed:
+      # The first save of a start completes before training goes on, so
+      # that a folder that cannot hold a checkpoint stops the run at once.
+      self.wait()
+      self._confirmed = True
 
   def read_meta(self, step: int) -> dict[str, Any]:
     """The JSON item of step `step` alone (cheap; checks before a restore)."""
@@ -266,92 +302,3 @@ def check_resumable(
           f'dataset {name!r} changed since the {where}: {what}' + hint)
     changed.append(name)
   return changed
-
-
-@dataclasses.dataclass(frozen=True)
-class Start:
-  """Where a run starts: from its latest checkpoint, or from scratch.
-
-  Attributes:
-    resumed_from: the checkpoint's step, or None on a fresh start.
-    state: the restored train state, or None on a fresh start.
-    meta: the run notes to save with each checkpoint (this run's, over the
-      checkpoint's when resumed).
-  """
-
-  resumed_from: int | None
-  state: PyTree | None
-  meta: dict[str, Any]
-
-  @property
-  def step(self) -> int:
-    """The last step done (0 on a fresh start)."""
-    return self.resumed_from or 0
-
-
-def restore_or_start(
-    ckpt: Checkpointer,
-    target_state: PyTree,
-    shardings: PyTree,
-    *,
-    meta: Mapping[str, Any],
-    source: Any,
-    rollout: Any,
-    ids: Mapping[str, Any] | None,
-    remap: bool,
-    notice: Callable[[str], None],
-    workdir: str,
-) -> Start:
-  """Resumes from the latest checkpoint in `ckpt`, if any.
-
-  Checks that it fits this run (`check_resumable`), restores the train
-  state into `target_state`'s structure and placement, and sets the state
-  of the prompt `source` (a MixtureSampler; the tables of changed datasets
-  matched by example id when `remap`) and of `rollout`.
-
-  Args:
-    ckpt: the run's checkpointer.
-    target_state: the abstract train state, with its shardings.
-    shardings: where the restored state goes (`sharding.shard`).
-    meta: this run's notes; 'model' and 'datasets' are checked.
-    source: the prompt sampler (`get_state`/`set_state`).
-    rollout: the rollout (`set_state`).
-    ids: this run's example id hashes per dataset (when `remap`).
-    remap: checkpoint.on_dataset_change == 'remap'.
-    notice: receives the lines that need attention.
-    workdir: the run's workdir (for the message).
-
-  Returns:
-    The start; its state is None when there is no checkpoint.
-
-  Raises:
-    ResumeError: the checkpoint does not fit this run.
-  """
-  latest = ckpt.latest_step()
-  if latest is None:
-    return Start(resumed_from=None, state=None, meta=dict(meta))
-  changed = check_resumable(
-      ckpt.read_meta(latest), step=latest, directory=ckpt.directory,
-      model=meta['model'], datasets=meta['datasets'], remap=remap)
-  restored = ckpt.restore(latest, target_state)
-  state = sharding.shard(restored.state, shardings)
-  saved_ids = restored.data.get('ids', {})
-  for name in changed:
-    if name in restored.data['source']['tables'] and name not in saved_ids:
-      raise errors.ResumeError(
-          f'dataset {name!r} changed since the checkpoint of step {latest} '
-          f'in {ckpt.directory}, which holds no example ids to match its '
-          "sampler state by (they are saved from the first run with "
-          "checkpoint.on_dataset_change='remap'); restore the dataset or "
-          'use a new --workdir')
-  report = source.set_state(
-      restored.data['source'],
-      remap={name: (saved_ids.get(name), ids[name]) for name in changed})
-  for name, counts in report.items():
-    notice(f'dataset {name!r} changed: sampler state kept for '
-           f'{counts["kept"]} examples by id, {counts["new"]} new, '
-           f'{counts["removed"]} removed')
-  rollout.set_state(restored.data['rollout'])
-  notice(f'resumed from {workdir} at step {latest}')
-  return Start(resumed_from=latest, state=state,
-               meta={**restored.meta, **meta})

@@ -218,7 +218,7 @@ class WarmStartSection(Section, name='warmstart'):
 
 
 class EvalSection(Section, name='eval'):
-  every: int = field(50, 'steps between held-out evaluations', NON_NEGATIVE)
+  every: int = field(50, 'evaluation interval (0: step 0 only)', NON_NEGATIVE)
   num_samples: int = field(
       4, 'k: samples per held-out problem; the evaluation reports their mean '
       'reward', POSITIVE)
@@ -228,7 +228,7 @@ class EvalSection(Section, name='eval'):
 
 class CheckpointSection(Section, name='checkpoint'):
   every: int = field(
-      100, 'checkpoint interval in steps (and always at the end)', NON_NEGATIVE)
+      100, 'save interval (0: step 0, the end, a stop)', NON_NEGATIVE)
   every_minutes: float = field(
       0.0, 'also save when this many minutes passed since the last save (0: '
       'off)', NON_NEGATIVE)

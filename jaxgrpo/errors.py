@@ -9,6 +9,12 @@ class ConfigError(UserError, ValueError):
   """A config value is invalid; the message names the key."""
 
 
+class DataError(ConfigError):
+  """A dataset file is missing, empty or holds a bad record; the message
+  names the dataset and the file (a mistake in the run's inputs, like a
+  config value, whenever it is found)."""
+
+
 class ResumeError(UserError):
   """The workdir's checkpoint does not fit this run's config or data."""
 

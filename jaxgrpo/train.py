@@ -1,5 +1,5 @@
 """The training loop: build (`build.build_run`), resume or start
-(`checkpoint.restore_or_start`, else the warm start), then step, log,
+(`resume.restore_or_start`, else the warm start), then step, log,
 evaluate, save, stop."""
 
 from collections.abc import Callable
@@ -17,9 +17,11 @@ from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import multihost
 from jaxgrpo import preemption
+from jaxgrpo import resume
 from jaxgrpo import sharding
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import warmstart
+from jaxgrpo import workdir as workdir_lib
 from jaxgrpo.model import config as model_config
 from jaxgrpo.reporting import console as console_lib
 from jaxgrpo.reporting import metrics as metrics_lib
@@ -136,12 +138,16 @@ def _run(
                        log=console.info)
   console.enabled = multihost.is_main()
   workdir = checkpoint_lib.absolute(workdir)
+  workdir_lib.check(workdir)
+  resources.enter_context(workdir_lib.lock(workdir))
+  resume.check_settings(os.path.join(workdir, 'checkpoints'),
+                                config_lib.to_dict(cfg))
   parts = build.build_run(cfg, workdir, console, resources)
-  start = checkpoint_lib.restore_or_start(
+  start = resume.restore_or_start(
       parts.ckpt, parts.abstract_state, parts.state_shardings,
       meta=parts.meta, source=parts.source, rollout=parts.rollout,
       ids=parts.ids, remap=cfg.checkpoint.on_dataset_change == 'remap',
-      notice=console.notice, workdir=workdir)
+      notice=console.notice, workdir=workdir, main=multihost.is_main())
   state, meta = start.state, start.meta
   if state is None:
     state, meta = _fresh_state(cfg, parts, console, meta)
@@ -333,6 +339,8 @@ class _Loop:
     """Saves on checkpoint.every, at the last step, on a stop signal, or
     checkpoint.every_minutes after the last save."""
     cfg = self.cfg
+    # A save that failed in the background stops the run at the next step.
+    self.parts.ckpt.check_for_errors()
     minutes = (time.monotonic() - self.last_save) / 60
     if (self.parts.ckpt.should_save(step) or step == cfg.total_steps
         or stopping or 0 < cfg.checkpoint.every_minutes <= minutes):

@@ -4,15 +4,21 @@ A reference run trains for --steps steps uninterrupted. A second run in
 another workdir is killed with SIGKILL at --kills random moments (after
 training has started, so kills land in steps, in checkpoint saves, and in
 between; checkpoints are written every step so many kills hit a save), and
-restarted with the same command each time until it finishes. It passes when
-the killed run ends with bitwise the same params and optimizer state as the
-reference, and its metrics.jsonl has every step exactly once with the same
-values (timings aside).
+restarted with the same command each time until it finishes. After every
+--damage_every-th kill the latest checkpoint is also damaged, in turn: an
+array file truncated, array files deleted, the `meta` or `data` item
+removed, a metadata file cut short, the folder emptied; the restart must set
+it aside and resume from the newest intact checkpoint. It passes when the
+killed run ends with bitwise the same params and optimizer state as the
+reference, its metrics.jsonl has every step exactly once with the same
+values (timings aside), and every damaged checkpoint was set aside with the
+restart resuming from the one before it.
 
   python scripts/fault_injection.py --kills 20 --steps 12
 """
 
 import argparse
+import glob
 import json
 import os
 import random
@@ -43,6 +49,46 @@ def command(workdir: str, steps: int) -> list[str]:
   ]
 
 
+def _truncate_array(folder: str) -> None:
+  files = glob.glob(os.path.join(folder, 'state', 'ocdbt.process_0', 'd', '*'))
+  largest = max(files, key=os.path.getsize)
+  os.truncate(largest, os.path.getsize(largest) // 2)
+
+
+def _delete_arrays(folder: str) -> None:
+  for path in glob.glob(os.path.join(folder, '*', 'ocdbt.process_0', 'd', '*')):
+    os.remove(path)
+
+
+def _cut_json(folder: str) -> None:
+  with open(os.path.join(folder, 'state', '_METADATA'), 'w') as f:
+    f.write('{"tree_metadata": ')
+
+
+def _empty(folder: str) -> None:
+  shutil.rmtree(folder)
+  os.mkdir(folder)
+
+
+DAMAGES = {
+    'truncated array file': _truncate_array,
+    'array files deleted': _delete_arrays,
+    'meta item removed': lambda f: shutil.rmtree(os.path.join(f, 'meta')),
+    'metadata JSON cut short': _cut_json,
+    'data item removed': lambda f: shutil.rmtree(os.path.join(f, 'data')),
+    'folder emptied': _empty,
+}
+
+
+def _steps(workdir: str) -> list[int]:
+  """The complete checkpoints' steps, newest first."""
+  try:
+    names = os.listdir(os.path.join(workdir, 'checkpoints'))
+  except FileNotFoundError:
+    return []
+  return sorted((int(n) for n in names if n.isdigit()), reverse=True)
+
+
 def _has_checkpoint(workdir: str) -> bool:
   """Whether a complete checkpoint exists (orbax names them by step)."""
   try:
@@ -60,43 +106,77 @@ def _lines(path: str) -> int:
     return 0
 
 
-def run_with_kills(workdir: str, steps: int, kills: int,
-                   rng: random.Random) -> tuple[int, int, int]:
-  """Runs to completion, SIGKILLing `kills` times.
+def run_with_kills(workdir: str, steps: int, kills: int, rng: random.Random,
+                   damage_every: int = 2) -> dict:
+  """Runs to completion, SIGKILLing `kills` times and damaging the latest
+  checkpoint after every `damage_every`-th kill.
 
   Returns:
-    (kills, starts, kills after which the latest checkpoint restored).
+    kills, starts, restorable (kills after which the latest checkpoint
+    restored), damaged (what was damaged, and where the restart resumed),
+    problems (restarts that did not set the damage aside or resumed from
+    another step than the newest intact one).
   """
   done_kills, starts, restorable = 0, 0, 0
+  damaged, problems = [], []
+  expect = None  # (damaged step, step the next start must resume from)
+  kinds = list(DAMAGES)
   metrics_path = os.path.join(workdir, 'metrics.jsonl')
+  log_path = workdir + '.log'
   while True:
     starts += 1
-    proc = subprocess.Popen(command(workdir, steps), cwd=REPO,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    if done_kills < kills:
-      # Wait until a checkpoint exists and this start has trained at least
-      # one step, then kill at a random moment within the next few steps.
-      before = _lines(metrics_path)
-      deadline = time.time() + 300
-      while ((_lines(metrics_path) <= before or not _has_checkpoint(workdir))
-             and proc.poll() is None and time.time() < deadline):
-        time.sleep(0.05)
-      time.sleep(rng.uniform(0.0, 1.5))
-      if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        done_kills += 1
-        try:
-          checkpoint.load_state_arrays(os.path.join(workdir, 'checkpoints'))
-          restorable += 1
-        except Exception as e:  # pylint: disable=broad-except
-          print(f'kill {done_kills}: latest checkpoint not restorable: {e!r}')
-        continue
-    _, err = proc.communicate()
-    if proc.returncode != 0:
-      raise RuntimeError(f'run failed after {done_kills} kills:\n{err[-3000:]}')
-    return done_kills, starts, restorable
+    with open(log_path, 'w') as log:
+      proc = subprocess.Popen(command(workdir, steps), cwd=REPO, stdout=log,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, 'PYTHONUNBUFFERED': '1'})
+      killed = False
+      if done_kills < kills:
+        # Wait until a checkpoint exists and this start has trained at
+        # least one step, then kill at a random moment within the next few.
+        before = _lines(metrics_path)
+        deadline = time.time() + 300
+        while ((_lines(metrics_path) <= before or not _has_checkpoint(workdir))
+               and proc.poll() is None and time.time() < deadline):
+          time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 1.5))
+        if proc.poll() is None:
+          proc.send_signal(signal.SIGKILL)
+          proc.wait()
+          killed = True
+      _, err = proc.communicate()
+    with open(log_path) as f:
+      out = f.read()
+    if expect is not None and (killed and 'resumed from' not in out
+                               and 'is damaged' not in out):
+      pass  # killed before it resumed: the next start must do it
+    elif expect is not None:
+      step, resume = expect
+      if (f'the checkpoint of step {step} is damaged' not in out
+          or f'at step {resume}\n' not in out):
+        problems.append(f'start {starts}: step {step} damaged, expected a '
+                        f'resume from step {resume}: {out[:600]!r}')
+      expect = None
+    if not killed:
+      if proc.returncode != 0:
+        raise RuntimeError(
+            f'run failed after {done_kills} kills:\n{err[-3000:]}')
+      return {'kills': done_kills, 'starts': starts,
+              'restorable': restorable, 'damaged': damaged,
+              'problems': problems}
+    done_kills += 1
+    try:
+      checkpoint.load_state_arrays(os.path.join(workdir, 'checkpoints'))
+      restorable += 1
+    except Exception as e:  # pylint: disable=broad-except
+      print(f'kill {done_kills}: latest checkpoint not restorable: {e!r}')
+    present = _steps(workdir)
+    if (damage_every and done_kills % damage_every == 0 and len(present) > 1
+        and expect is None):
+      kind = kinds[len(damaged) % len(kinds)]
+      DAMAGES[kind](os.path.join(workdir, 'checkpoints', str(present[0])))
+      expect = (present[0], present[1])
+      damaged.append({'kill': done_kills, 'step': present[0], 'kind': kind,
+                      'resume_from': present[1]})
 
 
 def compare(reference: str, killed: str) -> list[str]:
@@ -126,6 +206,9 @@ def main():
   parser.add_argument('--kills', type=int, default=20)
   parser.add_argument('--steps', type=int, default=12)
   parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--damage_every', type=int, default=2,
+                      help='damage the latest checkpoint after every Nth kill '
+                      '(0: never)')
   parser.add_argument('--json', help='also write the result here')
   args = parser.parse_args()
   tmp = tempfile.mkdtemp()
@@ -135,19 +218,24 @@ def main():
     t0 = time.time()
     subprocess.run(command(reference, args.steps), cwd=REPO, check=True,
                    stdout=subprocess.DEVNULL)
-    kills, starts, restorable = run_with_kills(
-        killed, args.steps, args.kills, random.Random(args.seed))
-    problems = compare(reference, killed)
-    leftovers = [name for name in os.listdir(os.path.join(killed, 'checkpoints'))
-                 if 'tmp' in name]
+    got = run_with_kills(killed, args.steps, args.kills,
+                         random.Random(args.seed), args.damage_every)
+    kills, starts, restorable = got['kills'], got['starts'], got['restorable']
+    problems = got['problems'] + compare(reference, killed)
+    names = os.listdir(os.path.join(killed, 'checkpoints'))
+    leftovers = [name for name in names if 'tmp' in name]
+    aside = sorted(name for name in names if '.damaged-' in name)
     result = {'kills': kills, 'starts': starts, 'steps': args.steps,
               'restorable_after_kill': restorable,
-              'exact': not problems and restorable == kills, 'problems': problems[:20],
-              'tmp_folders_left': leftovers,
+              'damaged': got['damaged'], 'set_aside': aside,
+              'exact': not problems and restorable == kills,
+              'problems': problems[:20], 'tmp_folders_left': leftovers,
               'seconds': round(time.time() - t0, 1)}
     print(json.dumps(result, indent=2))
     print(f'{kills} kills, {starts} starts, {restorable} of {kills} kills '
-          'left a restorable checkpoint: '
+          f'left a restorable checkpoint, {len(got["damaged"])} damaged '
+          'checkpoints set aside with each restart resuming from the newest '
+          'intact one: '
           + ('the resumed run matches the uninterrupted one exactly'
              if not problems else f'{len(problems)} differences'))
     if args.json:

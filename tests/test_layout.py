@@ -193,7 +193,8 @@ LAYERS = (
     # A run: its config, parts, loop and checkpoints; tools built on them.
     ('train', {'config_lib', 'config_doc', 'build', 'checkpoint', 'evaluate',
                'optimizer', 'preemption', 'train', 'train_state',
-               'train_step', 'warmstart', 'model_spec', 'sim', 'stratify'}),
+               'train_step', 'warmstart', 'model_spec', 'sim', 'stratify',
+               'resume', 'workdir'}),
     # The commands, and the experiment configs users start from.
     ('cli', {'cli', 'main', 'configs'}),
 )

@@ -5,11 +5,13 @@
 
 `python -m jaxgrpo.main` runs the same command. The logic lives in
 `jaxgrpo.train`, which notebooks and tests import directly. Mistakes in the
-command line or the config end with one line naming the key and exit code
-2; a run that cannot go on (a resume that does not match, a streak of
+command line, the config or the data end with one line naming the key or
+the file and exit code 2; a run that cannot go on (a resume that does not
+match, no checkpoint that restores, a workdir in use, a streak of
 non-finite updates, a full disk) ends with one line and exit code 1.
 """
 
+import logging
 import sys
 
 from absl import flags
@@ -48,6 +50,26 @@ def _parser() -> common.Parser:
   return parser
 
 
+def _quiet_libraries(record: logging.LogRecord) -> bool:
+  """Drops orbax's and asyncio's error records (with their tracebacks):
+  a failed save or a damaged checkpoint is reported in one line by the run
+  itself. `-v N` shows them."""
+  return not (record.name == 'asyncio' or 'orbax' in record.pathname)
+
+
+def _quiet_closed_loops(hook):
+  """`hook`, but silent on the 'Event loop is closed' errors that a failed
+  save's late tensorstore callbacks print (one per array written)."""
+
+  def quiet(unraisable):
+    value = unraisable.exc_value
+    if isinstance(value, RuntimeError) and 'Event loop is closed' in str(value):
+      return
+    hook(unraisable)
+
+  return quiet
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
   argv = sys.argv[1:] if argv is None else list(argv)
@@ -66,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     flags.FLAGS.mark_as_parsed()
     absl_logging.set_verbosity(
         absl_logging.WARNING if args.verbosity is None else args.verbosity)
+    if args.verbosity is None:
+      # On the loggers: records are filtered before any handler sees them.
+      for name in ('absl', 'asyncio'):
+        logging.getLogger(name).addFilter(_quiet_libraries)
+      sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
     progress = not args.quiet and (args.progress == 'on' or (
         args.progress == 'auto' and sys.stderr.isatty()))
     train.run(cfg, args.workdir, progress=progress, quiet=args.quiet)

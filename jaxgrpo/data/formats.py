@@ -54,7 +54,7 @@ SQUAD2_TEMPLATE_FIELDS = ('context', 'question', 'title', 'id')
 Where = Callable[[], str]
 
 
-class BadRecordError(errors.UserError, ValueError):
+class BadRecordError(errors.DataError):
   """A record cannot become an Example; the message says where and why."""
 
 

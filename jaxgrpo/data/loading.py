@@ -128,6 +128,22 @@ def _record_format(entry) -> formats.RecordFormat:
         f'dataset {entry.name!r}: template={entry.template!r}: {e}') from e
 
 
+def _file_error(cfg: config_lib.Config, entry, key: str, path: str,
+                e: Exception) -> errors.DataError:
+  """A dataset file that cannot be opened or holds no records, in one line
+  naming the entry's key and the file."""
+  i = [d.name for d in cfg.data.datasets].index(entry.name)
+  if isinstance(e, OSError):
+    why = e.strerror or str(e)
+    why = 'no such file' if isinstance(e, FileNotFoundError) else why
+  elif 'has no records' in str(e):
+    why = 'the file has no records'
+  else:
+    why = str(e)
+  return errors.DataError(
+      f'data.datasets[{i}].{key}={path!r} (dataset {entry.name!r}): {why}')
+
+
 def load_dataset(
     cfg: config_lib.Config, entry, tokenizer: tokenizer_lib.Tokenizer
 ):
@@ -164,11 +180,16 @@ def load_dataset(
       train = load(entry.split)
       held = load(entry.eval_split) if entry.eval_split else None
     else:
-      def load(path):
-        return sources.make_dataset(entry.kind, name=entry.name, path=path,
-                                    record_format=record_format)
-      train = load(entry.path)
-      held = load(entry.eval_path) if entry.eval_path else None
+      def load(path, key):
+        try:
+          return sources.make_dataset(entry.kind, name=entry.name, path=path,
+                                      record_format=record_format)
+        except sources.BadRecordError:
+          raise
+        except (OSError, ValueError) as e:
+          raise _file_error(cfg, entry, key, path, e) from None
+      train = load(entry.path, 'path')
+      held = load(entry.eval_path, 'eval_path') if entry.eval_path else None
     if entry.holdout:
       if entry.holdout >= len(train):
         raise errors.ConfigError(

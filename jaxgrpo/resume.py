@@ -1,0 +1,374 @@
+"""How a run resumes: from which checkpoint, and with which settings.
+
+`restore_or_start` resumes from the newest checkpoint that restores,
+setting damaged ones aside. `check_settings` (before the run is built) and
+`check` decide which settings may differ from the checkpoint's. A
+checkpoint holds the resolved config it was written with. A resume
+compares it with this run's, key by key, under `POLICY`:
+
+- 'refuse': the key shapes the saved state (carried groups, the sampler's
+  tables, the optimizer state) or what the run means (how prompts are
+  drawn, sampled and scored into advantages); a change stops the resume
+  with a line naming the key, both values and what to do.
+- 'notice': a deliberate adjustment of a run (a lower learning rate after
+  NaN steps, mixture weights); accepted, with a line saying what changes.
+- 'free': how long, how often, where and how fast the run goes (steps,
+  logging, evaluation, checkpoints, verifier workers, the mesh); accepted
+  silently.
+
+The longest key prefix listed decides; a key listed nowhere is refused, so
+that a new setting is checked until it is declared safe. Dataset entries
+are matched by name; what their records are (path, kind, fields, size) is
+checked by their size and fingerprint (`checkpoint.check_resumable`), so
+those keys are free here. docs/checkpoints.md has the same table.
+"""
+
+from collections.abc import Callable, Iterator, Mapping
+import dataclasses
+import json
+import os
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+from jaxgrpo import checkpoint as checkpoint_lib
+from jaxgrpo import errors
+from jaxgrpo import sharding
+from jaxgrpo.typing import PyTree
+
+REFUSE, NOTICE, FREE = 'refuse', 'notice', 'free'
+
+POLICY = {
+    'seed': REFUSE,
+    'total_steps': FREE,
+    'log_every': FREE,
+    'plots': FREE,
+    'tensorboard': FREE,
+    'model': REFUSE,
+    'model.remat': FREE,
+    'data.balance': REFUSE,
+    'data.datasets[]': FREE,
+    'data.datasets[].weight': NOTICE,
+    'data.datasets[].min_fraction': NOTICE,
+    'data.datasets[].snooze_factor': REFUSE,
+    'data.datasets[].verifier': NOTICE,
+    'rollout': REFUSE,
+    'sampler': REFUSE,
+    'rl': REFUSE,
+    'rl.max_nonfinite_steps': FREE,
+    'optim': NOTICE,
+    'warmstart': FREE,
+    'eval': FREE,
+    'checkpoint': FREE,
+    'verify': FREE,
+    'curriculum': REFUSE,
+    'curriculum.stages': NOTICE,
+    'mesh': FREE,
+    'distributed': FREE,
+}
+
+# What a resume with a changed 'notice' key does, by section.
+_EFFECT = {
+    'optim': 'the optimizer steps from here on use the new values',
+    'data': 'the mixture draws by the new values from here on',
+    'curriculum': 'the new stages apply from here on',
+}
+
+
+def policy(key: str) -> str:
+  """The policy of a flat key (`rollout.group_size`,
+  `data.datasets[2].weight`): that of its longest listed prefix."""
+  generic = key
+  if key.startswith('data.datasets['):
+    generic = 'data.datasets[]' + key[key.index(']') + 1:]
+  parts = generic.split('.')
+  for n in range(len(parts), 0, -1):
+    found = POLICY.get('.'.join(parts[:n]))
+    if found is not None:
+      return found
+  return REFUSE
+
+
+def _plain(value: Any) -> Any:
+  """The value as the checkpoint's JSON holds it (tuples become lists)."""
+  return json.loads(json.dumps(value, default=str))
+
+
+def _flat(config: Mapping[str, Any],
+          names: list[str]) -> Iterator[tuple[str, Any]]:
+  """(flat key, value) pairs; dataset entries keyed by their index in
+  `names` (this run's datasets), or by name when absent from it."""
+  for key, value in config.items():
+    if key == 'data':
+      for sub, v in value.items():
+        if sub != 'datasets':
+          yield f'data.{sub}', v
+      for entry in value.get('datasets', []):
+        name = entry.get('name')
+        where = names.index(name) if name in names else repr(name)
+        for sub, v in entry.items():
+          yield f'data.datasets[{where}].{sub}', v
+    elif isinstance(value, Mapping):
+      for sub, v in value.items():
+        yield f'{key}.{sub}', v
+    else:
+      yield key, value
+
+
+def changes(saved: Mapping[str, Any],
+            now: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+  """(key, saved value, this run's value) of every key whose value
+  differs; keys one side lacks (a setting added since) are skipped, and so
+  are datasets only one side has (`check_resumable` decides on those)."""
+  saved, now = _plain(dict(saved)), _plain(dict(now))
+  names = [d.get('name') for d in now.get('data', {}).get('datasets', [])]
+  then = dict(_flat(saved, names))
+  out = []
+  for key, value in _flat(now, names):
+    if key in then and then[key] != value:
+      out.append((key, then[key], value))
+  return out
+
+
+def _show(key: str, a: Any, b: Any) -> str:
+  def short(v):
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + '...'
+  return f'{key}: {short(a)} -> {short(b)}'
+
+
+def check(saved: Mapping[str, Any] | None, now: Mapping[str, Any], *,
+          where: str, step: int) -> list[str]:
+  """Checks this run's config `now` against the checkpoint's `saved`.
+
+  Args:
+    saved: the config the checkpoint was written with (None in checkpoints
+      older than this check: nothing is compared).
+    now: this run's config (`config_lib.to_dict`).
+    where: the checkpoint, for the message.
+    step: its step, for the notice.
+
+  Returns:
+    Lines to show for the accepted 'notice' changes (none if nothing of
+    note changed).
+
+  Raises:
+    ResumeError: a 'refuse' key changed; the message names the keys.
+  """
+  if not saved:
+    return []
+  found = changes(saved, now)
+  refused = sorted((c for c in found if policy(c[0]) == REFUSE),
+                   key=lambda c: not c[0].startswith('model.'))
+  if refused:
+    shown = '; '.join(_show(*c) for c in refused[:3])
+    more = f' (and {len(refused) - 3} more)' if len(refused) > 3 else ''
+    if refused[0][0].startswith('model.'):
+      raise errors.ResumeError(
+          f'the {where} is for another model ({shown}{more}); use a new '
+          '--workdir or the config it was trained with')
+    raise errors.ResumeError(
+        f'the {where} was trained with other settings: {shown}{more}; these '
+        'cannot change on resume (docs/checkpoints.md, "What may change on '
+        'resume"): use the values it was trained with, or a new --workdir')
+  lines = []
+  for key, a, b in found:
+    if policy(key) == NOTICE:
+      effect = _EFFECT[key.split('.')[0]]
+      lines.append(f'resumed with a changed setting, {_show(key, a, b)}: '
+                   f'{effect} (step {step + 1} on)')
+  return lines
+
+
+def check_settings(directory: str, config: Mapping[str, Any]) -> None:
+  """Refuses, before the run is built, a resume with changed settings that
+  `check` does not allow: this run's `config` against that of the
+  newest checkpoint in `directory` whose JSON item reads (cheap: nothing
+  else is read). Nothing to check without a checkpoint.
+
+  Raises:
+    ResumeError: naming the keys that cannot change.
+  """
+  directory = checkpoint_lib.absolute(directory)
+  if not os.path.isdir(directory) and '://' not in directory:
+    return
+  manager = ocp.CheckpointManager(
+      directory, options=ocp.CheckpointManagerOptions(create=False))
+  try:
+    for step in sorted(manager.all_steps(), reverse=True):
+      try:
+        meta = manager.restore(
+            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+      except Exception:  # pylint: disable=broad-except
+        continue  # damaged: restore_or_start sets it aside or says so
+      check(
+          meta.get('config'), config,
+          where=f'checkpoint of step {step} in {directory}', step=step)
+      return
+  finally:
+    manager.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+  """Where a run starts: from its latest checkpoint, or from scratch.
+
+  Attributes:
+    resumed_from: the checkpoint's step, or None on a fresh start.
+    state: the restored train state, or None on a fresh start.
+    meta: the run notes to save with each checkpoint (this run's, over the
+      checkpoint's when resumed).
+  """
+
+  resumed_from: int | None
+  state: PyTree | None
+  meta: dict[str, Any]
+
+  @property
+  def step(self) -> int:
+    """The last step done (0 on a fresh start)."""
+    return self.resumed_from or 0
+
+
+def restore_or_start(
+    ckpt: checkpoint_lib.Checkpointer,
+    target_state: PyTree,
+    shardings: PyTree,
+    *,
+    meta: Mapping[str, Any],
+    source: Any,
+    rollout: Any,
+    ids: Mapping[str, Any] | None,
+    remap: bool,
+    notice: Callable[[str], None],
+    workdir: str,
+    main: bool = True,
+) -> Start:
+  """Resumes from the newest checkpoint in `ckpt` that restores, if any.
+
+  Checks that it fits this run (`checkpoint.check_resumable`, and this run's config
+  against the saved one per `check`), restores the train state into
+  `target_state`'s structure and placement, and sets the state of the
+  prompt `source` (a MixtureSampler; the tables of changed datasets
+  matched by example id when `remap`) and of `rollout`.
+
+  A checkpoint that cannot be read (files truncated or missing, metadata
+  that does not parse, an item missing, an empty folder) is passed over
+  for the next older one; once one restores, the newer ones are set aside
+  as `<step>.damaged-<time>` (on the main process; nothing is deleted)
+  and named in a notice. When none restores, nothing is renamed.
+
+  Args:
+    ckpt: the run's checkpointer.
+    target_state: the abstract train state, with its shardings.
+    shardings: where the restored state goes (`sharding.shard`).
+    meta: this run's notes; 'model', 'datasets' and 'config' are checked.
+    source: the prompt sampler (`get_state`/`set_state`).
+    rollout: the rollout (`set_state`).
+    ids: this run's example id hashes per dataset (when `remap`).
+    remap: checkpoint.on_dataset_change == 'remap'.
+    notice: receives the lines that need attention.
+    workdir: the run's workdir (for the message).
+    main: whether this is the main process (which sets damaged ones aside).
+
+  Returns:
+    The start; its state is None when there is no checkpoint.
+
+  Raises:
+    ResumeError: the checkpoint does not fit this run, or none restores.
+  """
+  steps = ckpt.all_steps()
+  if not steps:
+    return Start(resumed_from=None, state=None, meta=dict(meta))
+  damaged = []
+  for step in steps:
+    try:
+      saved_meta = ckpt.read_meta(step)
+    except Exception as e:  # pylint: disable=broad-except
+      damaged.append((step, _damage(e)))
+      continue
+    start = _resume(ckpt, step, saved_meta, target_state, shardings,
+                    meta=meta, source=source, rollout=rollout, ids=ids,
+                    remap=remap, notice=notice, damaged=damaged)
+    if start is not None:
+      break
+  else:
+    folders = ', '.join(f'{s} ({why})' for s, why in damaged)
+    raise errors.ResumeError(
+        f'no checkpoint in {ckpt.directory} can be restored: {folders}; move '
+        'those folders out of it to start this run again from step 0, or use '
+        'a new --workdir')
+  for step, why in damaged:
+    aside = ckpt.set_aside(step) if main else f'{step}'
+    notice(f'the checkpoint of step {step} is damaged ({why}); set aside as '
+           f'{aside}')
+  notice(f'resumed from {workdir} at step {start.step}')
+  return start
+
+
+def _damage(e: Exception) -> str:
+  """What is wrong with a checkpoint that does not restore, in brief."""
+  text = ' '.join(str(e).split())
+  if isinstance(e, KeyError) and 'was not found' in text:
+    item = text.split('"')[1] if text.count('"') >= 2 else '?'
+    return f'its {item!r} item is missing'
+  if isinstance(e, FileNotFoundError):
+    return f'a file is missing: {e.filename or text[:120]}'
+  if isinstance(e, OSError) and e.strerror:
+    return f'{e.strerror}: {e.filename}' if e.filename else e.strerror
+  if type(e).__name__ == 'JSONDecodeError':
+    return f'a metadata file is not valid JSON ({text[:80]})'
+  if 'error while reading array' in text:
+    return 'an array file cannot be read (truncated or missing)'
+  for marker in ('DATA_LOSS', 'NOT_FOUND', 'does not exist'):
+    if marker in text:
+      return text[text.index(marker):][:120]
+  return f'{type(e).__name__}: {text[:120]}'
+
+
+def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
+            saved_meta: Mapping[str, Any],
+            target_state: PyTree, shardings: PyTree, *,
+            meta: Mapping[str, Any], source: Any, rollout: Any,
+            ids: Mapping[str, Any] | None, remap: bool,
+            notice: Callable[[str], None],
+            damaged: list[tuple[int, str]]) -> Start | None:
+  """Resumes from step `step`; None (with the step added to `damaged`)
+  when its files do not restore. Raises ResumeError when it does not fit
+  this run."""
+  where = f'checkpoint of step {step} in {ckpt.directory}'
+  changed = checkpoint_lib.check_resumable(
+      saved_meta, step=step, directory=ckpt.directory,
+      model=meta['model'], datasets=meta['datasets'], remap=remap)
+  changed_settings = check(
+      saved_meta.get('config'), meta.get('config', {}), where=where,
+      step=step)
+  try:
+    restored = ckpt.restore(step, target_state)
+    saved_ids = restored.data.get('ids', {})
+    for name in changed:
+      if (name in restored.data['source']['tables']
+          and name not in saved_ids):
+        raise errors.ResumeError(
+            f'dataset {name!r} changed since the {where}, which holds no '
+            'example ids to match its sampler state by (they are saved from '
+            "the first run with checkpoint.on_dataset_change='remap'); "
+            'restore the dataset or use a new --workdir')
+    report = source.set_state(
+        restored.data['source'],
+        remap={name: (saved_ids.get(name), ids[name]) for name in changed})
+    rollout.set_state(restored.data['rollout'])
+  except errors.UserError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    damaged.append((step, _damage(e)))
+    return None
+  for name, counts in report.items():
+    notice(f'dataset {name!r} changed: sampler state kept for '
+           f'{counts["kept"]} examples by id, {counts["new"]} new, '
+           f'{counts["removed"]} removed')
+  for line in changed_settings:
+    notice(line)
+  state = sharding.shard(restored.state, shardings)
+  return Start(resumed_from=step, state=state,
+               meta={**restored.meta, **meta})

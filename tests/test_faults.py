@@ -1,0 +1,334 @@
+"""Faults through the command line: one line, the right exit code, and
+nothing lost (docs/troubleshooting.md#faults lists every case tried here).
+
+Runs are tiny (demo config, no warm start, no evaluation); one trained
+workdir is copied for each case that needs checkpoints.
+"""
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from absl.testing import absltest
+
+from jaxgrpo import checkpoint as checkpoint_lib
+from jaxgrpo.reporting import metrics as metrics_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREFIX = 'jaxgrpo-train: error: '
+FAST = ('--config.warmstart.enabled=False', '--config.eval.every=0',
+        '--config.plots=False', '--config.tensorboard=False', '--quiet')
+
+
+def cli(workdir: str, *flags: str, config: str = 'configs/demo.py:runlocal',
+        env: dict[str, str] | None = None, wait: bool = True):
+  """Runs `python -m jaxgrpo.main` (the CompletedProcess, or the Popen)."""
+  args = [sys.executable, '-m', 'jaxgrpo.main', f'--config={config}',
+          f'--workdir={workdir}', *FAST, *flags]
+  env = {**os.environ, 'PYTHONPATH': REPO, **(env or {})}
+  if not wait:
+    return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+  return subprocess.run(args, cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=300)
+
+
+def steps_written(workdir: str) -> list[int]:
+  if not os.path.exists(os.path.join(workdir, 'metrics.jsonl')):
+    return []
+  return [r['step'] for r in metrics_lib.read_metrics(workdir)]
+
+
+def listing(folder: str) -> list[str]:
+  """Every file under `folder`, relative to it."""
+  out = []
+  for root, _, files in os.walk(folder):
+    out += [os.path.relpath(os.path.join(root, f), folder) for f in files]
+  return sorted(out)
+
+
+class FaultTestCase(absltest.TestCase):
+
+  def assert_one_line(self, out, code: int, *needles: str) -> str:
+    """The run ended with exit `code` and one stderr line holding
+    `needles`, with no traceback anywhere; returns the line."""
+    both = out.stdout + out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    self.assertEqual(out.returncode, code, both[-3000:])
+    self.assertLen(lines, 1, both[-3000:])
+    self.assertStartsWith(lines[0], PREFIX)
+    for needle in needles:
+      self.assertIn(needle, lines[0])
+    self.assertNotIn('Traceback', both)
+    return lines[0]
+
+
+class TrainedWorkdirTest(FaultTestCase):
+  """Resumes of one trained workdir (checkpoints 0..4), copied per case."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.base = os.path.join(absltest.get_default_test_tmpdir(), 'trained')
+    shutil.rmtree(cls.base, ignore_errors=True)
+    out = cli(cls.base, '--config.total_steps=4', '--config.checkpoint.every=1',
+              '--config.checkpoint.max_to_keep=5')
+    assert out.returncode == 0, out.stderr[-3000:]
+
+  def copy(self) -> str:
+    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+    shutil.copytree(self.base, workdir)
+    return workdir
+
+  def ckpt(self, workdir: str, step) -> str:
+    return os.path.join(workdir, 'checkpoints', str(step))
+
+  def test_changed_settings_are_refused_naming_the_key(self):
+    workdir = self.copy()
+    before = listing(workdir)
+    for flag, shown in (
+        ('--config.rollout.group_size=8', 'rollout.group_size: 4 -> 8'),
+        ('--config.rollout.max_new_tokens=8', 'rollout.max_new_tokens: 6 -> 8'),
+        ('--config.sampler.policy=filter', "sampler.policy: 'snooze' -> "),
+        ('--config.rl.beta=0.04', 'rl.beta: 0.0 -> 0.04'),
+        ('--config.seed=1', 'seed: 0 -> 1'),
+    ):
+      out = cli(workdir, '--config.total_steps=6', flag)
+      self.assert_one_line(out, 1, shown, 'cannot change on resume',
+                           'checkpoint of step 4')
+    self.assertEqual(listing(workdir), before)  # nothing written or lost
+
+  def test_adjusted_settings_are_accepted_with_a_notice(self):
+    workdir = self.copy()
+    out = cli(workdir, '--config.total_steps=5', '--config.optim.learning_rate=5e-4',
+              '--config.checkpoint.every=2', '--config.log_every=5')
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    self.assertIn('resumed with a changed setting, optim.learning_rate: '
+                  '0.001 -> 0.0005: the optimizer steps from here on use the '
+                  'new values (step 5 on)', out.stdout)
+    self.assertNotIn('checkpoint.every', out.stdout)  # free: no notice
+    self.assertIn('at step 4', out.stdout)
+    self.assertEqual(steps_written(workdir), [0, 1, 2, 3, 4, 5])
+    self.assertFalse(out.stderr.strip(), out.stderr[-3000:])
+
+  def _damage_and_resume(self, damages: dict[int, callable]):
+    workdir = self.copy()
+    kept = {step: listing(self.ckpt(workdir, step)) for step in damages}
+    for step, damage in damages.items():
+      damage(self.ckpt(workdir, step))
+    os.makedirs(os.path.join(workdir, 'checkpoints', 'backup'))
+    with open(os.path.join(workdir, 'checkpoints', 'notes.txt'), 'w') as f:
+      f.write('a leftover that is no step\n')
+    out = cli(workdir, '--config.total_steps=2')
+    self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-3000:])
+    self.assertNotIn('Traceback', out.stdout + out.stderr)
+    self.assertFalse(out.stderr.strip(), out.stderr[-3000:])
+    self.assertIn(f'resumed from {workdir} at step 0', out.stdout)
+    for step in damages:
+      self.assertIn(f'the checkpoint of step {step} is damaged', out.stdout)
+      aside = glob.glob(self.ckpt(workdir, f'{step}.damaged-*'))
+      self.assertLen(aside, 1)
+      # Set aside whole: every file the damage left is still there.
+      left = listing(aside[0])
+      self.assertTrue(set(left) <= set(kept[step]), left)
+    self.assertEqual(steps_written(workdir), [0, 1, 2])
+    self.assertTrue(os.path.isdir(os.path.join(workdir, 'checkpoints', 'backup')))
+    checkpoint_lib.load_state_arrays(os.path.join(workdir, 'checkpoints'))
+    return out
+
+  def test_damaged_checkpoints_are_set_aside(self):
+    out = self._damage_and_resume({
+        4: truncate_array_file, 3: remove_item('meta'),
+        2: corrupt_json('state/_METADATA'), 1: empty_folder})
+    self.assertIn('(an array file cannot be read (truncated or missing))',
+                  out.stdout)
+    self.assertIn("(its 'meta' item is missing)", out.stdout)
+    self.assertIn('(a metadata file is not valid JSON', out.stdout)
+
+  def test_more_damaged_checkpoints_are_set_aside(self):
+    out = self._damage_and_resume({
+        4: remove_array_files, 3: remove_item('data'),
+        2: corrupt_json('meta/metadata'), 1: remove_file('state/_METADATA')})
+    self.assertIn("(its 'data' item is missing)", out.stdout)
+    self.assertIn('(a file is missing: ', out.stdout)
+
+  def test_no_checkpoint_restores_names_the_folders(self):
+    workdir = self.copy()
+    for step, damage in zip(range(5), (
+        remove_item('meta'), corrupt_json('meta/metadata'), empty_folder,
+        truncate_manifest, remove_array_files)):
+      damage(self.ckpt(workdir, step))
+    before = listing(workdir)
+    out = cli(workdir, '--config.total_steps=6')
+    self.assert_one_line(out, 1, 'no checkpoint in', 'can be restored: 4 (',
+                         'move those folders out of it')
+    self.assertEqual(listing(workdir), before)  # nothing renamed or removed
+
+
+def truncate_array_file(folder: str) -> None:
+  files = glob.glob(os.path.join(folder, 'state', 'ocdbt.process_0', 'd', '*'))
+  largest = max(files, key=os.path.getsize)
+  os.truncate(largest, os.path.getsize(largest) // 2)
+
+
+def remove_array_files(folder: str) -> None:
+  for path in glob.glob(os.path.join(folder, 'state', 'ocdbt.process_0', 'd',
+                                     '*')):
+    os.remove(path)
+
+
+def truncate_manifest(folder: str) -> None:
+  os.truncate(os.path.join(folder, 'state', 'manifest.ocdbt'), 0)
+
+
+def remove_item(item: str):
+  return lambda folder: shutil.rmtree(os.path.join(folder, item))
+
+
+def remove_file(name: str):
+  return lambda folder: os.remove(os.path.join(folder, name))
+
+
+def corrupt_json(name: str):
+  def damage(folder):
+    with open(os.path.join(folder, name), 'w') as f:
+      f.write('{"cut short')
+  return damage
+
+
+def empty_folder(folder: str) -> None:
+  shutil.rmtree(folder)
+  os.mkdir(folder)
+
+
+class DataFileTest(FaultTestCase):
+  """A dataset file missing, empty or bad: one line naming it, exit 2."""
+
+  def _config(self, path: str, eval_path: str | None = None) -> str:
+    folder = self.create_tempdir().full_path
+    config = os.path.join(folder, 'qa_config.py')
+    with open(config, 'w') as f:
+      f.write(
+          'from configs import demo\n\n\ndef get_config():\n'
+          "  c = demo.get_config('runlocal')\n"
+          f"  c.data.datasets = [dict(name='qa', kind='jsonl', path={path!r}, "
+          f"eval_path={eval_path!r}, id_field='id')]\n"
+          '  return c\n')
+    return config
+
+  def _file(self, text: str) -> str:
+    path = os.path.join(self.create_tempdir().full_path, 'qa.jsonl')
+    with open(path, 'w') as f:
+      f.write(text)
+    return path
+
+  def test_dataset_file_mistakes(self):
+    good = self._file('{"id": "a", "prompt": "1+0=", "answer": "1"}\n')
+    missing = os.path.join(self.create_tempdir().full_path, 'nope.jsonl')
+    folder = self.create_tempdir().full_path
+    cases = [
+        (missing, None, f"data.datasets[0].path='{missing}' (dataset 'qa'): "
+         'no such file'),
+        (self._file(''), None, "(dataset 'qa'): the file has no records"),
+        (self._file('\n  \n\n'), None, 'the file has no records'),
+        (folder, None, f"data.datasets[0].path='{folder}' (dataset 'qa'): Is "
+         'a directory'),
+        (good, missing, f"data.datasets[0].eval_path='{missing}'"),
+        (self._file('{"id": "a", "prompt": \n'), None, 'qa.jsonl:1: invalid JSON'),
+        (self._file('[1, 2]\n'), None, 'qa.jsonl:1: expected a JSON object'),
+        (self._file('{"id": "a", "answer": "1"}\n'), None,
+         "qa.jsonl:1: record has no field 'prompt'"),
+    ]
+    for path, eval_path, needle in cases:
+      workdir = os.path.join(self.create_tempdir().full_path, 'run')
+      out = cli(workdir, config=self._config(path, eval_path))
+      self.assert_one_line(out, 2, needle)
+      self.assertFalse(os.path.exists(os.path.join(workdir, 'metrics.jsonl')))
+
+
+class WorkdirTest(FaultTestCase):
+  """Workdirs that are files, not writable, full, or in use."""
+
+  def test_workdir_is_a_file(self):
+    path = self.create_tempfile('run').full_path
+    out = cli(path)
+    self.assert_one_line(out, 2, f'--workdir {path} is a file, not a folder')
+    workdir = self.create_tempdir().full_path
+    open(os.path.join(workdir, 'checkpoints'), 'w').close()
+    out = cli(workdir)
+    self.assert_one_line(out, 2, '/checkpoints is a file, not a folder')
+
+  def test_tilde_is_expanded(self):
+    home = self.create_tempdir().full_path
+    workdir = os.path.join(home, 'runs', 'one')
+    os.makedirs(workdir)
+    open(os.path.join(workdir, 'checkpoints'), 'w').close()
+    out = cli('~/runs/one', env={'HOME': home})
+    self.assert_one_line(out, 2, f'--workdir {workdir}: {workdir}/checkpoints '
+                         'is a file')
+    self.assertFalse(os.path.exists(os.path.join(REPO, '~')))
+
+  def test_read_only_checkpoints_fail_at_start(self):
+    workdir = self.create_tempdir().full_path
+    folder = os.path.join(workdir, 'checkpoints')
+    os.makedirs(folder)
+    if os.getuid() == 0:  # root writes anywhere: a read-only mount
+      mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro,size=1M',
+                                'tmpfs', folder], capture_output=True)
+      if mounted.returncode:
+        self.skipTest('cannot mount a read-only tmpfs')
+      self.addCleanup(subprocess.run, ['umount', folder], check=False)
+    else:
+      os.chmod(folder, 0o555)
+      self.addCleanup(os.chmod, folder, 0o755)
+    out = cli(workdir, '--config.total_steps=2')
+    reason = 'Read-only file system' if os.getuid() == 0 else 'Permission'
+    self.assert_one_line(out, 2, f'cannot write checkpoints in {folder} ('
+                         + reason)
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'metrics.jsonl')))
+
+  def test_full_disk_stops_at_the_first_failed_save(self):
+    mount_point = self.create_tempdir().full_path
+    mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1M', 'tmpfs',
+                              mount_point], capture_output=True, text=True)
+    if mounted.returncode:
+      self.skipTest('cannot mount a small tmpfs to fill (needs root)')
+    self.addCleanup(subprocess.run, ['umount', mount_point], check=False)
+    workdir = os.path.join(mount_point, 'run')
+    out = cli(workdir, '--config.total_steps=4', '--config.checkpoint.every=1')
+    self.assert_one_line(
+        out, 1, f'a checkpoint save to {workdir}/checkpoints failed (No space '
+        'left on device)', 'run the same command to start again')
+    self.assertEqual(steps_written(workdir), [0])  # no step after the failure
+
+  def test_second_run_is_refused_and_a_killed_run_releases(self):
+    workdir = self.create_tempdir().full_path
+    first = cli(workdir, '--config.total_steps=400',
+                '--config.checkpoint.every=1000', wait=False)
+    try:
+      deadline = time.time() + 180
+      while len(steps_written(workdir)) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+      self.assertGreaterEqual(len(steps_written(workdir)), 2)
+      out = cli(workdir, '--config.total_steps=400',
+                '--config.checkpoint.every=1000')
+      self.assert_one_line(out, 1, f'--workdir {workdir} is in use by another '
+                           f'run (pid {first.pid} on ')
+    finally:
+      first.send_signal(signal.SIGKILL)
+      first.communicate()
+    # The kernel released the killed run's lock: the same command resumes
+    # from its step-0 checkpoint, every step written once.
+    out = cli(workdir, '--config.total_steps=2',
+              '--config.checkpoint.every=1000')
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    self.assertIn('at step 0', out.stdout)
+    self.assertEqual(steps_written(workdir), [0, 1, 2])
+
+
+if __name__ == '__main__':
+  absltest.main()
