@@ -213,7 +213,7 @@ class DataFileTest(FaultTestCase):
     config = os.path.join(folder, 'qa_config.py')
     with open(config, 'w') as f:
       f.write(
-          'from configs import demo\n\n\ndef get_config():\n'
+          'from jaxgrpo.configs import demo\n\n\ndef get_config():\n'
           "  c = demo.get_config('runlocal')\n"
           f"  c.data.datasets = [dict(name='qa', kind='jsonl', path={path!r}, "
           f"eval_path={eval_path!r}, id_field='id')]\n"
