@@ -67,6 +67,12 @@ POLICY = {
     'distributed': FREE,
 }
 
+# A checkpoint of step 0 is a start point (a shared warm start, say): no
+# GRPO step taken, no groups carried, the sampler's tables untouched. The
+# data side may then change freely (policies compared from one start);
+# the model, the seed and the objective may not.
+FREE_AT_START = ('sampler', 'rollout', 'data', 'curriculum')
+
 # What a resume with a changed 'notice' key does, by section.
 _EFFECT = {
     'optim': 'the optimizer steps from here on use the new values',
@@ -158,6 +164,8 @@ def check(saved: Mapping[str, Any] | None, now: Mapping[str, Any], *,
   if not saved:
     return []
   found = changes(saved, now)
+  if step == 0:
+    found = [c for c in found if c[0].split('.')[0] not in FREE_AT_START]
   refused = sorted((c for c in found if policy(c[0]) == REFUSE),
                    key=lambda c: not c[0].startswith('model.'))
   if refused:
