@@ -71,11 +71,17 @@ def update_cache(
               v=sharding.constrain(v, CACHE_AXES))
 
 
+def _softcap(logits: jax.Array, cap: float | None) -> jax.Array:
+  """`cap * tanh(logits / cap)`, or `logits` when `cap` is None."""
+  return logits if cap is None else cap * jnp.tanh(logits / cap)
+
+
 def _attend_one(
     q_B1KRH: jax.Array,
     k_BSKH: jax.Array,
     v_BSKH: jax.Array,
     mask_B1S: jax.Array,
+    softcap: float | None = None,
 ) -> jax.Array:
   """Attention of one query per row (a decode step), [B, 1, K, R, H].
 
@@ -87,6 +93,7 @@ def _attend_one(
   logits_BSKR = (
       q_B1KRH * k_BSKH[:, :, :, None, :].astype(jnp.float32)
   ).sum(axis=-1)
+  logits_BSKR = _softcap(logits_BSKR, softcap)
   logits_BSKR = jnp.where(
       mask_B1S[:, 0, :, None, None], logits_BSKR, _MASK_VALUE
   )
@@ -98,14 +105,27 @@ def _attend_one(
 
 
 class Attention(nnx.Module):
-  """Multi-head attention with K <= N kv heads, RoPE, optional bias/q-k norm."""
+  """Multi-head attention with K <= N kv heads, RoPE, optional bias/q-k norm.
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  A sliding-window layer (`sliding`) takes its RoPE base from
+  `cfg.rope_local_theta` when that is set, with no frequency rescaling;
+  its window itself is in the mask the caller passes.
+  """
+
+  def __init__(
+      self, cfg: ModelConfig, *, sliding: bool = False, rngs: nnx.Rngs
+  ):
     dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
     d, n, k, h = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.rope_theta = cfg.rope_theta
-    self.rope_scaling = cfg.rope_scaling
+    if sliding and cfg.rope_local_theta is not None:
+      self.rope_theta, self.rope_scaling = cfg.rope_local_theta, None
+      self.rope_linear_factor = 1.0
+    else:
+      self.rope_theta, self.rope_scaling = cfg.rope_theta, cfg.rope_scaling
+      self.rope_linear_factor = cfg.rope_linear_factor
+    self.scale = (cfg.query_pre_attn_scalar or h) ** -0.5
+    self.softcap = cfg.attn_logit_softcap
     self.num_kv_heads = k
     self.q = layers.Einsum((d, n, h), ('embed', 'heads', 'head_dim'), **kw)
     self.k = layers.Einsum((d, k, h), ('embed', 'kv_heads', 'head_dim'), **kw)
@@ -123,8 +143,10 @@ class Attention(nnx.Module):
     else:
       self.q_bias = self.k_bias = self.v_bias = None
     if cfg.qk_norm:
-      self.q_norm = layers.RMSNorm(h, eps=cfg.norm_eps, param_dtype=param_dtype)
-      self.k_norm = layers.RMSNorm(h, eps=cfg.norm_eps, param_dtype=param_dtype)
+      norm = dict(eps=cfg.norm_eps, plus_one=cfg.norm_plus_one,
+                  param_dtype=param_dtype)
+      self.q_norm = layers.RMSNorm(h, **norm)
+      self.k_norm = layers.RMSNorm(h, **norm)
     else:
       self.q_norm = self.k_norm = None
 
@@ -160,7 +182,8 @@ class Attention(nnx.Module):
     if self.q_norm is not None:
       q_BTNH = self.q_norm(q_BTNH)
       k_BTKH = self.k_norm(k_BTKH)
-    rope = dict(theta=self.rope_theta, scaling=self.rope_scaling)
+    rope = dict(theta=self.rope_theta, scaling=self.rope_scaling,
+                linear_factor=self.rope_linear_factor)
     q_BTNH = layers.apply_rope(q_BTNH, positions_BT, **rope)
     k_BTKH = layers.apply_rope(k_BTKH, positions_BT, **rope)
 
@@ -172,14 +195,15 @@ class Attention(nnx.Module):
       v_BSKH = cache['v'].astype(q_BTNH.dtype)
 
     b, t, n, h = q_BTNH.shape
-    q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * h**-0.5
+    q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * self.scale
     if t == 1:
-      out_BTKRH = _attend_one(q_BTKRH, k_BSKH, v_BSKH, mask_BTS)
+      out_BTKRH = _attend_one(q_BTKRH, k_BSKH, v_BSKH, mask_BTS, self.softcap)
     else:
       logits_BKRTS = jnp.einsum(
           'BTKRH,BSKH->BKRTS', q_BTKRH, k_BSKH,
           preferred_element_type=jnp.float32,
       )
+      logits_BKRTS = _softcap(logits_BKRTS, self.softcap)
       logits_BKRTS = jnp.where(
           mask_BTS[:, None, None], logits_BKRTS, _MASK_VALUE
       )
