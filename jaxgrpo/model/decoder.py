@@ -1,4 +1,4 @@
-"""Llama-family decoder: (tokens, positions, mask, cache) -> (logits, cache).
+"""Llama-family and Gemma decoder: (tokens, positions, mask, cache) -> (logits, cache).
 
 Einsum letters follow `jaxgrpo.typing`: B batch, T query length, S key length,
 D model, V vocab.
@@ -105,7 +105,7 @@ class Block(nnx.Module):
 
 
 class Decoder(nnx.Module):
-  """Decoder-only transformer (Llama, Qwen2, Qwen3, SmolLM2 layouts).
+  """Decoder-only transformer (Llama, Qwen2, Qwen3, SmolLM2, Gemma 2/3).
 
   `__call__` is `unembed(backbone(embed(tokens), ...))`; the pieces are public
   so a caller can take logits at a few positions only (sampling) or

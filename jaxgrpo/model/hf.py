@@ -1,7 +1,8 @@
 """Hugging Face checkpoints (config.json + safetensors) in and out.
 
 `load` reads the directory that transformers' `save_pretrained` writes for a
-Llama, Mistral (without sliding window), Qwen2 or Qwen3 causal LM into the
+Llama, Mistral (without sliding window), Qwen2, Qwen3, Gemma 2 or Gemma 3
+(text) causal LM into the
 parameter tree of `jaxgrpo.model.decoder`; `export` writes such a directory
 back, one that `load` and transformers' `AutoModelForCausalLM` both read.
 
@@ -15,7 +16,9 @@ first and splits heads:
   lm_head [V, D]                  <-> unembedding.w [D, V]
   q/k/v_proj.bias [N*H]           <-> attn.q/k/v_bias.b [N, H]
 
-The embedding and every norm scale are copied as they are.
+The embedding and every norm scale are copied as they are (Gemma's
+post_attention_layernorm is attn_post_norm, pre_feedforward_layernorm
+mlp_norm, post_feedforward_layernorm mlp_post_norm).
 """
 
 from __future__ import annotations

@@ -135,8 +135,8 @@ def from_hf(
   """The ModelConfig of a Hugging Face `config.json`.
 
   Args:
-    config: the parsed config.json of a llama, mistral, qwen2 or qwen3
-      model.
+    config: the parsed config.json of a llama, mistral, qwen2, qwen3,
+      gemma2 or gemma3_text model.
     dtype: compute dtype of the decoder.
     param_dtype: storage dtype of its params.
 
