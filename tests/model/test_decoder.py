@@ -207,6 +207,36 @@ class SlidingWindowTest(parameterized.TestCase):
         jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5
     )
 
+  @parameterized.named_parameters(('scalar_index', False),
+                                  ('per_row_index', True))
+  def test_window_ring_matches_full_forward(self, per_row):
+    # The local layer keeps W = 3 ring slots; a prefill of 4 tokens (more
+    # than the ring), then one token at a time.
+    tokens, positions, mask = _causal_inputs()
+    full, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
+    length = _T + 2
+    cache = attention.init_cache(self.cfg, _B, length, window_rings=True)
+    self.assertEqual([c['k'].shape[1] for c in cache], [3, length])
+    key_mask = jnp.arange(length)[None, None] <= jnp.arange(_T)[None, :, None]
+    key_mask = jnp.broadcast_to(key_mask, (_B, _T, length))
+    prefix = 4
+    logits, cache = _forward(
+        self.graphdef, self.params, tokens[:, :prefix], positions[:, :prefix],
+        key_mask[:, :prefix], cache, jnp.int32(0),
+    )
+    steps = [logits]
+    for i in range(prefix, _T):
+      index = jnp.full((_B,), i, jnp.int32) if per_row else jnp.int32(i)
+      logits, cache = _forward(
+          self.graphdef, self.params, tokens[:, i : i + 1],
+          positions[:, i : i + 1], key_mask[:, i : i + 1], cache, index,
+      )
+      steps.append(logits)
+    self.assertEqual(cache[0]['k'].shape[1], 3)
+    np.testing.assert_allclose(
+        jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5
+    )
+
 
 # Public parameter counts (embeddings included once when tied).
 _PUBLIC_COUNTS = {

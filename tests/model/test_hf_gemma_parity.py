@@ -3,7 +3,8 @@
 Tiny random Gemma2ForCausalLM and Gemma3ForCausalLM models, with a sliding
 window shorter than the prompts and a left-padded batch, are saved, loaded
 with `jaxgrpo.model.hf.load`, and must give transformers' logits on every
-real position and its greedy continuations through the KV-cache generator;
+real position and its greedy continuations through the KV-cache generator
+(whose local layers keep only the window's keys);
 `hf.export` must write a checkpoint transformers reads back unchanged.
 """
 
@@ -95,6 +96,15 @@ class GemmaParityTest(parameterized.TestCase):
     got = gen.generate(params, jnp.asarray(self.tokens),
                        jnp.asarray(self.mask), jax.random.key(0))
     np.testing.assert_array_equal(np.asarray(got.tokens), expected)
+    # The local layers decoded from rings of W slots, the global ones from
+    # every one of the P + T - 1.
+    state = gen.prefill(params, jnp.asarray(self.tokens),
+                        jnp.asarray(self.mask), jax.random.key(0))
+    total = self.tokens.shape[1] + parity._NEW_TOKENS - 1
+    self.assertEqual(
+        [c['k'].shape[1] for c in state.cache],
+        [cfg.sliding_window if i in cfg.sliding_layers else total
+         for i in range(cfg.num_layers)])
 
     out = hf.export(cfg, params, self.create_tempdir('out').full_path)
     reread = transformers.AutoModelForCausalLM.from_pretrained(
