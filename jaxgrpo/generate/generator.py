@@ -303,7 +303,15 @@ def _prefill_body(
                              0)
   causal_PP = jnp.tril(jnp.ones((p, p), bool))
   mask_BPP = causal_PP[None] & real_BP[:, None, :]
-  cache = attention.init_cache(gen.model_cfg, b, p)
+  cfg = gen.model_cfg
+  # Sliding-window layers keep a ring of W slots when the sequence outgrows
+  # the window, so the cache is made at its final length S = P + T - 1.
+  rings = bool(cfg.sliding_layers) and p + t - 1 > cfg.sliding_window
+  if rings:
+    cache = attention.init_cache(cfg, b, p + t - 1, window_rings=True)
+    mask_BPP = jnp.pad(mask_BPP, ((0, 0), (0, 0), (0, t - 1)))
+  else:
+    cache = attention.init_cache(cfg, b, p)
   x_BPD, cache = model.backbone(
       model.embed(prompt_tokens_BP.astype(jnp.int32)),
       positions_BP,
@@ -316,7 +324,7 @@ def _prefill_body(
   logits_RV = jnp.repeat(model.unembed(x_BPD[:, -1:])[:, 0], g, axis=0)
 
   # The last sampled token never needs a key, so T - 1 extra slots suffice.
-  grow = ((0, 0), (0, t - 1), (0, 0), (0, 0))
+  grow = ((0, 0), (0, 0 if rings else t - 1), (0, 0), (0, 0))
   cache = jax.tree.map(lambda c: jnp.pad(jnp.repeat(c, g, axis=0), grow),
                        cache)
   key_mask_RS = jnp.pad(jnp.repeat(real_BP, g, axis=0), ((0, 0), (0, t - 1)))

@@ -30,7 +30,12 @@ _MASK_VALUE = -1e30
 
 
 def init_cache(
-    cfg: ModelConfig, batch_size: int, length: int, dtype=None
+    cfg: ModelConfig,
+    batch_size: int,
+    length: int,
+    dtype=None,
+    *,
+    window_rings: bool = False,
 ) -> Cache:
   """Zeroed KV cache for `length` positions.
 
@@ -39,14 +44,67 @@ def init_cache(
     batch_size: B, rows of the cache.
     length: S, positions the cache holds.
     dtype: storage dtype; defaults to the compute dtype `cfg.dtype`.
+    window_rings: sliding-window layers get a ring of `cfg.sliding_window`
+      slots instead of S when that is shorter: slot a's key lives in ring
+      entry a % W, overwritten once it leaves every later query's window.
+      The caller still masks and indexes by the S absolute slots.
 
   Returns:
-    A list (one entry per layer) of dict(k=[B, S, K, H], v=[B, S, K, H]).
+    A list (one entry per layer) of dict(k=[B, S, K, H], v=[B, S, K, H])
+    (S = W on ring layers).
   """
   dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
-  shape = (batch_size, length, cfg.num_kv_heads, cfg.head_dim)
-  zeros = lambda: sharding.constrain(jnp.zeros(shape, dtype), CACHE_AXES)
-  return [dict(k=zeros(), v=zeros()) for _ in range(cfg.num_layers)]
+
+  def zeros(i):
+    s = length
+    if window_rings and i in cfg.sliding_layers:
+      s = min(length, cfg.sliding_window)
+    shape = (batch_size, s, cfg.num_kv_heads, cfg.head_dim)
+    return sharding.constrain(jnp.zeros(shape, dtype), CACHE_AXES)
+
+  return [dict(k=zeros(i), v=zeros(i)) for i in range(cfg.num_layers)]
+
+
+def _ring_inputs(
+    ring: LayerCache,
+    k_BTKH: jax.Array,
+    v_BTKH: jax.Array,
+    mask_BTS: jax.Array,
+    index: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array, LayerCache]:
+  """Keys, values and mask over a ring's L entries then the T new keys.
+
+  Ring entry j holds the latest absolute slot a < index with a % L == j
+  (none when a < 0); its mask is `mask_BTS` at a. The last min(T, L) new
+  keys then overwrite their entries.
+
+  Returns:
+    (keys [B, L + T, K, H], values, mask [B, T, L + T], updated ring).
+  """
+  b, t = k_BTKH.shape[:2]
+  length, s = ring['k'].shape[1], mask_BTS.shape[2]
+  start_B1 = jnp.broadcast_to(jnp.asarray(index, jnp.int32), (b,))[:, None]
+  j_1L = jnp.arange(length, dtype=jnp.int32)[None, :]
+  held_BL = start_B1 - 1 - jnp.mod(start_B1 - 1 - j_1L, length)
+  new_BT = start_B1 + jnp.arange(t, dtype=jnp.int32)[None, :]
+  slots_BS = jnp.concatenate([held_BL, new_BT], axis=1)
+  gather_BTS = jnp.broadcast_to(
+      jnp.clip(slots_BS, 0, s - 1)[:, None, :], (b, t, length + t))
+  mask = jnp.take_along_axis(mask_BTS, gather_BTS, axis=2)
+  mask = mask & (slots_BS >= 0)[:, None, :]
+  dtype = k_BTKH.dtype
+  k = jnp.concatenate([ring['k'].astype(dtype), k_BTKH], axis=1)
+  v = jnp.concatenate([ring['v'].astype(dtype), v_BTKH], axis=1)
+  m = min(t, length)
+  entries_BM = jnp.mod(new_BT[:, t - m:], length)
+  write = jax.vmap(lambda c, x, i: c.at[i].set(x.astype(c.dtype)))
+  ring = dict(
+      k=sharding.constrain(
+          write(ring['k'], k_BTKH[:, t - m:], entries_BM), CACHE_AXES),
+      v=sharding.constrain(
+          write(ring['v'], v_BTKH[:, t - m:], entries_BM), CACHE_AXES),
+  )
+  return k, v, mask, ring
 
 
 def update_cache(
@@ -71,11 +129,17 @@ def update_cache(
               v=sharding.constrain(v, CACHE_AXES))
 
 
+def _softcap(logits: jax.Array, cap: float | None) -> jax.Array:
+  """`cap * tanh(logits / cap)`, or `logits` when `cap` is None."""
+  return logits if cap is None else cap * jnp.tanh(logits / cap)
+
+
 def _attend_one(
     q_B1KRH: jax.Array,
     k_BSKH: jax.Array,
     v_BSKH: jax.Array,
     mask_B1S: jax.Array,
+    softcap: float | None = None,
 ) -> jax.Array:
   """Attention of one query per row (a decode step), [B, 1, K, R, H].
 
@@ -87,6 +151,7 @@ def _attend_one(
   logits_BSKR = (
       q_B1KRH * k_BSKH[:, :, :, None, :].astype(jnp.float32)
   ).sum(axis=-1)
+  logits_BSKR = _softcap(logits_BSKR, softcap)
   logits_BSKR = jnp.where(
       mask_B1S[:, 0, :, None, None], logits_BSKR, _MASK_VALUE
   )
@@ -98,14 +163,27 @@ def _attend_one(
 
 
 class Attention(nnx.Module):
-  """Multi-head attention with K <= N kv heads, RoPE, optional bias/q-k norm."""
+  """Multi-head attention with K <= N kv heads, RoPE, optional bias/q-k norm.
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  A sliding-window layer (`sliding`) takes its RoPE base from
+  `cfg.rope_local_theta` when that is set, with no frequency rescaling;
+  its window itself is in the mask the caller passes.
+  """
+
+  def __init__(
+      self, cfg: ModelConfig, *, sliding: bool = False, rngs: nnx.Rngs
+  ):
     dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
     d, n, k, h = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.rope_theta = cfg.rope_theta
-    self.rope_scaling = cfg.rope_scaling
+    if sliding and cfg.rope_local_theta is not None:
+      self.rope_theta, self.rope_scaling = cfg.rope_local_theta, None
+      self.rope_linear_factor = 1.0
+    else:
+      self.rope_theta, self.rope_scaling = cfg.rope_theta, cfg.rope_scaling
+      self.rope_linear_factor = cfg.rope_linear_factor
+    self.scale = (cfg.query_pre_attn_scalar or h) ** -0.5
+    self.softcap = cfg.attn_logit_softcap
     self.num_kv_heads = k
     self.q = layers.Einsum((d, n, h), ('embed', 'heads', 'head_dim'), **kw)
     self.k = layers.Einsum((d, k, h), ('embed', 'kv_heads', 'head_dim'), **kw)
@@ -123,8 +201,10 @@ class Attention(nnx.Module):
     else:
       self.q_bias = self.k_bias = self.v_bias = None
     if cfg.qk_norm:
-      self.q_norm = layers.RMSNorm(h, eps=cfg.norm_eps, param_dtype=param_dtype)
-      self.k_norm = layers.RMSNorm(h, eps=cfg.norm_eps, param_dtype=param_dtype)
+      norm = dict(eps=cfg.norm_eps, plus_one=cfg.norm_plus_one,
+                  param_dtype=param_dtype)
+      self.q_norm = layers.RMSNorm(h, **norm)
+      self.k_norm = layers.RMSNorm(h, **norm)
     else:
       self.q_norm = self.k_norm = None
 
@@ -142,7 +222,8 @@ class Attention(nnx.Module):
       x_BTD: normalized inputs, [B, T, D].
       positions_BT: RoPE positions of the T tokens, [B, T].
       mask_BTS: bool, True where query t may attend key s, [B, T, S]. S = T
-        without a cache, else the cache length.
+        without a cache, else the cache length (the absolute slots, for a
+        window ring shorter than S: see `init_cache`).
       cache: this layer's KV cache, or None.
       cache_index: int32 scalar, cache slot of the first of the T new keys,
         or [B], one per row.
@@ -160,26 +241,31 @@ class Attention(nnx.Module):
     if self.q_norm is not None:
       q_BTNH = self.q_norm(q_BTNH)
       k_BTKH = self.k_norm(k_BTKH)
-    rope = dict(theta=self.rope_theta, scaling=self.rope_scaling)
+    rope = dict(theta=self.rope_theta, scaling=self.rope_scaling,
+                linear_factor=self.rope_linear_factor)
     q_BTNH = layers.apply_rope(q_BTNH, positions_BT, **rope)
     k_BTKH = layers.apply_rope(k_BTKH, positions_BT, **rope)
 
     if cache is None:
       k_BSKH, v_BSKH = k_BTKH, v_BTKH
+    elif cache['k'].shape[1] != mask_BTS.shape[2]:  # a window ring
+      k_BSKH, v_BSKH, mask_BTS, cache = _ring_inputs(
+          cache, k_BTKH, v_BTKH, mask_BTS, cache_index)
     else:
       cache = update_cache(cache, k_BTKH, v_BTKH, cache_index)
       k_BSKH = cache['k'].astype(q_BTNH.dtype)
       v_BSKH = cache['v'].astype(q_BTNH.dtype)
 
     b, t, n, h = q_BTNH.shape
-    q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * h**-0.5
+    q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * self.scale
     if t == 1:
-      out_BTKRH = _attend_one(q_BTKRH, k_BSKH, v_BSKH, mask_BTS)
+      out_BTKRH = _attend_one(q_BTKRH, k_BSKH, v_BSKH, mask_BTS, self.softcap)
     else:
       logits_BKRTS = jnp.einsum(
           'BTKRH,BSKH->BKRTS', q_BTKRH, k_BSKH,
           preferred_element_type=jnp.float32,
       )
+      logits_BKRTS = _softcap(logits_BKRTS, self.softcap)
       logits_BKRTS = jnp.where(
           mask_BTS[:, None, None], logits_BKRTS, _MASK_VALUE
       )

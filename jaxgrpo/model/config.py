@@ -4,6 +4,7 @@ from collections.abc import Callable
 import dataclasses
 
 DTYPES = ('float32', 'bfloat16')
+MLP_ACTIVATIONS = ('silu', 'gelu_tanh')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,6 +58,27 @@ class ModelConfig:
       RoPE. A dict with RopeScaling's fields (as `dataclasses.asdict` writes
       it) is converted.
     tie_embeddings: the output projection reuses the input embedding.
+    sliding_window: W, the keys a query sees on a sliding-window layer (its
+      own and the W - 1 before it), or None.
+    sliding_layers: indices of the layers that attend within
+      `sliding_window` (Gemma 2/3's local layers); the others see every key.
+    rope_local_theta: RoPE base of the sliding-window layers, or None for
+      `rope_theta` (Gemma 3's rope_local_base_freq).
+    rope_linear_factor: divides the RoPE frequencies of the full-attention
+      layers (a 'linear' rope_scaling, Gemma 3); 1.0 is none.
+    attn_logit_softcap: caps attention logits at +-c with c * tanh(x / c)
+      (Gemma 2), or None.
+    final_logit_softcap: the same cap on the output logits, or None.
+    query_pre_attn_scalar: attention logits are scaled by its -1/2 power;
+      None is head_dim (Gemma's query_pre_attn_scalar).
+    norm_plus_one: every RMSNorm multiplies by (1 + scale), scales
+      initialized to zero (Gemma).
+    sandwich_norms: also normalizes the attention and feed-forward outputs
+      before each residual add (Gemma 2/3's post-norms).
+    mlp_activation: the gate activation of the feed-forward, 'silu'
+      (SwiGLU) or 'gelu_tanh' (GeGLU, Gemma).
+    scale_embeddings: multiplies the input embeddings by sqrt(D), in the
+      compute dtype (Gemma).
     dtype: compute dtype, 'float32' or 'bfloat16'. Softmax and logits are
       always float32.
     param_dtype: storage dtype of the parameters.
@@ -75,6 +97,17 @@ class ModelConfig:
   qk_norm: bool = False
   rope_scaling: RopeScaling | None = None
   tie_embeddings: bool = True
+  sliding_window: int | None = None
+  sliding_layers: tuple[int, ...] = ()
+  rope_local_theta: float | None = None
+  rope_linear_factor: float = 1.0
+  attn_logit_softcap: float | None = None
+  final_logit_softcap: float | None = None
+  query_pre_attn_scalar: float | None = None
+  norm_plus_one: bool = False
+  sandwich_norms: bool = False
+  mlp_activation: str = 'silu'
+  scale_embeddings: bool = False
   dtype: str = 'float32'
   param_dtype: str = 'float32'
 
@@ -122,6 +155,34 @@ class ModelConfig:
       raise ValueError(
           'ModelConfig.rope_scaling must be a RopeScaling or None, got '
           f'{self.rope_scaling!r}'
+      )
+    object.__setattr__(self, 'sliding_layers', tuple(self.sliding_layers))
+    if any(not 0 <= i < self.num_layers for i in self.sliding_layers):
+      raise ValueError(
+          f'ModelConfig.sliding_layers {self.sliding_layers!r} must be layer '
+          f'indices below num_layers ({self.num_layers})'
+      )
+    if self.sliding_layers and not (
+        isinstance(self.sliding_window, int) and self.sliding_window > 0
+    ):
+      raise ValueError(
+          'ModelConfig.sliding_window must be a positive int when '
+          f'sliding_layers is set, got {self.sliding_window!r}'
+      )
+    for name in ('rope_local_theta', 'attn_logit_softcap',
+                 'final_logit_softcap', 'query_pre_attn_scalar'):
+      value = getattr(self, name)
+      if value is not None and not value > 0:
+        raise ValueError(f'ModelConfig.{name} must be > 0, got {value!r}')
+    if not self.rope_linear_factor > 0:
+      raise ValueError(
+          'ModelConfig.rope_linear_factor must be > 0, got '
+          f'{self.rope_linear_factor!r}'
+      )
+    if self.mlp_activation not in MLP_ACTIVATIONS:
+      raise ValueError(
+          f'ModelConfig.mlp_activation must be one of {MLP_ACTIVATIONS}, got '
+          f'{self.mlp_activation!r}'
       )
     for name in ('dtype', 'param_dtype'):
       if getattr(self, name) not in DTYPES:
@@ -287,6 +348,6 @@ def param_count(cfg: ModelConfig) -> int:
     attention += n * h + 2 * k * h
   if cfg.qk_norm:
     attention += 2 * h
-  block = attention + 3 * d * f + 2 * d
+  block = attention + 3 * d * f + (4 if cfg.sandwich_norms else 2) * d
   embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
   return cfg.num_layers * block + embeddings + d

@@ -1,4 +1,4 @@
-"""Llama-family decoder: (tokens, positions, mask, cache) -> (logits, cache).
+"""Llama-family and Gemma decoder: (tokens, positions, mask, cache) -> (logits, cache).
 
 Einsum letters follow `jaxgrpo.typing`: B batch, T query length, S key length,
 D model, V vocab.
@@ -30,23 +30,56 @@ REMAT_POLICIES = {
 }
 
 
-class Block(nnx.Module):
-  """Pre-norm transformer block: attention then SwiGLU, each residual."""
+def _norm(cfg: ModelConfig) -> layers.RMSNorm:
+  return layers.RMSNorm(
+      cfg.embed_dim, eps=cfg.norm_eps, plus_one=cfg.norm_plus_one,
+      param_dtype=jnp.dtype(cfg.param_dtype),
+  )
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-    param_dtype = jnp.dtype(cfg.param_dtype)
-    self.attn_norm = layers.RMSNorm(
-        cfg.embed_dim, eps=cfg.norm_eps, param_dtype=param_dtype
-    )
-    self.attn = attention.Attention(cfg, rngs=rngs)
-    self.mlp_norm = layers.RMSNorm(
-        cfg.embed_dim, eps=cfg.norm_eps, param_dtype=param_dtype
-    )
+
+def _window_mask(
+    mask_BTS: jax.Array, cache_index: jax.Array | None, window: int
+) -> jax.Array:
+  """`mask_BTS` narrowed to keys fewer than `window` slots before the query.
+
+  Query t sits in slot t without a cache, else in slot cache_index + t
+  (cache_index a scalar or [B]); key s in slot s. A row's real tokens fill
+  consecutive slots, so slot distance is position distance, as in
+  transformers' sliding-window masks.
+  """
+  b, t, s = mask_BTS.shape
+  start_B = jnp.zeros((b,), jnp.int32)
+  if cache_index is not None:
+    start_B = jnp.broadcast_to(jnp.asarray(cache_index, jnp.int32), (b,))
+  q_BT = start_B[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+  k_S = jnp.arange(s, dtype=jnp.int32)
+  return mask_BTS & (q_BT[:, :, None] - k_S[None, None, :] < window)
+
+
+class Block(nnx.Module):
+  """Pre-norm transformer block: attention then gated MLP, each residual.
+
+  With `cfg.sandwich_norms` each branch's output is normalized too before
+  its residual add (Gemma 2/3).
+  """
+
+  def __init__(
+      self, cfg: ModelConfig, *, sliding: bool = False, rngs: nnx.Rngs
+  ):
+    self.sliding = sliding
+    self.attn_norm = _norm(cfg)
+    self.attn = attention.Attention(cfg, sliding=sliding, rngs=rngs)
+    self.mlp_norm = _norm(cfg)
+    if cfg.sandwich_norms:
+      self.attn_post_norm, self.mlp_post_norm = _norm(cfg), _norm(cfg)
+    else:
+      self.attn_post_norm = self.mlp_post_norm = None
     self.mlp = layers.FeedForward(
         cfg.embed_dim,
         cfg.mlp_dim,
+        activation=cfg.mlp_activation,
         dtype=jnp.dtype(cfg.dtype),
-        param_dtype=param_dtype,
+        param_dtype=jnp.dtype(cfg.param_dtype),
         rngs=rngs,
     )
 
@@ -61,13 +94,18 @@ class Block(nnx.Module):
     h_BTD, cache = self.attn(
         self.attn_norm(x_BTD), positions_BT, mask_BTS, cache, cache_index
     )
+    if self.attn_post_norm is not None:
+      h_BTD = self.attn_post_norm(h_BTD)
     x_BTD = sharding.constrain(x_BTD + h_BTD, _ACT_AXES)
-    x_BTD = x_BTD + self.mlp(self.mlp_norm(x_BTD))
+    h_BTD = self.mlp(self.mlp_norm(x_BTD))
+    if self.mlp_post_norm is not None:
+      h_BTD = self.mlp_post_norm(h_BTD)
+    x_BTD = x_BTD + h_BTD
     return sharding.constrain(x_BTD, _ACT_AXES), cache
 
 
 class Decoder(nnx.Module):
-  """Decoder-only transformer (Llama, Qwen2, Qwen3, SmolLM2 layouts).
+  """Decoder-only transformer (Llama, Qwen2, Qwen3, SmolLM2, Gemma 2/3).
 
   `__call__` is `unembed(backbone(embed(tokens), ...))`; the pieces are public
   so a caller can take logits at a few positions only (sampling) or
@@ -85,12 +123,11 @@ class Decoder(nnx.Module):
         init(rngs.params(), (cfg.vocab_size, cfg.embed_dim), param_dtype),
         out_sharding=('vocab', 'embed'),
     )
-    self.blocks = nnx.List(
-        [Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)]
-    )
-    self.final_norm = layers.RMSNorm(
-        cfg.embed_dim, eps=cfg.norm_eps, param_dtype=param_dtype
-    )
+    self.blocks = nnx.List([
+        Block(cfg, sliding=i in cfg.sliding_layers, rngs=rngs)
+        for i in range(cfg.num_layers)
+    ])
+    self.final_norm = _norm(cfg)
     if cfg.tie_embeddings:
       self.unembedding = None
     else:
@@ -108,8 +145,10 @@ class Decoder(nnx.Module):
     # is for use): a lookup into a table sharded on the looked-up rows'
     # width would leave activations sharded on D.
     table_VD = sharding.constrain(self.embedding[...], ('vocab', None))
-    x_BTD = jnp.take(table_VD, tokens_BT, axis=0)
-    return sharding.constrain(x_BTD.astype(self.dtype), _ACT_AXES)
+    x_BTD = jnp.take(table_VD, tokens_BT, axis=0).astype(self.dtype)
+    if self.cfg.scale_embeddings:
+      x_BTD = x_BTD * jnp.asarray(self.cfg.embed_dim**0.5, self.dtype)
+    return sharding.constrain(x_BTD, _ACT_AXES)
 
   def backbone(
       self,
@@ -131,12 +170,18 @@ class Decoder(nnx.Module):
           f'Decoder: remat must be one of {tuple(REMAT_POLICIES)}, got '
           f'{remat!r}')
     new_cache = None if cache is None else []
+    local_BTS = None
+    if self.cfg.sliding_layers:
+      local_BTS = _window_mask(
+          mask_BTS, None if cache is None else cache_index,
+          self.cfg.sliding_window,
+      )
     for i, block in enumerate(self.blocks):
       run = block if remat == 'none' else _checkpointed(block, remat)
       x_BTD, layer_cache = run(
           x_BTD,
           positions_BT,
-          mask_BTS,
+          local_BTS if block.sliding else mask_BTS,
           None if cache is None else cache[i],
           cache_index,
       )
@@ -148,13 +193,16 @@ class Decoder(nnx.Module):
     """Final hidden states [B, T, D] -> float32 logits [B, T, V]."""
     if self.unembedding is None:
       w_VD = self.embedding[...].astype(self.dtype)
-      return layers.contract(
+      logits_BTV = layers.contract(
           'BTD,VD->BTV', x_BTD, w_VD, preferred_element_type=jnp.float32
       )
-    w_DV = self.unembedding.w[...].astype(self.dtype)
-    return layers.contract(
-        'BTD,DV->BTV', x_BTD, w_DV, preferred_element_type=jnp.float32
-    )
+    else:
+      w_DV = self.unembedding.w[...].astype(self.dtype)
+      logits_BTV = layers.contract(
+          'BTD,DV->BTV', x_BTD, w_DV, preferred_element_type=jnp.float32
+      )
+    cap = self.cfg.final_logit_softcap
+    return logits_BTV if cap is None else cap * jnp.tanh(logits_BTV / cap)
 
   def __call__(
       self,

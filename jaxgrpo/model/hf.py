@@ -1,7 +1,8 @@
 """Hugging Face checkpoints (config.json + safetensors) in and out.
 
 `load` reads the directory that transformers' `save_pretrained` writes for a
-Llama, Mistral (without sliding window), Qwen2 or Qwen3 causal LM into the
+Llama, Mistral (without sliding window), Qwen2, Qwen3, Gemma 2 or Gemma 3
+(text) causal LM into the
 parameter tree of `jaxgrpo.model.decoder`; `export` writes such a directory
 back, one that `load` and transformers' `AutoModelForCausalLM` both read.
 
@@ -15,7 +16,9 @@ first and splits heads:
   lm_head [V, D]                  <-> unembedding.w [D, V]
   q/k/v_proj.bias [N*H]           <-> attn.q/k/v_bias.b [N, H]
 
-The embedding and every norm scale are copied as they are.
+The embedding and every norm scale are copied as they are (Gemma's
+post_attention_layernorm is attn_post_norm, pre_feedforward_layernorm
+mlp_norm, post_feedforward_layernorm mlp_post_norm).
 """
 
 from __future__ import annotations
@@ -104,6 +107,8 @@ def _tensors(cfg: ModelConfig) -> list[_Tensor]:
   """Every decoder param of `cfg` with its Hugging Face tensor."""
   d, f, v = cfg.embed_dim, cfg.mlp_dim, cfg.vocab_size
   n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  mlp_norm = ('pre_feedforward_layernorm.weight' if cfg.sandwich_norms
+              else 'post_attention_layernorm.weight')
   # (path under blocks.i, name under model.layers.i., shape, in_axes)
   block = [
       (('attn', 'q', 'w'), 'self_attn.q_proj.weight', (d, n, h), 1),
@@ -111,11 +116,18 @@ def _tensors(cfg: ModelConfig) -> list[_Tensor]:
       (('attn', 'v', 'w'), 'self_attn.v_proj.weight', (d, k, h), 1),
       (('attn', 'o', 'w'), 'self_attn.o_proj.weight', (n, h, d), 2),
       (('attn_norm', 'scale'), 'input_layernorm.weight', (d,), 0),
-      (('mlp_norm', 'scale'), 'post_attention_layernorm.weight', (d,), 0),
+      (('mlp_norm', 'scale'), mlp_norm, (d,), 0),
       (('mlp', 'gate', 'w'), 'mlp.gate_proj.weight', (d, f), 1),
       (('mlp', 'up', 'w'), 'mlp.up_proj.weight', (d, f), 1),
       (('mlp', 'down', 'w'), 'mlp.down_proj.weight', (f, d), 1),
   ]
+  if cfg.sandwich_norms:  # Gemma: post-norms on both branches
+    block += [
+        (('attn_post_norm', 'scale'), 'post_attention_layernorm.weight',
+         (d,), 0),
+        (('mlp_post_norm', 'scale'), 'post_feedforward_layernorm.weight',
+         (d,), 0),
+    ]
   if cfg.qkv_bias:
     block += [
         (('attn', f'{p}_bias', 'b'), f'self_attn.{p}_proj.bias', (m, h), 0)

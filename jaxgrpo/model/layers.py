@@ -21,7 +21,8 @@ class RMSNorm(nnx.Module):
   """Root-mean-square norm over the last axis, with a learned scale.
 
   The scale multiplies directly (initialized to one), as in Llama and Qwen
-  checkpoints. Statistics are computed in float32 whatever the input dtype.
+  checkpoints, or with `plus_one` as (1 + scale) (initialized to zero), as
+  in Gemma's. Statistics are computed in float32 whatever the input dtype.
   """
 
   def __init__(
@@ -29,18 +30,21 @@ class RMSNorm(nnx.Module):
       dim: int,
       *,
       eps: float,
+      plus_one: bool = False,
       param_dtype: jnp.dtype = jnp.float32,
   ):
     self.eps = eps
-    self.scale = nnx.Param(
-        jnp.ones((dim,), param_dtype), out_sharding=('norm',)
-    )
+    self.plus_one = plus_one
+    init = jnp.zeros if plus_one else jnp.ones
+    self.scale = nnx.Param(init((dim,), param_dtype), out_sharding=('norm',))
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """Normalizes `x` [..., dim]; returns the same shape and dtype."""
     x32 = x.astype(jnp.float32)
     ms = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     scale = self.scale[...].astype(jnp.float32)
+    if self.plus_one:
+      scale = 1.0 + scale
     scale = scale.reshape((1,) * (x.ndim - 1) + scale.shape)
     return (x32 * jax.lax.rsqrt(ms + self.eps) * scale).astype(x.dtype)
 
@@ -177,6 +181,7 @@ def apply_rope(
     *,
     theta: float,
     scaling: RopeScaling | None = None,
+    linear_factor: float = 1.0,
 ) -> jax.Array:
   """Rotates each head by its token's position (rotary embedding).
 
@@ -190,11 +195,14 @@ def apply_rope(
     theta: frequency base.
     scaling: optional Llama 3.x frequency rescaling (see
       `rope_frequencies`).
+    linear_factor: divides every frequency (a 'linear' rope_scaling).
 
   Returns:
     Rotated x, same shape and dtype.
   """
   inv_freq = rope_frequencies(x_BTNH.shape[-1], theta=theta, scaling=scaling)
+  if linear_factor != 1.0:
+    inv_freq = inv_freq / linear_factor
   angles_BTH = (
       positions_BT.astype(jnp.float32)[..., None] * inv_freq[None, None]
   )
@@ -205,25 +213,34 @@ def apply_rope(
   return out.astype(x_BTNH.dtype)
 
 
+_ACTIVATIONS = {
+    'silu': jax.nn.silu,
+    'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),
+}
+
+
 class FeedForward(nnx.Module):
-  """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+  """Gated feed-forward: down(act(gate(x)) * up(x)), SwiGLU or GeGLU."""
 
   def __init__(
       self,
       embed_dim: int,
       mlp_dim: int,
       *,
+      activation: str = 'silu',
       dtype: jnp.dtype = jnp.float32,
       param_dtype: jnp.dtype = jnp.float32,
       rngs: nnx.Rngs,
   ):
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.activation = activation
     self.gate = Einsum((embed_dim, mlp_dim), ('embed', 'mlp'), **kw)
     self.up = Einsum((embed_dim, mlp_dim), ('embed', 'mlp'), **kw)
     self.down = Einsum((mlp_dim, embed_dim), ('mlp', 'embed'), **kw)
 
   def __call__(self, x_BTD: jax.Array) -> jax.Array:
     """Maps [B, T, D] to [B, T, D]."""
-    h_BTF = jax.nn.silu(self.gate('BTD,DF->BTF', x_BTD))
+    act = _ACTIVATIONS[self.activation]
+    h_BTF = act(self.gate('BTD,DF->BTF', x_BTD))
     h_BTF = h_BTF * self.up('BTD,DF->BTF', x_BTD)
     return self.down('BTF,FD->BTD', h_BTF)

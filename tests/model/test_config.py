@@ -25,6 +25,11 @@ class ModelConfigTest(parameterized.TestCase):
       (dict(norm_eps=0.0), 'norm_eps'),
       (dict(dtype='float16'), 'dtype'),
       (dict(param_dtype='int8'), 'param_dtype'),
+      (dict(sliding_layers=(0,)), 'sliding_window'),
+      (dict(sliding_window=4, sliding_layers=(2,)), 'sliding_layers'),
+      (dict(attn_logit_softcap=0.0), 'attn_logit_softcap'),
+      (dict(rope_linear_factor=0.0), 'rope_linear_factor'),
+      (dict(mlp_activation='relu'), 'mlp_activation'),
   )
   def test_invalid_field_is_named(self, overrides, field):
     with self.assertRaisesRegex(ValueError, f'ModelConfig.*{field}'):

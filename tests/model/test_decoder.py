@@ -129,6 +129,8 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
       ('qkv_bias', dict(qkv_bias=True), ('blocks', 0, 'attn', 'q_bias', 'b')),
       ('qk_norm', dict(qk_norm=True), ('blocks', 0, 'attn', 'k_norm', 'scale')),
       ('untied', dict(tie_embeddings=False), ('unembedding', 'w')),
+      ('sandwich_norms', dict(sandwich_norms=True),
+       ('blocks', 0, 'mlp_post_norm', 'scale')),
   )
   def test_variant_switch(self, overrides, path):
     cfg = config.preset('tiny', **overrides)
@@ -146,6 +148,94 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
         graphdef, nnx.from_flat_state(flat), tokens, positions, mask
     )
     self.assertGreater(float(jnp.abs(out - ref).max()), 1e-3)
+
+
+_GEMMA_LIKE = dict(
+    sliding_window=3, sliding_layers=(0,), rope_local_theta=100.0,
+    rope_linear_factor=2.0, attn_logit_softcap=5.0, final_logit_softcap=8.0,
+    query_pre_attn_scalar=24.0, norm_plus_one=True, sandwich_norms=True,
+    mlp_activation='gelu_tanh', scale_embeddings=True, qk_norm=True,
+)
+
+
+class SlidingWindowTest(parameterized.TestCase):
+  """Gemma-style options: the window, and cached decoding under it."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.cfg = config.preset('tiny', **_GEMMA_LIKE)
+    cls.graphdef, cls.params = decoder.init_params(cls.cfg, jax.random.key(2))
+
+  def test_param_count(self):
+    self.assertEqual(_num_params(self.params), config.param_count(self.cfg))
+
+  def test_window_changes_only_far_queries(self):
+    tokens, positions, mask = _causal_inputs()
+    windowed, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
+    wide = config.preset('tiny', **(_GEMMA_LIKE | dict(sliding_window=_T)))
+    graphdef, _ = decoder.init_params(wide, jax.random.key(2))
+    full, _ = _forward(graphdef, self.params, tokens, positions, mask)
+    w = self.cfg.sliding_window
+    np.testing.assert_array_equal(windowed[:, :w], full[:, :w])
+    self.assertGreater(float(jnp.abs(windowed[:, w:] - full[:, w:]).max()),
+                       1e-3)
+
+  @parameterized.named_parameters(('scalar_index', False),
+                                  ('per_row_index', True))
+  def test_cached_decode_matches_full_forward(self, per_row):
+    tokens, positions, mask = _causal_inputs()
+    full, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
+    length = _T + 2
+    cache = attention.init_cache(self.cfg, _B, length)
+    key_mask = jnp.arange(length)[None, None] <= jnp.arange(_T)[None, :, None]
+    key_mask = jnp.broadcast_to(key_mask, (_B, _T, length))
+    prefix = 2
+    logits, cache = _forward(
+        self.graphdef, self.params, tokens[:, :prefix], positions[:, :prefix],
+        key_mask[:, :prefix], cache, jnp.int32(0),
+    )
+    steps = [logits]
+    for i in range(prefix, _T):
+      index = jnp.full((_B,), i, jnp.int32) if per_row else jnp.int32(i)
+      logits, cache = _forward(
+          self.graphdef, self.params, tokens[:, i : i + 1],
+          positions[:, i : i + 1], key_mask[:, i : i + 1], cache, index,
+      )
+      steps.append(logits)
+    np.testing.assert_allclose(
+        jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5
+    )
+
+  @parameterized.named_parameters(('scalar_index', False),
+                                  ('per_row_index', True))
+  def test_window_ring_matches_full_forward(self, per_row):
+    # The local layer keeps W = 3 ring slots; a prefill of 4 tokens (more
+    # than the ring), then one token at a time.
+    tokens, positions, mask = _causal_inputs()
+    full, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
+    length = _T + 2
+    cache = attention.init_cache(self.cfg, _B, length, window_rings=True)
+    self.assertEqual([c['k'].shape[1] for c in cache], [3, length])
+    key_mask = jnp.arange(length)[None, None] <= jnp.arange(_T)[None, :, None]
+    key_mask = jnp.broadcast_to(key_mask, (_B, _T, length))
+    prefix = 4
+    logits, cache = _forward(
+        self.graphdef, self.params, tokens[:, :prefix], positions[:, :prefix],
+        key_mask[:, :prefix], cache, jnp.int32(0),
+    )
+    steps = [logits]
+    for i in range(prefix, _T):
+      index = jnp.full((_B,), i, jnp.int32) if per_row else jnp.int32(i)
+      logits, cache = _forward(
+          self.graphdef, self.params, tokens[:, i : i + 1],
+          positions[:, i : i + 1], key_mask[:, i : i + 1], cache, index,
+      )
+      steps.append(logits)
+    self.assertEqual(cache[0]['k'].shape[1], 3)
+    np.testing.assert_allclose(
+        jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5
+    )
 
 
 # Public parameter counts (embeddings included once when tied).
