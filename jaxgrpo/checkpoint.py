@@ -10,6 +10,7 @@ good checkpoint.
 
 from collections.abc import Mapping
 import dataclasses
+import json
 import os
 import time
 from typing import Any
@@ -21,6 +22,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from jaxgrpo import errors
+from jaxgrpo.model.config import ModelConfig
 from jaxgrpo.typing import PyTree
 
 
@@ -264,13 +266,19 @@ def check_resumable(
   """
   where = f'checkpoint of step {step} in {directory}'
   saved_model = meta.get('model')
-  # A key one side lacks counts as None (a field added later, e.g.
-  # rope_scaling, whose default is None).
-  diff = sorted(k for k in set(saved_model or {}) | set(model)
+  # Compared as the checkpoint's JSON holds them (tuples as lists). A key
+  # the checkpoint lacks is a field added since, whose default keeps the
+  # earlier behaviour: it counts as its default, whatever that is.
+  plain = lambda d: json.loads(json.dumps(d, default=str))
+  now = plain(dict(model))
+  defaults = plain({f.name: f.default for f in dataclasses.fields(ModelConfig)
+                    if f.default is not dataclasses.MISSING})
+  diff = sorted(k for k in set(saved_model or {}) | set(now)
                 if saved_model is not None
-                and saved_model.get(k) != model.get(k))
+                and saved_model.get(k, defaults.get(k)) != now.get(k))
   if diff:
-    detail = ', '.join(f'{k}: {saved_model.get(k)!r} -> {model.get(k)!r}'
+    detail = ', '.join(f'{k}: {saved_model.get(k, defaults.get(k))!r} -> '
+                       f'{now.get(k)!r}'
                        for k in diff[:4])
     raise errors.ResumeError(
         f'the {where} is for another model ({detail}); use a new --workdir '

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from absl.testing import absltest
@@ -77,8 +78,9 @@ class TrainedWorkdirTest(FaultTestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.base = os.path.join(absltest.get_default_test_tmpdir(), 'trained')
-    shutil.rmtree(cls.base, ignore_errors=True)
+    # Its own folder: test workers (pytest -n) each set the class up.
+    cls.base = os.path.join(tempfile.mkdtemp(
+        dir=absltest.get_default_test_tmpdir()), 'trained')
     out = cli(cls.base, '--config.total_steps=4', '--config.checkpoint.every=1',
               '--config.checkpoint.max_to_keep=5')
     assert out.returncode == 0, out.stderr[-3000:]
