@@ -237,6 +237,11 @@ def load_state_arrays(directory: str, step: int | None = None) -> dict:
   return jax.tree.map(np.asarray, out.state)
 
 
+def as_saved(value: Any) -> Any:
+  """`value` as a checkpoint's JSON holds it (tuples become lists)."""
+  return json.loads(json.dumps(value, default=str))
+
+
 def check_resumable(
     meta: Mapping[str, Any],
     *,
@@ -269,10 +274,10 @@ def check_resumable(
   # Compared as the checkpoint's JSON holds them (tuples as lists). A key
   # the checkpoint lacks is a field added since, whose default keeps the
   # earlier behaviour: it counts as its default, whatever that is.
-  plain = lambda d: json.loads(json.dumps(d, default=str))
-  now = plain(dict(model))
-  defaults = plain({f.name: f.default for f in dataclasses.fields(ModelConfig)
-                    if f.default is not dataclasses.MISSING})
+  now = as_saved(dict(model))
+  defaults = as_saved({f.name: f.default
+                       for f in dataclasses.fields(ModelConfig)
+                       if f.default is not dataclasses.MISSING})
   diff = sorted(k for k in set(saved_model or {}) | set(now)
                 if saved_model is not None
                 and saved_model.get(k, defaults.get(k)) != now.get(k))

@@ -25,7 +25,6 @@ those keys are free here. docs/checkpoints.md has the same table.
 
 from collections.abc import Callable, Iterator, Mapping
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -95,11 +94,6 @@ def policy(key: str) -> str:
   return REFUSE
 
 
-def _plain(value: Any) -> Any:
-  """The value as the checkpoint's JSON holds it (tuples become lists)."""
-  return json.loads(json.dumps(value, default=str))
-
-
 def _flat(config: Mapping[str, Any],
           names: list[str]) -> Iterator[tuple[str, Any]]:
   """(flat key, value) pairs; dataset entries keyed by their index in
@@ -126,7 +120,8 @@ def changes(saved: Mapping[str, Any],
   """(key, saved value, this run's value) of every key whose value
   differs; keys one side lacks (a setting added since) are skipped, and so
   are datasets only one side has (`check_resumable` decides on those)."""
-  saved, now = _plain(dict(saved)), _plain(dict(now))
+  saved = checkpoint_lib.as_saved(dict(saved))
+  now = checkpoint_lib.as_saved(dict(now))
   names = [d.get('name') for d in now.get('data', {}).get('datasets', [])]
   then = dict(_flat(saved, names))
   out = []

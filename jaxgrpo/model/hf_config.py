@@ -337,6 +337,21 @@ def model_type_of(cfg: ModelConfig) -> str:
   return 'qwen2' if cfg.qkv_bias else 'qwen3' if cfg.qk_norm else 'llama'
 
 
+def _shape_entries(cfg: ModelConfig, kind: str) -> dict[str, Any]:
+  """The config.json entries every family writes: its type and sizes."""
+  return {
+      'architectures': [ARCHITECTURES[kind]],
+      'model_type': kind,
+      'vocab_size': cfg.vocab_size,
+      'hidden_size': cfg.embed_dim,
+      'intermediate_size': cfg.mlp_dim,
+      'num_hidden_layers': cfg.num_layers,
+      'num_attention_heads': cfg.num_heads,
+      'num_key_value_heads': cfg.num_kv_heads,
+      'head_dim': cfg.head_dim,
+  }
+
+
 def to_hf(
     cfg: ModelConfig, *, torch_dtype: str | None = None
 ) -> dict[str, Any]:
@@ -354,15 +369,7 @@ def to_hf(
   if kind in GEMMA:
     return _to_gemma(cfg, kind, torch_dtype)
   out = {
-      'architectures': [ARCHITECTURES[kind]],
-      'model_type': kind,
-      'vocab_size': cfg.vocab_size,
-      'hidden_size': cfg.embed_dim,
-      'intermediate_size': cfg.mlp_dim,
-      'num_hidden_layers': cfg.num_layers,
-      'num_attention_heads': cfg.num_heads,
-      'num_key_value_heads': cfg.num_kv_heads,
-      'head_dim': cfg.head_dim,
+      **_shape_entries(cfg, kind),
       'hidden_act': 'silu',
       'rms_norm_eps': cfg.norm_eps,
       'rope_theta': cfg.rope_theta,
@@ -387,15 +394,7 @@ def _to_gemma(
 ) -> dict[str, Any]:
   """`to_hf` for a Gemma 2 or Gemma 3 (text) config."""
   out = {
-      'architectures': [ARCHITECTURES[kind]],
-      'model_type': kind,
-      'vocab_size': cfg.vocab_size,
-      'hidden_size': cfg.embed_dim,
-      'intermediate_size': cfg.mlp_dim,
-      'num_hidden_layers': cfg.num_layers,
-      'num_attention_heads': cfg.num_heads,
-      'num_key_value_heads': cfg.num_kv_heads,
-      'head_dim': cfg.head_dim,
+      **_shape_entries(cfg, kind),
       'hidden_activation': 'gelu_pytorch_tanh',
       'rms_norm_eps': cfg.norm_eps,
       'tie_word_embeddings': cfg.tie_embeddings,

@@ -181,16 +181,14 @@ class SlidingWindowTest(parameterized.TestCase):
     self.assertGreater(float(jnp.abs(windowed[:, w:] - full[:, w:]).max()),
                        1e-3)
 
-  @parameterized.named_parameters(('scalar_index', False),
-                                  ('per_row_index', True))
-  def test_cached_decode_matches_full_forward(self, per_row):
-    tokens, positions, mask = _causal_inputs()
-    full, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
-    length = _T + 2
-    cache = attention.init_cache(self.cfg, _B, length)
+  def _prefill_then_step(self, cache, length: int, prefix: int,
+                         per_row: bool):
+    """Logits [B, T, V] of a prefill of `prefix` tokens into `cache`, then
+    one token at a time (the cache index a scalar, or one per row), and
+    the final cache."""
+    tokens, positions, _ = _causal_inputs()
     key_mask = jnp.arange(length)[None, None] <= jnp.arange(_T)[None, :, None]
     key_mask = jnp.broadcast_to(key_mask, (_B, _T, length))
-    prefix = 2
     logits, cache = _forward(
         self.graphdef, self.params, tokens[:, :prefix], positions[:, :prefix],
         key_mask[:, :prefix], cache, jnp.int32(0),
@@ -203,9 +201,17 @@ class SlidingWindowTest(parameterized.TestCase):
           positions[:, i : i + 1], key_mask[:, i : i + 1], cache, index,
       )
       steps.append(logits)
-    np.testing.assert_allclose(
-        jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5
-    )
+    return jnp.concatenate(steps, axis=1), cache
+
+  @parameterized.named_parameters(('scalar_index', False),
+                                  ('per_row_index', True))
+  def test_cached_decode_matches_full_forward(self, per_row):
+    tokens, positions, mask = _causal_inputs()
+    full, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
+    length = _T + 2
+    cache = attention.init_cache(self.cfg, _B, length)
+    logits, _ = self._prefill_then_step(cache, length, 2, per_row)
+    np.testing.assert_allclose(logits, full, atol=1e-5, rtol=1e-5)
 
   @parameterized.named_parameters(('scalar_index', False),
                                   ('per_row_index', True))
@@ -217,25 +223,9 @@ class SlidingWindowTest(parameterized.TestCase):
     length = _T + 2
     cache = attention.init_cache(self.cfg, _B, length, window_rings=True)
     self.assertEqual([c['k'].shape[1] for c in cache], [3, length])
-    key_mask = jnp.arange(length)[None, None] <= jnp.arange(_T)[None, :, None]
-    key_mask = jnp.broadcast_to(key_mask, (_B, _T, length))
-    prefix = 4
-    logits, cache = _forward(
-        self.graphdef, self.params, tokens[:, :prefix], positions[:, :prefix],
-        key_mask[:, :prefix], cache, jnp.int32(0),
-    )
-    steps = [logits]
-    for i in range(prefix, _T):
-      index = jnp.full((_B,), i, jnp.int32) if per_row else jnp.int32(i)
-      logits, cache = _forward(
-          self.graphdef, self.params, tokens[:, i : i + 1],
-          positions[:, i : i + 1], key_mask[:, i : i + 1], cache, index,
-      )
-      steps.append(logits)
+    logits, cache = self._prefill_then_step(cache, length, 4, per_row)
     self.assertEqual(cache[0]['k'].shape[1], 3)
-    np.testing.assert_allclose(
-        jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5
-    )
+    np.testing.assert_allclose(logits, full, atol=1e-5, rtol=1e-5)
 
 
 # Public parameter counts (embeddings included once when tied).
