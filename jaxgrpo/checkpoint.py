@@ -148,17 +148,22 @@ class Checkpointer:
   def restore(self, step: int, target_state: PyTree) -> Restored:
     """Restores step `step` into the structure of `target_state`.
 
-    A checkpoint written before the optimizer skipped non-finite updates
-    through `optax.apply_if_finite` holds AdamW's state without the skip
-    counters around it; it is restored into the inner state, with the
-    counters starting at zero.
+    A checkpoint whose optimizer state is wrapped in skip counters
+    (`optax.ApplyIfFiniteState`, as some earlier versions wrote) is restored
+    into the plain AdamW state it wraps; the counters are dropped (the train
+    step counts skipped updates in `train/nonfinite`).
     """
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
-    unwrapped = (isinstance(getattr(abstract, 'opt_state', None),
-                            optax.ApplyIfFiniteState)
-                 and not self._has_skip_counters(step))
-    if unwrapped:
-      abstract = abstract.replace(opt_state=abstract.opt_state.inner_state)
+    wrapped = (hasattr(abstract, 'opt_state')
+               and not isinstance(abstract.opt_state, optax.ApplyIfFiniteState)
+               and self._has_skip_counters(step))
+    if wrapped:
+      zero = jax.ShapeDtypeStruct((), np.int32)
+      abstract = abstract.replace(opt_state=optax.ApplyIfFiniteState(
+          notfinite_count=zero,
+          last_finite=jax.ShapeDtypeStruct((), np.bool_),
+          total_notfinite=zero,
+          inner_state=abstract.opt_state))
     out = self.manager.restore(
         step,
         args=ocp.args.Composite(
@@ -168,12 +173,8 @@ class Checkpointer:
         ),
     )
     state = out.state
-    if unwrapped:
-      state = state.replace(opt_state=optax.ApplyIfFiniteState(
-          notfinite_count=np.zeros([], np.int32),
-          last_finite=np.ones([], bool),
-          total_notfinite=np.zeros([], np.int32),
-          inner_state=state.opt_state))
+    if wrapped:
+      state = state.replace(opt_state=state.opt_state.inner_state)
     return Restored(step=step, state=state, data=dict(out.data),
                     meta=dict(out.meta))
 
