@@ -42,7 +42,8 @@ from jaxgrpo.rl import rollout
 class ModelSection(Section, name='model'):
   preset: str = field(
       'demo', '`tiny`, `demo`, `small_10m`, or a real size (`smollm2_135m`, '
-      '`qwen2.5_0.5b`, `qwen3_0.6b`, `llama3.2_1b`, `llama3_8b`)',
+      '`qwen2.5_0.5b`, `qwen3_0.6b`, `llama3.2_1b`, `llama3_8b`, '
+      '`gemma2_2b`, `gemma3_1b`)',
       one_of(model_config.PRESET_NAMES))
   path: str | None = field(
       None, 'a pretrained model: a Hugging Face directory (`config.json` + '

@@ -169,7 +169,7 @@ def regime_checks(runs) -> str:
     late = r.steps[3 * n // 4:]
     easy = sum(x.get('rollout/groups_easy', 0) for x in late)
     hard = sum(x.get('rollout/groups_hard', 0) for x in late)
-    ntrain = r.header['datasets'][0]['num_train']
+    ntrain = sum(d['num_train'] for d in r.header['datasets'])
     epochs = r.total('rollout/prompts_generated') / ntrain
     rows.append((seed, _fmt(r.evals[0][1]), _fmt(r.final()),
                  _fmt(easy / max(easy + hard, 1), 2), f'{epochs:.1f}'))
@@ -379,6 +379,26 @@ def drift_table(runs) -> str:
   return _table(('balance', 'what', 'mean [95% CI]', 'per seed'), rows)
 
 
+def mixed_table(runs) -> str:
+  """Per policy: each dataset's final accuracy and its share of the prompts
+  generated, mean over seeds with the interval."""
+  if not runs:
+    return '_No runs yet._\n'
+  rows = []
+  for variant, seeds in runs.items():
+    row = [f'`{variant}`', str(len(seeds))]
+    for name in ('easy', 'hard'):
+      row.append(_ci([r.final(f'eval/accuracy/{name}')
+                      for r in seeds.values()]))
+    row.append(_ci([r.total('rollout/prompts_generated/easy')
+                    / max(r.total('rollout/prompts_generated'), 1)
+                    for r in seeds.values()], 2))
+    rows.append(row)
+  return _table(('policy', 'seeds', 'final accuracy, easy',
+                 'final accuracy, hard', 'easy share of prompts generated'),
+                rows)
+
+
 def conflict_table(runs) -> str:
   if not runs:
     return '_No runs yet._\n'
@@ -501,8 +521,13 @@ def render_blocks(data: str) -> dict[str, str]:
   memorise = load(data, 'memorise')
   blocks['memorise_checks'] = regime_checks(memorise)
   blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
+  mixed = load(data, 'mixed')
+  blocks['mixed_checks'] = regime_checks(mixed)
+  blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
+                             + mixed_table(mixed))
   blocks['target_sweep'] = target_sweep(
-      {'regime': regime, 'long': long, 'warm': warm, 'memorise': memorise})
+      {'regime': regime, 'long': long, 'warm': warm, 'memorise': memorise,
+       'mixed': mixed})
   blocks['simulator'] = simulator_table(data, stats)
   blocks['comparison'] = comparison(stats)
   blocks['readme_summary'] = readme_summary(stats)
