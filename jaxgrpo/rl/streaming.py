@@ -210,11 +210,13 @@ class _Step:
       texts += [self.fn.tokenizer.decode(row)
                 for row in grp.completion_tokens]
       examples += [grp.example] * g
-    if self.pool is None:
-      result = self.fn.scorer.score(texts, examples) if texts else None
-    else:
-      result = (self.pool.submit(self.fn.scorer.score, texts, examples)
-                if texts else None)
+    result = None
+    if texts and self.pool is None:
+      t0 = time.perf_counter()
+      result = self.fn.scorer.score(texts, examples)
+      self.acc.stats.verify_s += time.perf_counter() - t0
+    elif texts:
+      result = self.pool.submit(self.fn.scorer.score, texts, examples)
     self.scoring.append(_Scoring(
         due=self.stream.chunks + self.fn.verify_overlap, groups=groups,
         owned=owned, truncated=np.array([o.truncated for o in complete]),
