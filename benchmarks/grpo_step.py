@@ -78,6 +78,7 @@ class LengthHook:
 
   def __init__(self, lengths: np.ndarray, g: int):
     self.lengths, self.g = lengths, g
+    self.decode_steps = 0  # rounds: decode steps of the engine's calls
 
   def __call__(self, tokens_NP: np.ndarray) -> np.ndarray:
     out = [np.random.default_rng(zlib.crc32(row.tobytes())).choice(
@@ -93,8 +94,10 @@ class ForcedRounds(continuous.ContinuousGenerator):
 
   def generate(self, params, tokens, mask, rng, **kwargs):
     stop = self.hook(np.asarray(tokens)).reshape(-1)
-    return self.generate_with_stats(params, tokens, mask, rng,
-                                    stop_at=stop, **kwargs)[0]
+    out, stats = self.generate_with_stats(params, tokens, mask, rng,
+                                          stop_at=stop, **kwargs)
+    self.hook.decode_steps += stats.decode_steps
+    return out
 
 
 def make_mode(name, args, graphdef, params, gen, examples, lengths):
@@ -112,8 +115,9 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       collect=collect, verify_overlap=overlap)
   engine_kw = dict(generator=gen, slots=args.slots, chunk=args.chunk,
                    buckets=())  # one prefill width: no compiles mid-run
+  hook = LengthHook(lengths, args.group)
   if collect == 'rounds':
-    engine = ForcedRounds(hook=LengthHook(lengths, args.group), **engine_kw)
+    engine = ForcedRounds(hook=hook, **engine_kw)
   else:
     engine = continuous.ContinuousGenerator(**engine_kw)
   scorer = verifier_pool.Scorer(
@@ -122,7 +126,7 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       imports=('benchmarks.standin_verify',))
   rollout = rollout_lib.Rollout.for_model(
       cfg, sampler, tokenizer_lib.ByteTokenizer(), engine, scorer,
-      stop_at=LengthHook(lengths, args.group))
+      stop_at=hook)
   optimizer = optimizer_lib.make_optimizer(
       learning_rate=1e-5, warmup_steps=0, total_steps=1000,
       max_grad_norm=1.0)
@@ -132,12 +136,19 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
   step_fn = train_step_lib.make_train_step(
       graphdef=graphdef, optimizer=optimizer,
       loss_cfg=train_step_lib.LossConfig(temperature=1.0))
-  return dict(rollout=rollout, state=state, step_fn=step_fn, scorer=scorer)
+  return dict(rollout=rollout, state=state, step_fn=step_fn, scorer=scorer,
+              hook=hook, slots=engine_kw['slots'])
 
 
 def run_step(mode, step: int) -> dict:
-  """One GRPO step of a mode: collect, update; wall time and metrics."""
-  t0 = time.perf_counter()
+  """One GRPO step of a mode: collect, update; times and metrics.
+
+  Besides wall time: the process's CPU time (less disturbed by other load
+  on a shared machine, blind to verifier sleeps) and the decode steps the
+  engine ran (slot-steps / slots), which no load changes.
+  """
+  t0, cpu0 = time.perf_counter(), time.process_time()
+  mode['hook'].decode_steps = 0
   res = mode['rollout'].collect(mode['state'].params,
                                 jax.random.fold_in(jax.random.key(1), step),
                                 step)
@@ -152,7 +163,11 @@ def run_step(mode, step: int) -> dict:
           'rollout/tokens_wasted', 'rollout/groups_discarded',
           'rollout/slot_occupancy', 'rollout/surplus', 'rollout/carried_in',
           'perf/gen_s', 'perf/verify_s')
-  return dict(seconds=time.perf_counter() - t0, updated=res.batch is not None,
+  steps = (res.stats.slot_steps // mode['slots'] if res.stats.slot_steps
+           else mode['hook'].decode_steps)
+  return dict(seconds=time.perf_counter() - t0,
+              cpu_seconds=time.process_time() - cpu0, decode_steps=steps,
+              updated=res.batch is not None,
               **{k.split('/')[1]: m[k] for k in keep if k in m})
 
 
@@ -161,15 +176,16 @@ def main():
   parser.add_argument('--model', default='small_10m')
   parser.add_argument('--batch', type=int, default=4)
   parser.add_argument('--group', type=int, default=4)
-  parser.add_argument('--slots', type=int, default=32)
+  parser.add_argument('--slots', type=int, default=16)
   parser.add_argument('--chunk', type=int, default=8)
-  parser.add_argument('--round-size', type=int, default=8)
+  parser.add_argument('--round-size', type=int, default=4)
   parser.add_argument('--max-rounds', type=int, default=8)
   parser.add_argument('--max-new', type=int, default=512)
   parser.add_argument('--prompt-width', type=int, default=128)
-  parser.add_argument('--steps', type=int, default=3)
+  parser.add_argument('--steps', type=int, default=2)
   parser.add_argument('--verify-workers', type=int, default=8)
-  parser.add_argument('--modes', default=','.join(MODES))
+  parser.add_argument('--modes', default=','.join(
+      n for n in MODES if n != 'rounds_slow'))
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--json', help='also write the results here')
   args = parser.parse_args()
@@ -199,7 +215,9 @@ def main():
       for n in names:
         r = run_step(modes[n], step)
         runs[n].append(r)
-        print(f'step {step} {n:24s} {r["seconds"]:6.1f}s  generated '
+        print(f'step {step} {n:24s} {r["seconds"]:6.1f}s (cpu '
+              f'{r["cpu_seconds"]:.1f}s, {r["decode_steps"]} decode steps)'
+              f'  generated '
               f'{r["prompts_generated"]:.0f} groups, {r["tokens_generated"]:.0f}'
               f' tokens (wasted {r["tokens_wasted"]:.0f}), used '
               f'{r["groups_used"]:.0f}, occupancy '
@@ -219,16 +237,17 @@ def main():
         machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
                      jax=jax.__version__, backend=jax.default_backend()),
         args=vars(args), params=model_config.param_count(cfg),
-        runs=runs, median_s=summary['median_s'], ratios=summary['ratios'])
+        runs=runs, **{k: v for k, v in summary.items() if k != 'lines'})
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, 'w') as f:
       json.dump(result, f, indent=1)
 
 
 def summarize(runs: dict) -> dict:
-  """Median step seconds (step 0 excluded) and the ratios of interest."""
-  med = {n: statistics.median(r['seconds'] for r in rs[1:])
-         for n, rs in runs.items()}
+  """Medians over steps (step 0 excluded) and the ratios of interest."""
+  med, cpu, steps = ({n: statistics.median(r[k] for r in rs[1:])
+                      for n, rs in runs.items()}
+                     for k in ('seconds', 'cpu_seconds', 'decode_steps'))
   lines = []
   for n, rs in runs.items():
     timed = rs[1:]
@@ -236,7 +255,8 @@ def summarize(runs: dict) -> dict:
     informative = scored - sum(r['groups_easy'] + r['groups_hard']
                                for r in timed)
     lines.append(
-        f'{n:24s} median {med[n]:6.1f}s/step over {len(timed)} steps; '
+        f'{n:24s} median {med[n]:6.1f}s/step (cpu {cpu[n]:.1f}s, '
+        f'{steps[n]:.0f} decode steps) over {len(timed)} steps; '
         f'informative {informative / max(scored, 1):.0%} of {scored:.0f} '
         f'scored groups; tokens wasted {sum(r["tokens_wasted"] for r in timed):.0f}'
         f' of {sum(r["tokens_generated"] for r in timed):.0f}')
@@ -245,10 +265,16 @@ def summarize(runs: dict) -> dict:
                                         'streaming_slow_overlap'),
            'overlap_vs_none': ('streaming_slow_none',
                                'streaming_slow_overlap')}
-  ratios = {k: med[a] / med[b] for k, (a, b) in pairs.items()
-            if a in med and b in med}
-  lines += [f'{k}: {v:.2f}x' for k, v in ratios.items()]
-  return dict(median_s=med, ratios=ratios, lines=lines)
+  ratios = {}
+  for k, (a, b) in pairs.items():
+    if a in med and b in med:
+      ratios[k] = dict(wall=med[a] / med[b], cpu=cpu[a] / cpu[b],
+                       decode_steps=steps[a] / steps[b])
+      lines.append(f'{k}: {ratios[k]["wall"]:.2f}x wall, '
+                   f'{ratios[k]["cpu"]:.2f}x cpu, '
+                   f'{ratios[k]["decode_steps"]:.2f}x decode steps')
+  return dict(median_s=med, median_cpu_s=cpu, median_decode_steps=steps,
+              ratios=ratios, lines=lines)
 
 
 if __name__ == '__main__':
