@@ -1,4 +1,4 @@
-r"""A GRPO step with dynamic sampling: streaming vs rounds, and verifier overlap.
+r"""A GRPO step with dynamic sampling: streaming vs rounds; verifier overlap.
 
 Each mode runs the real rollout (`Rollout.for_model` over a
 `MixtureSampler` of GSM8K's training questions, byte-tokenised and cut to

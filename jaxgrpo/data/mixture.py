@@ -145,8 +145,8 @@ class MixtureSampler:
     ]
     self.step = 0
     self._round = 0
-    # Drawn and not yet observed, in draw order: (dataset, index, id).
-    self._pending: list[tuple[int, int, str]] = []
+    # Drawn and not yet observed, in draw order: (dataset, index, example).
+    self._pending: list[tuple[int, int, Example]] = []
     self._exhausted = np.zeros(len(names), bool)
     self._step_counts: dict[str, np.ndarray] = {}
     self.start_step(0)
@@ -261,7 +261,7 @@ class MixtureSampler:
     examples = [self._example(d, i) for d, i in picked]
     for (d, i), ex in zip(picked, examples):
       self._step_counts['drawn'][d] += 1
-      self._pending.append((d, i, ex.id))
+      self._pending.append((d, i, ex))
     return examples
 
   def _example(self, d: int, i: int) -> Example:
@@ -295,12 +295,12 @@ class MixtureSampler:
   def _take_pending(self, example: Example) -> tuple[int, int]:
     """(dataset, index) of the earliest unobserved draw of `example`."""
     d = self.names.index(example.dataset)
-    for k, (pd, i, example_id) in enumerate(self._pending):
-      if pd == d and example_id == example.id:
+    for k, (pd, i, drawn) in enumerate(self._pending):
+      if pd == d and (drawn is example or drawn == example):
         del self._pending[k]
         return d, i
-    raise ValueError(f'observe got {example.id!r} ({example.dataset}), '
-                     'which is not drawn or was observed already')
+    raise ValueError(f'observe got {example!r}, which is not drawn or was '
+                     'observed already')
 
   def dataset_index(self, name: str) -> int:
     return self.names.index(name)

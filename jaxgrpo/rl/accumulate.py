@@ -238,8 +238,7 @@ class Accumulator:
     s.surplus = len(surplus)
     for g in groups:
       s.groups_used[self._index[g.example.dataset]] += 1
-      mask = getattr(g, 'completion_mask', None)  # the simulator's: none
-      s.tokens_used += 0.0 if mask is None else float(mask.sum())
+      s.tokens_used += float(getattr(g, 'tokens', 0))
     self.cum_prompts_generated += int(s.prompts_generated.sum())
     self.cum_groups_used += len(groups)
     s.cum_prompts_generated = self.cum_prompts_generated

@@ -1,4 +1,4 @@
-"""Streaming dynamic sampling: groups scored as they finish, prompts drawn as slots free.
+"""Streaming dynamic sampling: prompts drawn as slots free, groups scored.
 
 `rollout.collect='streaming'` replaces a step's rounds by one decoding
 session (`generate.stream.SlotStream`) over the continuous engine's slots:
