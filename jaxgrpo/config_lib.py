@@ -138,6 +138,14 @@ class RolloutSection(Section, name='rollout'):
       'its row stops; keys per sample and example id)', one_of(
           continuous.ENGINES))
   slots: int = field(64, 'decode slots of the `continuous` engine', POSITIVE)
+  collect: str = field(
+      'rounds', '`rounds` (generator calls of R prompts) or `streaming` (the '
+      '`continuous` engine draws prompts as slots free up and stops at B '
+      'informative groups; see [the sampler](sampler.md#streaming))',
+      rollout.RULES['collect'])
+  verify_overlap: int = field(
+      2, '`streaming`: decode chunks a verification overlaps (0: none)',
+      rollout.RULES['verify_overlap'])
   easy_threshold: float = field(
       1.0, 'a group is too easy when every reward is >= this')
   hard_threshold: float = field(
@@ -147,6 +155,8 @@ class RolloutSection(Section, name='rollout'):
     yield 'easy_threshold', (
         0.0 <= self.hard_threshold < self.easy_threshold <= 1.0), (
             'needs 0 <= rollout.hard_threshold < easy_threshold <= 1')
+    yield 'collect', self.collect == 'rounds' or self.engine == 'continuous', (
+        "'streaming' needs rollout.engine='continuous'")
 
 
 class SamplerSection(Section, name='sampler'):
