@@ -14,6 +14,7 @@ import json
 import os
 import time
 from typing import Any
+import warnings
 
 from etils import epath
 import jax
@@ -24,6 +25,14 @@ import orbax.checkpoint as ocp
 from jaxgrpo import errors
 from jaxgrpo.model.config import ModelConfig
 from jaxgrpo.typing import PyTree
+
+# A read of a damaged checkpoint that orbax abandons midway can leave its
+# per-array read coroutines unawaited; Python then warns on stderr when they
+# are collected. The damage is reported (and the folder set aside) by
+# `Checkpointer`; the warning is only noise.
+warnings.filterwarnings(
+    'ignore', message="coroutine '_read_array_index_and_device_put' was never "
+    'awaited', category=RuntimeWarning)
 
 
 def absolute(path: str) -> str:
