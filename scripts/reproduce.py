@@ -36,6 +36,7 @@ Experiments:
   warm         the regime with a longer warm start (sampled pass rate 0.9
                on 512 training prompts), so seeds start closer together and
                higher on held-out problems.
+  broad        warm on 10,000 training problems instead of 3,000.
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
@@ -144,6 +145,14 @@ def experiments() -> dict[str, Experiment]:
       regime, name='warm',
       settings={**regime.settings, 'warmstart.target_pass_rate': 0.9,
                 'warmstart.check_examples': 512})
+  # The warm regime on a training set of 10,000 problems: the model sees
+  # more of the rule's instances, so held-out accuracy should no longer
+  # stall below 0.8 on the seeds that generalise least from 3,000.
+  broad = dataclasses.replace(
+      warm, name='broad',
+      datasets=[common.arithmetic_dataset(
+          'arithmetic', min_digits=1, max_digits=3, carries='none',
+          num_train=10000, num_eval=1024)])
   # The first regime tried: 1-2 digit sums without carries, 2,000 of the
   # 3,025 such problems for training. The model memorises its training
   # problems faster than it generalises, held-out accuracy stalls below 0.8
@@ -213,8 +222,8 @@ def experiments() -> dict[str, Experiment]:
       variants={k: POLICIES[k] for k in
                 ('none', 'filter', 'snooze2', 'snooze3', 'snooze5',
                  'snooze_prob5')})
-  return {e.name: e for e in (regime, long, warm, memorise, short_batch, drift,
-                                mixed, conflict)}
+  return {e.name: e for e in (regime, long, warm, broad, memorise,
+                                short_batch, drift, mixed, conflict)}
 
 
 def smoke(experiment: Experiment) -> Experiment:
