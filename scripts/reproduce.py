@@ -36,7 +36,7 @@ Experiments:
   warm         the regime with a longer warm start (sampled pass rate 0.9
                on 512 training prompts), so seeds start closer together and
                higher on held-out problems.
-  broad        warm on 10,000 training problems instead of 3,000.
+  broad        warm on 10,000 training problems instead of 3,000, 250 steps.
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
@@ -147,9 +147,10 @@ def experiments() -> dict[str, Experiment]:
                 'warmstart.check_examples': 512})
   # The warm regime on a training set of 10,000 problems: the model sees
   # more of the rule's instances, so held-out accuracy should no longer
-  # stall below 0.8 on the seeds that generalise least from 3,000.
+  # stall below 0.8 on the seeds that generalise least from 3,000. 250
+  # steps, so that the larger set is still passed over at least 5 times.
   broad = dataclasses.replace(
-      warm, name='broad',
+      warm, name='broad', steps=250,
       datasets=[common.arithmetic_dataset(
           'arithmetic', min_digits=1, max_digits=3, carries='none',
           num_train=10000, num_eval=1024)])
