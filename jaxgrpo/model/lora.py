@@ -9,8 +9,11 @@ adapter is trained, and the decoder without the adapter (the base graphdef
 on the same base params) is the reference policy.
 
 qwix finds the weight of a matmul by following the traced operand back to
-the module's param (through its reshape and cast in `layers.contract`), so
-the adapters are created under a trace (`jax.jit`), never eagerly.
+the module's param (through its reshape and cast in `layers.contract`);
+eagerly it can match a weight only by shape, which misses the reshaped
+attention weights. So the adapters are created under a trace, and the
+adapted decoder refuses to run outside one (`jax.jit`, as every caller in
+jaxgrpo runs it).
 """
 
 import functools
@@ -85,8 +88,26 @@ def _adapt(graphdef: nnx.GraphDef, params: nnx.State, rng: jax.Array, *,
       model, provider(lora), x_BTD, jnp.zeros((1, 1), jnp.int32),
       jnp.ones((1, 1, 1), jnp.bool_), methods=('backbone',),
       rngs=nnx.Rngs(params=rng))
+  adapted.__class__ = _traced_only(type(adapted))
   graphdef, adapter, _ = nnx.split(adapted, nnx.LoRAParam, ...)
   return graphdef, adapter
+
+
+def _traced_only(cls: type) -> type:
+  """`cls` whose backbone refuses to run outside a trace.
+
+  Outside one, qwix cannot follow a reshaped weight back to its param, and
+  the attention projections would run without their adapters.
+  """
+
+  def backbone(self, x_BTD, *args, **kwargs):
+    if not isinstance(x_BTD, jax.core.Tracer):
+      raise RuntimeError(
+          'a LoRA-adapted decoder runs under jax.jit (as every jaxgrpo '
+          'path does); merge the adapter (lora.merge) to run it eagerly')
+    return cls.backbone(self, x_BTD, *args, **kwargs)
+
+  return type(cls.__name__, (cls,), {'backbone': backbone})
 
 
 def attach(
@@ -97,7 +118,8 @@ def attach(
 
   Args:
     graphdef: the base decoder's graph definition.
-    params: its params (real or abstract); they are not copied.
+    params: its params, not copied; abstract ones (ShapeDtypeStructs) give
+      an abstract adapter, e.g. to size a train step.
     lora: rank, alpha and the projections to adapt.
     rng: key of the adapters' A init (B starts at zero, so the adapted
       decoder starts as the base).
@@ -110,8 +132,10 @@ def attach(
     ConfigError: `lora.modules` matches no projection.
   """
   fn = functools.partial(_adapt, graphdef, lora=lora)
-  adapted_graphdef, _ = nnx.eval_shape(lambda: fn(params, rng))
-  adapter = jax.jit(lambda p, r: fn(p, r)[1])(params, rng)
+  adapted_graphdef, adapter = nnx.eval_shape(fn, params, rng)
+  if not any(isinstance(x, jax.ShapeDtypeStruct)
+             for x in jax.tree.leaves(params)):
+    adapter = jax.jit(lambda p, r: fn(p, r)[1])(params, rng)
   if not jax.tree.leaves(adapter):
     raise ConfigError(
         f'model.lora.modules={lora.modules!r}: matches no projection (paths '

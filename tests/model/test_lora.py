@@ -119,6 +119,12 @@ class AttachTest(absltest.TestCase):
     merged = lora.merge(self.params, adapter, alpha=self.section.alpha)
     np.testing.assert_allclose(base(merged), adapted, atol=2e-5)
 
+  def test_runs_only_under_a_trace(self):
+    # Eagerly qwix could not tie the reshaped q/k/v/o weights to their
+    # adapters; the adapted decoder says so instead of leaving them out.
+    with self.assertRaisesRegex(RuntimeError, 'runs under jax.jit'):
+      nnx.merge(self.lora_graphdef, self.params, self.adapter)(*_inputs())
+
   def test_modules_pick_projections(self):
     section = lora.LoraSection(rank=2, modules=r'blocks/1/attn/(q|v)')
     _, adapter = lora.attach(self.graphdef, self.params, section,
