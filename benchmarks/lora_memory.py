@@ -21,10 +21,15 @@ this machine has available (else that row says so).
 
   python benchmarks/lora_memory.py --json benchmarks/results/lora_memory.json
   python benchmarks/lora_memory.py --presets smollm2_135m --rank 8 --steps 2
+  python benchmarks/lora_memory.py --presets smollm2_135m --no-memory --steps 3
+
+Memory alone (`--steps 0`) may run with XLA's fast-compile flags
+(`XLA_FLAGS='--xla_backend_optimization_level=0
+--xla_llvm_disable_expensive_passes=true'`): they change the machine code,
+not the buffers XLA assigns.
 """
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -124,8 +129,7 @@ def _available_mib() -> float:
 
 def time_steps(cfg, args, modes: list[str]) -> dict:
   """Median and best step seconds per mode, modes alternated."""
-  params = jax.jit(functools.partial(decoder.init_params, cfg),
-                   static_argnums=())(jax.random.key(0))[1]
+  params = decoder.init_params(cfg, jax.random.key(0))[1]
   batch = _batch(args, cfg.vocab_size)
   runs = {}
   for mode in modes:
@@ -152,6 +156,29 @@ def time_steps(cfg, args, modes: list[str]) -> dict:
           for mode, (_, _, times) in runs.items()}
 
 
+def _report_memory(cfg, args, result: dict) -> None:
+  """Compiles the four variants; prints and records their memory."""
+  print(f'  {"mode":<5} {"beta":>5} {"trained":>9} {"opt state":>10} '
+        f'{"base":>9} {"ref copy":>9} {"arguments":>10} {"temp":>9} '
+        f'{"total":>9}  (MiB per device)')
+  for mode in ('full', 'lora'):
+    for beta in (0.0, _BETA):
+      m = measure_memory(cfg, args, mode, beta)
+      result['memory'].append(m)
+      print(f'  {mode:<5} {beta:>5} {m["trained_params_mib"]:>9.1f} '
+            f'{m["opt_state_mib"]:>10.1f} {m["base_mib"]:>9.1f} '
+            f'{m["reference_copy_mib"]:>9.1f} {m["argument_mib"]:>10.1f} '
+            f'{m["temp_mib"]:>9.1f} {m["total_mib"]:>9.1f}')
+  full, lora_m = result['memory'][1], result['memory'][3]
+  result['opt_state_ratio'] = full['opt_state_mib'] / lora_m['opt_state_mib']
+  result['total_ratio'] = full['total_mib'] / lora_m['total_mib']
+  result['lora_reference_adds_mib'] = (
+      result['memory'][3]['argument_mib'] - result['memory'][2]['argument_mib'])
+  print(f'  optimizer state {result["opt_state_ratio"]:.0f}x smaller, step '
+        f'memory {result["total_ratio"]:.2f}x smaller; the KL reference adds '
+        f'{result["lora_reference_adds_mib"]:.1f} MiB of arguments under LoRA')
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--presets', nargs='*',
@@ -165,6 +192,8 @@ def main(argv=None) -> int:
   parser.add_argument('--new_tokens', type=int, default=32)
   parser.add_argument('--steps', type=int, default=3,
                       help='timed steps per mode (0: memory only)')
+  parser.add_argument('--memory', action=argparse.BooleanOptionalAction,
+                      default=True, help='compile and report memory')
   parser.add_argument('--json', help='also write the results here')
   args = parser.parse_args(argv)
   out = {'args': vars(args), 'backend': jax.default_backend(),
@@ -175,28 +204,12 @@ def main(argv=None) -> int:
     print(f'{name} ({result["params_m"]:.1f}M params, {args.dtype}), '
           f'B={args.batch_size} G={args.group_size} P={args.prompt_len} '
           f'T={args.new_tokens}, LoRA rank {args.rank} on every projection')
-    print(f'  {"mode":<5} {"beta":>5} {"trained":>9} {"opt state":>10} '
-          f'{"base":>9} {"ref copy":>9} {"arguments":>10} {"temp":>9} '
-          f'{"total":>9}  (MiB per device)')
-    for mode in ('full', 'lora'):
-      for beta in (0.0, _BETA):
-        m = measure_memory(cfg, args, mode, beta)
-        result['memory'].append(m)
-        print(f'  {mode:<5} {beta:>5} {m["trained_params_mib"]:>9.1f} '
-              f'{m["opt_state_mib"]:>10.1f} {m["base_mib"]:>9.1f} '
-              f'{m["reference_copy_mib"]:>9.1f} {m["argument_mib"]:>10.1f} '
-              f'{m["temp_mib"]:>9.1f} {m["total_mib"]:>9.1f}')
-    full, lora_m = result['memory'][1], result['memory'][3]
-    result['opt_state_ratio'] = full['opt_state_mib'] / lora_m['opt_state_mib']
-    result['total_ratio'] = full['total_mib'] / lora_m['total_mib']
-    result['lora_reference_adds_mib'] = (
-        result['memory'][3]['argument_mib']
-        - result['memory'][2]['argument_mib'])
-    print(f'  optimizer state {result["opt_state_ratio"]:.0f}x smaller, step '
-          f'memory {result["total_ratio"]:.2f}x smaller; the KL reference '
-          f'adds {result["lora_reference_adds_mib"]:.1f} MiB of arguments '
-          'under LoRA')
-    need, have = full['total_mib'] * 1.3, _available_mib()
+    if args.memory:
+      _report_memory(cfg, args, result)
+      need = result['memory'][1]['total_mib'] * 1.3
+    else:
+      need = 0.0
+    have = _available_mib()
     if args.steps and need < have:
       result['time'] = time_steps(cfg, args, ['full', 'lora'])
       t = result['time']

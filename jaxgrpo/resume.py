@@ -108,8 +108,8 @@ def _flat(config: Mapping[str, Any],
         where = names.index(name) if name in names else repr(name)
         for sub, v in entry.items():
           yield f'data.datasets[{where}].{sub}', v
-    elif isinstance(value, Mapping):  # a section, its own nested too
-      for sub, v in _flat(value, names):
+    elif isinstance(value, Mapping):
+      for sub, v in value.items():
         yield f'{key}.{sub}', v
     else:
       yield key, value

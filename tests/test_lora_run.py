@@ -15,10 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
+from jaxgrpo import config_lib
 from jaxgrpo import model_spec
 from jaxgrpo import train
 from jaxgrpo.cli import export
 from jaxgrpo.configs import smollm2_arith
+from jaxgrpo.model import decoder
 from jaxgrpo.reporting import metrics as metrics_lib
 
 _HAS_SMOLLM2 = all(importlib.util.find_spec(m) for m in (
@@ -129,6 +131,15 @@ class LoraRunTest(absltest.TestCase):
         os.path.join(resumed, 'checkpoints'), 2)
     for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
       np.testing.assert_array_equal(a, b)
+
+  def test_eval_loads_the_run_with_its_adapter_merged(self):
+    loaded = model_spec.load(f'{self.workdir}@2',
+                             config_lib.from_config_dict(_config()))
+    t = len(_TOKENS)
+    logits, _ = decoder.forward(
+        loaded.graphdef, loaded.params, jnp.asarray([_TOKENS]),
+        jnp.arange(t)[None], jnp.tril(jnp.ones((t, t), bool))[None])
+    np.testing.assert_allclose(logits[0], self.logits, atol=2e-3)
 
   @absltest.skipUnless(_HAS_TORCH, 'needs torch, transformers, safetensors')
   def test_merged_export_reads_back_in_transformers(self):
