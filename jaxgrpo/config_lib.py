@@ -43,7 +43,8 @@ from jaxgrpo.rl import rollout
 class ModelSection(Section, name='model'):
   preset: str = field(
       'demo', '`tiny`, `demo`, `small_10m`, or a real size (`smollm2_135m`, '
-      '`qwen2.5_0.5b`, `qwen3_0.6b`, `llama3.2_1b`, `llama3_8b`)',
+      '`qwen2.5_0.5b`, `qwen3_0.6b`, `llama3.2_1b`, `llama3_8b`, '
+      '`gemma2_2b`, `gemma3_1b`)',
       one_of(model_config.PRESET_NAMES))
   path: str | None = field(
       None, 'a pretrained model: a Hugging Face directory (`config.json` + '
@@ -139,6 +140,14 @@ class RolloutSection(Section, name='rollout'):
       'its row stops; keys per sample and example id)', one_of(
           continuous.ENGINES))
   slots: int = field(64, 'decode slots of the `continuous` engine', POSITIVE)
+  collect: str = field(
+      'rounds', '`rounds` (generator calls of R prompts) or `streaming` (the '
+      '`continuous` engine draws prompts as slots free up and stops at B '
+      'informative groups; see [the sampler](sampler.md#streaming))',
+      rollout.RULES['collect'])
+  verify_overlap: int = field(
+      2, '`streaming`: decode chunks a verification overlaps (0: none)',
+      rollout.RULES['verify_overlap'])
   easy_threshold: float = field(
       1.0, 'a group is too easy when every reward is >= this')
   hard_threshold: float = field(
@@ -148,6 +157,8 @@ class RolloutSection(Section, name='rollout'):
     yield 'easy_threshold', (
         0.0 <= self.hard_threshold < self.easy_threshold <= 1.0), (
             'needs 0 <= rollout.hard_threshold < easy_threshold <= 1')
+    yield 'collect', self.collect == 'rounds' or self.engine == 'continuous', (
+        "'streaming' needs rollout.engine='continuous'")
 
 
 class SamplerSection(Section, name='sampler'):

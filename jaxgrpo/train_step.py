@@ -179,10 +179,9 @@ def train_step(
   old policy of the clipped ratio.
 
   An update whose loss or gradients are not finite is skipped: params and
-  optimizer state stay as they were (`optax.apply_if_finite`, which
-  `optimizer.make_optimizer` wraps around AdamW), and `train/nonfinite`
-  counts it, so a bad batch cannot poison the state (the loop decides when
-  to give up).
+  optimizer state stay as they were (a select, not a `lax.cond`: see
+  `jaxgrpo.optimizer`), and `train/nonfinite` counts it, so a bad batch
+  cannot poison the state (the loop decides when to give up).
 
   Under a LoRA adapter (`state.base` set) only the adapter `state.params` is
   trained; the KL reference is the base decoder on `state.base`.
@@ -194,8 +193,7 @@ def train_step(
     rng: key for the minibatch shuffles.
     graphdef: the policy's graph definition (with its adapters, if any).
     optimizer: the optax transformation that `state.opt_state` belongs to,
-      made by `optimizer.make_optimizer` (its state says whether an update
-      was applied).
+      made by `optimizer.make_optimizer`.
     loss_cfg: the objective's settings.
     num_iterations: passes over the batch.
     num_minibatches: updates per pass; must divide B.
@@ -248,16 +246,16 @@ def train_step(
     mb_batch, mb_ref_logps = _take_groups(batch, ref_logps_RT, groups_M)
     (loss, aux), grads = grad_fn(params, mb_batch, mb_ref_logps, state.base)
     grad_norm = optax.tree.norm(grads)
-    # A non-finite loss poisons the gradients too; the optimizer
-    # (optax.apply_if_finite) then leaves params and its state as they were.
-    grads = jax.tree.map(
-        lambda g: jnp.where(jnp.isfinite(loss), g, jnp.nan), grads)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    keep = lambda new, old: jnp.where(finite, new, old)
+    params = jax.tree.map(keep, new_params, params)
+    opt_state = jax.tree.map(keep, new_opt_state, opt_state)
     metrics = {
         'train/loss': loss,
         'train/grad_norm': grad_norm,
-        'train/nonfinite': 1.0 - opt_state.last_finite.astype(jnp.float32),
+        'train/nonfinite': 1.0 - finite.astype(jnp.float32),
         **{f'train/{name}': value for name, value in aux.items()},
     }
     return (params, opt_state), metrics

@@ -186,6 +186,15 @@ def experiments() -> dict[str, Experiment]:
           'post_filter': {'sampler.policy': 'none',
                           'data.balance': 'post_filter'},
       })
+  # Examples of mixed difficulty, as in GSM8K: the drift experiment's easy
+  # and hard datasets under the sampler's policies (pre_filter). The easy
+  # one yields too-easy groups from the first steps while the hard one is
+  # still being learned, so, unlike in the regime, the waste comes before
+  # the target rather than after it.
+  mixed = dataclasses.replace(
+      drift, name='mixed',
+      variants={k: POLICIES[k] for k in
+                ('none', 'snooze2', 'snooze3', 'weighted')})
   # Answerable subtractions without borrows ('57-23=') against ones whose
   # result would be negative ('23-57=', answer 'none'); warm-started as in
   # the regime, so the model learns both sides within the run.
@@ -205,7 +214,7 @@ def experiments() -> dict[str, Experiment]:
                 ('none', 'filter', 'snooze2', 'snooze3', 'snooze5',
                  'snooze_prob5')})
   return {e.name: e for e in (regime, long, warm, memorise, short_batch, drift,
-                                conflict)}
+                                mixed, conflict)}
 
 
 def smoke(experiment: Experiment) -> Experiment:

@@ -32,6 +32,8 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447,
         7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131,
         20: 2.086, 30: 2.042}
 TARGET = 0.95
+# Every fraction of `none`'s final accuracy the sensitivity table shows.
+TARGET_FRACTIONS = (0.90, 0.95, 0.97, 0.99, 1.00)
 LAST_EVALS = 3
 B_MARK = re.compile(r'(<!-- results:([a-z_0-9]+) -->\n)(.*?)(<!-- /results:\2 -->)',
                     re.S)
@@ -167,7 +169,7 @@ def regime_checks(runs) -> str:
     late = r.steps[3 * n // 4:]
     easy = sum(x.get('rollout/groups_easy', 0) for x in late)
     hard = sum(x.get('rollout/groups_hard', 0) for x in late)
-    ntrain = r.header['datasets'][0]['num_train']
+    ntrain = sum(d['num_train'] for d in r.header['datasets'])
     epochs = r.total('rollout/prompts_generated') / ntrain
     rows.append((seed, _fmt(r.evals[0][1]), _fmt(r.final()),
                  _fmt(easy / max(easy + hard, 1), 2), f'{epochs:.1f}'))
@@ -208,6 +210,16 @@ def regime_checks(runs) -> str:
   return text
 
 
+def _saving(base_cost: float, cost: float | None) -> float:
+  """none's cost / the policy's; 0 when the policy never reached the
+  target, 1 when both reached it at step 0 (no cost on either side)."""
+  if cost is None:
+    return 0.0
+  if base_cost == cost:
+    return 1.0
+  return base_cost / max(cost, 1e-9)
+
+
 def policy_stats(runs) -> dict[str, dict]:
   """Per policy, paired with `none` seed by seed: savings to the target
   (ratios of prompts, tokens, generator seconds; 0 where the policy never
@@ -226,8 +238,7 @@ def policy_stats(runs) -> dict[str, dict]:
       st['targets'][s], st['costs'][s] = target, cost
       if base_cost is not None:
         for k in range(3):
-          st['ratios'][k].append(
-              0.0 if cost is None else base_cost[k] / max(cost[k], 1e-9))
+          st['ratios'][k].append(_saving(base_cost[k], cost and cost[k]))
       st['finals'].append(seeds[s].final())
       st['diffs'].append(seeds[s].final() - base[s].final())
       # At matched generation: the run's last evaluation against `none`'s
@@ -281,6 +292,45 @@ def savings(runs, stats) -> tuple[str, str]:
   return _table(head, summary), _table(per_head, per_seed)
 
 
+def prompt_savings_to(runs, fraction: float) -> dict[str, list[float]]:
+  """Per policy, the per-seed ratio none / policy of prompts generated up
+  to `fraction` x `none`'s final accuracy (0 where the policy never gets
+  there; seeds where `none` itself does not are left out)."""
+  base = runs.get('none', {})
+  out = {}
+  for variant, seeds in runs.items():
+    ratios = []
+    for s in sorted(seeds):
+      if s not in base:
+        continue
+      target = fraction * base[s].final()
+      cost, base_cost = seeds[s].cost_to(target), base[s].cost_to(target)
+      if base_cost is not None:
+        ratios.append(_saving(base_cost[0], cost and cost[0]))
+    out[variant] = ratios
+  return out
+
+
+def target_sweep(experiments: dict[str, dict]) -> str:
+  """Savings in prompts to each target fraction, every experiment and
+  policy: the table that shows whether the chosen 0.95 decides the
+  result."""
+  rows = []
+  for name, runs in experiments.items():
+    if 'none' not in runs:
+      continue
+    by_fraction = [prompt_savings_to(runs, f) for f in TARGET_FRACTIONS]
+    for variant in runs:
+      if variant == 'none':
+        continue
+      rows.append((f'`{name}`', f'`{variant}`', *(
+          f'{_ratio(d[variant])} ({len(d[variant])})'
+          for d in by_fraction)))
+  head = ('experiment', 'policy', *(f'{f:.2f} x final'
+                                    for f in TARGET_FRACTIONS))
+  return _table(head, rows)
+
+
 def short_batch_table(runs) -> str:
   if not runs:
     return '_No runs yet._\n'
@@ -327,6 +377,26 @@ def drift_table(runs) -> str:
     rows.append((f'`{variant}`', 'prompts generated', _ci(prompts, 0),
                  ' / '.join(f'{x:,.0f}' for x in prompts)))
   return _table(('balance', 'what', 'mean [95% CI]', 'per seed'), rows)
+
+
+def mixed_table(runs) -> str:
+  """Per policy: each dataset's final accuracy and its share of the prompts
+  generated, mean over seeds with the interval."""
+  if not runs:
+    return '_No runs yet._\n'
+  rows = []
+  for variant, seeds in runs.items():
+    row = [f'`{variant}`', str(len(seeds))]
+    for name in ('easy', 'hard'):
+      row.append(_ci([r.final(f'eval/accuracy/{name}')
+                      for r in seeds.values()]))
+    row.append(_ci([r.total('rollout/prompts_generated/easy')
+                    / max(r.total('rollout/prompts_generated'), 1)
+                    for r in seeds.values()], 2))
+    rows.append(row)
+  return _table(('policy', 'seeds', 'final accuracy, easy',
+                 'final accuracy, hard', 'easy share of prompts generated'),
+                rows)
 
 
 def conflict_table(runs) -> str:
@@ -451,6 +521,13 @@ def render_blocks(data: str) -> dict[str, str]:
   memorise = load(data, 'memorise')
   blocks['memorise_checks'] = regime_checks(memorise)
   blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
+  mixed = load(data, 'mixed')
+  blocks['mixed_checks'] = regime_checks(mixed)
+  blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
+                             + mixed_table(mixed))
+  blocks['target_sweep'] = target_sweep(
+      {'regime': regime, 'long': long, 'warm': warm, 'memorise': memorise,
+       'mixed': mixed})
   blocks['simulator'] = simulator_table(data, stats)
   blocks['comparison'] = comparison(stats)
   blocks['readme_summary'] = readme_summary(stats)

@@ -141,7 +141,7 @@ def _check_layouts(out: dict, layouts: list[tuple[int, int, int]]) -> None:
       result['embedding_spec'] = str(state.params['embedding'].sharding.spec)
       up = state.params['blocks'][0]['mlp']['up']['w']
       result['mlp_up_spec'] = str(up.sharding.spec)
-      mu = state.opt_state.inner_state[1][0].mu['blocks'][0]['mlp']['up']['w']
+      mu = state.opt_state[1][0].mu['blocks'][0]['mlp']['up']['w']
       result['mlp_up_mu_spec'] = str(mu.sharding.spec)
       result['ref_up_spec'] = str(
           state.ref_params['blocks'][0]['mlp']['up']['w'].sharding.spec)

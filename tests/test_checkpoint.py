@@ -40,9 +40,9 @@ class CheckpointTest(absltest.TestCase):
     self.assertTrue(ckpt.should_save(6))
     self.assertFalse(ckpt.should_save(5))
 
-  def test_optimizer_state_without_skip_counters_restores(self):
-    # Checkpoints written before the optimizer was wrapped in
-    # optax.apply_if_finite hold AdamW's state alone.
+  def test_optimizer_state_with_skip_counters_restores(self):
+    # Some earlier versions wrapped AdamW in optax.apply_if_finite, whose
+    # state holds AdamW's inside skip counters.
     params = {'w': jnp.arange(6.0).reshape(2, 3)}
     optimizer = optimizer_lib.make_optimizer(
         learning_rate=0.1, warmup_steps=0, total_steps=10, max_grad_norm=1.0)
@@ -53,7 +53,9 @@ class CheckpointTest(absltest.TestCase):
                                           state.opt_state, params)
     state = state.replace(params=optax_apply(params, updates),
                           opt_state=opt_state)
-    old = state.replace(opt_state=state.opt_state.inner_state)
+    old = state.replace(opt_state=optax.ApplyIfFiniteState(
+        notfinite_count=jnp.int32(0), last_finite=jnp.bool_(True),
+        total_notfinite=jnp.int32(3), inner_state=state.opt_state))
     ckpt = checkpoint.Checkpointer(self.create_tempdir().full_path, every=1,
                                    max_to_keep=1)
     ckpt.save(1, old, {'x': np.zeros(1)}, {})
@@ -63,20 +65,20 @@ class CheckpointTest(absltest.TestCase):
         opt_state=optimizer.init(params))
     restored = ckpt.restore(1, target).state
     ckpt.close()
-    self.assertIsInstance(restored.opt_state, optax.ApplyIfFiniteState)
-    chex.assert_trees_all_equal(restored.opt_state.inner_state,
-                                jax.device_get(state.opt_state.inner_state))
-    self.assertEqual(int(restored.opt_state.total_notfinite), 0)
-    self.assertTrue(bool(restored.opt_state.last_finite))
-    # And a checkpoint with the counters restores them as saved.
+    self.assertEqual(jax.tree.structure(restored.opt_state),
+                     jax.tree.structure(target.opt_state))
+    chex.assert_trees_all_equal(restored.opt_state,
+                                jax.device_get(state.opt_state))
+    chex.assert_trees_all_equal(restored.params, jax.device_get(state.params))
+    # And a checkpoint of today's layout restores as saved.
     ckpt = checkpoint.Checkpointer(self.create_tempdir().full_path, every=1,
                                    max_to_keep=1)
-    ckpt.save(1, state.replace(opt_state=state.opt_state._replace(
-        total_notfinite=jnp.int32(3))), {'x': np.zeros(1)}, {})
+    ckpt.save(1, state, {'x': np.zeros(1)}, {})
     ckpt.wait()
     restored = ckpt.restore(1, target).state
     ckpt.close()
-    self.assertEqual(int(restored.opt_state.total_notfinite), 3)
+    chex.assert_trees_all_equal(restored.opt_state,
+                                jax.device_get(state.opt_state))
 
 
 def optax_apply(params, updates):

@@ -111,6 +111,26 @@ class TrainTest(absltest.TestCase):
     self.assertIn('train/loss', runs[0][1] | runs[0][2])
     self.assertEqual(runs[0], runs[1])
 
+  def test_streaming_resumes_exactly(self):
+    # Nothing is in flight between streaming steps: a run stopped after
+    # step 2 and resumed is the run that never stopped, which in turn
+    # repeats the first two steps of the stopped one.
+    streaming = {'rollout.engine': 'continuous', 'rollout.slots': 8,
+                 'rollout.group_size': 4, 'rollout.collect': 'streaming'}
+    stopped = self.create_tempdir().full_path
+    train.run(_config(**streaming), stopped, log=lambda _: None)
+    train.run(_config(total_steps=4, **streaming), stopped,
+              log=lambda _: None)
+    straight = self.create_tempdir().full_path
+    train.run(_config(total_steps=4, **streaming), straight,
+              log=lambda _: None)
+    runs = [[{k: v for k, v in r.items() if not k.startswith(
+        ('perf/', 'time/'))} for r in metrics_lib.read_metrics(w)]
+            for w in (stopped, straight)]
+    self.assertEqual([r['step'] for r in runs[0]], [0, 1, 2, 3, 4])
+    self.assertIn('rollout/slot_occupancy', runs[0][1])
+    self.assertEqual(runs[0], runs[1])
+
   def test_prompt_longer_than_context_names_the_key(self):
     c = _config()
     c.rollout.max_prompt_len = 4

@@ -129,14 +129,9 @@ class TrainStepTest(parameterized.TestCase):
     state, metrics = step_fn(self._state(), _copy(bad), jax.random.key(1))
     self.assertEqual(float(metrics['train/nonfinite']), 1.0)
     chex.assert_trees_all_equal(state.params, self.params)
-    # optax.apply_if_finite kept AdamW's state (its count included) and
-    # counted the skip; the loop's stop rule, not the optimizer, gives up.
-    start = self._state()
-    chex.assert_trees_all_equal(state.opt_state.inner_state,
-                                start.opt_state.inner_state)
-    self.assertEqual(int(state.opt_state.total_notfinite), 1)
-    self.assertEqual(state.opt_state.notfinite_count.dtype, jnp.int32)
-    self.assertGreater(optimizer_lib.NEVER_APPLY_NONFINITE, 10**9)
+    # AdamW's state is kept too, its count included: the skipped update
+    # leaves no trace but the metric.
+    chex.assert_trees_all_equal(state.opt_state, self._state().opt_state)
 
   def test_beta_needs_reference(self):
     with self.assertRaisesRegex(ValueError, 'ref_params'):

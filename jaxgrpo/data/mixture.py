@@ -145,7 +145,8 @@ class MixtureSampler:
     ]
     self.step = 0
     self._round = 0
-    self._last: list[tuple[int, int]] = []
+    # Drawn and not yet observed, in draw order: (dataset, index, example).
+    self._pending: list[tuple[int, int, Example]] = []
     self._exhausted = np.zeros(len(names), bool)
     self._step_counts: dict[str, np.ndarray] = {}
     self.start_step(0)
@@ -175,6 +176,7 @@ class MixtureSampler:
     # A dataset whose strata all weigh 0 now has nothing to offer.
     self._exhausted[:] = self._closed
     self._stratum_used = {}
+    self._pending = []  # a streaming step's discarded groups teach nothing
     k = len(self.names)
     self._step_counts = {
         key: np.zeros(k, np.int64)
@@ -256,10 +258,11 @@ class MixtureSampler:
       weights = np.where(self._exhausted, 0.0, self.weights)
       counts = largest_remainder(weights, shortfall)
     self._round += 1
-    self._last = picked
-    for d, _ in picked:
+    examples = [self._example(d, i) for d, i in picked]
+    for (d, i), ex in zip(picked, examples):
       self._step_counts['drawn'][d] += 1
-    return [self._example(d, i) for d, i in picked]
+      self._pending.append((d, i, ex))
+    return examples
 
   def _example(self, d: int, i: int) -> Example:
     ex = self.sources[d][i]
@@ -271,12 +274,14 @@ class MixtureSampler:
         ex, meta={**ex.meta, 'stratum': st.names[st.index[i]]})
 
   def observe(self, examples: Sequence[Example], rewards_RG: np.ndarray) -> None:
-    """Feeds a round's rewards [R, G] back to each dataset's table."""
-    if len(examples) != len(self._last):
-      raise ValueError(
-          f'observe got {len(examples)} examples for a round of {len(self._last)}')
+    """Feeds rewards [R, G] of drawn examples back to their tables.
+
+    The examples are any of those drawn and not yet observed: a whole
+    round, or the groups a streaming step scored since it last observed.
+    """
     rewards_RG = np.asarray(rewards_RG, np.float32)
-    picked = np.asarray(self._last, np.int64).reshape(-1, 2)
+    picked = np.asarray([self._take_pending(ex) for ex in examples],
+                        np.int64).reshape(-1, 2)
     for d, table in enumerate(self.tables):
       rows = np.flatnonzero(picked[:, 0] == d)
       if rows.size:
@@ -286,6 +291,16 @@ class MixtureSampler:
         hard = (rewards_RG[rows] <= pol.hard_threshold).all(axis=1) & ~easy
         self._step_counts['easy'][d] += int(easy.sum())
         self._step_counts['hard'][d] += int(hard.sum())
+
+  def _take_pending(self, example: Example) -> tuple[int, int]:
+    """(dataset, index) of the earliest unobserved draw of `example`."""
+    d = self.names.index(example.dataset)
+    for k, (pd, i, drawn) in enumerate(self._pending):
+      if pd == d and (drawn is example or drawn == example):
+        del self._pending[k]
+        return d, i
+    raise ValueError(f'observe got {example!r}, which is not drawn or was '
+                     'observed already')
 
   def dataset_index(self, name: str) -> int:
     return self.names.index(name)

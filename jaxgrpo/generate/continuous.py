@@ -166,21 +166,21 @@ class ContinuousGenerator:
       what the engine did).
     """
     gen = self.generator
-    tokens_BP = np.asarray(_host(prompt_tokens_BP), np.int32)
-    mask_BP = np.asarray(_host(prompt_mask_BP), bool)
+    tokens_BP = np.asarray(host(prompt_tokens_BP), np.int32)
+    mask_BP = np.asarray(host(prompt_mask_BP), bool)
     b, p = tokens_BP.shape
     g, t = gen.num_samples, gen.max_new_tokens
     r = b * g
     if stop_at is not None and not gen.stop_tokens:
       raise ValueError('ContinuousGenerator: stop_at needs stop_tokens')
     stop_R = (np.zeros(r, np.int32) if stop_at is None
-              else np.asarray(_host(stop_at), np.int32).reshape(r))
+              else np.asarray(host(stop_at), np.int32).reshape(r))
     if prompt_keys is None:
       prompt_keys = keys_lib.row_prompt_keys(rng, b)
     keys_R = keys_lib.sample_keys(prompt_keys, g)
     if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
       keys_R = jax.random.key_data(keys_R)
-    keys_R = np.asarray(_host(keys_R), np.uint32)
+    keys_R = np.asarray(host(keys_R), np.uint32)
 
     multiple = sharding.batch_multiple()
     n_slots = -(-self.slots // multiple) * multiple
@@ -222,15 +222,15 @@ class ContinuousGenerator:
         left_B[prompt] -= 1
         if not left_B[prompt]:
           free_entries.append(entry_of.pop(prompt))
-      admission = _replicated(slots_lib.Admission(
+      admission = replicated(slots_lib.Admission(
           source=source, row=row_S, keys=keys_S, stop_at=stop_S))
       slots, chunk_steps, chunk_busy = slots_lib.chunk(
           gen, self.chunk, mesh, params, slots, stash, admission)
       out = slots_lib.flush(mesh, out, slots)
-      active = _host(slots.active)
+      active = host(slots.active)
       chunks += 1
-      steps += int(_host(chunk_steps))
-      busy += int(_host(chunk_busy))
+      steps += int(host(chunk_steps))
+      busy += int(host(chunk_busy))
       free = [s for s in range(n_slots) if not active[s]]
       if next_row == r and not active.any():
         break
@@ -252,12 +252,12 @@ class ContinuousGenerator:
         [mask_BP[group, -w:], np.arange(w)[None].repeat(pad, 0) == w - 1])
     dest_A = np.array([entry_of[i] for i in group] + [n_stash] * pad,
                       np.int32)
-    inputs = _replicated((tokens_AW, mask_AW, dest_A))
+    inputs = replicated((tokens_AW, mask_AW, dest_A))
     return slots_lib.prefill(self.generator, sharding.current(), params,
                              stash, *inputs)
 
 
-def _host(x) -> np.ndarray:
+def host(x) -> np.ndarray:
   """`x` as a host array on every process."""
   if isinstance(x, jax.Array) and not x.is_fully_addressable:
     if x.sharding.is_fully_replicated:
@@ -266,7 +266,7 @@ def _host(x) -> np.ndarray:
   return np.asarray(x)
 
 
-def _replicated(tree):
+def replicated(tree):
   """Host arrays placed replicated on the active mesh (as they are without)."""
   return sharding.shard(
       tree, jax.tree.map(lambda _: sharding.replicated(), tree)

@@ -308,6 +308,35 @@ def _llama3_8b() -> ModelConfig:
   )
 
 
+def _gemma(**fields) -> ModelConfig:
+  """Gemma 2/3's shared layout: (1 + w) RMSNorms before and after attention
+  and the feed-forward, GeGLU, scaled and tied embeddings."""
+  return ModelConfig(
+      norm_eps=1e-6, norm_plus_one=True, sandwich_norms=True,
+      mlp_activation='gelu_tanh', scale_embeddings=True, tie_embeddings=True,
+      **fields)
+
+
+def _gemma2_2b() -> ModelConfig:
+  # Local (4,096-key window) and global layers alternate, local first.
+  return _gemma(
+      vocab_size=256_000, num_layers=26, embed_dim=2304, num_heads=8,
+      num_kv_heads=4, head_dim=256, mlp_dim=9216, rope_theta=10_000.0,
+      sliding_window=4096, sliding_layers=tuple(range(0, 26, 2)),
+      attn_logit_softcap=50.0, final_logit_softcap=30.0,
+      query_pre_attn_scalar=256)
+
+
+def _gemma3_1b() -> ModelConfig:
+  # Five local layers (512-key window, RoPE base 10k) to each global one.
+  return _gemma(
+      vocab_size=262_144, num_layers=26, embed_dim=1152, num_heads=4,
+      num_kv_heads=1, head_dim=256, mlp_dim=6912, rope_theta=1_000_000.0,
+      rope_local_theta=10_000.0, sliding_window=512,
+      sliding_layers=tuple(i for i in range(26) if (i + 1) % 6),
+      qk_norm=True, query_pre_attn_scalar=256)
+
+
 _PRESETS: dict[str, Callable[[], ModelConfig]] = {
     'tiny': ModelConfig.tiny,
     'demo': _demo,
@@ -317,6 +346,8 @@ _PRESETS: dict[str, Callable[[], ModelConfig]] = {
     'qwen3_0.6b': _qwen3_06b,
     'llama3.2_1b': _llama32_1b,
     'llama3_8b': _llama3_8b,
+    'gemma2_2b': _gemma2_2b,
+    'gemma3_1b': _gemma3_1b,
 }
 
 PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)

@@ -38,6 +38,12 @@ class StepStats:
     groups_used: [D] groups in the step's batch per dataset.
     truncated: [D] prompts cut to fit per dataset.
     tokens_generated: completion tokens generated.
+    tokens_used: completion tokens of the groups in the batch.
+    tokens_wasted: tokens of groups still decoding when a streaming step
+      ended, discarded.
+    groups_discarded: those groups (their prompts drawn, never scored).
+    slot_steps: decode slot-steps of a streaming step (steps x slots).
+    busy_slot_steps: those that produced a token.
     groups_easy: groups dropped as too easy.
     groups_hard: groups dropped as too hard.
     carried_in: groups carried in from the last step.
@@ -60,6 +66,11 @@ class StepStats:
   groups_used: np.ndarray
   truncated: np.ndarray
   tokens_generated: float = 0.0
+  tokens_used: float = 0.0
+  tokens_wasted: float = 0.0
+  groups_discarded: int = 0
+  slot_steps: int = 0
+  busy_slot_steps: int = 0
   groups_easy: float = 0.0
   groups_hard: float = 0.0
   carried_in: int = 0
@@ -91,6 +102,9 @@ class StepStats:
     metrics = {
         'rollout/prompts_generated': float(generated),
         'rollout/tokens_generated': self.tokens_generated,
+        'rollout/tokens_used': self.tokens_used,
+        'rollout/tokens_wasted': self.tokens_wasted,
+        'rollout/groups_discarded': float(self.groups_discarded),
         'rollout/groups_used': float(used),
         'rollout/groups_easy': self.groups_easy,
         'rollout/groups_hard': self.groups_hard,
@@ -112,6 +126,9 @@ class StepStats:
         'perf/gen_tokens_per_s': (
             self.tokens_generated / self.gen_s if self.gen_s else 0.0),
     }
+    if self.slot_steps:
+      metrics['rollout/slot_occupancy'] = (
+          self.busy_slot_steps / self.slot_steps)
     by_dataset = [self.reward_sums[name] for name in self.names
                   if name in self.reward_sums]
     n_all = sum(c for _, c in by_dataset)
@@ -167,9 +184,16 @@ class Accumulator:
   def add(self, rnd: rounds_lib.Round, size: int,
           classified: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
     """Takes a round of `size` prompts and its `rounds.classify` masks."""
+    self.stats.rounds += 1
+    self.stats.prompts_asked += float(size)
+    self.add_groups(rnd, classified)
+
+  def add_groups(
+      self, rnd: rounds_lib.Round,
+      classified: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """Takes scored groups (a round's, or a streaming step's) and masks."""
     informative, easy, hard = classified
     s = self.stats
-    s.rounds += 1
     new = [rnd.groups[r] for r in np.flatnonzero(informative)]
     self.groups.extend(new)
     for g in new:
@@ -181,7 +205,6 @@ class Accumulator:
     s.verify_errors += rnd.verify_errors
     s.verify_timeouts += rnd.verify_timeouts
     s.verify_s += rnd.verify_s
-    s.prompts_asked += float(size)
     for g, row in zip(rnd.groups, rnd.rewards):
       ex = g.example
       s.prompts_generated[self._index[ex.dataset]] += 1
@@ -215,6 +238,7 @@ class Accumulator:
     s.surplus = len(surplus)
     for g in groups:
       s.groups_used[self._index[g.example.dataset]] += 1
+      s.tokens_used += float(getattr(g, 'tokens', 0))
     self.cum_prompts_generated += int(s.prompts_generated.sum())
     self.cum_groups_used += len(groups)
     s.cum_prompts_generated = self.cum_prompts_generated

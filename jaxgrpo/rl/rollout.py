@@ -10,7 +10,9 @@ reached. A step left short by default takes no update and holds its groups
 for the next step (`short_batch`), so every update sees B groups; the
 metrics say so. Surplus groups from the last round are dropped or carried
 to the next step. The groups in hand and carried, and what a step did, are
-kept by an `accumulate.Accumulator`.
+kept by an `accumulate.Accumulator`. With `collect='streaming'` the
+rounds give way to one stream through the continuous engine's slots
+(`rl.streaming`), ending at the same condition.
 """
 
 from collections.abc import Sequence
@@ -24,14 +26,18 @@ import numpy as np
 from jaxgrpo import checks
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
+from jaxgrpo.generate import continuous
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.rl import accumulate
 from jaxgrpo.rl import advantages as advantages_lib
 from jaxgrpo.rl import rounds as rounds_lib
+from jaxgrpo.rl import streaming
 from jaxgrpo.typing import PyTree, TrainBatch
 from jaxgrpo.verifiers import pool as verifier_pool
 
 SURPLUS = ('drop', 'carry')
+# How a step collects its groups: rounds, or streamed through the slots.
+COLLECT = ('rounds', 'streaming')
 LONG_PROMPTS = ('error', 'truncate', 'drop')
 # What a step does when collection ends with fewer than B informative groups.
 SHORT_BATCH = ('wait', 'scale', 'train')
@@ -43,6 +49,8 @@ RULES: dict[str, checks.Rule] = {
     'surplus': checks.one_of(SURPLUS),
     'short_batch': checks.one_of(SHORT_BATCH),
     'long_prompts': checks.one_of(LONG_PROMPTS),
+    'collect': checks.one_of(COLLECT),
+    'verify_overlap': checks.NON_NEGATIVE,
 }
 
 
@@ -108,6 +116,12 @@ class RolloutConfig:
     easy_threshold: a group is too easy when every reward is >= this.
     hard_threshold: a group is too hard when every reward is <= this.
     advantage: one of `advantages.estimator_names()`.
+    collect: 'rounds' (generator calls of R prompts) or 'streaming'
+      (`rl.streaming`: prompts drawn as the continuous engine's slots free
+      up, each group scored when done, the step ending at B informative
+      groups; at most `max_rounds` rounds' worth of prompts).
+    verify_overlap: streaming: decode chunks a finished group's
+      verification overlaps before its rewards are applied.
   """
 
   batch_size: int
@@ -122,6 +136,8 @@ class RolloutConfig:
   easy_threshold: float = 1.0
   hard_threshold: float = 0.0
   advantage: str = 'grpo'
+  collect: str = 'rounds'
+  verify_overlap: int = 2
 
   def __post_init__(self):
     checks.check(self, RULES, 'rollout')
@@ -151,16 +167,23 @@ class Rollout:
     cfg: how the batch is collected.
     source: where prompts come from and outcomes go.
     round_fn: scores a round's prompts (`rounds.ModelRound` in training).
+    stream_fn: collects a streaming step (`streaming.ModelStream`), used
+      when `cfg.collect` is 'streaming'.
     pad_id: pads the train batch; None assembles no batch (the
       simulator's groups carry no tokens).
     accumulator: the groups in hand and carried, and the running totals.
   """
 
   def __init__(self, cfg: RolloutConfig, source: PromptSource,
-               round_fn: rounds_lib.RoundFn, *, pad_id: int | None):
+               round_fn: rounds_lib.RoundFn, *, pad_id: int | None,
+               stream_fn: streaming.ModelStream | None = None):
+    if cfg.collect == 'streaming' and stream_fn is None:
+      raise ValueError("rollout.collect='streaming' needs the continuous "
+                       'engine (rollout.engine=continuous)')
     self.cfg = cfg
     self.source = source
     self.round_fn = round_fn
+    self.stream_fn = stream_fn
     self.pad_id = pad_id
     self.accumulator = accumulate.Accumulator(
         source.names, batch_size=cfg.batch_size,
@@ -174,8 +197,12 @@ class Rollout:
       tokenizer: tokenizer_lib.Tokenizer,
       generator: Generator,
       scorer: verifier_pool.Scorer,
+      stop_at: streaming.StopAt | None = None,
   ) -> 'Rollout':
-    """Rounds of the policy's completions, scored; batches for training."""
+    """Rounds (or a stream) of the policy's completions, scored; batches.
+
+    `stop_at` forces streamed completion lengths (benchmarks only).
+    """
     if generator.num_samples != cfg.group_size:
       raise ValueError(
           f'generator makes {generator.num_samples} samples per prompt, '
@@ -185,7 +212,15 @@ class Rollout:
         tokenizer=tokenizer, generator=generator, scorer=scorer,
         max_prompt_len=cfg.max_prompt_len,
         truncate=cfg.long_prompts == 'truncate')
-    return cls(cfg, source, round_fn, pad_id=tokenizer.pad_id)
+    stream_fn = None
+    if isinstance(generator, continuous.ContinuousGenerator):
+      stream_fn = streaming.ModelStream(
+          tokenizer=tokenizer, engine=generator, scorer=scorer,
+          max_prompt_len=cfg.max_prompt_len,
+          truncate=cfg.long_prompts == 'truncate',
+          verify_overlap=cfg.verify_overlap, stop_at=stop_at)
+    return cls(cfg, source, round_fn, pad_id=tokenizer.pad_id,
+               stream_fn=stream_fn)
 
   def round_size(self, counts: np.ndarray) -> int:
     """Prompts for the next round, given informative groups in hand."""
@@ -203,10 +238,28 @@ class Rollout:
   def collect(
       self, params: PyTree, rng: jax.Array, step: int = 0
   ) -> RolloutResult:
-    """Runs rounds until the batch can be filled (or max_rounds)."""
+    """Collects until the batch can be filled (or the budget is spent)."""
     cfg, source, acc = self.cfg, self.source, self.accumulator
     source.start_step(step)
     acc.start()
+    if cfg.collect == 'streaming':
+      per_round = (cfg.max_round_size if cfg.round_size == 'adaptive'
+                   else cfg.round_size)
+      self.stream_fn(params, rng, source, acc,
+                     budget=cfg.max_rounds * per_round,
+                     classify=self._classify)
+    else:
+      self._rounds(params, rng)
+    groups, stats = acc.finish(source.choose)
+    return self._finish(groups, stats)
+
+  def _classify(self, rewards: np.ndarray) -> tuple:
+    return rounds_lib.classify(rewards, self.cfg.easy_threshold,
+                               self.cfg.hard_threshold)
+
+  def _rounds(self, params: PyTree, rng: jax.Array) -> None:
+    """Runs rounds until the batch can be filled (or max_rounds)."""
+    cfg, source, acc = self.cfg, self.source, self.accumulator
     while (not source.batch_full(acc.counts)
            and acc.stats.rounds < cfg.max_rounds):
       key = jax.random.fold_in(rng, acc.stats.rounds)
@@ -216,11 +269,13 @@ class Rollout:
         break  # no dataset has anything left to offer this epoch
       rnd = self.round_fn(params, key, examples, size)
       source.observe(examples, rnd.rewards)
-      acc.add(rnd, size, rounds_lib.classify(
-          rnd.rewards, cfg.easy_threshold, cfg.hard_threshold))
-    groups, stats = acc.finish(source.choose)
+      acc.add(rnd, size, self._classify(rnd.rewards))
+
+  def _finish(self, groups: list, stats: accumulate.StepStats
+              ) -> RolloutResult:
+    cfg = self.cfg
     metrics = stats.to_metrics()
-    metrics.update(source.metrics())
+    metrics.update(self.source.metrics())
     batch = None
     if groups and self.pad_id is not None:
       scale = (len(groups) / cfg.batch_size if cfg.short_batch == 'scale'

@@ -35,6 +35,11 @@ class Group:
   old_logps: np.ndarray  # [G, T]
   rewards: np.ndarray  # [G]
 
+  @property
+  def tokens(self) -> int:
+    """Completion tokens of the group."""
+    return int(self.completion_mask.sum())
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Round:
@@ -42,7 +47,8 @@ class Round:
 
   Attributes:
     groups: one per prompt, in the prompts' order: `Group`s, or a round
-      function's own (anything with `example` and `rewards`).
+      function's own (anything with `example` and `rewards`, and `tokens`
+      where the group's tokens are counted).
     rewards: [R, G] the groups' rewards.
     gen_s: seconds generating.
     gen_tokens: completion tokens generated for the R prompts.

@@ -157,6 +157,7 @@ class SimGroup:
 
   example: SimPrompt
   rewards: np.ndarray
+  tokens: int = 0  # completion tokens (the stand-in generator writes 2 each)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +184,7 @@ class FastRound:
                              size).astype(np.float32)
     gen_s = time.perf_counter() - t0
     return rounds.Round(
-        groups=[SimGroup(ex, rewards_RG[r]) for r, ex in enumerate(examples)],
+        groups=[SimGroup(ex, rewards_RG[r], 2 * gen.num_samples)
+                for r, ex in enumerate(examples)],
         rewards=rewards_RG, gen_s=gen_s,
         gen_tokens=float(2 * n * gen.num_samples))

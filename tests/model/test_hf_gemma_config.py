@@ -5,6 +5,7 @@ import dataclasses
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from jaxgrpo.model import config as model_config
 from jaxgrpo.model import hf_config
 from jaxgrpo.model.hf_config import CheckpointError
 
@@ -42,6 +43,30 @@ class GemmaConfigTest(parameterized.TestCase):
     out = hf_config.to_hf(cfg)
     self.assertEqual(out['architectures'], ['Gemma3ForCausalLM'])
     self.assertEqual(hf_config.from_hf(out), cfg)
+
+  def test_presets_are_the_published_configs(self):
+    # The config.json values of google/gemma-2-2b and google/gemma-3-1b-pt,
+    # and their published parameter counts.
+    gemma2_2b = dict(
+        model_type='gemma2', vocab_size=256_000, hidden_size=2304,
+        intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, rms_norm_eps=1e-6,
+        hidden_activation='gelu_pytorch_tanh', query_pre_attn_scalar=256,
+        sliding_window=4096, attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0, rope_theta=10_000.0)
+    gemma3_1b = dict(
+        model_type='gemma3_text', vocab_size=262_144, hidden_size=1152,
+        intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=256, rms_norm_eps=1e-6,
+        hidden_activation='gelu_pytorch_tanh', query_pre_attn_scalar=256,
+        sliding_window=512, sliding_window_pattern=6, rope_theta=1_000_000,
+        rope_local_base_freq=10_000, rope_scaling=None,
+        attn_logit_softcapping=None, final_logit_softcapping=None)
+    for name, published, params in (('gemma2_2b', gemma2_2b, 2_614_341_888),
+                                    ('gemma3_1b', gemma3_1b, 999_885_952)):
+      cfg = model_config.preset(name)
+      self.assertEqual(cfg, hf_config.from_hf(published), name)
+      self.assertEqual(model_config.param_count(cfg), params, name)
 
   @parameterized.named_parameters(
       ('activation', dict(hidden_activation='relu'), 'hidden_activation'),

@@ -22,10 +22,15 @@ class StepStatsTest(absltest.TestCase):
         groups_easy=2.0, groups_hard=1.0, carried_in=1, in_hand=5, held=0,
         surplus=1, cum_prompts_generated=40, cum_groups_used=12,
         reward_sums={'b': [4.0, 8.0], 'a': [3.0, 24.0], 'a/x': [1.0, 8.0]},
-        verify_errors=1.0, verify_timeouts=0.0, gen_s=2.0, verify_s=0.5)
+        verify_errors=1.0, verify_timeouts=0.0, gen_s=2.0, verify_s=0.5,
+        tokens_used=40.0, tokens_wasted=12.0, groups_discarded=2,
+        slot_steps=80, busy_slot_steps=60)
     self.assertEqual(stats.to_metrics(), {
         'rollout/prompts_generated': 8.0,
         'rollout/tokens_generated': 100.0,
+        'rollout/tokens_used': 40.0,
+        'rollout/tokens_wasted': 12.0,
+        'rollout/groups_discarded': 2.0,
         'rollout/groups_used': 4.0,
         'rollout/groups_easy': 2.0,
         'rollout/groups_hard': 1.0,
@@ -44,6 +49,7 @@ class StepStatsTest(absltest.TestCase):
         'perf/verify_s': 0.5,
         'perf/gen_s': 2.0,
         'perf/gen_tokens_per_s': 50.0,
+        'rollout/slot_occupancy': 0.75,
         # Over the datasets' rewards; a subset's are in its dataset's too.
         'reward/mean': 7.0 / 32.0,
         'reward/mean/a': 0.125,

@@ -1,0 +1,281 @@
+r"""A GRPO step with dynamic sampling: streaming vs rounds; verifier overlap.
+
+Each mode runs the real rollout (`Rollout.for_model` over a
+`MixtureSampler` of GSM8K's training questions, byte-tokenised and cut to
+--prompt-width) and the jitted GRPO train step on a random-init
+--model. Rewards come from a stand-in verifier
+(benchmarks/standin_verify.py) that makes about 30% of groups informative,
+the same groups on every run. Completion lengths are GSM8K's gold-solution
+lengths (SmolLM2 tokens + stop, capped at --max-new; see
+benchmarks/continuous.py), forced per prompt and sample by the benchmark
+hook (`stop_at`), so that both modes decode the same lengths for the same
+prompt.
+
+Modes (all on the continuous engine with --slots slots):
+  rounds:            rollout.collect=rounds, round size --round-size;
+  streaming:         rollout.collect=streaming (verify_overlap 2);
+  rounds_slow, streaming_slow_none, streaming_slow_overlap: the same with a
+    verifier that takes 50 ms a call (--verify-workers worker processes),
+    streaming without (verify_overlap 0) and with (2) overlap.
+
+Every mode starts from the same params and sampler seed; the modes' steps
+are interleaved (step 0 of each compiles and is not timed), and the wall
+time of each step (collection and update) is recorded. Ratios are of the
+median step times.
+
+  PYTHONPATH=. python benchmarks/grpo_step.py \
+      --json benchmarks/results/grpo_step.json
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+
+import jax
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(_HERE))
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import continuous as continuous_bench
+from benchmarks import standin_verify
+from jaxgrpo import optimizer as optimizer_lib
+from jaxgrpo import train_state as train_state_lib
+from jaxgrpo import train_step as train_step_lib
+from jaxgrpo.data import mixture
+from jaxgrpo.data import snooze
+from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.example import Example
+from jaxgrpo.generate import continuous
+from jaxgrpo.generate.generator import Generator
+from jaxgrpo.generate.sampling import Sampling
+from jaxgrpo.model import config as model_config
+from jaxgrpo.model import decoder
+from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.verifiers import pool as verifier_pool
+
+_GSM8K = continuous_bench._GSM8K  # pylint: disable=protected-access
+# name: (collect, slow verifier, verify_overlap)
+MODES = {
+    'rounds': ('rounds', False, 0),
+    'streaming': ('streaming', False, 2),
+    'rounds_slow': ('rounds', True, 0),
+    'streaming_slow_none': ('streaming', True, 0),
+    'streaming_slow_overlap': ('streaming', True, 2),
+}
+
+
+class LengthHook:
+  """Forced lengths [N, G] per prompt: GSM8K gold lengths, seeded by it."""
+
+  def __init__(self, lengths: np.ndarray, g: int):
+    self.lengths, self.g = lengths, g
+    self.decode_steps = 0  # rounds: decode steps of the engine's calls
+
+  def __call__(self, tokens_NP: np.ndarray) -> np.ndarray:
+    out = [np.random.default_rng(zlib.crc32(row.tobytes())).choice(
+        self.lengths, self.g) for row in np.asarray(tokens_NP, np.int32)]
+    return np.array(out, np.int32).reshape(-1, self.g)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ForcedRounds(continuous.ContinuousGenerator):
+  """The continuous engine with the forced lengths, for rounds."""
+
+  hook: LengthHook | None = None
+
+  def generate(self, params, tokens, mask, rng, **kwargs):
+    stop = self.hook(np.asarray(tokens)).reshape(-1)
+    out, stats = self.generate_with_stats(params, tokens, mask, rng,
+                                          stop_at=stop, **kwargs)
+    self.hook.decode_steps += stats.decode_steps
+    return out
+
+
+def make_mode(name, args, graphdef, params, gen, examples, lengths):
+  """(rollout, train state, step fn, scorer) of one mode."""
+  collect, slow, overlap = MODES[name]
+  spec = mixture.DatasetSpec(
+      name='gsm8k', weight=1.0,
+      policy=snooze.PolicyConfig(policy='none', group_size=args.group))
+  sampler = mixture.MixtureSampler([(spec, examples)], balance='pre_filter',
+                                   batch_size=args.batch, seed=args.seed)
+  cfg = rollout_lib.RolloutConfig(
+      batch_size=args.batch, group_size=args.group,
+      round_size=args.round_size, max_rounds=args.max_rounds,
+      max_prompt_len=args.prompt_width, long_prompts='truncate',
+      collect=collect, verify_overlap=overlap)
+  engine_kw = dict(generator=gen, slots=args.slots, chunk=args.chunk,
+                   buckets=())  # one prefill width: no compiles mid-run
+  hook = LengthHook(lengths, args.group)
+  if collect == 'rounds':
+    engine = ForcedRounds(hook=hook, **engine_kw)
+  else:
+    engine = continuous.ContinuousGenerator(**engine_kw)
+  scorer = verifier_pool.Scorer(
+      standin_verify.slow if slow else standin_verify.hashed,
+      workers=args.verify_workers if slow else 0,
+      imports=('benchmarks.standin_verify',))
+  rollout = rollout_lib.Rollout.for_model(
+      cfg, sampler, tokenizer_lib.ByteTokenizer(), engine, scorer,
+      stop_at=hook)
+  optimizer = optimizer_lib.make_optimizer(
+      learning_rate=1e-5, warmup_steps=0, total_steps=1000,
+      max_grad_norm=1.0)
+  state = train_state_lib.create_train_state(
+      graphdef, jax.tree.map(lambda x: x.copy(), params), optimizer,
+      keep_reference=False)
+  step_fn = train_step_lib.make_train_step(
+      graphdef=graphdef, optimizer=optimizer,
+      loss_cfg=train_step_lib.LossConfig(temperature=1.0))
+  return dict(rollout=rollout, state=state, step_fn=step_fn, scorer=scorer,
+              hook=hook, slots=engine_kw['slots'])
+
+
+def run_step(mode, step: int) -> dict:
+  """One GRPO step of a mode: collect, update; times and metrics.
+
+  Besides wall time: the process's CPU time (less disturbed by other load
+  on a shared machine, blind to verifier sleeps) and the decode steps the
+  engine ran (slot-steps / slots), which no load changes.
+  """
+  t0, cpu0 = time.perf_counter(), time.process_time()
+  mode['hook'].decode_steps = 0
+  res = mode['rollout'].collect(mode['state'].params,
+                                jax.random.fold_in(jax.random.key(1), step),
+                                step)
+  if res.batch is not None:
+    mode['state'], metrics = mode['step_fn'](
+        mode['state'], res.batch, jax.random.fold_in(jax.random.key(2), step))
+    jax.block_until_ready(metrics)
+  m = res.metrics
+  keep = ('rollout/prompts_generated', 'rollout/groups_used',
+          'rollout/groups_easy', 'rollout/groups_hard', 'rollout/rounds',
+          'rollout/tokens_generated', 'rollout/tokens_used',
+          'rollout/tokens_wasted', 'rollout/groups_discarded',
+          'rollout/slot_occupancy', 'rollout/surplus', 'rollout/carried_in',
+          'perf/gen_s', 'perf/verify_s')
+  steps = (res.stats.slot_steps // mode['slots'] if res.stats.slot_steps
+           else mode['hook'].decode_steps)
+  return dict(seconds=time.perf_counter() - t0,
+              cpu_seconds=time.process_time() - cpu0, decode_steps=steps,
+              updated=res.batch is not None,
+              **{k.split('/')[1]: m[k] for k in keep if k in m})
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--model', default='small_10m')
+  parser.add_argument('--batch', type=int, default=4)
+  parser.add_argument('--group', type=int, default=4)
+  parser.add_argument('--slots', type=int, default=16)
+  parser.add_argument('--chunk', type=int, default=8)
+  parser.add_argument('--round-size', type=int, default=4)
+  parser.add_argument('--max-rounds', type=int, default=8)
+  parser.add_argument('--max-new', type=int, default=512)
+  parser.add_argument('--prompt-width', type=int, default=128)
+  parser.add_argument('--steps', type=int, default=2)
+  parser.add_argument('--verify-workers', type=int, default=8)
+  parser.add_argument('--modes', default=','.join(
+      n for n in MODES if n != 'rounds_slow'))
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--json', help='also write the results here')
+  args = parser.parse_args()
+
+  tok = tokenizer_lib.ByteTokenizer()
+  cfg = model_config.preset(args.model, vocab_size=tok.vocab_size)
+  graphdef, params = decoder.init_params(cfg, jax.random.key(0))
+  gen = Generator(graphdef=graphdef, model_cfg=cfg,
+                  sampling=Sampling(temperature=1.0),
+                  max_new_tokens=args.max_new, num_samples=args.group,
+                  stop_tokens=(tok.eos_id,), pad_id=tok.pad_id)
+  _, lengths = continuous_bench.gsm8k_lengths(args.max_new, args.prompt_width)
+  with open(_GSM8K) as f:
+    examples = [Example(id=f'gsm8k/{i}', prompt=json.loads(line)['question'],
+                        answer='', dataset='gsm8k')
+                for i, line in enumerate(f)]
+  names = args.modes.split(',')
+  modes = {n: make_mode(n, args, graphdef, params, gen, examples, lengths)
+           for n in names}
+  print(f'{args.model} ({model_config.param_count(cfg) / 1e6:.2f}M params), '
+        f'B={args.batch} x G={args.group}, slots={args.slots}, '
+        f'R={args.round_size}, T<={args.max_new}, P={args.prompt_width}; '
+        f'modes {names}', flush=True)
+  runs = {n: [] for n in names}
+  try:
+    for step in range(args.steps + 1):
+      for n in names:
+        r = run_step(modes[n], step)
+        runs[n].append(r)
+        print(f'step {step} {n:24s} {r["seconds"]:6.1f}s (cpu '
+              f'{r["cpu_seconds"]:.1f}s, {r["decode_steps"]} decode steps)'
+              f'  generated '
+              f'{r["prompts_generated"]:.0f} groups, {r["tokens_generated"]:.0f}'
+              f' tokens (wasted {r["tokens_wasted"]:.0f}), used '
+              f'{r["groups_used"]:.0f}, occupancy '
+              f'{r.get("slot_occupancy", float("nan")):.2f}', flush=True)
+  finally:
+    for mode in modes.values():
+      mode['scorer'].close()
+  summary = summarize(runs)
+  for line in summary['lines']:
+    print(line)
+  if args.json:
+    result = dict(
+        command=' '.join(['python'] + sys.argv),
+        commit=subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
+                              capture_output=True, text=True,
+                              cwd=_HERE).stdout.strip(),
+        machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+                     jax=jax.__version__, backend=jax.default_backend()),
+        args=vars(args), params=model_config.param_count(cfg),
+        runs=runs, **{k: v for k, v in summary.items() if k != 'lines'})
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, 'w') as f:
+      json.dump(result, f, indent=1)
+
+
+def summarize(runs: dict) -> dict:
+  """Medians over steps (step 0 excluded) and the ratios of interest."""
+  med, cpu, steps = ({n: statistics.median(r[k] for r in rs[1:])
+                      for n, rs in runs.items()}
+                     for k in ('seconds', 'cpu_seconds', 'decode_steps'))
+  lines = []
+  for n, rs in runs.items():
+    timed = rs[1:]
+    scored = sum(r['prompts_generated'] for r in timed)
+    informative = scored - sum(r['groups_easy'] + r['groups_hard']
+                               for r in timed)
+    lines.append(
+        f'{n:24s} median {med[n]:6.1f}s/step (cpu {cpu[n]:.1f}s, '
+        f'{steps[n]:.0f} decode steps) over {len(timed)} steps; '
+        f'informative {informative / max(scored, 1):.0%} of {scored:.0f} '
+        f'scored groups; tokens wasted {sum(r["tokens_wasted"] for r in timed):.0f}'
+        f' of {sum(r["tokens_generated"] for r in timed):.0f}')
+  pairs = {'streaming_vs_rounds': ('rounds', 'streaming'),
+           'streaming_vs_rounds_slow': ('rounds_slow',
+                                        'streaming_slow_overlap'),
+           'overlap_vs_none': ('streaming_slow_none',
+                               'streaming_slow_overlap')}
+  ratios = {}
+  for k, (a, b) in pairs.items():
+    if a in med and b in med:
+      ratios[k] = dict(wall=med[a] / med[b], cpu=cpu[a] / cpu[b],
+                       decode_steps=steps[a] / steps[b])
+      lines.append(f'{k}: {ratios[k]["wall"]:.2f}x wall, '
+                   f'{ratios[k]["cpu"]:.2f}x cpu, '
+                   f'{ratios[k]["decode_steps"]:.2f}x decode steps')
+  return dict(median_s=med, median_cpu_s=cpu, median_decode_steps=steps,
+              ratios=ratios, lines=lines)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,201 @@
+"""A continuous-batching session fed prompt by prompt.
+
+`ContinuousGenerator.generate` decodes a batch it knows in advance.
+`SlotStream` decodes prompts that arrive while it runs: `add` queues a
+prompt's G samples (row order within the prompt), `step` admits waiting
+samples into the free slots (prefilling each prompt once into the prompt
+stash), decodes one chunk and returns the samples that finished in it,
+read back to the host. A streaming rollout (`rl.streaming`) adds prompts
+as slots free up and scores each prompt's group as soon as its G samples
+are back.
+
+Samples draw with their per-sample keys (`generate.keys`), so a sample's
+tokens do not depend on its slot, its batch-mates or when it was added.
+The admission plan depends only on what was added and on the gathered
+`active` flags, so every process of a multi-process run makes the same
+decisions. Compilations: those of `ContinuousGenerator` for the same
+prompt width, minus `flush`.
+"""
+
+import collections
+import dataclasses
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgrpo import sharding
+from jaxgrpo.generate import continuous
+from jaxgrpo.generate import keys as keys_lib
+from jaxgrpo.generate import slots as slots_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+  """A finished sample: sample `index` of prompt `prompt` (an `add` id).
+
+  Attributes:
+    tokens: [T] int32, pad after the stop token.
+    logps: [T] float32, sampling log-probs (0 on padding).
+    length: generated tokens, the stop token included.
+  """
+
+  prompt: int
+  index: int
+  tokens: np.ndarray
+  logps: np.ndarray
+  length: int
+
+
+class SlotStream:
+  """Decodes samples in the engine's slots as prompts arrive.
+
+  Attributes:
+    engine: the slots, chunk, buckets and generator.
+    slots: S, after rounding to the batch devices.
+    chunks: `step` calls that decoded.
+    decode_steps: decode steps over all chunks.
+    busy_slot_steps: slot-steps that produced a token.
+  """
+
+  def __init__(self, engine: continuous.ContinuousGenerator,
+               params: nnx.State, prompt_width: int):
+    gen = engine.generator
+    self.engine, self.params, self.width = engine, params, prompt_width
+    self.g = gen.num_samples
+    multiple = sharding.batch_multiple()
+    self.slots = -(-engine.slots // multiple) * multiple
+    n_stash = -(-self.slots // self.g) + 1
+    self._mesh = sharding.current()
+    self._state, self._stash = slots_lib.init(
+        gen, self._mesh, prompt_width, self.slots, n_stash)
+    self._widths = engine.widths(prompt_width)
+    self._prompts: dict[int, tuple] = {}  # id -> (tokens, mask, width)
+    self._keys: dict[int, np.ndarray] = {}  # id -> [G, 2] sample key data
+    self._stop: dict[int, np.ndarray] = {}  # id -> [G] forced lengths
+    self._waiting: collections.deque = collections.deque()  # (id, g)
+    self._entry_of: dict[int, int] = {}
+    self._free_entries = list(range(n_stash))
+    self._left: dict[int, int] = {}  # id -> samples not yet admitted
+    self._slot_sample = np.full(self.slots, -1, np.int64)  # id * G + g
+    self._next_id = 0
+    self.chunks = self.decode_steps = self.busy_slot_steps = 0
+
+  @property
+  def free_slots(self) -> int:
+    """Slots that no waiting sample will take."""
+    return int((self._slot_sample < 0).sum()) - len(self._waiting)
+
+  @property
+  def idle(self) -> bool:
+    """Nothing decoding and nothing waiting."""
+    return not self._waiting and not (self._slot_sample >= 0).any()
+
+  def add(self, tokens_NP: np.ndarray, mask_NP: np.ndarray,
+          prompt_keys_N: jax.Array,
+          stop_at_NG: np.ndarray | None = None) -> list[int]:
+    """Queues N prompts' G samples; returns the prompts' ids.
+
+    Args:
+      tokens_NP: int32 left-padded prompts, [N, P].
+      mask_NP: bool, True on real prompt tokens, [N, P].
+      prompt_keys_N: [N] keys (`keys.prompt_keys`).
+      stop_at_NG: [N, G] forced lengths (see `Generator.prefill`), a
+        benchmarking aid; None samples freely.
+    """
+    n = tokens_NP.shape[0]
+    keys_R = keys_lib.sample_keys(prompt_keys_N, self.g)
+    if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
+      keys_R = jax.random.key_data(keys_R)
+    keys_NG2 = np.asarray(continuous.host(keys_R), np.uint32).reshape(
+        n, self.g, -1)
+    if stop_at_NG is None:
+      stop_at_NG = np.zeros((n, self.g), np.int32)
+    ids = []
+    for i in range(n):
+      real = int(mask_NP[i].sum())
+      if real < 1:
+        raise ValueError('SlotStream: every prompt needs a real token')
+      width = min(w for w in self._widths if w >= real)
+      pid, self._next_id = self._next_id, self._next_id + 1
+      self._prompts[pid] = (np.asarray(tokens_NP[i], np.int32),
+                            np.asarray(mask_NP[i], bool), width)
+      self._keys[pid] = keys_NG2[i]
+      self._stop[pid] = np.asarray(stop_at_NG[i], np.int32)
+      self._left[pid] = self.g
+      self._waiting.extend((pid, g) for g in range(self.g))
+      ids.append(pid)
+    return ids
+
+  def in_flight(self) -> dict[int, int]:
+    """Tokens so far of each sample still decoding, by id * G + g."""
+    lengths = continuous.host(self._state.lengths)
+    return {int(s): int(lengths[slot])
+            for slot, s in enumerate(self._slot_sample) if s >= 0}
+
+  def step(self) -> list[Sample]:
+    """Admits waiting samples, decodes a chunk; returns those that ended."""
+    free = [s for s in range(self.slots) if self._slot_sample[s] < 0]
+    admitted = [self._waiting.popleft()
+                for _ in range(min(len(free), len(self._waiting)))]
+    self._prefill({pid for pid, _ in admitted} - set(self._entry_of))
+    n = self.slots
+    source = np.full(n, -1, np.int32)
+    row = np.full(n, -1, np.int32)
+    keys_S = np.zeros((n, 2), np.uint32)
+    stop_S = np.zeros(n, np.int32)
+    for slot, (pid, g) in zip(free, admitted):
+      self._slot_sample[slot] = pid * self.g + g
+      source[slot], row[slot] = self._entry_of[pid], slot
+      keys_S[slot], stop_S[slot] = self._keys[pid][g], self._stop[pid][g]
+      self._left[pid] -= 1
+      if not self._left[pid]:
+        self._free_entries.append(self._entry_of.pop(pid))
+        del self._keys[pid], self._stop[pid], self._prompts[pid]
+    admission = continuous.replicated(slots_lib.Admission(
+        source=source, row=row, keys=keys_S, stop_at=stop_S))
+    self._state, ran, busy = slots_lib.chunk(
+        self.engine.generator, self.engine.chunk, self._mesh, self.params,
+        self._state, self._stash, admission)
+    active = continuous.host(self._state.active)
+    self.chunks += 1
+    self.decode_steps += int(continuous.host(ran))
+    self.busy_slot_steps += int(continuous.host(busy))
+    ended = np.flatnonzero((self._slot_sample >= 0) & ~active)
+    if not ended.size:
+      return []
+    host = continuous.host
+    tokens, logps = host(self._state.tokens), host(self._state.logps)
+    lengths = host(self._state.lengths)
+    out = []
+    for slot in ended:
+      s = int(self._slot_sample[slot])
+      out.append(Sample(prompt=s // self.g, index=s % self.g,
+                        tokens=np.array(tokens[slot]),
+                        logps=np.array(logps[slot]),
+                        length=int(lengths[slot])))
+      self._slot_sample[slot] = -1
+    return out
+
+  def _prefill(self, prompts: set[int]) -> None:
+    """Prefills `prompts` into free stash entries, a few per call."""
+    batch = self.engine.prefill_batch
+    order = sorted(prompts)
+    for i in range(0, len(order), batch):
+      group = order[i:i + batch]
+      for pid in group:
+        self._entry_of[pid] = self._free_entries.pop(0)
+      w = max(self._prompts[pid][2] for pid in group)
+      pad = batch - len(group)
+      n_stash = self._stash.lengths.shape[0]
+      # Padding prompts (one real token) go to entry n_stash: dropped.
+      tokens_AW = np.stack([self._prompts[pid][0][-w:] for pid in group]
+                           + [np.zeros(w, np.int32)] * pad)
+      mask_AW = np.stack([self._prompts[pid][1][-w:] for pid in group]
+                         + [np.arange(w) == w - 1] * pad)
+      dest_A = np.array([self._entry_of[pid] for pid in group]
+                        + [n_stash] * pad, np.int32)
+      inputs = continuous.replicated((tokens_AW, mask_AW, dest_A))
+      self._stash = slots_lib.prefill(self.engine.generator, self._mesh,
+                                      self.params, self._stash, *inputs)
