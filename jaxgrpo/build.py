@@ -41,6 +41,7 @@ from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.model import lora as lora_lib
 from jaxgrpo.model import pretrained
 from jaxgrpo.reporting import console as console_lib
 from jaxgrpo.rl import rollout as rollout_lib
@@ -181,9 +182,12 @@ class Run:
     tokenizer: the model's tokenizer (its own for a pretrained model).
     model_cfg: the model's architecture.
     model_name: model.path, or the preset's name.
-    graphdef: the model's structure (flax nnx graphdef).
-    params: the initial params (pretrained or random), placed on the mesh;
-      a fresh start begins from them (after the warm start, if any).
+    graphdef: the policy's structure (nnx graphdef; adapted under model.lora).
+    params: the initial trained params, placed on the mesh (a fresh start
+      begins from them, after the warm start if any): the model's, or
+      under model.lora its adapter.
+    base: under model.lora, the base params (the first step consumes them).
+    base_graphdef: under model.lora, the base model (the KL reference).
     generator: samples a rollout's completions.
     optimizer: the optax optimizer.
     keep_reference: whether the state keeps reference params (rl.beta > 0).
@@ -210,6 +214,8 @@ class Run:
   model_name: str
   graphdef: Any
   params: PyTree
+  base: PyTree | None
+  base_graphdef: Any
   generator: Generator
   optimizer: optax.GradientTransformation
   keep_reference: bool
@@ -240,7 +246,8 @@ class Run:
     data = self.data_state()
     if self.ids:
       data['ids'] = self.ids
-    self.ckpt.save(step, state, data, meta)
+    # Base weights under an adapter are not saved: a resume rebuilds them.
+    self.ckpt.save(step, state.replace(base=None), data, meta)
 
 
 def build_run(
@@ -280,6 +287,12 @@ def build_run(
   scorer = resources.enter_context(build_scorer(cfg))
   model_cfg, graphdef, params, model_name = _model(
       cfg, pretrained_model, tokenizer, init_rng)
+  base_graphdef = base = None
+  if cfg.model.lora.rank:
+    base_graphdef, base = graphdef, params
+    graphdef, params = lora_lib.attach(graphdef, params, cfg.model.lora,
+                                       jax.random.fold_in(init_rng, 1))
+    params = sharding.shard(params, sharding.param_shardings(params))
   ro = cfg.rollout
   generator = _generator(cfg, graphdef, model_cfg, tokenizer)
   eval_generator = dataclasses.replace(
@@ -287,17 +300,17 @@ def build_run(
       sampling=sampling_lib.Sampling(temperature=cfg.eval.temperature),
   )
   optimizer = _optimizer(cfg)
-  keep_reference = cfg.rl.beta > 0
+  keep_reference = cfg.rl.beta > 0 and base is None
   # The state's placement, and a restore target that lands on it.
   abstract_state = train_state_lib.abstract_train_state(
-      graphdef, params, optimizer, keep_reference=keep_reference)
+      graphdef, params, optimizer, keep_reference=keep_reference, base=base)
   state_shardings = sharding.train_state_shardings(abstract_state)
   abstract_state = sharding.with_shardings(abstract_state, state_shardings)
   batch_spec = train_step_lib.abstract_batch(
       ro.batch_size, ro.group_size, ro.max_prompt_len, ro.max_new_tokens)
   batch_shardings = sharding.batch_shardings(batch_spec)
   step_fn = _step_fn(cfg, graphdef, optimizer, state_shardings,
-                     batch_shardings)
+                     batch_shardings, base_graphdef)
   check_memory(cfg, step_fn, abstract_state, batch_spec, log)
   source = _source(cfg, datasets, log)
   rollout = rollout_lib.Rollout.for_model(
@@ -316,7 +329,8 @@ def build_run(
   )
   return Run(
       tokenizer=tokenizer, model_cfg=model_cfg, model_name=model_name,
-      graphdef=graphdef, params=params, generator=generator,
+      graphdef=graphdef, params=params, base=base,
+      base_graphdef=base_graphdef, generator=generator,
       optimizer=optimizer, keep_reference=keep_reference,
       abstract_state=abstract_state, state_shardings=state_shardings,
       batch_shardings=batch_shardings, step_fn=step_fn,
@@ -376,7 +390,7 @@ def _optimizer(cfg: config_lib.Config) -> optax.GradientTransformation:
 
 
 def _step_fn(cfg: config_lib.Config, graphdef, optimizer, state_shardings,
-             batch_shardings) -> Callable:
+             batch_shardings, base_graphdef) -> Callable:
   """The jitted train step per cfg.rl (loss, iterations, minibatches)."""
   ro = cfg.rollout
   return train_step_lib.make_train_step(
@@ -388,6 +402,7 @@ def _step_fn(cfg: config_lib.Config, graphdef, optimizer, state_shardings,
       num_iterations=cfg.rl.num_iterations,
       num_minibatches=cfg.rl.num_minibatches,
       remat=cfg.model.remat,
+      base_graphdef=base_graphdef,
       state_shardings=state_shardings,
       batch_shardings=batch_shardings,
   )

@@ -22,14 +22,15 @@ PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), 'docs', 'configuration.md')
 
 
-def defaults() -> dict[str, object]:
+def defaults(config: ml_collections.ConfigDict | None = None,
+             where: str = '') -> dict[str, object]:
   """Every key of `config_lib.base_config()` with its default, in order."""
   out = {}
-  for key, value in config_lib.base_config().items():
+  for key, value in (config or config_lib.base_config()).items():
     if isinstance(value, ml_collections.ConfigDict):
-      out.update({f'{key}.{k}': v for k, v in value.items()})
+      out.update(defaults(value, f'{where}{key}.'))
     else:
-      out[key] = value
+      out[where + key] = value
   return out
 
 
@@ -55,8 +56,9 @@ def table() -> str:
   """The markdown table: one row per key, in schema order."""
   keys = defaults()
   check_rows(keys)
+  cell = lambda text: text.replace('|', '\\|')  # in code spans too (GFM)
   return '\n'.join(['| key | default | meaning |', '| --- | --- | --- |'] + [
-      f'| `{name}` | {_show(keys[name])} | {meaning} |'
+      f'| `{name}` | {cell(_show(keys[name]))} | {cell(meaning)} |'
       for name, meaning in config_lib.help_texts().items()])
 
 

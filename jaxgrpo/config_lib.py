@@ -35,6 +35,7 @@ from jaxgrpo.errors import ConfigError
 from jaxgrpo.generate import continuous
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.model import lora as lora_lib
 from jaxgrpo.rl import advantages
 from jaxgrpo.rl import rollout
 
@@ -73,6 +74,7 @@ class ModelSection(Section, name='model'):
       'keep matmul outputs without batch dims); less memory, more compute, '
       'same results; generation never recomputes',
       one_of(decoder.REMAT_POLICIES))
+  lora: lora_lib.LoraSection = field(lora_lib.LoraSection)
 
   def _validate(self):
     yield 'tokenizer', self.path is not None or self.tokenizer != 'model', (
@@ -304,6 +306,9 @@ class Config(Section):
             '(minibatches hold whole groups)')
     if self.mesh.data != -1:  # The batch check needs no device count.
       mesh_shape(self, self.mesh.data * self.mesh.fsdp * self.mesh.tensor)
+    yield 'model.lora.rank', not (self.model.lora.rank and self.warmstart
+                                  .enabled and self.warmstart.max_steps), (
+        'the warm start trains every weight: set warmstart.enabled=False')
     names = {d.name for d in self.data.datasets}
     for i, stage in enumerate(self.curriculum.stages):
       for key in stage['weights']:
@@ -331,9 +336,8 @@ def mesh_shape(cfg: Config, num_devices: int) -> tuple[int, int, int]:
   return data, fsdp, tensor
 
 
-_SECTIONS: dict[str, type[Section]] = {
-    f.name: f.type for f in dataclasses.fields(Config)
-    if isinstance(f.type, type) and issubclass(f.type, Section)}
+def _is_section(kind: Any) -> bool:
+  return isinstance(kind, type) and issubclass(kind, Section)
 
 
 def _to_config(value: Any, kind: Any) -> Any:
@@ -362,13 +366,15 @@ def base_config() -> ml_collections.ConfigDict:
   return _to_config(Config(), Config)
 
 
-def help_texts() -> dict[str, str]:
+def help_texts(cls: type[Section] | None = None,
+               where: str = '') -> dict[str, str]:
   """'section.key' -> help text of every setting, in schema order."""
-  out = {f.name: f.metadata['help'] for f in dataclasses.fields(Config)
-         if f.name not in _SECTIONS}
-  for name, cls in _SECTIONS.items():
-    out.update({f'{name}.{f.name}': f.metadata['help']
-                for f in dataclasses.fields(cls)})
+  out = {}
+  for f in dataclasses.fields(cls or Config):
+    if _is_section(f.type):
+      out.update(help_texts(f.type, f'{where}{f.name}.'))
+    else:
+      out[where + f.name] = f.metadata['help']
   return out
 
 
@@ -390,7 +396,7 @@ def _build(cls: type[Section], values: Any, where: str,
       raise ConfigError(f'config key {where}{key} is missing')
   values = dict(values)
   for key, value in values.items():
-    if fields[key].type in _SECTIONS.values():
+    if _is_section(fields[key].type):
       values[key] = _build(fields[key].type, value, f'{where}{key}.')
     elif cls is DataSection and key == 'datasets':
       if not isinstance(value, (list, tuple)):

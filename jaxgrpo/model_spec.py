@@ -7,7 +7,9 @@ A spec is one of
     warm start), or the pretrained model at `model.path`;
   * a run workdir (a directory holding `checkpoints/`): the params of its
     latest checkpoint, or of step STEP with `WORKDIR@STEP`; the model config
-    and tokenizer are those the run trained with;
+    and tokenizer are those the run trained with. A LoRA run's checkpoints
+    hold its adapter: the base is rebuilt from the run's model (its
+    `model.path`, or its preset from its seed) and the adapter merged in;
   * a pretrained model `jaxgrpo.model.pretrained.load` reads: a Hugging Face
     directory, a .gguf file, or 'smollm2'; its tokenizer is set up per the
     config's model.chat_template and model.system_prompt.
@@ -32,6 +34,7 @@ from jaxgrpo import errors
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.model import lora
 from jaxgrpo.model import pretrained
 
 INIT = 'init'
@@ -241,19 +244,15 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
       model_cfg = model_config.ModelConfig(**meta['model'])
     except (TypeError, ValueError) as e:
       raise ModelSpecError(f'{where}: bad model config ({e})') from None
-    graphdef, state = decoder.abstract_params(model_cfg)
-    # Train states hold each param as {'value': array}; only the params
-    # are restored, not the optimizer state or the reference params.
-    target = {'params': jax.tree.map(
-        lambda x: {'value': jax.ShapeDtypeStruct(x.shape, x.dtype)},
-        nnx.to_pure_dict(state))}
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.PyTreeRestore(
-            item=target,
-            restore_args=jax.tree.map(
-                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target),
-            partial_restore=True)))
-  except ModelSpecError:
+    section = lora_section(meta)
+    if section is None:
+      graphdef, state = decoder.abstract_params(model_cfg)
+    else:
+      base = run_base(meta, log)
+      graphdef, state = lora.attach(base.graphdef, base.params, section,
+                                    jax.random.key(0))
+    _restore_params(manager, step, state)
+  except (ModelSpecError, errors.ConfigError):
     raise
   except Exception as e:  # pylint: disable=broad-except
     # Orbax reports missing or mismatched arrays with assorted types.
@@ -261,16 +260,74 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
                       f'({str(e).splitlines()[0][:300]})') from None
   finally:
     manager.close()
-  pure = jax.tree.map(lambda leaf: leaf['value'], restored.state['params'],
-                      is_leaf=lambda x: isinstance(x, dict) and 'value' in x)
-  nnx.replace_by_pure_dict(state, pure)
   params = jax.device_put(state)
+  if section is not None:
+    graphdef = base.graphdef
+    params = lora.merge(base.params, params, alpha=section.alpha)
   tokenizer = _run_tokenizer(where, meta.get('config', {}).get('model', {}),
                              model_cfg)
   log(f'loaded {workdir} step {step}: {model_cfg.num_layers} layers, '
       f'{model_config.param_count(model_cfg) / 1e6:.2f}M params')
   return LoadedModel(name=f'{workdir}@{step}', model_cfg=model_cfg,
                 graphdef=graphdef, params=params, tokenizer=tokenizer)
+
+
+def _restore_params(manager: ocp.CheckpointManager, step: int,
+                    state: nnx.State) -> None:
+  """Fills `state` (abstract or real) with the checkpoint's `params`."""
+  # Train states hold each param as {'value': array}; only the params are
+  # restored, not the optimizer state or the reference params.
+  target = {'params': jax.tree.map(
+      lambda x: {'value': jax.ShapeDtypeStruct(x.shape, x.dtype)},
+      nnx.to_pure_dict(state))}
+  restored = manager.restore(step, args=ocp.args.Composite(
+      state=ocp.args.PyTreeRestore(
+          item=target,
+          restore_args=jax.tree.map(
+              lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target),
+          partial_restore=True)))
+  pure = jax.tree.map(lambda leaf: leaf['value'], restored.state['params'],
+                      is_leaf=lambda x: isinstance(x, dict) and 'value' in x)
+  nnx.replace_by_pure_dict(state, pure)
+
+
+def lora_section(meta: dict[str, Any]) -> lora.LoraSection | None:
+  """The model.lora settings a checkpoint's run trained with; None when it
+  trained every weight."""
+  section = meta.get('config', {}).get('model', {}).get('lora') or {}
+  return lora.LoraSection(**section) if section.get('rank') else None
+
+
+def run_base(meta: dict[str, Any], log: Log = _ignore) -> LoadedModel:
+  """The base model a LoRA run's adapter sits on, rebuilt as the run built
+  it: its `model.path` loaded, or its preset initialised from its seed."""
+  return load(INIT, config_lib.from_config_dict(meta['config']), log=log)
+
+
+def load_adapter(workdir: str, step: int, log: Log = _ignore
+                 ) -> tuple[LoadedModel, lora.LoraSection, nnx.GraphDef,
+                            nnx.State]:
+  """A LoRA run's checkpoint `step`: (base model, settings, adapted
+  graphdef, adapter).
+
+  Raises:
+    ModelSpecError: the checkpoint is not a LoRA run's.
+  """
+  manager = _manager(os.path.join(workdir, CHECKPOINTS))
+  try:
+    meta = dict(manager.restore(
+        step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
+    section = lora_section(meta)
+    if section is None:
+      raise ModelSpecError(f'{workdir} step {step}: the run trained every '
+                           'weight (model.lora.rank = 0): it has no adapter')
+    base = run_base(meta, log)
+    graphdef, adapter = lora.attach(base.graphdef, base.params, section,
+                                    jax.random.key(0))
+    _restore_params(manager, step, adapter)
+  finally:
+    manager.close()
+  return base, section, graphdef, adapter
 
 
 def _run_tokenizer(where: str, model: dict[str, Any],

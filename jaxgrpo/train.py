@@ -143,14 +143,18 @@ def _run(
   resume.check_settings(os.path.join(workdir, 'checkpoints'),
                                 config_lib.to_dict(cfg))
   parts = build.build_run(cfg, workdir, console, resources)
+  # A checkpoint holds no base params under an adapter: the run's are used.
+  saved = lambda tree: None if tree is None else tree.replace(base=None)
   start = resume.restore_or_start(
-      parts.ckpt, parts.abstract_state, parts.state_shardings,
+      parts.ckpt, saved(parts.abstract_state), saved(parts.state_shardings),
       meta=parts.meta, source=parts.source, rollout=parts.rollout,
       ids=parts.ids, remap=cfg.checkpoint.on_dataset_change == 'remap',
       notice=console.notice, workdir=workdir, main=multihost.is_main())
   state, meta = start.state, start.meta
   if state is None:
     state, meta = _fresh_state(cfg, parts, console, meta)
+  else:
+    state = state.replace(base=parts.base)
   writer = _metrics_writer(cfg, workdir, start.resumed_from,
                            console.info)
   if start.resumed_from is None:
@@ -195,7 +199,7 @@ def _fresh_state(cfg: config_lib.Config, parts: build.Run,
   state = sharding.shard(
       train_state_lib.create_train_state(
           parts.graphdef, params, parts.optimizer,
-          keep_reference=parts.keep_reference),
+          keep_reference=parts.keep_reference, base=parts.base),
       parts.state_shardings)
   return state, meta
 
@@ -231,7 +235,7 @@ def _first_eval(parts: build.Run, state: train_state_lib.TrainState,
                 meta: dict, writer: metrics_lib.MetricsWriter,
                 console: console_lib.Console) -> None:
   """A fresh start's step 0: held-out accuracy, written and saved."""
-  first = parts.evaluator(state.params, 0)
+  first = parts.evaluator(state.policy_params, 0)
   writer.write(0, first)
   console.info(f'step 0: held-out accuracy {first["eval/accuracy"]:.3f}')
   parts.save(0, state, meta)
@@ -288,7 +292,7 @@ class _Loop:
     t0 = time.perf_counter()
     step_rng = jax.random.fold_in(parts.run_rng, step)
     result = parts.rollout.collect(
-        self.state.params, jax.random.fold_in(step_rng, 0), step)
+        self.state.policy_params, jax.random.fold_in(step_rng, 0), step)
     metrics = dict(result.metrics)
     if result.batch is not None:
       # Placed here, not by jit: under a mesh spanning processes each
@@ -306,7 +310,7 @@ class _Loop:
     metrics['perf/step_s'] = time.perf_counter() - t0
     if cfg.eval.every and (step % cfg.eval.every == 0
                            or step == cfg.total_steps):
-      metrics.update(parts.evaluator(self.state.params, step))
+      metrics.update(parts.evaluator(self.state.policy_params, step))
     return metrics
 
   def check_hosts(self, step: int) -> None:

@@ -13,6 +13,7 @@ from jaxgrpo import checks
 from jaxgrpo import sharding
 from jaxgrpo.rl import logprobs
 from jaxgrpo.rl import loss as loss_lib
+from jaxgrpo import train_state as train_state_lib
 from jaxgrpo.train_state import TrainState
 from jaxgrpo.typing import TrainBatch
 
@@ -64,13 +65,15 @@ def _loss_fn(
     params: nnx.State,
     batch: TrainBatch,
     ref_logps_RT: jax.Array | None,
+    base: nnx.State | None,
     *,
     graphdef: nnx.GraphDef,
     loss_cfg: LossConfig,
     remat: str,
 ) -> tuple[jax.Array, Metrics]:
   logps_RT, entropy_RT = logprobs.completion_logprobs(
-      graphdef, params, batch, loss_cfg.temperature, remat=remat
+      graphdef, train_state_lib.policy_params(params, base), batch,
+      loss_cfg.temperature, remat=remat
   )
   loss, aux = loss_lib.grpo_loss(
       logps_RT,
@@ -139,6 +142,21 @@ def _reference_logps(
   return jax.lax.stop_gradient(logps_MBT.reshape(-1, logps_MBT.shape[-1]))
 
 
+def _reference(
+    state: TrainState, graphdef: nnx.GraphDef,
+    base_graphdef: nnx.GraphDef | None,
+) -> tuple[nnx.GraphDef, nnx.State]:
+  """(graphdef, params) of the KL reference: the base decoder on the base
+  params under an adapter, else the frozen copy of the initial params."""
+  if state.base is not None:
+    if base_graphdef is None:
+      raise ValueError('beta > 0 under an adapter needs base_graphdef')
+    return base_graphdef, state.base
+  if state.ref_params is None:
+    raise ValueError('beta > 0 needs a TrainState with ref_params')
+  return graphdef, state.ref_params
+
+
 def train_step(
     state: TrainState,
     batch: TrainBatch,
@@ -150,6 +168,7 @@ def train_step(
     num_iterations: int,
     num_minibatches: int,
     remat: str = 'none',
+    base_graphdef: nnx.GraphDef | None = None,
 ) -> tuple[TrainState, Metrics]:
   """Runs num_iterations passes of minibatch updates over one rollout batch.
 
@@ -164,12 +183,15 @@ def train_step(
   `jaxgrpo.optimizer`), and `train/nonfinite` counts it, so a bad batch
   cannot poison the state (the loop decides when to give up).
 
+  Under a LoRA adapter (`state.base` set) only the adapter `state.params` is
+  trained; the KL reference is the base decoder on `state.base`.
+
   Args:
-    state: the current TrainState; `state.ref_params` must be set when
-      `loss_cfg.beta > 0`.
+    state: the current TrainState; `state.ref_params` (or `state.base`) must
+      be set when `loss_cfg.beta > 0`.
     batch: the rollout batch: B prompts, R = B * G completions.
     rng: key for the minibatch shuffles.
-    graphdef: the Decoder's graph definition.
+    graphdef: the policy's graph definition (with its adapters, if any).
     optimizer: the optax transformation that `state.opt_state` belongs to,
       made by `optimizer.make_optimizer`.
     loss_cfg: the objective's settings.
@@ -179,6 +201,7 @@ def train_step(
       forward pass ('none', 'full' or 'dots'; see
       `jaxgrpo.model.decoder.REMAT_POLICIES`): less memory, more compute,
       the same result.
+    base_graphdef: under an adapter, the decoder without it; else None.
 
   Returns:
     The new state (step + 1) and scalar metrics averaged over the updates:
@@ -200,11 +223,8 @@ def train_step(
     )
   ref_logps_RT = None
   if loss_cfg.beta > 0:
-    if state.ref_params is None:
-      raise ValueError('beta > 0 needs a TrainState with ref_params')
     ref_logps_RT = _reference_logps(
-        graphdef,
-        state.ref_params,
+        *_reference(state, graphdef, base_graphdef),
         batch,
         temperature=loss_cfg.temperature,
         num_minibatches=num_minibatches,
@@ -224,7 +244,7 @@ def train_step(
   def update(carry, groups_M):
     params, opt_state = carry
     mb_batch, mb_ref_logps = _take_groups(batch, ref_logps_RT, groups_M)
-    (loss, aux), grads = grad_fn(params, mb_batch, mb_ref_logps)
+    (loss, aux), grads = grad_fn(params, mb_batch, mb_ref_logps, state.base)
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, new_opt_state = optimizer.update(grads, opt_state, params)
@@ -259,6 +279,7 @@ def make_train_step(
     num_iterations: int = 1,
     num_minibatches: int = 1,
     remat: str = 'none',
+    base_graphdef: nnx.GraphDef | None = None,
     state_shardings: TrainState | None = None,
     batch_shardings: TrainBatch | None = None,
 ) -> Callable[[TrainState, TrainBatch, jax.Array], tuple[TrainState, Metrics]]:
@@ -281,6 +302,8 @@ def make_train_step(
     num_iterations: passes over each rollout batch.
     num_minibatches: updates per pass.
     remat: per-block rematerialization ('none', 'full', 'dots').
+    base_graphdef: under a LoRA adapter, the decoder without it (see
+      `train_step`).
     state_shardings: the TrainState's shardings
       (`sharding.train_state_shardings`), or None: unsharded.
     batch_shardings: the TrainBatch's shardings (`sharding.batch_shardings`).
@@ -299,6 +322,7 @@ def make_train_step(
       num_iterations=num_iterations,
       num_minibatches=num_minibatches,
       remat=remat,
+      base_graphdef=base_graphdef,
   )
   # Traced under the mesh (or none) active now, whenever it is first called.
   mesh = sharding.current()

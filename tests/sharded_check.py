@@ -5,13 +5,16 @@ fixed when jax is imported:
 
   python -m tests.sharded_check OUT.json --layouts 8,1,1 1,4,2
   python -m tests.sharded_check OUT.json --train_run WORKDIR
+  python -m tests.sharded_check OUT.json --lora 1,4,2
 
 For each mesh layout (data, fsdp, tensor) it runs one GRPO train step from
 the same state and batch as the unsharded step, greedy and sampled
 generation with the same rng, and evaluation of a prompt count that does not
 divide the batch devices. `--train_run` runs the demo's runlocal config for
-2 steps on fsdp=4, tensor=2, then resumes it for a third. OUT.json holds the largest differences, the
-placements seen and the run's log, for the test to assert on.
+2 steps on fsdp=4, tensor=2, then resumes it for a third. `--lora` runs a
+LoRA train step (KL to the base) on each layout against the unsharded one.
+OUT.json holds the largest differences, the placements seen and the run's
+log, for the test to assert on.
 """
 
 import argparse
@@ -39,6 +42,7 @@ from jaxgrpo.example import Example
 from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import config as model_config
+from jaxgrpo.model import lora
 from jaxgrpo.typing import TrainBatch
 from jaxgrpo.verifiers import base
 from tests import flaky_verifiers
@@ -203,12 +207,62 @@ def _check_train_run(out: dict, workdir: str) -> None:
   }
 
 
+def _check_lora(out: dict, layouts: list[tuple[int, int, int]]) -> None:
+  graphdef, params = tiny.random_model(vocab_size=16)
+  lora_graphdef, adapter = lora.attach(
+      graphdef, params, lora.LoraSection(rank=4, alpha=8.0),
+      jax.random.key(1))
+  # Non-zero B, so that the policy differs from its reference.
+  adapter = jax.tree.map(lambda x: x + 0.01, adapter)
+  optimizer = optimizer_lib.make_optimizer(
+      learning_rate=1e-3, warmup_steps=0, total_steps=10, max_grad_norm=1.0)
+  kw = dict(graphdef=lora_graphdef, optimizer=optimizer,
+            loss_cfg=train_step_lib.LossConfig(beta=0.1), num_minibatches=2,
+            base_graphdef=graphdef)
+  batch, rng = _batch(16), jax.random.key(7)
+
+  def fresh_state():
+    return train_state_lib.create_train_state(
+        lora_graphdef, jax.tree.map(np.copy, adapter), optimizer,
+        keep_reference=False, base=jax.tree.map(np.copy, params))
+
+  want, want_metrics = jax.device_get(
+      train_step_lib.make_train_step(**kw)(fresh_state(), batch, rng))
+  out['lora'] = {}
+  for layout in layouts:
+    result = {}
+    with sharding.use_mesh(sharding.make_mesh(*layout)):
+      state = fresh_state()
+      shardings = sharding.train_state_shardings(state)
+      state = sharding.shard(state, shardings)
+      q = state.params['blocks'][0]['attn']['q']
+      result['q_a_spec'] = str(q['w_lora_a'].sharding.spec)
+      result['q_b_spec'] = str(q['w_lora_b'].sharding.spec)
+      result['base_up_spec'] = str(
+          state.base['blocks'][0]['mlp']['up']['w'].sharding.spec)
+      step = train_step_lib.make_train_step(
+          **kw, state_shardings=shardings,
+          batch_shardings=sharding.batch_shardings(batch))
+      got, got_metrics = step(state, batch, rng)
+      result['adapter_diff'] = _max_diff(got.params, want.params)
+      result['adapter_moved'] = _max_diff(want.params, adapter)
+      result['base_diff'] = _max_diff(got.base, params)
+      result['opt_state_diff'] = _max_diff(got.opt_state, want.opt_state)
+      result['metrics_diff'] = max(
+          abs(float(got_metrics[k]) - float(want_metrics[k]))
+          for k in want_metrics)
+      result['kl'] = float(want_metrics['train/kl'])
+    out['lora'][','.join(map(str, layout))] = result
+
+
 def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument('out')
   parser.add_argument('--layouts', nargs='*', default=[],
                       help='data,fsdp,tensor mesh shapes to check')
   parser.add_argument('--train_run', help='workdir of a 2-step train.run')
+  parser.add_argument('--lora', nargs='*', default=[],
+                      help='data,fsdp,tensor mesh shapes of the LoRA step')
   args = parser.parse_args()
   out = {'devices': jax.device_count(), 'layouts': {}}
   t0 = time.perf_counter()
@@ -217,6 +271,9 @@ def main() -> None:
                          for layout in args.layouts])
   if args.train_run:
     _check_train_run(out, args.train_run)
+  if args.lora:
+    _check_lora(out, [tuple(int(n) for n in layout.split(','))
+                      for layout in args.lora])
   out['seconds'] = time.perf_counter() - t0
   with open(args.out, 'w') as f:
     json.dump(out, f, indent=1)

@@ -113,6 +113,25 @@ class ShardedLayoutsTest(absltest.TestCase):
     self.assertTrue(any('train/loss' in r for r in records), records)
 
 
+class ShardedLoraTest(absltest.TestCase):
+
+  def test_lora_step_matches_unsharded_with_base_untouched(self):
+    report = _sharded_check(self, '--lora', '1,4,2', '2,2,2')['lora']
+    for layout, r in report.items():
+      with self.subTest(layout=layout):
+        # The base placed as in full fine-tuning; the adapters by their
+        # logical axes: A [embed, r] on fsdp, B [r, heads] on tensor.
+        self.assertEqual(r['base_up_spec'], "P('fsdp', 'tensor')")
+        self.assertEqual(r['q_a_spec'], "P('fsdp', None)")
+        self.assertEqual(r['q_b_spec'], "P(None, 'tensor')")
+        self.assertGreater(r['kl'], 0.0)  # the base is the reference
+        self.assertGreater(r['adapter_moved'], 1e-4)
+        self.assertLess(r['adapter_diff'], 2e-5)
+        self.assertEqual(r['base_diff'], 0.0)
+        self.assertLess(r['opt_state_diff'], 1e-6)
+        self.assertLess(r['metrics_diff'], 1e-5)
+
+
 class PlacementTest(parameterized.TestCase):
 
   def test_only_sharding_imports_jax_sharding(self):
