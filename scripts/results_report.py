@@ -518,6 +518,9 @@ def render_blocks(data: str) -> dict[str, str]:
   warm = load(data, 'warm')
   blocks['warm_checks'] = regime_checks(warm)
   blocks['warm_savings'] = savings(warm, policy_stats(warm))[0]
+  broad = load(data, 'broad')
+  blocks['broad_checks'] = regime_checks(broad)
+  blocks['broad_savings'] = savings(broad, policy_stats(broad))[0]
   memorise = load(data, 'memorise')
   blocks['memorise_checks'] = regime_checks(memorise)
   blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
@@ -526,8 +529,8 @@ def render_blocks(data: str) -> dict[str, str]:
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
                              + mixed_table(mixed))
   blocks['target_sweep'] = target_sweep(
-      {'regime': regime, 'long': long, 'warm': warm, 'memorise': memorise,
-       'mixed': mixed})
+      {'regime': regime, 'long': long, 'warm': warm, 'broad': broad,
+       'memorise': memorise, 'mixed': mixed})
   blocks['simulator'] = simulator_table(data, stats)
   blocks['comparison'] = comparison(stats)
   blocks['readme_summary'] = readme_summary(stats)
