@@ -15,6 +15,16 @@ values (timings aside), and every damaged checkpoint was set aside with the
 restart resuming from the one before it.
 
   python scripts/fault_injection.py --kills 20 --steps 12
+  python scripts/fault_injection.py --collect streaming --kills 8 --steps 12
+
+--collect picks how steps collect their groups (COLLECT holds the settings):
+`rounds`, the demo's one round per step, or `streaming`, streaming dynamic
+sampling (docs/sampler.md#streaming) over 6 continuous-engine slots after a
+short warm start, so that steps update the params, carry surplus groups and
+discard groups still decoding when the batch fills. --set KEY=VALUE (config
+keys, repeatable) adds any other override, e.g. `--set rl.beta=0.04`. The
+result also reports the reference run's updates and discarded groups, so a
+check that exercised nothing shows. Measured figures: BENCHMARKS.md.
 """
 
 import argparse
