@@ -15,9 +15,20 @@ values (timings aside), and every damaged checkpoint was set aside with the
 restart resuming from the one before it.
 
   python scripts/fault_injection.py --kills 20 --steps 12
+  python scripts/fault_injection.py --collect streaming --kills 8 --steps 12
+
+--collect picks how steps collect their groups (COLLECT holds the settings):
+`rounds`, the demo's one round per step, or `streaming`, streaming dynamic
+sampling (docs/sampler.md#streaming) over 6 continuous-engine slots after a
+short warm start, so that steps update the params, carry surplus groups and
+discard groups still decoding when the batch fills. --set KEY=VALUE (config
+keys, repeatable) adds any other override, e.g. `--set rl.beta=0.04`. The
+result also reports the reference run's updates and discarded groups, so a
+check that exercised nothing shows. Measured figures: BENCHMARKS.md.
 """
 
 import argparse
+import functools
 import glob
 import json
 import os
@@ -39,13 +50,35 @@ from jaxgrpo import checkpoint  # pylint: disable=g-import-not-at-top
 from jaxgrpo.reporting import metrics as metrics_lib
 
 
-def command(workdir: str, steps: int) -> list[str]:
+# Config overrides for each --collect mode, on top of those in `command`.
+COLLECT = {
+    # The demo's rounds, one per step: the untrained model scores 0, so
+    # params stay put and the check is on the sampler state and metrics.
+    'rounds': ('rollout.max_rounds=1',),
+    # Streaming dynamic sampling over 6 continuous-engine slots (a group of
+    # G=4 admitted in part waits for a slot, so steps end with groups still
+    # decoding, discarded), a budget of 4 rounds' worth of prompts, and a
+    # 60-step warm start to a sampled pass rate of 0.5: groups are mixed,
+    # so every step updates the params and surplus groups are carried.
+    'streaming': ('rollout.engine=continuous', 'rollout.collect=streaming',
+                  'rollout.slots=6', 'rollout.max_rounds=4',
+                  'warmstart.enabled=True', 'warmstart.max_steps=200',
+                  'warmstart.target_pass_rate=0.5',
+                  'warmstart.check_examples=32'),
+}
+
+
+def command(workdir: str, steps: int, collect: str = 'rounds',
+            overrides: tuple[str, ...] = ()) -> list[str]:
+  """The training command: the demo's runlocal shape, `collect`'s settings,
+  then `overrides` (KEY=VALUE, config keys without `config.`)."""
   return [
       sys.executable, '-m', 'jaxgrpo.main',
       '--config=configs/demo.py:runlocal', f'--workdir={workdir}',
       f'--config.total_steps={steps}', '--config.warmstart.enabled=False',
       '--config.checkpoint.every=1', '--config.checkpoint.max_to_keep=2',
-      '--config.eval.every=0', '--config.rollout.max_rounds=1',
+      '--config.eval.every=0',
+      *(f'--config.{kv}' for kv in (*COLLECT[collect], *overrides)),
   ]
 
 
@@ -106,10 +139,11 @@ def _lines(path: str) -> int:
     return 0
 
 
-def run_with_kills(workdir: str, steps: int, kills: int, rng: random.Random,
-                   damage_every: int = 2) -> dict:
-  """Runs to completion, SIGKILLing `kills` times and damaging the latest
-  checkpoint after every `damage_every`-th kill.
+def run_with_kills(workdir: str, argv: list[str], kills: int,
+                   rng: random.Random, damage_every: int = 2) -> dict:
+  """Runs `argv` (training in `workdir`) to completion, SIGKILLing `kills`
+  times and damaging the latest checkpoint after every `damage_every`-th
+  kill.
 
   Returns:
     kills, starts, restorable (kills after which the latest checkpoint
@@ -126,7 +160,7 @@ def run_with_kills(workdir: str, steps: int, kills: int, rng: random.Random,
   while True:
     starts += 1
     with open(log_path, 'w') as log:
-      proc = subprocess.Popen(command(workdir, steps), cwd=REPO, stdout=log,
+      proc = subprocess.Popen(argv, cwd=REPO, stdout=log,
                               stderr=subprocess.PIPE, text=True,
                               env={**os.environ, 'PYTHONUNBUFFERED': '1'})
       killed = False
@@ -209,23 +243,41 @@ def main():
   parser.add_argument('--damage_every', type=int, default=2,
                       help='damage the latest checkpoint after every Nth kill '
                       '(0: never)')
+  parser.add_argument('--collect', choices=sorted(COLLECT), default='rounds',
+                      help='how steps collect their groups (the settings of '
+                      'COLLECT)')
+  parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                      help='another config override, e.g. rl.beta=0.04 '
+                      '(repeatable; after those of --collect)')
   parser.add_argument('--json', help='also write the result here')
   args = parser.parse_args()
+  for kv in args.set:
+    if '=' not in kv:
+      parser.error(f'--set {kv}: expected KEY=VALUE')
+  overrides = tuple(kv.removeprefix('config.') for kv in args.set)
   tmp = tempfile.mkdtemp()
   try:
     reference = os.path.join(tmp, 'reference')
     killed = os.path.join(tmp, 'killed')
     t0 = time.time()
-    subprocess.run(command(reference, args.steps), cwd=REPO, check=True,
+    argv = functools.partial(command, steps=args.steps, collect=args.collect,
+                             overrides=overrides)
+    subprocess.run(argv(reference), cwd=REPO, check=True,
                    stdout=subprocess.DEVNULL)
-    got = run_with_kills(killed, args.steps, args.kills,
+    got = run_with_kills(killed, argv(killed), args.kills,
                          random.Random(args.seed), args.damage_every)
     kills, starts, restorable = got['kills'], got['starts'], got['restorable']
     problems = got['problems'] + compare(reference, killed)
     names = os.listdir(os.path.join(killed, 'checkpoints'))
     leftovers = [name for name in names if 'tmp' in name]
     aside = sorted(name for name in names if '.damaged-' in name)
-    result = {'kills': kills, 'starts': starts, 'steps': args.steps,
+    ref = metrics_lib.read_metrics(reference)
+    result = {'collect': args.collect, 'overrides': list(overrides),
+              'kills': kills, 'starts': starts, 'steps': args.steps,
+              # What the reference run did, so a vacuous check shows.
+              'updates': sum('train/loss' in r for r in ref),
+              'groups_discarded': sum(
+                  r.get('rollout/groups_discarded', 0) for r in ref),
               'restorable_after_kill': restorable,
               'damaged': got['damaged'], 'set_aside': aside,
               'exact': not problems and restorable == kills,

@@ -1,10 +1,13 @@
 """One process of a localhost jax.distributed job (run by test_multihost).
 
-  python -m tests.multihost_worker MODE PROCESS_ID NUM_PROCESSES PORT OUT
+  python -m tests.multihost_worker MODE PROCESS_ID NUM_PROCESSES PORT OUT \
+      [OVERRIDES]
 
 Each process writes OUT/process-<id>.json with what the test compares.
 MODE `train_one_process` runs the `train` job in one process over
-NUM_PROCESSES forced CPU devices instead, for comparison.
+NUM_PROCESSES forced CPU devices instead, for comparison. OVERRIDES, a JSON
+object of dotted config keys and values (e.g. {"rollout.slots": 6}), is
+applied to the `train` job's config after its own settings.
 """
 
 import json
@@ -41,8 +44,9 @@ def primitives(out: dict) -> None:
     out['drift_error'] = str(e)
 
 
-def train(out: dict, workdir: str) -> None:
-  """Two GRPO steps of the demo's runlocal config, all processes together."""
+def train(out: dict, workdir: str, overrides: dict) -> None:
+  """Two GRPO steps of the demo's runlocal config, all processes together,
+  then a resume for a third."""
   # pylint: disable=g-import-not-at-top
   import jax
   from jaxgrpo import multihost
@@ -53,6 +57,7 @@ def train(out: dict, workdir: str) -> None:
   c.distributed.check_every = 1
   c.rollout.round_size = 3  # padded to the 2 batch devices
   c.plots = False
+  c.update_from_flattened_dict(overrides)
   lines, steps = [], []
 
   def on_step(info) -> None:
@@ -60,6 +65,10 @@ def train(out: dict, workdir: str) -> None:
     steps.append({
         'step': info.step,
         'loss': info.metrics.get('train/loss'),
+        'reward': info.metrics.get('reward/mean'),
+        'prompts': info.metrics.get('rollout/prompts_generated'),
+        'discarded': info.metrics.get('rollout/groups_discarded'),
+        'occupancy': info.metrics.get('rollout/slot_occupancy'),
         'params': multihost.digest(params).hex(),
         'sampler': multihost.digest(info.sampler_state()).hex(),
     })
@@ -77,6 +86,7 @@ def train(out: dict, workdir: str) -> None:
 
 def main(argv: list[str]) -> None:
   mode, pid, n, port, out_dir = argv[1:6]
+  overrides = json.loads(argv[6]) if len(argv) > 6 else {}
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')
   if mode == 'train_one_process':
     # The same job in one process over as many devices.
@@ -90,7 +100,7 @@ def main(argv: list[str]) -> None:
                          log=lambda _: None)
   out = {}
   if mode == 'train':
-    train(out, os.path.join(out_dir, 'workdir'))
+    train(out, os.path.join(out_dir, 'workdir'), overrides)
   else:
     {'primitives': primitives}[mode](out)
   with open(os.path.join(out_dir, f'process-{pid}.json'), 'w') as f:

@@ -23,12 +23,13 @@ def _free_port() -> int:
 
 
 def run_job(test: absltest.TestCase, mode: str, num_processes: int = 2,
-            timeout_s: float = 300.0, *, also_one_process: bool = False
-            ) -> list[dict]:
+            timeout_s: float = 300.0, *, also_one_process: bool = False,
+            overrides: dict | None = None) -> list[dict]:
   """Runs tests/multihost_worker.py MODE in NUM_PROCESSES processes.
 
   With `also_one_process`, the same job also runs in one process over
   NUM_PROCESSES forced devices, alongside; its result comes last.
+  `overrides` (dotted config keys) change the `train` job's config.
   """
   out = test.create_tempdir().full_path
   port = _free_port()
@@ -40,7 +41,7 @@ def run_job(test: absltest.TestCase, mode: str, num_processes: int = 2,
     commands.append((f'{mode}_one_process', 0, os.path.join(out, 'one')))
   procs = [subprocess.Popen(
       [sys.executable, '-m', 'tests.multihost_worker', m, str(i),
-       str(num_processes), str(port), where],
+       str(num_processes), str(port), where, json.dumps(overrides or {})],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
       text=True) for m, i, where in commands]
   logs = []
@@ -107,8 +108,9 @@ class TwoProcessTest(absltest.TestCase):
                     p['drift_error'])
       self.assertIn('process 1', p['drift_error'])
 
-  def test_two_processes_train_and_resume_in_lockstep(self):
-    p0, p1, one = run_job(self, 'train', also_one_process=True)
+  def assert_lockstep(self, p0: dict, p1: dict, one: dict) -> None:
+    """Steps 1-3 (a resume after step 2), each updating the params, and
+    the same on both processes and on one process over 2 devices."""
     steps = [s['step'] for s in p0['steps_seen']]
     # Steps 1-2, then a resume from the checkpoint of step 2 to step 3.
     self.assertEqual(steps, [1, 2, 3])
@@ -116,14 +118,34 @@ class TwoProcessTest(absltest.TestCase):
     self.assertTrue(all(s['loss'] is not None for s in p0['steps_seen']),
                     p0['steps_seen'])  # every step updated the params
     self.assertEqual(len({s['params'] for s in p0['steps_seen']}), 3)
-    # The same params and sampler state on both processes after every
-    # step, and the same as one process over as many devices.
+    # The same params, sampler state, rewards and counts on both processes
+    # after every step, and the same as one process over as many devices.
     self.assertEqual(p0['steps_seen'], p1['steps_seen'])
     self.assertEqual(p0['steps_seen'], one['steps_seen'])
     self.assertIn('mesh: data=2 fsdp=1 tensor=1 over 2 cpu devices',
                   p0['log'])
     self.assertIn('resumed from', '\n'.join(p0['log']))
     self.assertEqual(p1['log'], [])  # only process 0 logs
+
+  def test_two_processes_train_and_resume_in_lockstep(self):
+    p0, p1, one = run_job(self, 'train', also_one_process=True)
+    self.assert_lockstep(p0, p1, one)
+
+  def test_two_processes_stream_and_resume_in_lockstep(self):
+    # Streaming collection: each process verifies every other completed
+    # group and the rewards are summed where they are applied. 6 slots for
+    # groups of 4, so a group admitted in part waits for a slot; a budget
+    # of 8 rounds' worth of prompts, so step 1 fills its batch and updates.
+    p0, p1, one = run_job(self, 'train', timeout_s=600, also_one_process=True,
+                          overrides={
+                              'rollout.engine': 'continuous',
+                              'rollout.collect': 'streaming',
+                              'rollout.slots': 6, 'rollout.max_rounds': 8})
+    self.assert_lockstep(p0, p1, one)
+    # Steps 1 and 3 (after the resume) decoded in the continuous engine's
+    # slots; step 2 may train on groups step 1 carried.
+    self.assertIsNotNone(p0['steps_seen'][0]['occupancy'], p0['steps_seen'])
+    self.assertIsNotNone(p0['steps_seen'][2]['occupancy'], p0['steps_seen'])
 
 
 if __name__ == '__main__':
