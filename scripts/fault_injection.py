@@ -19,9 +19,10 @@ restart resuming from the one before it.
 
 --collect picks how steps collect their groups (COLLECT holds the settings):
 `rounds`, the demo's one round per step, or `streaming`, streaming dynamic
-sampling (docs/sampler.md#streaming) over 6 continuous-engine slots after a
-short warm start, so that steps update the params, carry surplus groups and
-discard groups still decoding when the batch fills. --set KEY=VALUE (config
+sampling (docs/sampler.md#streaming) over 6 continuous-engine slots, so
+that steps also carry surplus groups and discard groups still decoding when
+the batch fills. Both start with a short warm start, so that steps update
+the params; a reference run that never updated fails the check. --set KEY=VALUE (config
 keys, repeatable) adds any other override, e.g. `--set rl.beta=0.04`. The
 result also reports the reference run's updates and discarded groups, so a
 check that exercised nothing shows. Measured figures: BENCHMARKS.md.
@@ -51,20 +52,20 @@ from jaxgrpo.reporting import metrics as metrics_lib
 
 
 # Config overrides for each --collect mode, on top of those in `command`.
+# A 60-step warm start to a sampled pass rate of 0.5: groups are mixed, so
+# steps update the params (an untrained model scores 0 on every group and
+# would leave them put, checking nothing but the sampler state).
+WARM_START = ('warmstart.enabled=True', 'warmstart.max_steps=200',
+              'warmstart.target_pass_rate=0.5', 'warmstart.check_examples=32')
 COLLECT = {
-    # The demo's rounds, one per step: the untrained model scores 0, so
-    # params stay put and the check is on the sampler state and metrics.
-    'rounds': ('rollout.max_rounds=1',),
+    # The demo's rounds, one per step.
+    'rounds': ('rollout.max_rounds=1', *WARM_START),
     # Streaming dynamic sampling over 6 continuous-engine slots (a group of
     # G=4 admitted in part waits for a slot, so steps end with groups still
-    # decoding, discarded), a budget of 4 rounds' worth of prompts, and a
-    # 60-step warm start to a sampled pass rate of 0.5: groups are mixed,
-    # so every step updates the params and surplus groups are carried.
+    # decoding, discarded), a budget of 4 rounds' worth of prompts; surplus
+    # groups are carried.
     'streaming': ('rollout.engine=continuous', 'rollout.collect=streaming',
-                  'rollout.slots=6', 'rollout.max_rounds=4',
-                  'warmstart.enabled=True', 'warmstart.max_steps=200',
-                  'warmstart.target_pass_rate=0.5',
-                  'warmstart.check_examples=32'),
+                  'rollout.slots=6', 'rollout.max_rounds=4', *WARM_START),
 }
 
 
@@ -281,9 +282,12 @@ def main():
               'restorable_after_kill': restorable,
               'damaged': got['damaged'], 'set_aside': aside,
               'exact': not problems and restorable == kills,
+              'vacuous': not any('train/loss' in r for r in ref),
               'problems': problems[:20], 'tmp_folders_left': leftovers,
               'seconds': round(time.time() - t0, 1)}
     print(json.dumps(result, indent=2))
+    print(f'{result["updates"]} of {args.steps} reference steps updated the '
+          'params')
     print(f'{kills} kills, {starts} starts, {restorable} of {kills} kills '
           f'left a restorable checkpoint, {len(got["damaged"])} damaged '
           'checkpoints set aside with each restart resuming from the newest '
@@ -293,7 +297,7 @@ def main():
     if args.json:
       with open(args.json, 'w') as f:
         json.dump(result, f, indent=2)
-    sys.exit(0 if result['exact'] else 1)
+    sys.exit(0 if result['exact'] and not result['vacuous'] else 1)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
 

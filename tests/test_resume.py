@@ -1,6 +1,7 @@
 """Checkpoints under trouble: preemption, NaN streaks, changed inputs."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -215,6 +216,8 @@ class KillTest(absltest.TestCase):
     self.assertEqual(out.returncode, 0, out.stdout[-3000:] + out.stderr[-3000:])
     self.assertIn('2 of 2 kills left a restorable checkpoint', out.stdout)
     self.assertIn('matches the uninterrupted one exactly', out.stdout)
+    updated = re.search(r'(\d+) of 6 reference steps updated', out.stdout)
+    self.assertGreater(int(updated.group(1)), 0, out.stdout[-3000:])
 
 
 if __name__ == '__main__':
