@@ -56,6 +56,15 @@ class Sample:
   length: int
 
 
+def sample_key_data(prompt_keys_N: jax.Array, g: int) -> np.ndarray:
+  """[N, G, 2] uint32 host key data of N prompts' G sample keys."""
+  keys_R = keys_lib.sample_keys(prompt_keys_N, g)
+  if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
+    keys_R = jax.random.key_data(keys_R)
+  return np.asarray(continuous.host(keys_R), np.uint32).reshape(
+      prompt_keys_N.shape[0], g, -1)
+
+
 class SlotStream:
   """Decodes samples in the engine's slots as prompts arrive.
 
@@ -117,11 +126,7 @@ class SlotStream:
         benchmarking aid; None samples freely.
     """
     n = tokens_NP.shape[0]
-    keys_R = keys_lib.sample_keys(prompt_keys_N, self.g)
-    if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
-      keys_R = jax.random.key_data(keys_R)
-    keys_NG2 = np.asarray(continuous.host(keys_R), np.uint32).reshape(
-        n, self.g, -1)
+    keys_NG2 = sample_key_data(prompt_keys_N, self.g)
     if stop_at_NG is None:
       stop_at_NG = np.zeros((n, self.g), np.int32)
     return [self.add_group(tokens_NP[i], mask_NP[i], keys_NG2[i],
