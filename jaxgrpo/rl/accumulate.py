@@ -97,8 +97,9 @@ class StepStats:
       ended, discarded.
     groups_discarded: those groups (their prompts drawn, never scored),
       kept groups expired included.
-    in_flight: whether unfinished groups are kept (`rollout.in_flight`
-      'keep'); the metrics below are written only then.
+    keep_in_flight: whether unfinished groups are kept
+      (`rollout.in_flight='keep'`); the metrics below are written only
+      then.
     partial_kept: groups kept in flight at the step's end.
     partial_resumed: groups kept by the last step, taken up by this one.
     partial_expired: groups that would have been kept, discarded because
@@ -135,7 +136,7 @@ class StepStats:
   tokens_used: float = 0.0
   tokens_wasted: float = 0.0
   groups_discarded: int = 0
-  in_flight: bool = False
+  keep_in_flight: bool = False
   partial_kept: int = 0
   partial_resumed: int = 0
   partial_expired: int = 0
@@ -201,7 +202,7 @@ class StepStats:
         'perf/gen_tokens_per_s': (
             self.tokens_generated / self.gen_s if self.gen_s else 0.0),
     }
-    if self.in_flight:
+    if self.keep_in_flight:
       high, total, n = self.staleness
       metrics.update({
           'rollout/partial_kept': float(self.partial_kept),
@@ -269,7 +270,7 @@ class Accumulator:
     self.step = step
     self.groups, self.carried = self.carried, []
     self.stats = StepStats.empty(self.names, self.batch_size)
-    self.stats.in_flight = self.keep_in_flight
+    self.stats.keep_in_flight = self.keep_in_flight
     self.stats.carried_in = len(self.groups)
     self.counts = np.zeros(len(self.names), np.int64)
     for g in self.groups:

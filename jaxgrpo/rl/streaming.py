@@ -208,19 +208,19 @@ class _Step:
     """Queues the groups the last step kept in flight, before any draw."""
     stats = self.acc.stats
     for kept in self.acc.in_flight:
-      samples = {g: stream_lib.Sample(
+      samples = [stream_lib.Sample(
           prompt=-1, index=g, tokens=kept.completion_tokens[g],
-          logps=kept.old_logps[g], length=int(kept.lengths[g]))
-                 for g in range(len(kept.lengths))}
+          logps=kept.old_logps[g], length=int(n))
+                 for g, n in enumerate(kept.lengths)]
       pid = self.stream.add_group(
           kept.prompt_tokens, kept.prompt_mask, kept.keys, kept.stop_at,
-          {g: s for g, s in samples.items() if not kept.done[g]})
+          {s.index: s for s in samples if not kept.done[s.index]})
+      done = {s.index: dataclasses.replace(s, prompt=pid)
+              for s in samples if kept.done[s.index]}
       self.open[pid] = _Open(
           example=kept.example, tokens=kept.prompt_tokens,
           mask=kept.prompt_mask, truncated=bool(kept.truncated),
-          samples={g: dataclasses.replace(s, prompt=pid)
-                   for g, s in samples.items() if kept.done[g]},
-          keys=kept.keys, stop_at=kept.stop_at, kept=kept)
+          samples=done, keys=kept.keys, stop_at=kept.stop_at, kept=kept)
       stats.partial_resumed += 1
       stats.tokens_resumed += float(kept.tokens)
     self.acc.in_flight = []
