@@ -40,7 +40,8 @@ from jaxgrpo.generate import slots as slots_lib
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-  """A finished sample: sample `index` of prompt `prompt` (an `add` id).
+  """Sample `index` of prompt `prompt` (an `add` id): finished, or part-way
+  (`unfinished`).
 
   Attributes:
     tokens: [T] int32, pad after the stop token (after `length` while it

@@ -28,11 +28,15 @@ beyond B follow `rollout.surplus`). Groups still decoding are, by
     are done, the sample keys, and the step whose params sampled each
     token). The next step takes them up before it draws any prompt: each
     part-way sample's cache is rebuilt under the new params by one
-    prefill of its prompt and tokens so far (`slots.resume`: a forward
-    over P + T - 1 positions per sample, about what its first decode
-    steps cost in compute but in one call), and it decodes on from where
-    it stopped, token t drawn with the key of position t; samples that
-    never reached a slot start afresh. A completed group is scored like
+    prefill of its prompt and tokens so far (`slots.resume`), and it
+    decodes on from where it stopped, token t drawn with the key of
+    position t; samples that never reached a slot start afresh. The
+    re-prefill costs a forward over P + T - 1 positions per sample,
+    whatever its length (the tail is masked: one shape, one compilation),
+    in calls of `prefill_batch` samples, and no decode step. The old
+    cache is not kept: the old params computed it, and it would hold
+    device memory between steps and have to be checkpointed. A
+    completed group is scored like
     any other, and the learner's importance ratio is against the stored
     log-probs, those of the params that sampled each token. A group
     whose oldest token would be more than `rollout.max_staleness` steps
@@ -42,9 +46,9 @@ beyond B follow `rollout.surplus`). Groups still decoding are, by
     are part of the checkpoint (`Accumulator.get_state`), so resume
     stays exact.
 
-Token accounting, per step, 'keep': tokens_generated + tokens_resumed =
-tokens_scored + tokens_in_flight + tokens_wasted (`docs/metrics.md`);
-under 'discard' the resumed and in-flight terms are 0.
+Token accounting, per step: tokens_generated + tokens_resumed =
+tokens_scored + tokens_in_flight + tokens_wasted (`docs/metrics.md`; the
+resumed and in-flight terms are 0 under 'discard').
 
 Verifiers overlap decoding: a finished group's scoring is handed to a
 thread (which drives the `Scorer`'s worker processes) while the device
@@ -228,45 +232,34 @@ class _Step:
   def keep_unfinished(self) -> None:
     """Keeps the groups still open for the next step, or expires them."""
     stats, g = self.acc.stats, self.fn.engine.num_samples
-    left: dict[int, dict[int, stream_lib.Sample]] = collections.defaultdict(
-        dict)
+    left = collections.defaultdict(dict)  # id -> index -> Sample so far
     for sample in self.stream.unfinished():
       left[sample.prompt][sample.index] = sample
-    kept = []
+    kept, wasted = [], 0
     for pid, o in self.open.items():
-      samples = {**o.samples, **left[pid]}
+      samples = [{**o.samples, **left[pid]}[k] for k in range(g)]
       part = accumulate.Partial(
           example=o.example, prompt_tokens=o.tokens, prompt_mask=o.mask,
           truncated=o.truncated, keys=o.keys, stop_at=o.stop_at,
-          completion_tokens=np.stack([samples[k].tokens for k in range(g)]),
-          old_logps=np.stack([samples[k].logps for k in range(g)]),
-          lengths=np.array([samples[k].length for k in range(g)], np.int32),
+          completion_tokens=np.stack([s.tokens for s in samples]),
+          old_logps=np.stack([s.logps for s in samples]),
+          lengths=np.array([s.length for s in samples], np.int32),
           done=np.array([k in o.samples for k in range(g)]),
-          versions=np.stack([self.versions(o, samples[k])
-                             for k in range(g)]))
+          versions=np.stack([_versions(o, s, self.step) for s in samples]))
       oldest = part.oldest()
       if oldest is not None and self.step + 1 - oldest > self.fn.max_staleness:
         stats.partial_expired += 1
-        stats.groups_discarded += 1
-        stats.tokens_wasted += float(part.tokens)
+        wasted += part.tokens
       else:
         kept.append(part)
-        stats.tokens_in_flight += float(part.tokens)
     self.acc.in_flight = kept
     self.source.hold([part.example for part in kept])
     stats.partial_kept = len(kept)
-    stats.tokens_generated += (stats.tokens_wasted + stats.tokens_in_flight
+    stats.groups_discarded += stats.partial_expired
+    stats.tokens_wasted += float(wasted)
+    stats.tokens_in_flight = float(sum(part.tokens for part in kept))
+    stats.tokens_generated += (wasted + stats.tokens_in_flight
                                - stats.tokens_resumed)
-
-  def versions(self, o: _Open, sample: stream_lib.Sample) -> np.ndarray:
-    """[T] the step that sampled each of `sample`'s tokens (-1: none)."""
-    column = np.arange(sample.tokens.shape[0])
-    versions = np.full(column.shape, self.step, np.int32)
-    if o.kept is not None:
-      before = o.kept.lengths[sample.index]
-      versions = np.where(column < before, o.kept.versions[sample.index],
-                          versions)
-    return np.where(column < sample.length, versions, -1).astype(np.int32)
 
   def draw(self, budget: int) -> None:
     """Asks the source for prompts to fill the free slots."""
@@ -316,7 +309,7 @@ class _Step:
     for grp, o in zip(groups, complete):
       self.acc.stats.tokens_scored += float(grp.tokens)
       if self.keep:
-        grp.versions = np.stack([self.versions(o, o.samples[k])
+        grp.versions = np.stack([_versions(o, o.samples[k], self.step)
                                  for k in range(g)])
     owned = ((self.done_groups + np.arange(len(groups)))
              % jax.process_count() == jax.process_index())
@@ -382,3 +375,15 @@ def _group(o: _Open, g: int) -> rounds_lib.Group:
       completion_mask=np.arange(t)[None] < lengths[:, None],
       old_logps=np.stack([s.logps for s in samples]),
       rewards=np.zeros(g, np.float32))
+
+
+def _versions(o: _Open, sample: stream_lib.Sample, step: int) -> np.ndarray:
+  """[T] the step that sampled each of `sample`'s tokens (-1: none): the
+  kept group's own for the tokens it carried in, `step` for the rest."""
+  column = np.arange(sample.tokens.shape[0])
+  versions = np.full(column.shape, step, np.int32)
+  if o.kept is not None:
+    before = o.kept.lengths[sample.index]
+    versions = np.where(column < before, o.kept.versions[sample.index],
+                        versions)
+  return np.where(column < sample.length, versions, -1).astype(np.int32)
