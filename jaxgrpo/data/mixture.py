@@ -318,12 +318,14 @@ class MixtureSampler:
   def _pending_index(self, example: Example, skip=frozenset()) -> int:
     """Where the earliest unobserved draw of `example` is in `_pending`.
 
-    Matched by id (unique in its dataset): a restored example is equal,
-    not the same object.
+    An `Example` is matched by id (unique in its dataset): one restored
+    from a checkpoint is a copy, its meta through JSON.
     """
     d = self.names.index(example.dataset)
     for k, (pd, _, drawn) in enumerate(self._pending):
-      if pd == d and drawn.id == example.id and k not in skip:
+      same = drawn is example or drawn == example or (
+          isinstance(drawn, Example) and drawn.id == example.id)
+      if pd == d and same and k not in skip:
         return k
     raise ValueError(f'observe got {example!r}, which is not drawn or was '
                      'observed already')
