@@ -14,6 +14,9 @@ prompt.
 Modes (all on the continuous engine with --slots slots):
   rounds:            rollout.collect=rounds, round size --round-size;
   streaming:         rollout.collect=streaming (verify_overlap 2);
+  streaming_keep:    the same with rollout.in_flight=keep: groups still
+    decoding when a step's batch is full are taken up by the next step
+    (max_staleness 1) instead of discarded;
   rounds_slow, streaming_slow_none, streaming_slow_overlap: the same with a
     verifier that takes 50 ms a call (--verify-workers worker processes),
     streaming without (verify_overlap 0) and with (2) overlap.
@@ -63,13 +66,14 @@ from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.verifiers import pool as verifier_pool
 
 _GSM8K = continuous_bench._GSM8K  # pylint: disable=protected-access
-# name: (collect, slow verifier, verify_overlap)
+# name: (collect, slow verifier, verify_overlap, in_flight)
 MODES = {
-    'rounds': ('rounds', False, 0),
-    'streaming': ('streaming', False, 2),
-    'rounds_slow': ('rounds', True, 0),
-    'streaming_slow_none': ('streaming', True, 0),
-    'streaming_slow_overlap': ('streaming', True, 2),
+    'rounds': ('rounds', False, 0, 'discard'),
+    'streaming': ('streaming', False, 2, 'discard'),
+    'streaming_keep': ('streaming', False, 2, 'keep'),
+    'rounds_slow': ('rounds', True, 0, 'discard'),
+    'streaming_slow_none': ('streaming', True, 0, 'discard'),
+    'streaming_slow_overlap': ('streaming', True, 2, 'discard'),
 }
 
 
@@ -102,7 +106,7 @@ class ForcedRounds(continuous.ContinuousGenerator):
 
 def make_mode(name, args, graphdef, params, gen, examples, lengths):
   """(rollout, train state, step fn, scorer) of one mode."""
-  collect, slow, overlap = MODES[name]
+  collect, slow, overlap, in_flight = MODES[name]
   spec = mixture.DatasetSpec(
       name='gsm8k', weight=1.0,
       policy=snooze.PolicyConfig(policy='none', group_size=args.group))
@@ -112,7 +116,7 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       batch_size=args.batch, group_size=args.group,
       round_size=args.round_size, max_rounds=args.max_rounds,
       max_prompt_len=args.prompt_width, long_prompts='truncate',
-      collect=collect, verify_overlap=overlap)
+      collect=collect, verify_overlap=overlap, in_flight=in_flight)
   engine_kw = dict(generator=gen, slots=args.slots, chunk=args.chunk,
                    buckets=())  # one prefill width: no compiles mid-run
   hook = LengthHook(lengths, args.group)
@@ -162,6 +166,9 @@ def run_step(mode, step: int) -> dict:
           'rollout/tokens_generated', 'rollout/tokens_used',
           'rollout/tokens_wasted', 'rollout/groups_discarded',
           'rollout/slot_occupancy', 'rollout/surplus', 'rollout/carried_in',
+          'rollout/partial_kept', 'rollout/partial_resumed',
+          'rollout/partial_expired', 'rollout/tokens_resumed',
+          'rollout/tokens_in_flight', 'rollout/staleness_mean',
           'perf/gen_s', 'perf/verify_s')
   steps = (res.stats.slot_steps // mode['slots'] if res.stats.slot_steps
            else mode['hook'].decode_steps)
@@ -264,7 +271,8 @@ def summarize(runs: dict) -> dict:
            'streaming_vs_rounds_slow': ('rounds_slow',
                                         'streaming_slow_overlap'),
            'overlap_vs_none': ('streaming_slow_none',
-                               'streaming_slow_overlap')}
+                               'streaming_slow_overlap'),
+           'keep_vs_discard': ('streaming', 'streaming_keep')}
   ratios = {}
   for k, (a, b) in pairs.items():
     if a in med and b in med:

@@ -148,6 +148,15 @@ class RolloutSection(Section, name='rollout'):
   verify_overlap: int = field(
       2, '`streaming`: decode chunks a verification overlaps (0: none)',
       rollout.RULES['verify_overlap'])
+  in_flight: str = field(
+      'discard', "`streaming`: groups still decoding when a step's batch is "
+      'full are `discard`ed (tokens wasted) or kept (`keep`) as partial '
+      'rollouts the next step decodes on from where they stopped, under its '
+      'params (see [the sampler](sampler.md#streaming))',
+      rollout.RULES['in_flight'])
+  max_staleness: int = field(
+      1, '`keep`: steps a kept rollout may lag; one whose oldest token would '
+      'be older at the next step is discarded', rollout.RULES['max_staleness'])
   easy_threshold: float = field(
       1.0, 'a group is too easy when every reward is >= this')
   hard_threshold: float = field(
@@ -159,6 +168,9 @@ class RolloutSection(Section, name='rollout'):
             'needs 0 <= rollout.hard_threshold < easy_threshold <= 1')
     yield 'collect', self.collect == 'rounds' or self.engine == 'continuous', (
         "'streaming' needs rollout.engine='continuous'")
+    yield 'in_flight', (self.in_flight == 'discard'
+                        or self.collect == 'streaming'), (
+                            "'keep' needs rollout.collect='streaming'")
 
 
 class SamplerSection(Section, name='sampler'):

@@ -10,6 +10,7 @@ import time
 from unittest import mock
 
 from absl.testing import absltest
+import jax
 import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
@@ -107,6 +108,46 @@ class RemapTest(absltest.TestCase):
     np.testing.assert_array_equal(
         np.asarray(after['ids']['arithmetic']),
         np.asarray(before['ids']['arithmetic'])[:200])
+
+
+class InFlightResumeTest(absltest.TestCase):
+
+  def test_kept_rollouts_resume_exactly(self):
+    # rollout.in_flight='keep': the groups in flight at step 2's end are in
+    # its checkpoint (with the sampler's held examples), so 2 steps, a
+    # resume and 2 more are the 4 steps of a run that never stopped:
+    # same metrics, same params.
+    keep = {'rollout.engine': 'continuous', 'rollout.slots': 8,
+            'rollout.group_size': 4, 'rollout.collect': 'streaming',
+            'rollout.in_flight': 'keep', 'rollout.max_staleness': 2,
+            # Completions long enough to span decode chunks.
+            'rollout.max_new_tokens': 16, 'rollout.max_rounds': 4}
+    params = {}
+
+    def last_params(workdir):
+      def on_step(info):
+        params[workdir] = jax.tree.map(np.asarray,
+                                       jax.device_get(info.state.params))
+      return on_step
+
+    stopped = self.create_tempdir().full_path
+    train.run(_config(**keep), stopped, log=lambda _: None)
+    summary = train.run(_config(total_steps=4, **keep), stopped,
+                        log=lambda _: None, on_step=last_params(stopped))
+    self.assertEqual(summary.resumed_from, 2)
+    straight = self.create_tempdir().full_path
+    train.run(_config(total_steps=4, **keep), straight, log=lambda _: None,
+              on_step=last_params(straight))
+    runs = [[{k: v for k, v in r.items() if not k.startswith(
+        ('perf/', 'time/'))} for r in metrics_lib.read_metrics(w)]
+            for w in (stopped, straight)]
+    self.assertEqual([r['step'] for r in runs[0]], [0, 1, 2, 3, 4])
+    self.assertGreater(runs[0][2]['rollout/partial_kept'], 0)
+    self.assertEqual(runs[0][3]['rollout/partial_resumed'],
+                     runs[0][2]['rollout/partial_kept'])
+    self.assertEqual(runs[0], runs[1])
+    jax.tree.map(np.testing.assert_array_equal, params[stopped],
+                 params[straight])
 
 
 class FullDiskTest(absltest.TestCase):

@@ -20,6 +20,10 @@ mode, against starvation.
 Datasets with offline difficulty strata (`curriculum.Strata`) offer each
 example with its stratum's weight at the current step (`curriculum`), and
 report each stratum's batch share.
+
+Size: one class, `MixtureSampler`, whose per-step protocol (draw, observe,
+choose), quotas and saved state share the per-dataset tables and the
+draws still pending.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -147,6 +151,8 @@ class MixtureSampler:
     self._round = 0
     # Drawn and not yet observed, in draw order: (dataset, index, example).
     self._pending: list[tuple[int, int, Example]] = []
+    # Drawn in an earlier step and still in flight (`hold`): pending still.
+    self._held: list[tuple[int, int, Example]] = []
     self._exhausted = np.zeros(len(names), bool)
     self._step_counts: dict[str, np.ndarray] = {}
     self.start_step(0)
@@ -176,7 +182,8 @@ class MixtureSampler:
     # A dataset whose strata all weigh 0 now has nothing to offer.
     self._exhausted[:] = self._closed
     self._stratum_used = {}
-    self._pending = []  # a streaming step's discarded groups teach nothing
+    # A streaming step's discarded groups teach nothing; held ones wait.
+    self._pending = list(self._held)
     k = len(self.names)
     self._step_counts = {
         key: np.zeros(k, np.int64)
@@ -244,7 +251,8 @@ class MixtureSampler:
       for d, want in enumerate(counts):
         if want <= 0:
           continue
-        got = self.tables[d].draw(int(want), self.step)
+        held = np.array([i for hd, i, _ in self._held if hd == d], np.int64)
+        got = self.tables[d].draw(int(want), self.step, held)
         picked.extend((d, int(i)) for i in got)
         if len(got) < want:
           if not self._exhausted[d]:
@@ -292,15 +300,41 @@ class MixtureSampler:
         self._step_counts['easy'][d] += int(easy.sum())
         self._step_counts['hard'][d] += int(hard.sum())
 
-  def _take_pending(self, example: Example) -> tuple[int, int]:
-    """(dataset, index) of the earliest unobserved draw of `example`."""
+  def hold(self, examples: Sequence[Example]) -> None:
+    """Keeps drawn, unobserved `examples` pending past the step's end.
+
+    A streaming step that keeps its unfinished groups in flight
+    (`rollout.in_flight='keep'`) holds their examples: they stay pending
+    in the next steps, to be observed once, when scored, and are not
+    offered again meanwhile. Each call replaces the last one's examples.
+    """
+    taken = set()
+    for ex in examples:
+      taken.add(self._pending_index(ex, taken))
+    # By dataset, then draw order: the order a checkpoint restores.
+    self._held = [self._pending[k] for k in
+                  sorted(taken, key=lambda k: (self._pending[k][0], k))]
+
+  def _pending_index(self, example: Example, skip=frozenset()) -> int:
+    """Where the earliest unobserved draw of `example` is in `_pending`.
+
+    An `Example` is matched by id (unique in its dataset): one restored
+    from a checkpoint is a copy, its meta through JSON.
+    """
     d = self.names.index(example.dataset)
-    for k, (pd, i, drawn) in enumerate(self._pending):
-      if pd == d and (drawn is example or drawn == example):
-        del self._pending[k]
-        return d, i
+    for k, (pd, _, drawn) in enumerate(self._pending):
+      same = drawn is example or drawn == example or (
+          isinstance(drawn, Example) and drawn.id == example.id)
+      if pd == d and same and k not in skip:
+        return k
     raise ValueError(f'observe got {example!r}, which is not drawn or was '
                      'observed already')
+
+  def _take_pending(self, example: Example) -> tuple[int, int]:
+    """(dataset, index) of the earliest unobserved draw of `example`."""
+    entry = self._pending.pop(self._pending_index(example))
+    self._held = [h for h in self._held if h is not entry]
+    return entry[0], entry[1]
 
   def dataset_index(self, name: str) -> int:
     return self.names.index(name)
@@ -407,10 +441,16 @@ class MixtureSampler:
     return float((rates * w).sum() / w.sum()) if w.sum() else 0.0
 
   def get_state(self) -> dict:
-    return {
+    state = {
         'step': self.step,
         'tables': {name: t.get_state() for name, t in zip(self.names, self.tables)},
     }
+    if self._held:  # indices of the examples held in flight, by dataset
+      state['held'] = {
+          name: np.array([i for hd, i, _ in self._held if hd == d], np.int64)
+          for d, name in enumerate(self.names)
+          if any(hd == d for hd, _, _ in self._held)}
+    return state
 
   def set_state(
       self,
@@ -444,5 +484,16 @@ class MixtureSampler:
             state['tables'][name], saved_ids, ids)
       else:
         report[name] = {'kept': 0, 'new': table.size, 'removed': 0}
+    self._held = []
+    for name, held in state.get('held', {}).items():
+      d = self.names.index(name)
+      for i in np.asarray(held, np.int64).reshape(-1).tolist():
+        if name in remap:  # matched by id hash; one removed is not held
+          saved_ids, ids = remap[name]
+          now = np.flatnonzero(np.asarray(ids) == np.asarray(saved_ids)[i])
+          if not now.size:
+            continue
+          i = int(now[0])
+        self._held.append((d, i, self._example(d, i)))
     self.start_step(int(state['step']))
     return report

@@ -310,7 +310,8 @@ class SnoozeTable:
                              _STAGE_SALT) >= self.offer_chance(idx[open_])
     return asleep, filtered, weighted, stage
 
-  def draw(self, n: int, step: int) -> np.ndarray:
+  def draw(self, n: int, step: int,
+           held: np.ndarray | None = None) -> np.ndarray:
     """Walks the epochs from the current position and offers examples.
 
     The walk stops right after the n-th offer. It also stops at the end of
@@ -322,6 +323,7 @@ class SnoozeTable:
     Args:
       n: number of examples wanted.
       step: the training step, recorded as each offered example's last_step.
+      held: indices not to offer (drawn earlier and still in flight).
 
     Returns:
       [<= n] int64 example indices in offer order; an index repeats only
@@ -351,7 +353,10 @@ class SnoozeTable:
       where = np.flatnonzero(perm < self.size)
       idx = perm[where].astype(np.int64)
       masks = self._skips(idx, self.epoch)
-      kept = np.flatnonzero(~(masks[0] | masks[1] | masks[2] | masks[3]))
+      free = ~(masks[0] | masks[1] | masks[2] | masks[3])
+      if held is not None and held.size:
+        free &= ~np.isin(idx, held)
+      kept = np.flatnonzero(free)
       if kept.size >= need:
         kept = kept[:need]
         used, cut = int(kept[-1]) + 1, int(where[kept[-1]]) + 1

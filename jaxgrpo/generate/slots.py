@@ -3,7 +3,8 @@
 `generate.continuous` drives these from the host: `init` builds S empty
 slots and a Q-entry prompt stash, `prefill` runs A prompts of one bucket
 width into stash entries, `chunk` admits samples into slots and decodes up
-to a chunk of steps, `flush` copies finished slots to their output rows.
+to a chunk of steps, `flush` copies finished slots to their output rows,
+`resume` puts samples decoded part-way (by older params) back into slots.
 
 Einsum letters / suffixes follow `jaxgrpo.typing`, plus S slots (here not
 the cache length, which is C = P_max + T - 1), Q stash entries, A prompts
@@ -91,6 +92,31 @@ class Admission:
 
   source: jax.Array
   row: jax.Array
+  keys: jax.Array
+  stop_at: jax.Array
+
+
+@flax.struct.dataclass(kw_only=True)
+class Resume:
+  """A samples taken up part-way; `slot` S (out of range) pads the call.
+
+  Attributes:
+    slot: [A] int32, the slot each sample goes to.
+    prompt_tokens: [A, P_max] int32, its left-padded prompt.
+    prompt_mask: [A, P_max] bool, True on real prompt tokens.
+    tokens: [A, T] int32, its tokens so far, pad-filled.
+    logps: [A, T] float32, their sampling log-probs, zero-filled.
+    lengths: [A] int32, L, tokens so far (1 <= L < T).
+    keys: [A, 2] uint32, key data of the sample's key.
+    stop_at: [A] int32, forced length (0: none).
+  """
+
+  slot: jax.Array
+  prompt_tokens: jax.Array
+  prompt_mask: jax.Array
+  tokens: jax.Array
+  logps: jax.Array
+  lengths: jax.Array
   keys: jax.Array
   stop_at: jax.Array
 
@@ -185,6 +211,56 @@ def prefill(
             real_AW.sum(axis=1, dtype=jnp.int32), mode='drop'),
         width=stash.width.at[dest_A].set(w, mode='drop'),
     )
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+def resume(
+    gen: Generator,
+    mesh: sharding.MeshContext | None,
+    params: nnx.State,
+    slots: Slots,
+    rs: Resume,
+) -> Slots:
+  """Rebuilds A part-way samples' caches under `params` into their slots.
+
+  Each sample's prompt and first L - 1 tokens are prefilled as one
+  sequence of C = P_max + T - 1 columns (prompt in [0, P_max), token i at
+  P_max + i), so the slot's cache holds their keys and values under the
+  current params; its token L - 1 is fed next, at column P_max + L - 1,
+  and its token L draws with the key of column L, as if never stopped.
+  Cost: one forward over C positions per sample, whatever its L.
+  """
+  with sharding.activate(mesh):
+    model = nnx.merge(gen.graphdef, params)
+    a, p = rs.prompt_tokens.shape
+    c = slots.key_mask.shape[1]
+    t = gen.max_new_tokens
+    tokens_AC = jnp.concatenate([rs.prompt_tokens, rs.tokens[:, :t - 1]], 1)
+    real_AC = jnp.concatenate(
+        [rs.prompt_mask.astype(bool),
+         jnp.arange(t - 1)[None] < rs.lengths[:, None] - 1], 1)
+    positions_AC = jnp.maximum(
+        jnp.cumsum(real_AC, axis=1, dtype=jnp.int32) - 1, 0)
+    mask_ACC = jnp.tril(jnp.ones((c, c), bool))[None] & real_AC[:, None, :]
+    _, cache = model.backbone(
+        model.embed(tokens_AC.astype(jnp.int32)), positions_AC, mask_ACC,
+        attention.init_cache(gen.model_cfg, a, c), jnp.int32(0))
+    put = lambda old, new: old.at[rs.slot].set(new, mode='drop')
+    last_A = jnp.take_along_axis(rs.tokens, rs.lengths[:, None] - 1, 1)[:, 0]
+    return _constrain(slots.replace(
+        last_tokens=put(slots.last_tokens, last_A),
+        positions=put(slots.positions, positions_AC[:, p - 1] + rs.lengths),
+        cache_index=put(slots.cache_index, p - 1 + rs.lengths),
+        key_mask=put(slots.key_mask, real_AC),
+        cache=jax.tree.map(put, slots.cache, cache),
+        tokens=put(slots.tokens, rs.tokens),
+        logps=put(slots.logps, rs.logps),
+        lengths=put(slots.lengths, rs.lengths),
+        active=put(slots.active, jnp.ones((a,), bool)),
+        owner=put(slots.owner, rs.slot),
+        keys=put(slots.keys, rs.keys),
+        stop_at=put(slots.stop_at, rs.stop_at),
+    ))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=4)

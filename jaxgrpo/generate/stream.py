@@ -9,12 +9,19 @@ read back to the host. A streaming rollout (`rl.streaming`) adds prompts
 as slots free up and scores each prompt's group as soon as its G samples
 are back.
 
+`unfinished` reads the samples still decoding or waiting when a session
+ends; `add_group` queues some of a prompt's samples, each from the start
+or part-way (its tokens so far, from an earlier session, perhaps under
+other params). Part-way samples take free slots before any other: their
+caches are rebuilt by `slots.resume` (prompt and tokens so far prefilled
+as one sequence) and they decode on with the keys of their positions.
+
 Samples draw with their per-sample keys (`generate.keys`), so a sample's
 tokens do not depend on its slot, its batch-mates or when it was added.
 The admission plan depends only on what was added and on the gathered
 `active` flags, so every process of a multi-process run makes the same
 decisions. Compilations: those of `ContinuousGenerator` for the same
-prompt width, minus `flush`.
+prompt width, minus `flush`, plus one `slots.resume` when samples resume.
 """
 
 import collections
@@ -33,10 +40,12 @@ from jaxgrpo.generate import slots as slots_lib
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-  """A finished sample: sample `index` of prompt `prompt` (an `add` id).
+  """Sample `index` of prompt `prompt` (an `add` id): finished, or part-way
+  (`unfinished`).
 
   Attributes:
-    tokens: [T] int32, pad after the stop token.
+    tokens: [T] int32, pad after the stop token (after `length` while it
+      decodes).
     logps: [T] float32, sampling log-probs (0 on padding).
     length: generated tokens, the stop token included.
   """
@@ -46,6 +55,15 @@ class Sample:
   tokens: np.ndarray
   logps: np.ndarray
   length: int
+
+
+def sample_key_data(prompt_keys_N: jax.Array, g: int) -> np.ndarray:
+  """[N, G, 2] uint32 host key data of N prompts' G sample keys."""
+  keys_R = keys_lib.sample_keys(prompt_keys_N, g)
+  if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
+    keys_R = jax.random.key_data(keys_R)
+  return np.asarray(continuous.host(keys_R), np.uint32).reshape(
+      prompt_keys_N.shape[0], g, -1)
 
 
 class SlotStream:
@@ -75,6 +93,8 @@ class SlotStream:
     self._keys: dict[int, np.ndarray] = {}  # id -> [G, 2] sample key data
     self._stop: dict[int, np.ndarray] = {}  # id -> [G] forced lengths
     self._waiting: collections.deque = collections.deque()  # (id, g)
+    # Part-way samples, admitted first: (id, g, Sample so far).
+    self._resuming: collections.deque = collections.deque()
     self._entry_of: dict[int, int] = {}
     self._free_entries = list(range(n_stash))
     self._left: dict[int, int] = {}  # id -> samples not yet admitted
@@ -85,12 +105,14 @@ class SlotStream:
   @property
   def free_slots(self) -> int:
     """Slots that no waiting sample will take."""
-    return int((self._slot_sample < 0).sum()) - len(self._waiting)
+    return (int((self._slot_sample < 0).sum()) - len(self._waiting)
+            - len(self._resuming))
 
   @property
   def idle(self) -> bool:
     """Nothing decoding and nothing waiting."""
-    return not self._waiting and not (self._slot_sample >= 0).any()
+    return (not self._waiting and not self._resuming
+            and not (self._slot_sample >= 0).any())
 
   def add(self, tokens_NP: np.ndarray, mask_NP: np.ndarray,
           prompt_keys_N: jax.Array,
@@ -105,28 +127,65 @@ class SlotStream:
         benchmarking aid; None samples freely.
     """
     n = tokens_NP.shape[0]
-    keys_R = keys_lib.sample_keys(prompt_keys_N, self.g)
-    if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
-      keys_R = jax.random.key_data(keys_R)
-    keys_NG2 = np.asarray(continuous.host(keys_R), np.uint32).reshape(
-        n, self.g, -1)
+    keys_NG2 = sample_key_data(prompt_keys_N, self.g)
     if stop_at_NG is None:
       stop_at_NG = np.zeros((n, self.g), np.int32)
-    ids = []
-    for i in range(n):
-      real = int(mask_NP[i].sum())
-      if real < 1:
-        raise ValueError('SlotStream: every prompt needs a real token')
-      width = min(w for w in self._widths if w >= real)
-      pid, self._next_id = self._next_id, self._next_id + 1
-      self._prompts[pid] = (np.asarray(tokens_NP[i], np.int32),
-                            np.asarray(mask_NP[i], bool), width)
-      self._keys[pid] = keys_NG2[i]
-      self._stop[pid] = np.asarray(stop_at_NG[i], np.int32)
-      self._left[pid] = self.g
-      self._waiting.extend((pid, g) for g in range(self.g))
-      ids.append(pid)
-    return ids
+    return [self.add_group(tokens_NP[i], mask_NP[i], keys_NG2[i],
+                           stop_at_NG[i], dict.fromkeys(range(self.g)))
+            for i in range(n)]
+
+  def add_group(self, tokens_P: np.ndarray, mask_P: np.ndarray,
+                keys_G2: np.ndarray, stop_at_G: np.ndarray,
+                samples: dict[int, Sample | None]) -> int:
+    """Queues some samples of one prompt; returns the prompt's id.
+
+    Args:
+      tokens_P: int32 left-padded prompt, [P].
+      mask_P: bool, True on real prompt tokens, [P].
+      keys_G2: [G, 2] uint32, the key data of its G sample keys.
+      stop_at_G: [G] int32 forced lengths (0: none).
+      samples: index g -> None (decode from the start) or the sample so
+        far (`unfinished`; 1 <= length < T: decode on from there).
+    """
+    real = int(mask_P.sum())
+    if real < 1:
+      raise ValueError('SlotStream: every prompt needs a real token')
+    width = min(w for w in self._widths if w >= real)
+    pid, self._next_id = self._next_id, self._next_id + 1
+    self._prompts[pid] = (np.asarray(tokens_P, np.int32),
+                          np.asarray(mask_P, bool), width)
+    self._keys[pid] = np.asarray(keys_G2, np.uint32)
+    self._stop[pid] = np.asarray(stop_at_G, np.int32)
+    self._left[pid] = len(samples)
+    for g, so_far in sorted(samples.items()):
+      if so_far is None or not so_far.length:
+        self._waiting.append((pid, g))
+      else:
+        self._resuming.append((pid, g, so_far))
+    return pid
+
+  def unfinished(self) -> list[Sample]:
+    """Samples added and not yet ended: decoding (their tokens so far) or
+    waiting (length 0, or what they had when queued), by id and index."""
+    out = []
+    if (self._slot_sample >= 0).any():
+      host = continuous.host
+      tokens, logps = host(self._state.tokens), host(self._state.logps)
+      lengths = host(self._state.lengths)
+      for slot in np.flatnonzero(self._slot_sample >= 0):
+        s = int(self._slot_sample[slot])
+        out.append(Sample(prompt=s // self.g, index=s % self.g,
+                          tokens=np.array(tokens[slot]),
+                          logps=np.array(logps[slot]),
+                          length=int(lengths[slot])))
+    out += [dataclasses.replace(so_far, prompt=pid, index=g)
+            for pid, g, so_far in self._resuming]
+    t = self.engine.max_new_tokens
+    pad = self.engine.generator.pad_id
+    out += [Sample(prompt=pid, index=g, tokens=np.full(t, pad, np.int32),
+                   logps=np.zeros(t, np.float32), length=0)
+            for pid, g in self._waiting]
+    return sorted(out, key=lambda s: (s.prompt, s.index))
 
   def in_flight(self) -> dict[int, int]:
     """Tokens so far of each sample still decoding, by id * G + g."""
@@ -137,6 +196,11 @@ class SlotStream:
   def step(self) -> list[Sample]:
     """Admits waiting samples, decodes a chunk; returns those that ended."""
     free = [s for s in range(self.slots) if self._slot_sample[s] < 0]
+    resumed = [self._resuming.popleft()
+               for _ in range(min(len(free), len(self._resuming)))]
+    if resumed:
+      self._resume(free[:len(resumed)], resumed)
+      free = free[len(resumed):]
     admitted = [self._waiting.popleft()
                 for _ in range(min(len(free), len(self._waiting)))]
     self._prefill({pid for pid, _ in admitted} - set(self._entry_of))
@@ -149,10 +213,7 @@ class SlotStream:
       self._slot_sample[slot] = pid * self.g + g
       source[slot], row[slot] = self._entry_of[pid], slot
       keys_S[slot], stop_S[slot] = self._keys[pid][g], self._stop[pid][g]
-      self._left[pid] -= 1
-      if not self._left[pid]:
-        self._free_entries.append(self._entry_of.pop(pid))
-        del self._keys[pid], self._stop[pid], self._prompts[pid]
+      self._admitted(pid)
     admission = continuous.replicated(slots_lib.Admission(
         source=source, row=row, keys=keys_S, stop_at=stop_S))
     self._state, ran, busy = slots_lib.chunk(
@@ -177,6 +238,47 @@ class SlotStream:
                         length=int(lengths[slot])))
       self._slot_sample[slot] = -1
     return out
+
+  def _admitted(self, pid: int) -> None:
+    """Counts one of prompt `pid`'s samples admitted; frees it after all."""
+    self._left[pid] -= 1
+    if not self._left[pid]:
+      if pid in self._entry_of:
+        self._free_entries.append(self._entry_of.pop(pid))
+      del self._keys[pid], self._stop[pid], self._prompts[pid]
+      del self._left[pid]
+
+  def _resume(self, free: list[int], resumed: list[tuple]) -> None:
+    """Puts part-way samples into slots `free`, a few per `slots.resume`."""
+    batch = self.engine.prefill_batch
+    t = self.engine.max_new_tokens
+    for i in range(0, len(resumed), batch):
+      part = resumed[i:i + batch]
+      pad = batch - len(part)
+      rows = []
+      for slot, (pid, g, so_far) in zip(free[i:i + batch], part):
+        self._slot_sample[slot] = pid * self.g + g
+        tokens_P, mask_P, _ = self._prompts[pid]
+        rows.append((slot, tokens_P, mask_P, so_far.tokens, so_far.logps,
+                     so_far.length, self._keys[pid][g], self._stop[pid][g]))
+        self._admitted(pid)
+      # Padding rows (one real token, one generated) go to slot S: dropped.
+      p = self.width
+      rows += [(self.slots, np.zeros(p, np.int32), np.arange(p) == p - 1,
+                np.zeros(t, np.int32), np.zeros(t, np.float32), 1,
+                np.zeros_like(rows[0][6]), 0)] * pad
+      cols = list(zip(*rows))
+      rs = continuous.replicated(slots_lib.Resume(
+          slot=np.array(cols[0], np.int32),
+          prompt_tokens=np.stack(cols[1]).astype(np.int32),
+          prompt_mask=np.stack(cols[2]).astype(bool),
+          tokens=np.stack(cols[3]).astype(np.int32),
+          logps=np.stack(cols[4]).astype(np.float32),
+          lengths=np.array(cols[5], np.int32),
+          keys=np.stack(cols[6]).astype(np.uint32),
+          stop_at=np.array(cols[7], np.int32)))
+      self._state = slots_lib.resume(self.engine.generator, self._mesh,
+                                     self.params, self._state, rs)
 
   def _prefill(self, prompts: set[int]) -> None:
     """Prefills `prompts` into free stash entries, a few per call."""

@@ -7,8 +7,10 @@ by deciding what trains: B chosen groups, the surplus carried or dropped
 (`rollout.surplus`), or, for a short step under `rollout.short_batch`
 'wait', nothing, every group held for the next step. What the step did is
 a `StepStats`, whose `to_metrics` is the one place the `rollout/*` metric
-names are written. The carried groups and running totals are the
-rollout's part of a checkpoint (`get_state`).
+names are written. Under `rollout.in_flight='keep'` it also holds the
+groups a streaming step left decoding (`Partial`), for the next step to
+take up. The carried groups, the groups in flight and the running totals
+are the rollout's part of a checkpoint (`get_state`).
 """
 
 from collections.abc import Callable, Sequence
@@ -23,6 +25,58 @@ from jaxgrpo.rl import rounds as rounds_lib
 
 # A prompt source's `choose`: groups in hand -> (batch, surplus).
 Choose = Callable[[Sequence[Any]], tuple[list, list]]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Partial:
+  """A group still decoding when its streaming step ended, kept in flight.
+
+  Attributes:
+    example: its prompt's example (drawn, not yet observed).
+    prompt_tokens: [P] int32, left-padded prompt.
+    prompt_mask: [P] bool.
+    truncated: whether the prompt was cut to fit.
+    keys: [G, 2] uint32, key data of its G sample keys.
+    stop_at: [G] int32, forced lengths (0: none; benchmarks only).
+    completion_tokens: [G, T] int32, the samples so far, pad-filled.
+    old_logps: [G, T] float32, their sampling log-probs.
+    lengths: [G] int32, tokens so far (0: never reached a slot).
+    done: [G] bool, samples that ended.
+    versions: [G, T] int32, the step whose params sampled each token (-1:
+      none yet).
+  """
+
+  example: Example
+  prompt_tokens: np.ndarray
+  prompt_mask: np.ndarray
+  truncated: bool
+  keys: np.ndarray
+  stop_at: np.ndarray
+  completion_tokens: np.ndarray
+  old_logps: np.ndarray
+  lengths: np.ndarray
+  done: np.ndarray
+  versions: np.ndarray
+
+  @property
+  def tokens(self) -> int:
+    """Completion tokens so far."""
+    return int(self.lengths.sum())
+
+  def oldest(self) -> int | None:
+    """The step that sampled its oldest token (None: no token yet)."""
+    v = self.versions[self.versions >= 0]
+    return int(v.min()) if v.size else None
+
+
+# The arrays of a Group or Partial a checkpoint holds, with their dtypes.
+_GROUP_ARRAYS = {'prompt_tokens': np.int32, 'prompt_mask': bool,
+                 'completion_tokens': np.int32, 'completion_mask': bool,
+                 'old_logps': np.float32, 'rewards': np.float32}
+_PARTIAL_ARRAYS = {'prompt_tokens': np.int32, 'prompt_mask': bool,
+                   'truncated': bool, 'keys': np.uint32, 'stop_at': np.int32,
+                   'completion_tokens': np.int32, 'old_logps': np.float32,
+                   'lengths': np.int32, 'done': bool, 'versions': np.int32}
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -41,7 +95,20 @@ class StepStats:
     tokens_used: completion tokens of the groups in the batch.
     tokens_wasted: tokens of groups still decoding when a streaming step
       ended, discarded.
-    groups_discarded: those groups (their prompts drawn, never scored).
+    groups_discarded: those groups (their prompts drawn, never scored),
+      kept groups expired included.
+    keep_in_flight: whether unfinished groups are kept
+      (`rollout.in_flight='keep'`); the metrics below are written only
+      then.
+    partial_kept: groups kept in flight at the step's end.
+    partial_resumed: groups kept by the last step, taken up by this one.
+    partial_expired: groups that would have been kept, discarded because
+      their oldest token would be more than `max_staleness` steps old.
+    tokens_scored: completion tokens of the groups scored.
+    tokens_resumed: tokens the resumed groups carried in.
+    tokens_in_flight: tokens of the groups kept at the step's end.
+    staleness: [max, sum, count] over the tokens trained on of (this step
+      - the step that sampled the token).
     slot_steps: decode slot-steps of a streaming step (steps x slots).
     busy_slot_steps: those that produced a token.
     groups_easy: groups dropped as too easy.
@@ -69,6 +136,15 @@ class StepStats:
   tokens_used: float = 0.0
   tokens_wasted: float = 0.0
   groups_discarded: int = 0
+  keep_in_flight: bool = False
+  partial_kept: int = 0
+  partial_resumed: int = 0
+  partial_expired: int = 0
+  tokens_scored: float = 0.0
+  tokens_resumed: float = 0.0
+  tokens_in_flight: float = 0.0
+  staleness: list[float] = dataclasses.field(
+      default_factory=lambda: [0.0, 0.0, 0.0])
   slot_steps: int = 0
   busy_slot_steps: int = 0
   groups_easy: float = 0.0
@@ -126,6 +202,18 @@ class StepStats:
         'perf/gen_tokens_per_s': (
             self.tokens_generated / self.gen_s if self.gen_s else 0.0),
     }
+    if self.keep_in_flight:
+      high, total, n = self.staleness
+      metrics.update({
+          'rollout/partial_kept': float(self.partial_kept),
+          'rollout/partial_resumed': float(self.partial_resumed),
+          'rollout/partial_expired': float(self.partial_expired),
+          'rollout/tokens_scored': self.tokens_scored,
+          'rollout/tokens_resumed': self.tokens_resumed,
+          'rollout/tokens_in_flight': self.tokens_in_flight,
+          'rollout/staleness_max': high,
+          'rollout/staleness_mean': total / n if n else 0.0,
+      })
     if self.slot_steps:
       metrics['rollout/slot_occupancy'] = (
           self.busy_slot_steps / self.slot_steps)
@@ -151,6 +239,8 @@ class Accumulator:
 
   Attributes:
     carried: groups carried into the next step (surplus, or held).
+    in_flight: groups a streaming step left decoding, kept for the next
+      (`Partial`; `keep_in_flight` only).
     cum_prompts_generated: prompts generated over the run.
     cum_groups_used: groups trained on over the run.
     groups: the step's groups in hand (between `start` and `finish`).
@@ -159,8 +249,11 @@ class Accumulator:
   """
 
   def __init__(self, names: Sequence[str], *, batch_size: int,
-               short_batch: str, surplus: str):
+               short_batch: str, surplus: str, keep_in_flight: bool = False):
     self.names = list(names)
+    self.keep_in_flight = keep_in_flight
+    self.in_flight: list[Partial] = []
+    self.step = 0
     self.batch_size = batch_size
     self.short_batch = short_batch
     self.surplus = surplus
@@ -172,10 +265,12 @@ class Accumulator:
     self.counts = np.zeros(len(self.names), np.int64)
     self.stats = StepStats.empty(self.names, batch_size)
 
-  def start(self) -> None:
-    """Begins a step with the groups carried in."""
+  def start(self, step: int = 0) -> None:
+    """Begins step `step` with the groups carried in."""
+    self.step = step
     self.groups, self.carried = self.carried, []
     self.stats = StepStats.empty(self.names, self.batch_size)
+    self.stats.keep_in_flight = self.keep_in_flight
     self.stats.carried_in = len(self.groups)
     self.counts = np.zeros(len(self.names), np.int64)
     for g in self.groups:
@@ -239,6 +334,12 @@ class Accumulator:
     for g in groups:
       s.groups_used[self._index[g.example.dataset]] += 1
       s.tokens_used += float(getattr(g, 'tokens', 0))
+      versions = getattr(g, 'versions', None)
+      if versions is not None:
+        stale = self.step - versions[g.completion_mask]
+        s.staleness = [max(s.staleness[0], float(stale.max(initial=0))),
+                       s.staleness[1] + float(stale.sum()),
+                       s.staleness[2] + float(stale.size)]
     self.cum_prompts_generated += int(s.prompts_generated.sum())
     self.cum_groups_used += len(groups)
     s.cum_prompts_generated = self.cum_prompts_generated
@@ -246,48 +347,50 @@ class Accumulator:
     return groups, s
 
   def get_state(self) -> dict:
-    """Counters and the carried groups, as numpy arrays.
+    """Counters, the carried groups and those in flight, as numpy arrays.
 
-    Carried groups are stacked (padded to one row when there are none:
-    checkpoints hold no empty arrays) and their examples JSON-encoded as
-    bytes, so a resumed run trains on exactly the groups it would have.
+    Groups are stacked (padded to one row when there are none: checkpoints
+    hold no empty arrays) and their examples JSON-encoded as bytes, so a
+    resumed run trains on exactly the groups it would have and takes up
+    exactly the rollouts left in flight.
     """
-    def stack(field, dtype):
-      if not self.carried:
-        return np.zeros((1,), dtype)
-      return np.stack([getattr(g, field) for g in self.carried]).astype(dtype)
-
-    examples = [dataclasses.asdict(g.example) for g in self.carried]
-    return {
+    state = {
         'cum_prompts_generated': self.cum_prompts_generated,
         'cum_groups_used': self.cum_groups_used,
-        'carried': {
-            'count': len(self.carried),
-            'examples': np.frombuffer(json.dumps(examples).encode(), np.uint8),
-            'prompt_tokens': stack('prompt_tokens', np.int32),
-            'prompt_mask': stack('prompt_mask', bool),
-            'completion_tokens': stack('completion_tokens', np.int32),
-            'completion_mask': stack('completion_mask', bool),
-            'old_logps': stack('old_logps', np.float32),
-            'rewards': stack('rewards', np.float32),
-        },
+        'carried': _stack(self.carried, {
+            **_GROUP_ARRAYS,
+            **({'versions': np.int32} if self.keep_in_flight else {})}),
     }
+    if self.keep_in_flight:
+      state['in_flight'] = _stack(self.in_flight, _PARTIAL_ARRAYS)
+    return state
 
   def set_state(self, state: dict) -> None:
     """Restores `get_state`."""
     self.cum_prompts_generated = int(state['cum_prompts_generated'])
     self.cum_groups_used = int(state['cum_groups_used'])
-    carried = state['carried']
-    examples = json.loads(np.asarray(carried['examples'], np.uint8).tobytes())
-    self.carried = [
-        rounds_lib.Group(
-            example=Example(**examples[i]),
-            prompt_tokens=np.asarray(carried['prompt_tokens'][i]),
-            prompt_mask=np.asarray(carried['prompt_mask'][i]),
-            completion_tokens=np.asarray(carried['completion_tokens'][i]),
-            completion_mask=np.asarray(carried['completion_mask'][i]),
-            old_logps=np.asarray(carried['old_logps'][i]),
-            rewards=np.asarray(carried['rewards'][i]),
-        )
-        for i in range(int(carried['count']))
-    ]
+    self.carried = _unstack(state['carried'], rounds_lib.Group)
+    self.in_flight = _unstack(state.get('in_flight'), Partial)
+
+
+def _stack(groups: Sequence[Any], arrays: dict[str, Any]) -> dict:
+  """Groups' arrays stacked, their examples JSON-encoded as bytes."""
+  examples = [dataclasses.asdict(g.example) for g in groups]
+  out = {'count': len(groups),
+         'examples': np.frombuffer(json.dumps(examples).encode(), np.uint8)}
+  for name, dtype in arrays.items():
+    out[name] = (np.stack([np.asarray(getattr(g, name)) for g in groups])
+                 .astype(dtype) if groups else np.zeros((1,), dtype))
+  return out
+
+
+def _unstack(saved: dict | None, cls: type) -> list:
+  """`_stack`'s groups back, as `cls` (Group or Partial)."""
+  if saved is None:
+    return []
+  examples = json.loads(np.asarray(saved['examples'], np.uint8).tobytes())
+  names = [f.name for f in dataclasses.fields(cls)
+           if f.name != 'example' and f.name in saved]
+  return [cls(example=Example(**examples[i]),
+              **{n: np.asarray(saved[n][i]) for n in names})
+          for i in range(int(saved['count']))]

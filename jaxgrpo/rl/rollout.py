@@ -51,6 +51,8 @@ RULES: dict[str, checks.Rule] = {
     'long_prompts': checks.one_of(LONG_PROMPTS),
     'collect': checks.one_of(COLLECT),
     'verify_overlap': checks.NON_NEGATIVE,
+    'in_flight': checks.one_of(streaming.IN_FLIGHT),
+    'max_staleness': checks.NON_NEGATIVE,
 }
 
 
@@ -67,6 +69,9 @@ class PromptSource(Protocol):
     ...
 
   def observe(self, examples: Sequence[Example], rewards: np.ndarray) -> None:
+    ...
+
+  def hold(self, examples: Sequence[Example]) -> None:
     ...
 
   def need(self, counts: np.ndarray) -> np.ndarray:
@@ -122,6 +127,10 @@ class RolloutConfig:
       groups; at most `max_rounds` rounds' worth of prompts).
     verify_overlap: streaming: decode chunks a finished group's
       verification overlaps before its rewards are applied.
+    in_flight: streaming: groups still decoding when a step ends are
+      'discard'ed or kept for the next step ('keep'; `rl.streaming`).
+    max_staleness: 'keep': a kept group whose oldest token would be more
+      than this many steps old at the next step is discarded.
   """
 
   batch_size: int
@@ -138,6 +147,8 @@ class RolloutConfig:
   advantage: str = 'grpo'
   collect: str = 'rounds'
   verify_overlap: int = 2
+  in_flight: str = 'discard'
+  max_staleness: int = 1
 
   def __post_init__(self):
     checks.check(self, RULES, 'rollout')
@@ -180,6 +191,9 @@ class Rollout:
     if cfg.collect == 'streaming' and stream_fn is None:
       raise ValueError("rollout.collect='streaming' needs the continuous "
                        'engine (rollout.engine=continuous)')
+    if cfg.in_flight == 'keep' and cfg.collect != 'streaming':
+      raise ValueError("rollout.in_flight='keep' needs "
+                       "rollout.collect='streaming'")
     self.cfg = cfg
     self.source = source
     self.round_fn = round_fn
@@ -187,7 +201,8 @@ class Rollout:
     self.pad_id = pad_id
     self.accumulator = accumulate.Accumulator(
         source.names, batch_size=cfg.batch_size,
-        short_batch=cfg.short_batch, surplus=cfg.surplus)
+        short_batch=cfg.short_batch, surplus=cfg.surplus,
+        keep_in_flight=cfg.in_flight == 'keep')
 
   @classmethod
   def for_model(
@@ -218,7 +233,8 @@ class Rollout:
           tokenizer=tokenizer, engine=generator, scorer=scorer,
           max_prompt_len=cfg.max_prompt_len,
           truncate=cfg.long_prompts == 'truncate',
-          verify_overlap=cfg.verify_overlap, stop_at=stop_at)
+          verify_overlap=cfg.verify_overlap, stop_at=stop_at,
+          in_flight=cfg.in_flight, max_staleness=cfg.max_staleness)
     return cls(cfg, source, round_fn, pad_id=tokenizer.pad_id,
                stream_fn=stream_fn)
 
@@ -241,13 +257,13 @@ class Rollout:
     """Collects until the batch can be filled (or the budget is spent)."""
     cfg, source, acc = self.cfg, self.source, self.accumulator
     source.start_step(step)
-    acc.start()
+    acc.start(step)
     if cfg.collect == 'streaming':
       per_round = (cfg.max_round_size if cfg.round_size == 'adaptive'
                    else cfg.round_size)
       self.stream_fn(params, rng, source, acc,
                      budget=cfg.max_rounds * per_round,
-                     classify=self._classify)
+                     classify=self._classify, step=step)
     else:
       self._rounds(params, rng)
     groups, stats = acc.finish(source.choose)
@@ -285,7 +301,8 @@ class Rollout:
                          stats=stats)
 
   def get_state(self) -> dict:
-    """The counters and carried groups (`Accumulator.get_state`)."""
+    """The counters, carried groups and groups in flight
+    (`Accumulator.get_state`)."""
     return self.accumulator.get_state()
 
   def set_state(self, state: dict) -> None:

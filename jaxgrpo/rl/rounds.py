@@ -34,6 +34,9 @@ class Group:
   completion_mask: np.ndarray  # [G, T]
   old_logps: np.ndarray  # [G, T]
   rewards: np.ndarray  # [G]
+  # [G, T] int32, the step whose params sampled each token (-1: padding);
+  # kept only where rollouts span steps (`rollout.in_flight='keep'`).
+  versions: np.ndarray | None = None
 
   @property
   def tokens(self) -> int:

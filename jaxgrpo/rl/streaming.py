@@ -17,11 +17,38 @@ session (`generate.stream.SlotStream`) over the continuous engine's slots:
     nothing is left decoding.
 
 At the end, groups already done are scored and kept (informative ones
-beyond B follow `rollout.surplus`); groups still decoding are discarded
-and their tokens counted (`rollout/tokens_wasted`). Discarding, rather than
-carrying partial rollouts into the next step, keeps every update on-policy
-and leaves nothing in flight between steps, so a checkpoint needs no
-decode state and resume stays exact. Partial rollouts are not implemented.
+beyond B follow `rollout.surplus`). Groups still decoding are, by
+`rollout.in_flight`:
+
+  * 'discard' (the default): dropped and their tokens counted
+    (`rollout/tokens_wasted`). Every update is then on-policy, and
+    nothing is in flight between steps.
+  * 'keep': kept as partial rollouts (`accumulate.Partial`, host numpy:
+    the prompt, its samples so far with their sampling log-probs, which
+    are done, the sample keys, and the step whose params sampled each
+    token). The next step takes them up before it draws any prompt: each
+    part-way sample's cache is rebuilt under the new params by one
+    prefill of its prompt and tokens so far (`slots.resume`), and it
+    decodes on from where it stopped, token t drawn with the key of
+    position t; samples that never reached a slot start afresh. The
+    re-prefill costs a forward over P + T - 1 positions per sample,
+    whatever its length (the tail is masked: one shape, one compilation),
+    in calls of `prefill_batch` samples, and no decode step. The old
+    cache is not kept: the old params computed it, and it would hold
+    device memory between steps and have to be checkpointed. A
+    completed group is scored like
+    any other, and the learner's importance ratio is against the stored
+    log-probs, those of the params that sampled each token. A group
+    whose oldest token would be more than `rollout.max_staleness` steps
+    old at the next step is discarded instead (`rollout/partial_expired`,
+    its tokens wasted). Kept groups' examples stay pending in the prompt
+    source (`hold`): not drawn again, observed once, when scored. They
+    are part of the checkpoint (`Accumulator.get_state`), so resume
+    stays exact.
+
+Token accounting, per step: tokens_generated + tokens_resumed =
+tokens_scored + tokens_in_flight + tokens_wasted (`docs/metrics.md`; the
+resumed and in-flight terms are 0 under 'discard').
 
 Verifiers overlap decoding: a finished group's scoring is handed to a
 thread (which drives the `Scorer`'s worker processes) while the device
@@ -58,6 +85,10 @@ from jaxgrpo.verifiers import pool as verifier_pool
 StopAt = Callable[[np.ndarray], np.ndarray]
 
 
+# rollout.in_flight: what a streaming step does with unfinished groups.
+IN_FLIGHT = ('discard', 'keep')
+
+
 @dataclasses.dataclass
 class _Open:
   """A drawn prompt whose group is being decoded."""
@@ -67,6 +98,9 @@ class _Open:
   mask: np.ndarray  # [P]
   truncated: bool
   samples: dict[int, stream_lib.Sample]
+  keys: np.ndarray  # [G, 2] sample key data
+  stop_at: np.ndarray  # [G]
+  kept: accumulate.Partial | None = None  # taken up from the last step
 
 
 @dataclasses.dataclass
@@ -94,6 +128,8 @@ class ModelStream:
       application of its rewards (0: scored before decoding goes on).
     stop_at: forced completion lengths, a benchmarking aid; None samples
       freely.
+    in_flight: 'discard' or 'keep' the groups still decoding at the end.
+    max_staleness: 'keep': steps a kept group's oldest token may lag.
   """
 
   tokenizer: tokenizer_lib.Tokenizer
@@ -103,33 +139,38 @@ class ModelStream:
   truncate: bool = False
   verify_overlap: int = 0
   stop_at: StopAt | None = None
+  in_flight: str = 'discard'
+  max_staleness: int = 1
 
   def __call__(self, params: PyTree, rng: jax.Array, source: Any,
                acc: accumulate.Accumulator, *, budget: int,
-               classify: Callable[[np.ndarray], tuple]) -> None:
+               classify: Callable[[np.ndarray], tuple],
+               step: int = 0) -> None:
     """Collects one step's groups into `acc` (see the module docstring).
 
     Args:
       params: the policy's params.
       rng: the step's key.
       source: the prompt source (`rollout.PromptSource`).
-      acc: the accumulator, started.
+      acc: the accumulator, started; its `in_flight` groups are taken up.
       budget: prompts the step may draw at most.
       classify: rewards [n, G] -> `rounds.classify` masks.
+      step: the train step, the version of `params`.
     """
     with futures.ThreadPoolExecutor(
         1, thread_name_prefix='jaxgrpo-verify') as pool:
       _Step(self, params, rng, source, acc, classify,
-            pool if self.verify_overlap else None).run(budget)
+            pool if self.verify_overlap else None, step).run(budget)
 
 
 class _Step:
   """One streaming step's state: the stream, open groups, pending scores."""
 
   def __init__(self, fn: ModelStream, params, rng, source, acc, classify,
-               pool):
+               pool, step):
     self.fn, self.rng, self.source, self.acc = fn, rng, source, acc
-    self.classify, self.pool = classify, pool
+    self.classify, self.pool, self.step = classify, pool, step
+    self.keep = fn.in_flight == 'keep'
     self.stream = stream_lib.SlotStream(fn.engine, params, fn.max_prompt_len)
     self.open: dict[int, _Open] = {}
     self.scoring: collections.deque[_Scoring] = collections.deque()
@@ -139,6 +180,7 @@ class _Step:
 
   def run(self, budget: int) -> None:
     stats = self.acc.stats
+    self.take_up()
     while True:
       self.apply(self.stream.chunks)
       if self.source.batch_full(self.acc.counts):
@@ -154,14 +196,70 @@ class _Step:
       stats.gen_s += time.perf_counter() - t0
       self.finish_groups(finished)
     self.apply(None)
-    wasted = sum(s.length for g in self.open.values()
-                 for s in g.samples.values())
-    wasted += sum(self.stream.in_flight().values())
-    stats.tokens_wasted += float(wasted)
-    stats.tokens_generated += float(wasted)
-    stats.groups_discarded += len(self.open)
+    if self.keep:
+      self.keep_unfinished()
+    else:
+      wasted = sum(s.length for g in self.open.values()
+                   for s in g.samples.values())
+      wasted += sum(self.stream.in_flight().values())
+      stats.tokens_wasted += float(wasted)
+      stats.tokens_generated += float(wasted)
+      stats.groups_discarded += len(self.open)
     stats.slot_steps += self.stream.decode_steps * self.stream.slots
     stats.busy_slot_steps += self.stream.busy_slot_steps
+
+  def take_up(self) -> None:
+    """Queues the groups the last step kept in flight, before any draw."""
+    stats = self.acc.stats
+    for kept in self.acc.in_flight:
+      samples = [stream_lib.Sample(
+          prompt=-1, index=g, tokens=kept.completion_tokens[g],
+          logps=kept.old_logps[g], length=int(n))
+                 for g, n in enumerate(kept.lengths)]
+      pid = self.stream.add_group(
+          kept.prompt_tokens, kept.prompt_mask, kept.keys, kept.stop_at,
+          {s.index: s for s in samples if not kept.done[s.index]})
+      done = {s.index: dataclasses.replace(s, prompt=pid)
+              for s in samples if kept.done[s.index]}
+      self.open[pid] = _Open(
+          example=kept.example, tokens=kept.prompt_tokens,
+          mask=kept.prompt_mask, truncated=bool(kept.truncated),
+          samples=done, keys=kept.keys, stop_at=kept.stop_at, kept=kept)
+      stats.partial_resumed += 1
+      stats.tokens_resumed += float(kept.tokens)
+    self.acc.in_flight = []
+
+  def keep_unfinished(self) -> None:
+    """Keeps the groups still open for the next step, or expires them."""
+    stats, g = self.acc.stats, self.fn.engine.num_samples
+    left = collections.defaultdict(dict)  # id -> index -> Sample so far
+    for sample in self.stream.unfinished():
+      left[sample.prompt][sample.index] = sample
+    kept, wasted = [], 0
+    for pid, o in self.open.items():
+      samples = [{**o.samples, **left[pid]}[k] for k in range(g)]
+      part = accumulate.Partial(
+          example=o.example, prompt_tokens=o.tokens, prompt_mask=o.mask,
+          truncated=o.truncated, keys=o.keys, stop_at=o.stop_at,
+          completion_tokens=np.stack([s.tokens for s in samples]),
+          old_logps=np.stack([s.logps for s in samples]),
+          lengths=np.array([s.length for s in samples], np.int32),
+          done=np.array([k in o.samples for k in range(g)]),
+          versions=np.stack([_versions(o, s, self.step) for s in samples]))
+      oldest = part.oldest()
+      if oldest is not None and self.step + 1 - oldest > self.fn.max_staleness:
+        stats.partial_expired += 1
+        wasted += part.tokens
+      else:
+        kept.append(part)
+    self.acc.in_flight = kept
+    self.source.hold([part.example for part in kept])
+    stats.partial_kept = len(kept)
+    stats.groups_discarded += stats.partial_expired
+    stats.tokens_wasted += float(wasted)
+    stats.tokens_in_flight = float(sum(part.tokens for part in kept))
+    stats.tokens_generated += (wasted + stats.tokens_in_flight
+                               - stats.tokens_resumed)
 
   def draw(self, budget: int) -> None:
     """Asks the source for prompts to fill the free slots."""
@@ -183,12 +281,18 @@ class _Step:
     tokens, mask, truncated = tokenizer_lib.encode_prompts(
         fn.tokenizer, [ex.prompt for ex in examples], fn.max_prompt_len,
         truncate=fn.truncate, names=[ex.id for ex in examples])
-    ids = self.stream.add(
-        tokens, mask, keys_lib.prompt_keys(key, [ex.id for ex in examples], 0),
-        None if fn.stop_at is None else fn.stop_at(tokens))
-    for pid, ex, t, m, cut in zip(ids, examples, tokens, mask, truncated):
+    keys_NG2 = stream_lib.sample_key_data(
+        keys_lib.prompt_keys(key, [ex.id for ex in examples], 0),
+        fn.engine.num_samples)
+    stop_NG = (np.zeros(keys_NG2.shape[:2], np.int32) if fn.stop_at is None
+               else np.asarray(fn.stop_at(tokens), np.int32))
+    for ex, t, m, cut, keys_G2, stop_G in zip(examples, tokens, mask,
+                                              truncated, keys_NG2, stop_NG):
+      pid = self.stream.add_group(
+          t, m, keys_G2, stop_G, dict.fromkeys(range(fn.engine.num_samples)))
       self.open[pid] = _Open(example=ex, tokens=t, mask=m,
-                             truncated=bool(cut), samples={})
+                             truncated=bool(cut), samples={}, keys=keys_G2,
+                             stop_at=stop_G)
 
   def finish_groups(self, finished: Sequence[stream_lib.Sample]) -> None:
     """Sends the groups whose G samples are all done to the verifiers."""
@@ -202,6 +306,11 @@ class _Step:
     if not complete:
       return
     groups = [_group(o, g) for o in complete]
+    for grp, o in zip(groups, complete):
+      self.acc.stats.tokens_scored += float(grp.tokens)
+      if self.keep:
+        grp.versions = np.stack([_versions(o, o.samples[k], self.step)
+                                 for k in range(g)])
     owned = ((self.done_groups + np.arange(len(groups)))
              % jax.process_count() == jax.process_index())
     self.done_groups += len(groups)
@@ -266,3 +375,15 @@ def _group(o: _Open, g: int) -> rounds_lib.Group:
       completion_mask=np.arange(t)[None] < lengths[:, None],
       old_logps=np.stack([s.logps for s in samples]),
       rewards=np.zeros(g, np.float32))
+
+
+def _versions(o: _Open, sample: stream_lib.Sample, step: int) -> np.ndarray:
+  """[T] the step that sampled each of `sample`'s tokens (-1: none): the
+  kept group's own for the tokens it carried in, `step` for the rest."""
+  column = np.arange(sample.tokens.shape[0])
+  versions = np.full(column.shape, step, np.int32)
+  if o.kept is not None:
+    before = o.kept.lengths[sample.index]
+    versions = np.where(column < before, o.kept.versions[sample.index],
+                        versions)
+  return np.where(column < sample.length, versions, -1).astype(np.int32)

@@ -7,7 +7,9 @@ count is fixed when jax is imported:
 
 For each mesh layout it samples with `ContinuousGenerator` under the mesh
 and with the static `Generator` (per-sample keys) without any mesh, and
-writes the largest differences and the slots' placement to OUT.json.
+writes the largest differences and the slots' placement to OUT.json. On
+one layout it also stops a `SlotStream` after two chunks and resumes its
+unfinished samples in another (`slots.resume` under the mesh).
 """
 
 import os
@@ -28,6 +30,7 @@ import numpy as np
 from jaxgrpo import sharding
 from jaxgrpo.generate import continuous
 from jaxgrpo.generate import keys
+from jaxgrpo.generate import stream as stream_lib
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import config
@@ -63,17 +66,46 @@ def main(out: str):
         got, stats = cg.generate_with_stats(
             placed, tokens, mask, jax.random.key(1), prompt_keys=prompt_keys,
             stop_at=stop_at)
-      report['layouts'][f'{layout} T={temperature}'] = dict(
-          tokens_equal=bool((np.asarray(got.tokens)
-                             == np.asarray(want.tokens)).all()),
-          lengths_equal=bool((np.asarray(got.lengths)
-                              == np.asarray(want.lengths)).all()),
-          logps_max_diff=float(np.abs(np.asarray(got.logps)
-                                      - np.asarray(want.logps)).max()),
-          slots=stats.slots,
-      )
+        row = dict(
+            tokens_equal=bool((np.asarray(got.tokens)
+                               == np.asarray(want.tokens)).all()),
+            lengths_equal=bool((np.asarray(got.lengths)
+                                == np.asarray(want.lengths)).all()),
+            logps_max_diff=float(np.abs(np.asarray(got.logps)
+                                        - np.asarray(want.logps)).max()),
+            slots=stats.slots,
+        )
+        if layout == (2, 1, 2):
+          tokens_R, resumed = _stop_and_resume(
+              cg, placed, tokens, mask, prompt_keys, stop_at)
+          row.update(resumed=resumed, resumed_tokens_equal=bool(
+              (tokens_R == np.asarray(want.tokens)).all()))
+      report['layouts'][f'{layout} T={temperature}'] = row
   with open(out, 'w') as f:
     json.dump(report, f, indent=1)
+
+
+def _stop_and_resume(cg, params, tokens, mask, prompt_keys, stop_at):
+  """A stream's samples, stopped after two chunks and resumed in another:
+  ([R, T] tokens, samples resumed part-way)."""
+  stop = stop_at.reshape(B, G)
+  first = stream_lib.SlotStream(cg, params, P)
+  first.add(tokens, mask, prompt_keys, stop)
+  done = {}
+  for _ in range(2):
+    done |= {s.prompt * G + s.index: s for s in first.step()}
+  left = first.unfinished()
+  keys_BG2 = stream_lib.sample_key_data(prompt_keys, G)
+  second = stream_lib.SlotStream(cg, params, P)
+  of_id = {}
+  for b in sorted({s.prompt for s in left}):
+    mine = {s.index: s for s in left if s.prompt == b}
+    of_id[second.add_group(tokens[b], mask[b], keys_BG2[b], stop[b],
+                           mine)] = b
+  while not second.idle:
+    done |= {of_id[s.prompt] * G + s.index: s for s in second.step()}
+  return (np.stack([done[r].tokens for r in range(B * G)]),
+          sum(1 for s in left if s.length))
 
 
 if __name__ == '__main__':

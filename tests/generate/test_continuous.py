@@ -232,6 +232,10 @@ class ContinuousTest(parameterized.TestCase):
         self.assertTrue(row['tokens_equal'])
         self.assertTrue(row['lengths_equal'])
         self.assertLess(row['logps_max_diff'], _ATOL)
+    for temperature in (0.0, 1.0):
+      row = report['layouts'][f'(2, 1, 2) T={temperature}']
+      self.assertGreater(row['resumed'], 0)
+      self.assertTrue(row['resumed_tokens_equal'])
     # 6 slots round up to 8 on 4 batch devices.
     self.assertEqual(report['layouts']['(4, 1, 1) T=0.0']['slots'], 8)
 

@@ -6,6 +6,7 @@ within 1e-5), whenever its prompt was added and whatever slot it took.
 """
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import numpy as np
 
@@ -19,7 +20,7 @@ from jaxgrpo.model import decoder
 from tests.generate import test_continuous as tc
 
 
-class SlotStreamTest(absltest.TestCase):
+class SlotStreamTest(parameterized.TestCase):
 
   def setUp(self):
     super().setUp()
@@ -70,6 +71,54 @@ class SlotStreamTest(absltest.TestCase):
     np.testing.assert_allclose(logps, want.logps, rtol=0, atol=tc._ATOL)
     self.assertEqual(s.busy_slot_steps + tc.B * tc.G, int(lengths.sum()))
     self.assertEqual(s.in_flight(), {})
+
+  @parameterized.parameters(0.0, 1.0)
+  def test_resumed_samples_match_an_uninterrupted_decode(self, temperature):
+    # A session stopped after two chunks hands its unfinished samples to a
+    # new session (same params), which rebuilds their caches and decodes
+    # on: every sample equals the static generator's, the resumed ones
+    # included, since token t draws with the key of position t.
+    gen = self.generator(temperature)
+    want = self.static(gen)
+    engine = continuous.ContinuousGenerator(
+        generator=gen, slots=4, chunk=3, buckets=(4,), prefill_batch=2)
+    stop = self.stop_at.reshape(tc.B, tc.G)
+    first = stream_lib.SlotStream(engine, self.params, tc.P)
+    first.add(self.tokens, self.mask, self.prompt_keys, stop)
+    done = {}
+    for _ in range(2):
+      for sample in first.step():
+        done[sample.prompt * tc.G + sample.index] = sample
+    left = first.unfinished()
+    lengths = [s.length for s in left]
+    self.assertLen(left, tc.B * tc.G - len(done))
+    self.assertTrue(any(0 < n < tc.T for n in lengths), lengths)
+    self.assertIn(0, lengths)  # some never reached a slot
+    keys_R = np.asarray(jax.random.key_data(
+        keys.sample_keys(self.prompt_keys, tc.G))).reshape(tc.B, tc.G, -1)
+    second = stream_lib.SlotStream(engine, self.params, tc.P)
+    of_id = {}
+    for b in sorted({s.prompt for s in left}):
+      mine = {s.index: s for s in left if s.prompt == b}
+      of_id[second.add_group(self.tokens[b], self.mask[b], keys_R[b],
+                             stop[b], mine)] = b
+    self.assertEqual(second.free_slots, second.slots - len(left))
+    while not second.idle:
+      for sample in second.step():
+        done[of_id[sample.prompt] * tc.G + sample.index] = sample
+    self.assertEqual(sorted(done), list(range(tc.B * tc.G)))
+    rows = range(tc.B * tc.G)
+    np.testing.assert_array_equal(
+        np.stack([done[r].tokens for r in rows]), want.tokens)
+    np.testing.assert_array_equal(
+        np.array([done[r].length for r in rows]), want.lengths)
+    np.testing.assert_allclose(np.stack([done[r].logps for r in rows]),
+                               want.logps, rtol=0, atol=tc._ATOL)
+    # Each sample draws its first token at admission, once (a resumed one
+    # does not again); every other token is a busy slot-step of a session.
+    self.assertEqual(first.busy_slot_steps + second.busy_slot_steps
+                     + tc.B * tc.G, int(want.lengths.sum()))
+    self.assertEqual(second.unfinished(), [])
 
 
 if __name__ == '__main__':

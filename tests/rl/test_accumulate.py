@@ -201,5 +201,50 @@ class AccumulatorTest(absltest.TestCase):
     self.assertEmpty(twin.carried)
 
 
+  def test_staleness_of_the_trained_tokens(self):
+    # Kept rollouts: each token's version is the step that sampled it.
+    acc = self._accumulator(batch_size=2, keep_in_flight=True)
+    acc.start(7)
+    old, new = _group('a', 0, MIXED), _group('b', 0, MIXED)
+    old.versions = np.array([[5, 6], [5, 7], [6, 7], [7, -1]], np.int32)
+    old.completion_mask[3, 1] = False
+    new.versions = np.full((G, 2), 7, np.int32)
+    _add(acc, [old, new], size=2)
+    _, stats = acc.finish(_first(2))
+    m = stats.to_metrics()
+    # 7 - [5, 6, 5, 7, 6, 7, 7] and eight zeros, over 15 tokens.
+    self.assertEqual(m['rollout/staleness_max'], 2.0)
+    self.assertEqual(m['rollout/staleness_mean'], 6.0 / 15)
+    self.assertIn('rollout/partial_kept', m)
+    self.assertNotIn('rollout/partial_kept',
+                     self._accumulator().stats.to_metrics())
+
+  def test_groups_in_flight_round_trip(self):
+    acc = self._accumulator(keep_in_flight=True)
+    part = accumulate.Partial(
+        example=Example(id='a/3', prompt='3=', answer='1', dataset='a',
+                        meta={'stratum': 'x'}),
+        prompt_tokens=np.arange(3, dtype=np.int32),
+        prompt_mask=np.ones(3, bool), truncated=True,
+        keys=np.arange(2 * G, dtype=np.uint32).reshape(G, 2),
+        stop_at=np.zeros(G, np.int32),
+        completion_tokens=np.full((G, 2), 4, np.int32),
+        old_logps=np.full((G, 2), -0.25, np.float32),
+        lengths=np.array([2, 1, 0, 2], np.int32),
+        done=np.array([True, False, False, False]),
+        versions=np.array([[3, 3], [3, -1], [-1, -1], [2, 3]], np.int32))
+    acc.in_flight = [part]
+    self.assertEqual((part.tokens, part.oldest()), (5, 2))
+    twin = self._accumulator(keep_in_flight=True)
+    twin.set_state(acc.get_state())
+    (back,) = twin.in_flight
+    self.assertEqual(back.example, part.example)
+    for field in dataclasses.fields(accumulate.Partial):
+      np.testing.assert_array_equal(getattr(back, field.name),
+                                    getattr(part, field.name))
+    twin.set_state(self._accumulator(keep_in_flight=True).get_state())
+    self.assertEmpty(twin.in_flight)
+
+
 if __name__ == '__main__':
   absltest.main()
