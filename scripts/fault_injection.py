@@ -279,6 +279,10 @@ def main():
               'updates': sum('train/loss' in r for r in ref),
               'groups_discarded': sum(
                   r.get('rollout/groups_discarded', 0) for r in ref),
+              # rollout.in_flight='keep': groups carried part-decoded
+              # across a step boundary (and so through checkpoints).
+              'partials_kept': sum(
+                  r.get('rollout/partial_kept', 0) for r in ref),
               'restorable_after_kill': restorable,
               'damaged': got['damaged'], 'set_aside': aside,
               'exact': not problems and restorable == kills,
