@@ -27,6 +27,13 @@ CACHE_AXES = ('batch', 'cache_length', 'kv_heads', 'head_dim')
 # Finite, so a query with every key masked (a pad row) gets a uniform softmax
 # instead of NaNs that would leak into gradients.
 _MASK_VALUE = -1e30
+# How a decode step (one query per row) attends to the cache: 'broadcast'
+# (products and sums over the cache in its stored layout, fastest on the CPU
+# backend), 'einsum' (dot_generals, as the multi-token path; for GPU and
+# TPU, whose matrix units take the grouped heads as one batched product), or
+# 'auto': 'broadcast' on the CPU, 'einsum' elsewhere. Read at trace time;
+# `jax.clear_caches()` after changing it.
+DECODE_ATTENTION = 'auto'
 
 
 def init_cache(
@@ -132,6 +139,32 @@ def update_cache(
 def _softcap(logits: jax.Array, cap: float | None) -> jax.Array:
   """`cap * tanh(logits / cap)`, or `logits` when `cap` is None."""
   return logits if cap is None else cap * jnp.tanh(logits / cap)
+
+
+def _decode_attention() -> str:
+  if DECODE_ATTENTION == 'auto':
+    return 'broadcast' if jax.default_backend() == 'cpu' else 'einsum'
+  if DECODE_ATTENTION not in ('broadcast', 'einsum'):
+    raise ValueError(f'attention.DECODE_ATTENTION must be auto, broadcast or '
+                     f'einsum, got {DECODE_ATTENTION!r}')
+  return DECODE_ATTENTION
+
+
+def _attend_one_einsum(
+    q_B1KRH: jax.Array,
+    k_BSKH: jax.Array,
+    v_BSKH: jax.Array,
+    mask_B1S: jax.Array,
+    softcap: float | None = None,
+) -> jax.Array:
+  """`_attend_one` as dot_generals, rounded as the multi-token path."""
+  logits_BKRS = jnp.einsum('BKRH,BSKH->BKRS', q_B1KRH[:, 0], k_BSKH,
+                           preferred_element_type=jnp.float32)
+  logits_BKRS = _softcap(logits_BKRS, softcap)
+  logits_BKRS = jnp.where(mask_B1S[:, :, None, :], logits_BKRS, _MASK_VALUE)
+  probs_BKRS = jax.nn.softmax(logits_BKRS, axis=-1).astype(v_BSKH.dtype)
+  out_BKRH = jnp.einsum('BKRS,BSKH->BKRH', probs_BKRS, v_BSKH)
+  return out_BKRH[:, None]
 
 
 def _attend_one(
@@ -259,7 +292,9 @@ class Attention(nnx.Module):
     b, t, n, h = q_BTNH.shape
     q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * self.scale
     if t == 1:
-      out_BTKRH = _attend_one(q_BTKRH, k_BSKH, v_BSKH, mask_BTS, self.softcap)
+      attend = (_attend_one if _decode_attention() == 'broadcast'
+                else _attend_one_einsum)
+      out_BTKRH = attend(q_BTKRH, k_BSKH, v_BSKH, mask_BTS, self.softcap)
     else:
       logits_BKRTS = jnp.einsum(
           'BTKRH,BSKH->BKRTS', q_BTKRH, k_BSKH,

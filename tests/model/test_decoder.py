@@ -105,6 +105,39 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
         jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5
     )
 
+  @parameterized.parameters('broadcast', 'einsum')
+  def test_decode_attention_forms_match_full_forward(self, form):
+    # attention.DECODE_ATTENTION is read at trace time: a fresh jit per form.
+    tokens, positions, mask = _causal_inputs()
+    full, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
+    forward = jax.jit(decoder.forward, static_argnums=0)
+    cache = attention.init_cache(self.cfg, _B, _T)
+    steps = []
+    old, attention.DECODE_ATTENTION = attention.DECODE_ATTENTION, form
+    try:
+      for i in range(_T):
+        key_mask = jnp.broadcast_to(jnp.arange(_T) <= i, (_B, 1, _T))
+        logits, cache = forward(
+            self.graphdef, self.params, tokens[:, i:i + 1],
+            positions[:, i:i + 1], key_mask, cache, jnp.int32(i))
+        steps.append(logits)
+    finally:
+      attention.DECODE_ATTENTION = old
+    np.testing.assert_allclose(
+        jnp.concatenate(steps, axis=1), full, atol=1e-5, rtol=1e-5)
+
+  def test_decode_attention_form_is_checked(self):
+    old, attention.DECODE_ATTENTION = attention.DECODE_ATTENTION, 'flash'
+    try:
+      with self.assertRaisesRegex(ValueError, 'DECODE_ATTENTION'):
+        jax.jit(decoder.forward, static_argnums=0)(
+            self.graphdef, self.params, *(x[:, :1] for x in
+                                          _causal_inputs()[:2]),
+            jnp.ones((_B, 1, _T), bool), attention.init_cache(self.cfg, _B, _T),
+            jnp.int32(0))
+    finally:
+      attention.DECODE_ATTENTION = old
+
   def test_cache_requires_index(self):
     tokens, positions, mask = _causal_inputs()
     with self.assertRaisesRegex(ValueError, 'cache_index'):
