@@ -114,11 +114,36 @@ class Run:
     return None
 
 
+# The warm start's outcome, which every variant of a seed must share.
+_WARM_KEYS = ('steps', 'pass_rate', 'eval_accuracy')
+
+
+def check_paired(experiment: str, runs: list[Run]) -> None:
+  """Raises ValueError when the runs of one seed start from different warm
+  starts (a warm start remade at other code is not the same weights)."""
+  starts: dict[int, dict[tuple, list[str]]] = {}
+  for run in runs:
+    warm = run.header.get('warmstart') or {}
+    key = tuple(warm.get(k) for k in _WARM_KEYS)
+    starts.setdefault(run.seed, {}).setdefault(key, []).append(
+        f'{run.variant}_s{run.seed}')
+  for seed, groups in sorted(starts.items()):
+    if len(groups) > 1:
+      parts = '; '.join(f'{", ".join(names)} from {dict(zip(_WARM_KEYS, k))}'
+                        for k, names in groups.items())
+      raise ValueError(f'{experiment} seed {seed}: runs from different warm '
+                       f'starts, so not paired: {parts}. Run the seed\'s '
+                       'variants again from one warm start.')
+
+
 def load(data: str, experiment: str) -> dict[str, dict[int, Run]]:
-  """{variant: {seed: Run}} of an experiment's finished runs."""
+  """{variant: {seed: Run}} of an experiment's finished runs, each seed's
+  from one warm start (`check_paired`)."""
   out: dict[str, dict[int, Run]] = {}
-  for path in sorted(glob.glob(os.path.join(data, experiment, '*.jsonl.gz'))):
-    run = Run(path)
+  runs = [Run(path) for path in
+          sorted(glob.glob(os.path.join(data, experiment, '*.jsonl.gz')))]
+  check_paired(experiment, runs)
+  for run in runs:
     out.setdefault(run.variant, {})[run.seed] = run
   order = list(reproduce.experiments()[experiment].variants)
   return {v: out[v] for v in order if v in out}
