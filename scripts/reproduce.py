@@ -37,6 +37,9 @@ Experiments:
                on 512 training prompts), so seeds start closer together and
                higher on held-out problems.
   broad        warm on 10,000 training problems instead of 3,000, 250 steps.
+  size1000     the regime on 1,000 training problems; size500 on 500:
+               none against N = 3, to see where snoozing saves before
+               the target (each problem seen often by then).
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
@@ -223,8 +226,20 @@ def experiments() -> dict[str, Experiment]:
       variants={k: POLICIES[k] for k in
                 ('none', 'filter', 'snooze2', 'snooze3', 'snooze5',
                  'snooze_prob5')})
+  # The regime on smaller training sets (1,000 and 500 of the carry-free
+  # pairs), everything else unchanged: the smaller the set, the more often
+  # each problem comes round before `none` reaches its target, which is
+  # when snoozing can act; and the more the model memorises rather than
+  # generalises. `none` against N = 3.
+  sizes = [dataclasses.replace(
+      regime, name=f'size{n}',
+      datasets=[common.arithmetic_dataset(
+          'arithmetic', min_digits=1, max_digits=3, carries='none',
+          num_train=n, num_eval=1024)],
+      variants={k: POLICIES[k] for k in ('none', 'snooze3')})
+           for n in (1000, 500)]
   return {e.name: e for e in (regime, long, warm, broad, memorise,
-                                short_batch, drift, mixed, conflict)}
+                                short_batch, drift, mixed, conflict, *sizes)}
 
 
 def smoke(experiment: Experiment) -> Experiment:
