@@ -283,8 +283,9 @@ def train_step_flops(cfg, prompts: int, prompt_len: int, rows: int,
 
 def train_step_mfu(cfg, graphdef, params, rows_list, prompt_len: int,
                    new_tokens: int, peak: float, repeats: int,
-                   remat: str) -> list[dict]:
-  """GRPO train step time and model-FLOP utilisation."""
+                   remat: str, cotangents: list[str]) -> list[dict]:
+  """GRPO train step time and model-FLOP utilisation, for each dtype of the
+  logits' cotangent (`decoder.LOGITS_COTANGENT`)."""
   import jax
   from jaxgrpo import optimizer as optimizer_lib
   from jaxgrpo import train_state as train_state_lib
@@ -293,14 +294,22 @@ def train_step_mfu(cfg, graphdef, params, rows_list, prompt_len: int,
   group = 8
   optimizer = optimizer_lib.make_optimizer(
       learning_rate=1e-6, warmup_steps=0, total_steps=100, max_grad_norm=1.0)
+  from jaxgrpo.model import decoder
   out = []
-  for rows in rows_list:
-    try:
-      out.append(_train_one(cfg, graphdef, params, optimizer, rows,
-                            prompt_len, new_tokens, peak, repeats, remat))
-    except Exception as e:  # pylint: disable=broad-except
-      traceback.print_exc()
-      out.append({'rows': rows, 'error': f'{type(e).__name__}: {e}'})
+  for cotangent in cotangents:
+    decoder.LOGITS_COTANGENT = cotangent
+    jax.clear_caches()
+    for rows in rows_list:
+      print(f'  [logits cotangent {cotangent}]', end='', flush=True)
+      try:
+        row = _train_one(cfg, graphdef, params, optimizer, rows, prompt_len,
+                         new_tokens, peak, repeats, remat)
+      except Exception as e:  # pylint: disable=broad-except
+        traceback.print_exc()
+        row = {'rows': rows, 'error': f'{type(e).__name__}: {e}'}
+      out.append({'logits_cotangent': cotangent, **row})
+  decoder.LOGITS_COTANGENT = 'compute'
+  jax.clear_caches()
   return out
 
 
@@ -475,6 +484,8 @@ def main(argv=None) -> int:
   parser.add_argument('--prompt-len', type=int, default=128)
   parser.add_argument('--new-tokens', type=int, default=256)
   parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--cotangents', default='float32,compute',
+                      help='logits-cotangent dtypes of the train step to time')
   parser.add_argument('--forms', default='broadcast,einsum',
                       help='decode-attention forms to time')
   parser.add_argument('--parts', default='ceilings,logits,decode,train')
@@ -541,7 +552,7 @@ def main(argv=None) -> int:
       rows = [int(r) for r in args.rows.split(',')]
       _part(result, 'train', functools.partial(
           train_step_mfu, cfg, graphdef, params, rows, p, t, peak,
-          args.repeats, args.remat))
+          args.repeats, args.remat, args.cotangents.split(',')))
     if args.trace_to:
       os.makedirs(args.trace_to, exist_ok=True)
       _part(result, 'traces', functools.partial(

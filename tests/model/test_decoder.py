@@ -158,6 +158,36 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
     np.testing.assert_allclose(out, ref, atol=0.05 * scale)
     self.assertGreater(float(jnp.abs(out - ref).max()), 0.0)  # really bf16
 
+  @parameterized.parameters(True, False)
+  def test_bfloat16_logits_cotangent(self, tied):
+    # decoder.LOGITS_COTANGENT is read at trace time: a fresh jit per value.
+    cfg16 = config.preset('tiny', dtype='bfloat16', tie_embeddings=tied)
+    graphdef16, params16 = decoder.init_params(cfg16, jax.random.key(0))
+    tokens, positions, mask = _causal_inputs()
+
+    def loss(params):
+      logits, _ = decoder.forward(graphdef16, params, tokens, positions, mask)
+      return jax.nn.log_softmax(logits)[..., 3].mean(), logits
+
+    results = {}
+    old = decoder.LOGITS_COTANGENT
+    try:
+      for mode in ('compute', 'float32'):
+        decoder.LOGITS_COTANGENT = mode
+        results[mode] = jax.jit(jax.value_and_grad(loss, has_aux=True))(
+            params16)
+    finally:
+      decoder.LOGITS_COTANGENT = old
+    (_, low_logits), low = results['compute']
+    (_, ref_logits), ref = results['float32']
+    chex.assert_trees_all_equal(low_logits, ref_logits)  # same forward
+    for g_low, g_ref in zip(jax.tree.leaves(low), jax.tree.leaves(ref)):
+      scale = float(jnp.abs(g_ref).max()) + 1e-12
+      np.testing.assert_allclose(g_low, g_ref, atol=0.02 * scale)
+    diff = max(float(jnp.abs(a - b).max())
+               for a, b in zip(jax.tree.leaves(low), jax.tree.leaves(ref)))
+    self.assertGreater(diff, 0.0)  # the backward really ran in bfloat16
+
   @parameterized.named_parameters(
       ('qkv_bias', dict(qkv_bias=True), ('blocks', 0, 'attn', 'q_bias', 'b')),
       ('qk_norm', dict(qk_norm=True), ('blocks', 0, 'attn', 'k_norm', 'scale')),
