@@ -317,6 +317,61 @@ def savings(runs, stats) -> tuple[str, str]:
   return _table(head, summary), _table(per_head, per_seed)
 
 
+def regime_need(experiments: dict[str, dict]) -> str:
+  """Per experiment: how often `none` passes over its training set before
+  it reaches its target, how much of that generation is too easy, and the
+  saving to the target of snoozing (N = 3), with the held-out accuracy."""
+  rows = []
+  for name, runs in experiments.items():
+    base = runs.get('none', {})
+    policy = runs.get('snooze3', {})
+    if not base or not policy:
+      continue
+    passes, easy, ratios = [], [], []
+    for seed, r in sorted(base.items()):
+      ntrain = sum(d['num_train'] for d in r.header['datasets'])
+      cost = r.cost_to(TARGET * r.final())
+      step = cost[3] if cost else r.steps[-1]['step']
+      before = [x for x in r.steps if x['step'] <= step]
+      prompts = sum(x.get('rollout/prompts_generated', 0) for x in before)
+      passes.append(prompts / ntrain)
+      easy.append(sum(x.get('rollout/groups_easy', 0) for x in before)
+                  / max(prompts, 1))
+      if seed in policy and cost is not None:
+        other = policy[seed].cost_to(TARGET * r.final())
+        ratios.append(_saving(cost[0], other and other[0]))
+    ntrain = sum(d['num_train'] for d in
+                 next(iter(base.values())).header['datasets'])
+    rows.append((f'`{name}`', f'{ntrain:,}', len(base),
+                 _ci([r.evals[0][1] for r in base.values()]),
+                 _ci([r.final() for r in base.values()]),
+                 _ci(passes, 2), _ci(easy, 2), _ratio(ratios)))
+  return _table(('experiment', 'training problems', 'seeds',
+                 'held-out accuracy, step 0', 'none\'s final accuracy',
+                 'passes over the training set before none\'s target',
+                 'too-easy share of none\'s prompts before its target',
+                 'snooze N=3: saving in prompts to the target'), rows)
+
+
+def replication(runs, first, second) -> str:
+  """Savings to the target of each policy run on both seed sets, per set:
+  the seeds that chose the policies against the seeds that test them."""
+  rows = []
+  for variant, seeds in runs.items():
+    if variant == 'none' or not set(second) <= set(seeds):
+      continue
+    for name, group in (('first', first), ('replication', second)):
+      sub = {k: {s: r for s, r in d.items() if s in group}
+             for k, d in runs.items() if k in ('none', variant)}
+      st = policy_stats(sub)[variant]
+      rows.append((f'`{variant}`', f'{name} ({group[0]}-{group[-1]})',
+                   ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
+                   _ratio(st['ratios'][0]), _ci(st['diffs'])))
+  return _table(('policy', 'seeds', 'saving in prompts to the target, per '
+                 'seed (0: not reached)', 'geometric mean',
+                 'final accuracy minus none\'s'), rows)
+
+
 def prompt_savings_to(runs, fraction: float) -> dict[str, list[float]]:
   """Per policy, the per-seed ratio none / policy of prompts generated up
   to `fraction` x `none`'s final accuracy (0 where the policy never gets
@@ -549,13 +604,23 @@ def render_blocks(data: str) -> dict[str, str]:
   memorise = load(data, 'memorise')
   blocks['memorise_checks'] = regime_checks(memorise)
   blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
+  blocks['memorise_replication'] = replication(memorise, (0, 1, 2, 3, 4),
+                                               (5, 6, 7, 8, 9))
   mixed = load(data, 'mixed')
   blocks['mixed_checks'] = regime_checks(mixed)
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
                              + mixed_table(mixed))
+  sizes = {n: load(data, n) for n in ('size500', 'size1000')}
   blocks['target_sweep'] = target_sweep(
       {'regime': regime, 'long': long, 'warm': warm, 'broad': broad,
-       'memorise': memorise, 'mixed': mixed})
+       'memorise': memorise, 'mixed': mixed, **sizes})
+  for n, runs in sizes.items():
+    blocks[f'{n}_checks'] = regime_checks(runs)
+    blocks[f'{n}_savings'] = savings(runs, policy_stats(runs))[0]
+  blocks['regime_need'] = regime_need(
+      {'memorise': memorise, 'size500': sizes['size500'],
+       'size1000': sizes['size1000'], 'regime': regime, 'long': long,
+       'warm': warm, 'broad': broad})
   blocks['simulator'] = simulator_table(data, stats)
   blocks['comparison'] = comparison(stats)
   blocks['readme_summary'] = readme_summary(stats)
