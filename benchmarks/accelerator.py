@@ -203,16 +203,23 @@ def decode(cfg, graphdef, params, slots_list, prompt_len: int, new_tokens: int,
                     sampling=Sampling(temperature=temperature),
                     max_new_tokens=new_tokens, num_samples=group)
     print(f'  [{form}, temperature {temperature}]', end='', flush=True)
-    try:
-      row = _decode_one(gen, cfg, params, slots, prompt_len, new_tokens,
-                        bandwidth, repeats, weight_bytes, kv_per_token)
-    except Exception as e:  # pylint: disable=broad-except
-      traceback.print_exc()
-      row = {'slots': slots, 'error': f'{type(e).__name__}: {e}'}
+    row = _guarded(lambda: _decode_one(  # pylint: disable=cell-var-from-loop
+        gen, cfg, params, slots, prompt_len, new_tokens, bandwidth, repeats,
+        weight_bytes, kv_per_token), slots=slots)
     rows_out.append({'form': form, 'temperature': temperature, **row})
   attention.DECODE_ATTENTION = 'auto'
   jax.clear_caches()
   return rows_out
+
+
+def _guarded(fn, **ident) -> dict:
+  """fn()'s row, or `ident` with the error (one failed size, an
+  out-of-memory say, leaves the others measured)."""
+  try:
+    return fn()
+  except Exception as e:  # pylint: disable=broad-except
+    traceback.print_exc()
+    return {**ident, 'error': f'{type(e).__name__}: {e}'}
 
 
 def _decode_one(gen, cfg, params, slots, prompt_len, new_tokens, bandwidth,
@@ -288,10 +295,6 @@ def train_step_mfu(cfg, graphdef, params, rows_list, prompt_len: int,
   logits' cotangent (`decoder.LOGITS_COTANGENT`)."""
   import jax
   from jaxgrpo import optimizer as optimizer_lib
-  from jaxgrpo import train_state as train_state_lib
-  from jaxgrpo import train_step as train_step_lib
-  from jaxgrpo.typing import TrainBatch
-  group = 8
   optimizer = optimizer_lib.make_optimizer(
       learning_rate=1e-6, warmup_steps=0, total_steps=100, max_grad_norm=1.0)
   from jaxgrpo.model import decoder
@@ -301,12 +304,9 @@ def train_step_mfu(cfg, graphdef, params, rows_list, prompt_len: int,
     jax.clear_caches()
     for rows in rows_list:
       print(f'  [logits cotangent {cotangent}]', end='', flush=True)
-      try:
-        row = _train_one(cfg, graphdef, params, optimizer, rows, prompt_len,
-                         new_tokens, peak, repeats, remat)
-      except Exception as e:  # pylint: disable=broad-except
-        traceback.print_exc()
-        row = {'rows': rows, 'error': f'{type(e).__name__}: {e}'}
+      row = _guarded(lambda: _train_one(  # pylint: disable=cell-var-from-loop
+          cfg, graphdef, params, optimizer, rows, prompt_len, new_tokens,
+          peak, repeats, remat), rows=rows)
       out.append({'logits_cotangent': cotangent, **row})
   decoder.LOGITS_COTANGENT = 'compute'
   jax.clear_caches()
