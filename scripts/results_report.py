@@ -81,6 +81,11 @@ class Run:
       cum_s += r.get('perf/gen_s', 0.0)
       self.cum[r['step']] = (cum_p, cum_t, cum_s)
 
+  @property
+  def num_train(self) -> int:
+    """Training problems over every dataset of the run."""
+    return sum(d['num_train'] for d in self.header['datasets'])
+
   def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
     pts = [(r['step'], r[key]) for r in self.steps if key in r]
     return (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
@@ -194,8 +199,7 @@ def regime_checks(runs) -> str:
     late = r.steps[3 * n // 4:]
     easy = sum(x.get('rollout/groups_easy', 0) for x in late)
     hard = sum(x.get('rollout/groups_hard', 0) for x in late)
-    ntrain = sum(d['num_train'] for d in r.header['datasets'])
-    epochs = r.total('rollout/prompts_generated') / ntrain
+    epochs = r.total('rollout/prompts_generated') / r.num_train
     rows.append((seed, _fmt(r.evals[0][1]), _fmt(r.final()),
                  _fmt(easy / max(easy + hard, 1), 2), f'{epochs:.1f}'))
   # Every run's steps left short, and how many of those at the round cap.
@@ -324,26 +328,20 @@ def regime_need(experiments: dict[str, dict]) -> str:
   rows = []
   for name, runs in experiments.items():
     base = runs.get('none', {})
-    policy = runs.get('snooze3', {})
-    if not base or not policy:
+    if not base or 'snooze3' not in runs:
       continue
-    passes, easy, ratios = [], [], []
-    for seed, r in sorted(base.items()):
-      ntrain = sum(d['num_train'] for d in r.header['datasets'])
+    passes, easy = [], []
+    for r in base.values():
       cost = r.cost_to(TARGET * r.final())
       step = cost[3] if cost else r.steps[-1]['step']
-      before = [x for x in r.steps if x['step'] <= step]
-      prompts = sum(x.get('rollout/prompts_generated', 0) for x in before)
-      passes.append(prompts / ntrain)
-      easy.append(sum(x.get('rollout/groups_easy', 0) for x in before)
-                  / max(prompts, 1))
-      if seed in policy and cost is not None:
-        other = policy[seed].cost_to(TARGET * r.final())
-        ratios.append(_saving(cost[0], other and other[0]))
-    ntrain = sum(d['num_train'] for d in
-                 next(iter(base.values())).header['datasets'])
-    rows.append((f'`{name}`', f'{ntrain:,}', len(base),
-                 _ci([r.evals[0][1] for r in base.values()]),
+      prompts = r.cum[step][0]
+      passes.append(prompts / r.num_train)
+      easy.append(sum(x.get('rollout/groups_easy', 0) for x in r.steps
+                      if x['step'] <= step) / max(prompts, 1))
+    ratios = policy_stats({'none': base, 'snooze3': runs['snooze3']})[
+        'snooze3']['ratios'][0]
+    rows.append((f'`{name}`', f'{next(iter(base.values())).num_train:,}',
+                 len(base), _ci([r.evals[0][1] for r in base.values()]),
                  _ci([r.final() for r in base.values()]),
                  _ci(passes, 2), _ci(easy, 2), _ratio(ratios)))
   return _table(('experiment', 'training problems', 'seeds',
