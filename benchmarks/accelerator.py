@@ -294,10 +294,8 @@ def train_step_mfu(cfg, graphdef, params, rows_list, prompt_len: int,
   """GRPO train step time and model-FLOP utilisation, for each dtype of the
   logits' cotangent (`decoder.LOGITS_COTANGENT`)."""
   import jax
-  from jaxgrpo import optimizer as optimizer_lib
-  optimizer = optimizer_lib.make_optimizer(
-      learning_rate=1e-6, warmup_steps=0, total_steps=100, max_grad_norm=1.0)
   from jaxgrpo.model import decoder
+  optimizer = _optimizer()
   out = []
   for cotangent in cotangents:
     decoder.LOGITS_COTANGENT = cotangent
@@ -315,29 +313,12 @@ def train_step_mfu(cfg, graphdef, params, rows_list, prompt_len: int,
 
 def _train_one(cfg, graphdef, params, optimizer, rows, prompt_len, new_tokens,
                peak, repeats, remat) -> dict:
-  import jax
-  from jaxgrpo import train_state as train_state_lib
-  from jaxgrpo import train_step as train_step_lib
-  b = rows // 8
-  batch = _train_batch(cfg, rows, prompt_len, new_tokens)
-  state = train_state_lib.create_train_state(
-      graphdef, jax.tree.map(lambda x: x.copy(), params), optimizer,
-      keep_reference=False)
-  fn = train_step_lib.make_train_step(
-      graphdef=graphdef, optimizer=optimizer,
-      loss_cfg=train_step_lib.LossConfig(), remat=remat)
-  t0 = time.perf_counter()
-  state, metrics = fn(state, batch, jax.random.key(0))
-  jax.block_until_ready((state, metrics))
-  compile_s = time.perf_counter() - t0
-  times = []
-  for i in range(repeats):
-    t0 = time.perf_counter()
-    state, metrics = fn(state, batch, jax.random.key(i + 1))
-    jax.block_until_ready((state, metrics))
-    times.append(time.perf_counter() - t0)
+  once = _train_fn(cfg, graphdef, params, optimizer, rows, prompt_len,
+                   new_tokens, remat)
+  compile_s = once()
+  times = [once() for _ in range(repeats)]
   seq = prompt_len + new_tokens
-  flops = train_step_flops(cfg, b, prompt_len, rows, new_tokens)
+  flops = train_step_flops(cfg, rows // 8, prompt_len, rows, new_tokens)
   dt = statistics.median(times)
   row = {'rows': rows, 'seq_len': seq, 'remat': remat, 'step_s': times,
          'compile_s': compile_s, 'model_flops': flops,
@@ -359,7 +340,6 @@ def traces(cfg, graphdef, params, folder: str, prompt_len: int,
   import jax
   from jaxgrpo.generate.generator import Generator
   from jaxgrpo.generate.sampling import Sampling
-  from jaxgrpo import optimizer as optimizer_lib
   out = {}
   gen = Generator(graphdef=graphdef, model_cfg=cfg, sampling=Sampling(),
                   max_new_tokens=new_tokens, num_samples=8)
@@ -370,8 +350,7 @@ def traces(cfg, graphdef, params, folder: str, prompt_len: int,
     state = gen.prefill(params, tokens, mask, jax.random.key(0))
     jax.block_until_ready(gen.decode(params, state))
 
-  optimizer = optimizer_lib.make_optimizer(
-      learning_rate=1e-6, warmup_steps=0, total_steps=100, max_grad_norm=1.0)
+  optimizer = _optimizer()
   for name, prepare in (('decode', lambda: decode_once),
                         ('train', lambda: _train_fn(cfg, graphdef, params,
                                                     optimizer, rows,
@@ -395,8 +374,10 @@ def traces(cfg, graphdef, params, folder: str, prompt_len: int,
   return out
 
 
-def _train_fn(cfg, graphdef, params, optimizer, rows, prompt_len, new_tokens):
-  """A callable running one train step on a fixed batch."""
+def _train_fn(cfg, graphdef, params, optimizer, rows, prompt_len, new_tokens,
+              remat='none'):
+  """A callable running one train step on a fixed batch (a fresh state,
+  carried from call to call); each call returns its seconds."""
   import jax
   from jaxgrpo import train_state as train_state_lib
   from jaxgrpo import train_step as train_step_lib
@@ -406,12 +387,22 @@ def _train_fn(cfg, graphdef, params, optimizer, rows, prompt_len, new_tokens):
       keep_reference=False)]
   fn = train_step_lib.make_train_step(
       graphdef=graphdef, optimizer=optimizer,
-      loss_cfg=train_step_lib.LossConfig())
+      loss_cfg=train_step_lib.LossConfig(), remat=remat)
+  calls = [0]
 
-  def once():
-    holder[0], metrics = fn(holder[0], batch, jax.random.key(0))
+  def once() -> float:
+    t0 = time.perf_counter()
+    holder[0], metrics = fn(holder[0], batch, jax.random.key(calls[0]))
     jax.block_until_ready((holder[0], metrics))
+    calls[0] += 1
+    return time.perf_counter() - t0
   return once
+
+
+def _optimizer():
+  from jaxgrpo import optimizer as optimizer_lib
+  return optimizer_lib.make_optimizer(
+      learning_rate=1e-6, warmup_steps=0, total_steps=100, max_grad_norm=1.0)
 
 
 def _train_batch(cfg, rows, prompt_len, new_tokens):
