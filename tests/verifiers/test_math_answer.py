@@ -229,9 +229,15 @@ class MathAnswerTest(absltest.TestCase):
     for name, text in inputs.items():
       with self.subTest(name):
         self.assertGreaterEqual(len(text), 9000)
-        start = time.perf_counter()
-        verdict = verify(text, example)
-        self.assertLess(time.perf_counter() - start, 0.05)
+        # The best of three calls: a slow path (backtracking, a quadratic
+        # scan) is slow every time, while a test worker descheduled by its
+        # neighbours under `pytest -n` is slow only once.
+        seconds = []
+        for _ in range(3):
+          start = time.perf_counter()
+          verdict = verify(text, example)
+          seconds.append(time.perf_counter() - start)
+        self.assertLess(min(seconds), 0.05)
         self.assertIn(verdict.reward, (0.0, 1.0))
 
 
