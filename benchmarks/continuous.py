@@ -14,18 +14,22 @@ Both engines hold the same number of rows at once (--slots):
   * static: the R = B * G samples in batches of --slots rows (slots / G
     prompts), each batch decoded until its longest row ends
     (`Generator.generate`, the path rollouts use today);
-  * continuous: `ContinuousGenerator` with --slots slots streaming all R.
+  * continuous: `ContinuousGenerator` with --slots slots streaming all R,
+    its drain narrowed (`shrink`, the default);
+  * wide drain: the same with `shrink=False` (every decode step runs on all
+    --slots slots to the end), to show what narrowing the drain adds.
 
 Useful tokens/s counts generated tokens up to and including each row's
 stop token. Slot occupancy is the share of decode slot-steps that produced
 such a token (for static: useful tokens / (steps x rows) over its
-batches). Both engines are compiled first, then run alternately
---repeats times; the ratio is continuous over static.
+batches). All three are compiled first, then run alternately --repeats
+times; the ratios are continuous (and wide drain) over static.
 
   python benchmarks/continuous.py --json benchmarks/results/continuous.json
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -142,6 +146,7 @@ def main():
   cg = continuous.ContinuousGenerator(
       generator=gen, slots=args.slots, chunk=args.chunk,
       buckets=tuple(int(b) for b in args.buckets.split(',') if b))
+  wide = dataclasses.replace(cg, shrink=False)
   print(f'{args.model} ({model_config.param_count(cfg) / 1e6:.2f}M params), '
         f'B={args.prompts} x G={args.samples}, slots={args.slots}, '
         f'chunk={args.chunk}, P={args.prompt_width}, T={args.max_new}')
@@ -155,21 +160,30 @@ def main():
   ones = np.ones_like(stop_at)
   run_static(gen, params, tokens, mask, ones, args.slots)
   run_continuous(cg, params, tokens, mask, ones)
+  # The narrower widths' programs, at the real lengths (untimed).
+  run_continuous(cg, params, tokens, mask, stop_at)
+  run_continuous(wide, params, tokens, mask, ones)
   print(f'compiled in {time.perf_counter() - t0:.1f}s', flush=True)
 
-  static_s, cont_s = [], []
+  static_s, cont_s, wide_s = [], [], []
   for rep in range(args.repeats):
     s, s_useful, s_occ = run_static(gen, params, tokens, mask, stop_at,
                                     args.slots)
     c, c_useful, stats = run_continuous(cg, params, tokens, mask, stop_at)
-    assert s_useful == c_useful == int(stop_at.sum()), (s_useful, c_useful)
+    w, w_useful, w_stats = run_continuous(wide, params, tokens, mask,
+                                          stop_at)
+    assert s_useful == c_useful == w_useful == int(stop_at.sum()), (
+        s_useful, c_useful, w_useful)
     static_s.append(s)
     cont_s.append(c)
+    wide_s.append(w)
     print(f'repeat {rep}: static {s:.1f}s ({s_useful / s:,.0f} tok/s), '
-          f'continuous {c:.1f}s ({c_useful / c:,.0f} tok/s), ratio '
-          f'{s / c:.2f}x', flush=True)
+          f'continuous {c:.1f}s ({c_useful / c:,.0f} tok/s), wide drain '
+          f'{w:.1f}s; ratio {s / c:.2f}x (wide drain {s / w:.2f}x)',
+          flush=True)
   useful = int(stop_at.sum())
   med_s, med_c = statistics.median(static_s), statistics.median(cont_s)
+  med_w = statistics.median(wide_s)
   best_s, best_c = min(static_s), min(cont_s)
   result = dict(
       command=' '.join([os.path.basename(sys.executable)] + sys.argv),
@@ -186,15 +200,26 @@ def main():
                       tok_s_best=useful / best_c,
                       occupancy=stats.occupancy, chunks=stats.chunks,
                       prefill_calls=stats.prefill_calls,
-                      decode_steps=stats.decode_steps),
+                      decode_steps=stats.decode_steps,
+                      slot_steps=stats.slot_steps),
+      wide_drain=dict(seconds=wide_s, tok_s_median=useful / med_w,
+                      tok_s_best=useful / min(wide_s),
+                      occupancy=w_stats.occupancy,
+                      slot_steps=w_stats.slot_steps),
       ratio_median=med_s / med_c, ratio_best=best_s / best_c,
+      wide_drain_ratio_median=med_s / med_w,
+      shrink_ratio_median=med_w / med_c,
   )
   print(f'useful tokens/s: static {useful / med_s:,.0f} (best '
         f'{useful / best_s:,.0f}), continuous {useful / med_c:,.0f} (best '
         f'{useful / best_c:,.0f}); ratio {med_s / med_c:.2f}x median / '
         f'{best_s / best_c:.2f}x best')
+  print(f'wide drain: {useful / med_w:,.0f} tok/s, ratio '
+        f'{med_s / med_w:.2f}x median; narrowing the drain: '
+        f'{med_w / med_c:.2f}x')
   print(f'slot occupancy: static {s_occ:.3f}, continuous '
-        f'{stats.occupancy:.3f} ({stats.chunks} chunks, '
+        f'{stats.occupancy:.3f} (wide drain {w_stats.occupancy:.3f}; '
+        f'{stats.chunks} chunks, '
         f'{stats.prefill_calls} prefill calls, {stats.decode_steps} decode '
         f'steps)')
   if args.json:

@@ -28,9 +28,11 @@ Design:
     input's prompt width); prompts are prefilled at the narrowest of the
     bucket widths (`buckets` below P_max, and P_max) holding their real
     tokens, `prefill_batch` prompts per call. Compilations per generator,
-    mesh and (B, P_max) input: one `slots.init`, one `slots.chunk`, one
-    `slots.flush` and one `slots.prefill` per bucket width used, so at most
-    3 + len(widths(P_max)); `chunk` and `prefill` do not depend on B.
+    mesh and (B, P_max) input: one `slots.init`, one `slots.chunk` and one
+    `slots.flush` per slot width (S, and each narrower width of the drain,
+    at most 1 + log2(S); one with `shrink=False`), one `slots.compact` per
+    narrowing (at most log2(S)) and one `slots.prefill` per bucket width
+    used; `chunk` and `prefill` do not depend on B.
   * Per-sample keys (`generate.keys`): token t of row b * G + g draws with
     fold_in(fold_in(prompt_keys[b], g), t), whatever its slot or
     batch-mates, which is how the static generator draws when given
@@ -42,6 +44,16 @@ Design:
     so every process of a multi-process run makes the same decisions.
   * One host round trip per chunk: larger chunks sync less but leave a
     finished slot idle for up to `chunk - 1` steps.
+  * The drain (`shrink`): once no sample is waiting, the slots still
+    decoding would share a step with ever more empty ones, while a decode
+    step costs about the same per slot whether it is busy or not. When at
+    most half of the S' slots are active (and half is still a multiple of
+    the batch devices), `slots.compact` moves them into S' / 2 slots, so
+    each step runs on fewer rows: at most log2(S) narrowings a call, and
+    `chunk`, `flush` and `compact` compile once per width, so the
+    compilations stay bounded (1 + log2(S) widths). A sample's tokens do
+    not depend on its slot or on how many slots run beside it (up to float
+    summation order, as for bucketed prefill).
 """
 
 import dataclasses
@@ -67,6 +79,8 @@ class EngineStats:
     decode_steps: decode steps run over all chunks.
     busy_slot_steps: slot-steps that produced a token.
     slots: S.
+    slot_steps: slot-steps run, each decode step counting the slots it ran
+      (S, or fewer once the drain narrowed them).
   """
 
   chunks: int
@@ -74,11 +88,12 @@ class EngineStats:
   decode_steps: int
   busy_slot_steps: int
   slots: int
+  slot_steps: int
 
   @property
   def occupancy(self) -> float:
     """Share of slot-steps that produced a token."""
-    return self.busy_slot_steps / max(self.decode_steps * self.slots, 1)
+    return self.busy_slot_steps / max(self.slot_steps, 1)
 
 
 # rollout.engine: how a round's completions are decoded.
@@ -98,6 +113,7 @@ class ContinuousGenerator:
     buckets: prompt prefill widths; the input's width P is always one, and
       widths >= P are dropped.
     prefill_batch: prompts per prefill call.
+    shrink: narrow the slots as the drain empties them (see above).
   """
 
   generator: Generator
@@ -105,6 +121,7 @@ class ContinuousGenerator:
   chunk: int = 8
   buckets: tuple[int, ...] = (32, 64, 128, 256, 512)
   prefill_batch: int = 1
+  shrink: bool = True
 
   def __post_init__(self):
     for name in ('slots', 'chunk', 'prefill_batch'):
@@ -198,8 +215,9 @@ class ContinuousGenerator:
     free_entries = list(range(n_stash))
     left_B = np.full(b, g)  # samples of each prompt not yet admitted
     free = list(range(n_slots))
+    width = n_slots  # slots now; fewer once the drain narrows them
     next_row = 0
-    chunks = prefills = steps = busy = 0
+    chunks = prefills = steps = busy = slot_steps = 0
     while True:
       rows = list(range(next_row, next_row + min(len(free), r - next_row)))
       next_row += len(rows)
@@ -211,10 +229,10 @@ class ContinuousGenerator:
         stash = self._prefill_group(params, stash, tokens_BP, mask_BP,
                                     width_B, group, entry_of)
         prefills += 1
-      source = np.full(n_slots, -1, np.int32)
-      row_S = np.full(n_slots, -1, np.int32)
-      keys_S = np.zeros((n_slots,) + keys_R.shape[1:], np.uint32)
-      stop_S = np.zeros(n_slots, np.int32)
+      source = np.full(width, -1, np.int32)
+      row_S = np.full(width, -1, np.int32)
+      keys_S = np.zeros((width,) + keys_R.shape[1:], np.uint32)
+      stop_S = np.zeros(width, np.int32)
       for slot, row in zip(free, rows):
         prompt = row // g
         source[slot], row_S[slot] = entry_of[prompt], row
@@ -229,14 +247,25 @@ class ContinuousGenerator:
       out = slots_lib.flush(mesh, out, slots)
       active = host(slots.active)
       chunks += 1
-      steps += int(host(chunk_steps))
+      ran = int(host(chunk_steps))
+      steps += ran
+      slot_steps += ran * width
       busy += int(host(chunk_busy))
-      free = [s for s in range(n_slots) if not active[s]]
       if next_row == r and not active.any():
         break
+      # Halving one width at a time: `compact` compiles per (S', S' / 2).
+      while next_row == r and self.shrink and (
+          drain_width(width, int(active.sum()), multiple) < width):
+        live = np.flatnonzero(active)
+        keep = np.concatenate(
+            [live, np.flatnonzero(~active)[:width // 2 - live.size]])
+        slots = slots_lib.compact(mesh, slots,
+                                  replicated(keep.astype(np.int32)))
+        active, width = active[keep], width // 2
+      free = [s for s in range(width) if not active[s]]
     stats = EngineStats(chunks=chunks, prefill_calls=prefills,
                         decode_steps=steps, busy_slot_steps=busy,
-                        slots=n_slots)
+                        slots=n_slots, slot_steps=slot_steps)
     return slots_lib.completions(out), stats
 
   def _prefill_group(self, params, stash, tokens_BP, mask_BP, width_B, group,
@@ -255,6 +284,15 @@ class ContinuousGenerator:
     inputs = replicated((tokens_AW, mask_AW, dest_A))
     return slots_lib.prefill(self.generator, sharding.current(), params,
                              stash, *inputs)
+
+
+def drain_width(width: int, active: int, multiple: int) -> int:
+  """The slots a drain keeps: `width` halved while half still holds the
+  `active` samples and is a multiple of the batch devices."""
+  while width % 2 == 0 and (width // 2) % multiple == 0 and (
+      width // 2 >= max(active, 1)):
+    width //= 2
+  return width
 
 
 def host(x) -> np.ndarray:

@@ -4,7 +4,8 @@
 slots and a Q-entry prompt stash, `prefill` runs A prompts of one bucket
 width into stash entries, `chunk` admits samples into slots and decodes up
 to a chunk of steps, `flush` copies finished slots to their output rows,
-`resume` puts samples decoded part-way (by older params) back into slots.
+`resume` puts samples decoded part-way (by older params) back into slots,
+`compact` keeps some slots and drops the rest.
 
 Einsum letters / suffixes follow `jaxgrpo.typing`, plus S slots (here not
 the cache length, which is C = P_max + T - 1), Q stash entries, A prompts
@@ -367,6 +368,17 @@ def _decode(gen: Generator, steps: int, params: nnx.State,
   ran, busy, slots = jax.lax.while_loop(
       cond, body, (jnp.int32(0), jnp.int32(0), slots))
   return slots, ran, busy
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def compact(mesh: sharding.MeshContext | None, slots: Slots,
+            index: jax.Array) -> Slots:
+  """Slots `index` ([S'] int32, in that order) as S' slots: a round's
+  drain, once no sample waits, decodes its last rows in fewer slots. Each
+  slot moves whole (cache, tokens, key, owner), so its sample continues as
+  it would have."""
+  with sharding.activate(mesh):
+    return _constrain(jax.tree.map(lambda x: x[index], slots))
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=1)

@@ -180,26 +180,63 @@ class ContinuousTest(parameterized.TestCase):
   def test_compiles_a_bounded_number_of_times(self):
     # A generator no other test builds, so its compilations are all new.
     gen = dataclasses.replace(self.generator(1.0), max_new_tokens=T - 1)
-    cg = continuous.ContinuousGenerator(generator=gen, slots=4, chunk=2,
-                                        buckets=(2, 4))
     fns = (slots_lib.init, slots_lib.chunk, slots_lib.flush,
-           slots_lib.prefill)
-    before = [f._cache_size() for f in fns]
-    with warnings.catch_warnings(record=True) as caught:
-      warnings.simplefilter('always')
-      for seed in range(3):
-        tokens, mask = _prompts(self.cfg.vocab_size, seed=seed)
-        cg.generate(self.params, tokens, mask, jax.random.key(seed))
-      # Another batch size reuses the chunk and prefill programs.
-      tokens, mask = _prompts(self.cfg.vocab_size, seed=5, b=2)
-      cg.generate(self.params, tokens, mask, jax.random.key(0))
-    new = [f._cache_size() - n for f, n in zip(fns, before)]
+           slots_lib.prefill, slots_lib.compact)
+
+    def compilations(shrink: bool) -> list[int]:
+      cg = continuous.ContinuousGenerator(generator=gen, slots=4, chunk=2,
+                                          buckets=(2, 4), shrink=shrink)
+      before = [f._cache_size() for f in fns]
+      with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for seed in range(3):
+          tokens, mask = _prompts(self.cfg.vocab_size, seed=seed)
+          cg.generate(self.params, tokens, mask, jax.random.key(seed))
+        # Another batch size reuses the chunk and prefill programs.
+        tokens, mask = _prompts(self.cfg.vocab_size, seed=5, b=2)
+        cg.generate(self.params, tokens, mask, jax.random.key(0))
+      self.assertEmpty([w for w in caught if 'donat' in str(w.message)])
+      self.assertEqual(cg.widths(P), (2, 4, P))
+      return [f._cache_size() - n for f, n in zip(fns, before)]
+
+    new = compilations(shrink=False)
     # init once per (P, slots); chunk once; flush once per row count R;
-    # prefill once per width used (here 2, 4 and P = 9).
+    # prefill once per width used (here 2, 4 and P = 9); no compact.
     self.assertEqual(new[:3], [1, 1, 2])
-    self.assertLessEqual(new[3], len(cg.widths(P)))
-    self.assertEqual(cg.widths(P), (2, 4, P))
-    self.assertEmpty([w for w in caught if 'donat' in str(w.message)])
+    self.assertLessEqual(new[3], 3)
+    self.assertEqual(new[4], 0)
+    # Narrowing the drain adds the widths 2 and 1 of 4 slots: chunk for
+    # each, flush for each and row count, compact for 4 -> 2 and 2 -> 1;
+    # init and prefill are the programs above.
+    new = compilations(shrink=True)
+    self.assertEqual(new[0], 0)
+    self.assertEqual(new[1], 2)
+    self.assertLessEqual(new[2], 4)
+    self.assertEqual(new[3], 0)
+    self.assertEqual(new[4], 2)
+
+  def test_drain_narrows_the_slots_with_the_same_samples(self):
+    gen = self.generator(1.0)
+    wide, wide_stats = self.continuous(gen, slots=8, chunk=2, shrink=False)
+    got, stats = self.continuous(gen, slots=8, chunk=2)
+    self.assert_same(got, wide)
+    # The same tokens decoded in the same steps, on fewer slot-steps.
+    self.assertEqual(stats.busy_slot_steps, wide_stats.busy_slot_steps)
+    self.assertEqual(stats.decode_steps, wide_stats.decode_steps)
+    self.assertEqual(wide_stats.slot_steps, wide_stats.decode_steps * 8)
+    self.assertLess(stats.slot_steps, wide_stats.slot_steps)
+    self.assertGreater(stats.occupancy, wide_stats.occupancy)
+
+  def test_drain_width(self):
+    # Halved while half still holds the active samples and splits over the
+    # batch devices.
+    self.assertEqual(continuous.drain_width(32, 16, 1), 16)
+    self.assertEqual(continuous.drain_width(32, 17, 1), 32)
+    self.assertEqual(continuous.drain_width(32, 3, 1), 4)
+    self.assertEqual(continuous.drain_width(32, 0, 1), 1)
+    self.assertEqual(continuous.drain_width(32, 1, 4), 4)
+    self.assertEqual(continuous.drain_width(12, 2, 4), 12)  # 6: not 4's
+    self.assertEqual(continuous.drain_width(7, 1, 1), 7)
 
   def test_one_device_mesh(self):
     gen = self.generator(1.0)
