@@ -137,7 +137,8 @@ class RolloutSection(Section, name='rollout'):
   engine: str = field(
       'static', 'decoding a round: `static` (one batch until its longest row '
       'ends) or `continuous` (`slots` rows, each taking the next sample as '
-      'its row stops; keys per sample and example id)', one_of(
+      "its row stops, narrowed to fewer slots in the round's drain; keys "
+      'per sample and example id)', one_of(
           continuous.ENGINES))
   slots: int = field(64, 'decode slots of the `continuous` engine', POSITIVE)
   collect: str = field(
