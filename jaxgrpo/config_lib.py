@@ -137,8 +137,7 @@ class RolloutSection(Section, name='rollout'):
   engine: str = field(
       'static', 'decoding a round: `static` (one batch until its longest row '
       'ends) or `continuous` (`slots` rows, each taking the next sample as '
-      "its row stops, narrowed to fewer slots in the round's drain; keys "
-      'per sample and example id)', one_of(
+      'its row stops, fewer as the round drains; keys per sample)', one_of(
           continuous.ENGINES))
   slots: int = field(64, 'decode slots of the `continuous` engine', POSITIVE)
   collect: str = field(
