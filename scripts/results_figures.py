@@ -137,10 +137,10 @@ def draw_all(data: str, out: str) -> list[str]:
     print('matplotlib not installed (pip install -e .[plots]): no figures')
     return []
   os.makedirs(out, exist_ok=True)
-  regime = rr.load(data, 'regime')
+  primary = rr.load(data, rr.MAIN)
   made = [
-      generated_vs_optimal(regime, os.path.join(out, 'generated.png')),
-      accuracy_vs_generation(regime, os.path.join(out, 'accuracy.png')),
+      generated_vs_optimal(primary, os.path.join(out, 'generated.png')),
+      accuracy_vs_generation(primary, os.path.join(out, 'accuracy.png')),
       short_batch(rr.load(data, 'short_batch'),
                   os.path.join(out, 'short_batch.png')),
       drift(rr.load(data, 'drift'), os.path.join(out, 'drift.png')),

@@ -67,8 +67,9 @@ class ReproduceTest(absltest.TestCase):
         self.assertLen(train, d['num_train'])
 
   def test_regime_has_every_policy(self):
-    names = set(reproduce.experiments()['regime'].variants)
-    self.assertEqual(names, set(reproduce.POLICIES))
+    for name in ('regime', results_report.MAIN):
+      names = set(reproduce.experiments()[name].variants)
+      self.assertEqual(names, set(reproduce.POLICIES), name)
     policies = {v['sampler.policy'] for v in reproduce.POLICIES.values()}
     self.assertEqual(policies, set(snooze.POLICIES))
 
@@ -110,11 +111,13 @@ class ReproduceTest(absltest.TestCase):
     reproduce.main(args)
     self.assertEqual(os.path.getmtime(paths[0]), mtime)
     self.assertEqual(reproduce.read_run(paths[1])[1], records_of(paths[1]))
-    # The report reads them.
+    # The report reads them (`regime` is the 3,000-problem regime's blocks;
+    # sections 1 and 3 are `results_report.MAIN`'s).
     blocks = results_report.render_blocks(data)
-    self.assertIn('`none`', blocks['savings'])
-    self.assertIn('`snooze5`', blocks['savings_per_seed'])
-    self.assertIn('steps filled to B', blocks['regime_checks'])
+    self.assertIn('`none`', blocks['first_savings'])
+    self.assertIn('`snooze5`', blocks['first_savings'])
+    self.assertIn('steps filled to B', blocks['first_checks'])
+    self.assertIn('No `none` runs yet', blocks['regime_checks'])
     del e
     # The simulator fit reads the same files (one grid point, one seed).
     grid, sim_seeds = fit_simulator.GRID, fit_simulator.SIM_SEEDS
