@@ -244,10 +244,11 @@ def regime_checks(runs) -> str:
            f'({100 * full:.2f}%; the bar is 99%); steps left short at the '
            f'round cap: {capped_steps:,}.\n')
   if 'filter' in runs and len(runs) > 1:
+    filled = sum(f >= 1.0 for f in others)
     text += (f'- steps filled to B by every policy but `filter` (which stops '
              f'offering the problems the model solves, until none are left): '
-             f'{sum(f >= 1.0 for f in others):,} of {len(others):,} '
-             f'({100 * sum(f >= 1.0 for f in others) / max(len(others), 1):.2f}%).\n')
+             f'{filled:,} of {len(others):,} '
+             f'({100 * filled / max(len(others), 1):.2f}%).\n')
   if lines:
     text += '\nSteps not filled, per run:\n\n' + '\n'.join(lines) + '\n'
   return text

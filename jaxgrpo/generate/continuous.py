@@ -253,9 +253,9 @@ class ContinuousGenerator:
       busy += int(host(chunk_busy))
       if next_row == r and not active.any():
         break
-      # Halving one width at a time: `compact` compiles per (S', S' / 2).
-      while next_row == r and self.shrink and (
-          drain_width(width, int(active.sum()), multiple) < width):
+      narrow = (drain_width(width, int(active.sum()), multiple)
+                if next_row == r and self.shrink else width)
+      while width > narrow:  # One halving a call: compiles per (S', S'/2).
         live = np.flatnonzero(active)
         keep = np.concatenate(
             [live, np.flatnonzero(~active)[:width // 2 - live.size]])
