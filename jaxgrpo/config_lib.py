@@ -378,15 +378,16 @@ def base_config() -> ml_collections.ConfigDict:
   return _to_config(Config(), Config)
 
 
-def help_texts(cls: type[Section] | None = None,
-               where: str = '') -> dict[str, str]:
-  """'section.key' -> help text of every setting, in schema order."""
-  out = {}
-  for f in dataclasses.fields(cls or Config):
-    if _is_section(f.type):
-      out.update(help_texts(f.type, f'{where}{f.name}.'))
+def settings(section: Section | None = None,
+             where: str = '') -> list[tuple[str, Any, str]]:
+  """('section.key', default, help text) of every setting, in schema order."""
+  out = []
+  for f in dataclasses.fields(section := section or Config()):
+    value = getattr(section, f.name)
+    if isinstance(value, Section):
+      out += settings(value, f'{where}{f.name}.')
     else:
-      out[where + f.name] = f.metadata['help']
+      out.append((where + f.name, value, f.metadata['help']))
   return out
 
 
