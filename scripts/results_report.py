@@ -385,6 +385,58 @@ def replication(runs, first, second) -> str:
                  'final accuracy minus none\'s'), rows)
 
 
+# The replication of section 3, fixed before its runs (docs/results.md,
+# "A replication fixed in advance"): the policy, the target as a fraction
+# of `none`'s final accuracy, the seeds that found the effect, the new
+# seeds that decide, and the saving the claim needs.
+PREREGISTERED = {'policy': 'weighted', 'fraction': 0.97,
+                 'found': (0, 1, 2, 3, 4), 'test': (5, 6, 7, 8, 9),
+                 'bar': 2.0}
+
+
+def preregistered_verdict(ratios, diffs, seeds: int, bar: float) -> str:
+  """The fixed rules on the deciding seeds: every seed reaches the target,
+  the geometric-mean saving is at least `bar`, its interval is above 1.0x,
+  and the accuracy difference's interval reaches 0 or lies above it."""
+  if len(ratios) < seeds:
+    return f'pending: {len(ratios)} of {seeds} seeds'
+  if any(r == 0 for r in ratios):
+    return 'fails: the target is not reached on every seed'
+  m, lo, _ = ratio_interval(ratios)
+  _, _, diff_hi = interval(diffs)
+  failed = [why for bad, why in (
+      (m < bar, f'mean {m:.2f}x < {bar:.1f}x'),
+      (not lo > 1.0, f'interval low {lo:.2f} <= 1.0x'),
+      (diff_hi < 0, f'accuracy loss (high end {diff_hi:.3f} < 0)')) if bad]
+  return 'fails: ' + '; '.join(failed) if failed else 'holds'
+
+
+def preregistered(runs) -> str:
+  """The fixed replication: the policy's saving to the target on the seeds
+  that found it, the seeds that test it (the verdict) and all of them."""
+  p = PREREGISTERED
+  rows = []
+  for name, group in (('found the effect', p['found']),
+                      ('decide (fixed in advance)', p['test']),
+                      ('all', p['found'] + p['test'])):
+    sub = {k: {s: r for s, r in runs.get(k, {}).items() if s in group}
+           for k in ('none', p['policy'])}
+    seeds = sorted(set(sub['none']) & set(sub[p['policy']]))
+    ratios = prompt_savings_to(sub, p['fraction'])[p['policy']]
+    diffs = [sub[p['policy']][s].final() - sub['none'][s].final()
+             for s in seeds]
+    rows.append((
+        f'{name} ({", ".join(map(str, seeds)) or "none yet"})',
+        ' / '.join(f'{x:.2f}' for x in ratios) or 'n/a', _ratio(ratios),
+        _ci(diffs) if diffs else 'n/a',
+        preregistered_verdict(ratios, diffs, len(p['test']), p['bar'])
+        if group == p['test'] else ''))
+  return _table((
+      'seeds', f'saving in prompts to {p["fraction"]:.2f} x none\'s final, '
+      'per seed (0: not reached)', 'geometric mean',
+      f'final accuracy, `{p["policy"]}` minus none\'s', 'verdict'), rows)
+
+
 def prompt_savings_to(runs, fraction: float,
                       of_gain: bool = False) -> dict[str, list[float]]:
   """Per policy, the per-seed ratio none / policy of prompts generated up
@@ -640,6 +692,7 @@ def render_blocks(data: str) -> dict[str, str]:
            'memorise': memorise, 'mixed': mixed, **sizes}
   blocks['target_sweep'] = target_sweep(sweep)
   blocks['gain_sweep'] = target_sweep(sweep, of_gain=True)
+  blocks['preregistered'] = preregistered(primary)
   for n, runs in sizes.items():
     blocks[f'{n}_checks'] = regime_checks(runs)
     blocks[f'{n}_savings'] = savings(runs, policy_stats(runs))[0]

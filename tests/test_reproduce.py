@@ -184,6 +184,21 @@ class StatsTest(absltest.TestCase):
     m, _, _ = results_report.ratio_interval([1.0, 4.0])
     self.assertAlmostEqual(m, 2.0)
 
+  def test_preregistered_verdict_applies_each_rule(self):
+    verdict = results_report.preregistered_verdict
+    good = [2.2, 2.4, 2.1, 2.6, 2.3]
+    flat = [0.0, 0.01, -0.01, 0.005, 0.0]
+    self.assertEqual(verdict(good, flat, 5, 2.0), 'holds')
+    self.assertEqual(verdict(good[:3], flat[:3], 5, 2.0),
+                     'pending: 3 of 5 seeds')
+    self.assertIn('not reached', verdict([0.0] + good[1:], flat, 5, 2.0))
+    self.assertIn('mean 1.50x < 2.0x', verdict([1.5] * 5, flat, 5, 2.0))
+    # A wide spread: the geometric mean is 2x, its interval reaches 1.0x.
+    self.assertIn('interval low', verdict([0.5, 8.0, 2.0, 1.0, 4.0], flat,
+                                          5, 2.0))
+    self.assertIn('accuracy loss',
+                  verdict(good, [-0.03, -0.02, -0.025, -0.03, -0.02], 5, 2.0))
+
 
 if __name__ == '__main__':
   absltest.main()
