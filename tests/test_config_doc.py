@@ -1,6 +1,8 @@
 """The configuration table of docs/configuration.md is the one the config
 schema generates, and every setting has its help text."""
 
+import dataclasses
+
 from absl.testing import absltest
 
 from jaxgrpo import checks
@@ -25,6 +27,24 @@ class ConfigDocTest(absltest.TestCase):
         config_doc.replace_in(text, config_doc.table()), text,
         'docs/configuration.md table is stale: run '
         'python -m jaxgrpo.config_doc --write')
+
+  def test_every_option_is_named_in_its_help(self):
+    # An option added to a registry (a preset, a policy, an estimator) is
+    # selectable at once; its setting's help must name it too.
+    def options(section, where=''):
+      for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if isinstance(value, checks.Section):
+          yield from options(value, f'{where}{f.name}.')
+        elif choices := getattr(f.metadata.get('check'), 'choices', None):
+          yield where + f.name, f.metadata['help'], tuple(
+              choices() if callable(choices) else choices)
+
+    found = list(options(config_lib.Config()))
+    self.assertIn('sampler.policy', [key for key, _, _ in found])
+    for key, text, names in found:
+      for name in names:
+        self.assertIn(f'`{name}`', text, f'{key}: option {name!r} unnamed')
 
   def test_a_missing_row_is_named(self):
 
