@@ -323,6 +323,9 @@ class ConfigFilesTest(absltest.TestCase):
         qwen25_gsm8k.get_config('path=/data/qwen,gsm8k=/data/gsm8k'))
     self.assertEqual(cfg.model.path, '/data/qwen')
     self.assertEqual(cfg.data.datasets[0].path, '/data/gsm8k/train.jsonl')
+    # Real completion lengths: the measured-faster engine and collection.
+    self.assertEqual((cfg.rollout.engine, cfg.rollout.collect),
+                     ('continuous', 'streaming'))
     for arg in ('', 'full', 'runlocal'):
       cfg = config_lib.from_config_dict(smollm2_arith.get_config(arg))
       self.assertEqual(cfg.model.path, 'smollm2')

@@ -20,8 +20,9 @@ the mixture's machinery more than they teach. The model learns to refuse;
 answers and word problems stay out of its reach (its warm start stops once
 refusals alone reach the target pass rate). `path=` gives a pretrained
 Hugging Face directory instead, with its tokenizer, the formats' own prompt
-templates and accelerator sizes; point `gsm8k=` at GSM8K's own train.jsonl
-then. Nothing is downloaded.
+templates and accelerator sizes (the continuous engine in 256 slots,
+streaming collection); point `gsm8k=` at GSM8K's own train.jsonl then.
+Nothing is downloaded.
 
   python -m jaxgrpo.main --config=configs/qa_mixture.py --workdir=runs/qa_mix
   python -m jaxgrpo.main --config=configs/qa_mixture.py:runlocal --workdir=/tmp/qa
@@ -66,6 +67,7 @@ def get_config(arg: str | None = None):
     c.rollout.max_round_size = 512
     c.rollout.max_prompt_len = 1024  # SQuAD contexts run to 629 words
     c.rollout.max_new_tokens = 512
+    c.rollout.update(engine='continuous', slots=256, collect='streaming')
     c.rl.loss_agg = 'seq_mean_token_mean'
     c.rl.num_minibatches = 4
     c.optim.learning_rate = 1e-6
