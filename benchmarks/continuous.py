@@ -126,6 +126,9 @@ def main():
   parser.add_argument('--temperature', type=float, default=1.0)
   parser.add_argument('--repeats', type=int, default=3)
   parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--no-wide', action='store_true',
+                      help='skip the wide-drain engine (saves a third of '
+                      'the time on a large model)')
   parser.add_argument('--json', help='also write the results here')
   args = parser.parse_args()
   if args.slots % args.samples or args.prompts % (args.slots // args.samples):
@@ -162,7 +165,8 @@ def main():
   run_continuous(cg, params, tokens, mask, ones)
   # The narrower widths' programs, at the real lengths (untimed).
   run_continuous(cg, params, tokens, mask, stop_at)
-  run_continuous(wide, params, tokens, mask, ones)
+  if not args.no_wide:
+    run_continuous(wide, params, tokens, mask, ones)
   print(f'compiled in {time.perf_counter() - t0:.1f}s', flush=True)
 
   static_s, cont_s, wide_s = [], [], []
@@ -170,16 +174,17 @@ def main():
     s, s_useful, s_occ = run_static(gen, params, tokens, mask, stop_at,
                                     args.slots)
     c, c_useful, stats = run_continuous(cg, params, tokens, mask, stop_at)
-    w, w_useful, w_stats = run_continuous(wide, params, tokens, mask,
-                                          stop_at)
+    w, w_useful, w_stats = (c, c_useful, None) if args.no_wide else (
+        run_continuous(wide, params, tokens, mask, stop_at))
     assert s_useful == c_useful == w_useful == int(stop_at.sum()), (
         s_useful, c_useful, w_useful)
     static_s.append(s)
     cont_s.append(c)
     wide_s.append(w)
     print(f'repeat {rep}: static {s:.1f}s ({s_useful / s:,.0f} tok/s), '
-          f'continuous {c:.1f}s ({c_useful / c:,.0f} tok/s), wide drain '
-          f'{w:.1f}s; ratio {s / c:.2f}x (wide drain {s / w:.2f}x)',
+          f'continuous {c:.1f}s ({c_useful / c:,.0f} tok/s); ratio '
+          f'{s / c:.2f}x' + ('' if args.no_wide else
+                             f' (wide drain {w:.1f}s, {s / w:.2f}x)'),
           flush=True)
   useful = int(stop_at.sum())
   med_s, med_c = statistics.median(static_s), statistics.median(cont_s)
@@ -202,24 +207,26 @@ def main():
                       prefill_calls=stats.prefill_calls,
                       decode_steps=stats.decode_steps,
                       slot_steps=stats.slot_steps),
-      wide_drain=dict(seconds=wide_s, tok_s_median=useful / med_w,
-                      tok_s_best=useful / min(wide_s),
-                      occupancy=w_stats.occupancy,
-                      slot_steps=w_stats.slot_steps),
       ratio_median=med_s / med_c, ratio_best=best_s / best_c,
-      wide_drain_ratio_median=med_s / med_w,
-      shrink_ratio_median=med_w / med_c,
   )
+  if w_stats:
+    result.update(
+        wide_drain=dict(seconds=wide_s, tok_s_median=useful / med_w,
+                        tok_s_best=useful / min(wide_s),
+                        occupancy=w_stats.occupancy,
+                        slot_steps=w_stats.slot_steps),
+        wide_drain_ratio_median=med_s / med_w,
+        shrink_ratio_median=med_w / med_c)
   print(f'useful tokens/s: static {useful / med_s:,.0f} (best '
         f'{useful / best_s:,.0f}), continuous {useful / med_c:,.0f} (best '
         f'{useful / best_c:,.0f}); ratio {med_s / med_c:.2f}x median / '
         f'{best_s / best_c:.2f}x best')
-  print(f'wide drain: {useful / med_w:,.0f} tok/s, ratio '
-        f'{med_s / med_w:.2f}x median; narrowing the drain: '
-        f'{med_w / med_c:.2f}x')
+  if w_stats:
+    print(f'wide drain: {useful / med_w:,.0f} tok/s, ratio '
+          f'{med_s / med_w:.2f}x median; narrowing the drain: '
+          f'{med_w / med_c:.2f}x (occupancy {w_stats.occupancy:.3f})')
   print(f'slot occupancy: static {s_occ:.3f}, continuous '
-        f'{stats.occupancy:.3f} (wide drain {w_stats.occupancy:.3f}; '
-        f'{stats.chunks} chunks, '
+        f'{stats.occupancy:.3f} ({stats.chunks} chunks, '
         f'{stats.prefill_calls} prefill calls, {stats.decode_steps} decode '
         f'steps)')
   if args.json:
