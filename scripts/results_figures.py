@@ -137,7 +137,7 @@ def draw_all(data: str, out: str) -> list[str]:
     print('matplotlib not installed (pip install -e .[plots]): no figures')
     return []
   os.makedirs(out, exist_ok=True)
-  primary = rr.load(data, rr.MAIN)
+  primary = rr.main_runs(data)
   made = [
       generated_vs_optimal(primary, os.path.join(out, 'generated.png')),
       accuracy_vs_generation(primary, os.path.join(out, 'accuracy.png')),
