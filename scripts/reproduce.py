@@ -1,7 +1,7 @@
 r"""Real GRPO runs that test the sampler's claims on a CPU, and their report.
 
-  python scripts/reproduce.py run regime --seeds 0,1,2,3,4
-  python scripts/reproduce.py run regime --seeds 0,1,2,3,4 --shard 1/2  # 2nd core
+  python scripts/reproduce.py run regime --seeds 0-4 &   # one process per
+  python scripts/reproduce.py run regime --seeds 0-4     # core: they share runs
   python scripts/reproduce.py status
   python scripts/reproduce.py report        # docs/results.md + figures, seconds
 
@@ -13,8 +13,10 @@ sampler. A sweep resumes: a finished run's metrics are in
 again; an unfinished one resumes from its own checkpoint in
 `--work/<experiment>/<variant>_s<seed>/` (saved every 25 steps). Each data
 file starts with a header record naming the commit, the command and the
-config that made it. `--shard k/n` runs every n-th run (for one process per
-core); shards share warm starts through a lock.
+config that made it. Several processes may run the same sweep (one per
+core): each claims the next run no live process holds, so they share the
+runs however long each takes, and share warm starts through a lock.
+`--shard k/n` instead gives a process every n-th run.
 
 `report` (scripts/results_report.py) reads only the committed data files and
 writes every table between the markers of docs/results.md and every figure
@@ -340,6 +342,23 @@ def _lock(path: str):
       fcntl.flock(f, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def claim(path: str):
+  """True while this process holds run `path`'s claim; False at once when a
+  live process holds it (the claim goes with that process, killed or not)."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w') as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      yield False
+      return
+    try:
+      yield True
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _warm_start(experiment: Experiment, seed: int, work: str,
                 is_smoke: bool, log) -> tuple[str, dict]:
   """The seed's shared warm start (made once; shards wait on a lock)."""
@@ -467,8 +486,14 @@ def main(argv=None):
   t0 = time.perf_counter()
   code = commit()  # the code this process imported
   for variant, seed in runs:
-    run_one(experiment, variant, seed, work=args.work, data=args.data,
-            command=command, is_smoke=args.smoke, code=code)
+    where = os.path.join(args.work, experiment.name, f'{variant}_s{seed}')
+    with claim(where + '.claim') as mine:
+      if not mine:
+        print(f'{experiment.name}: {variant}_s{seed} is being run by another '
+              'process; next')
+        continue
+      run_one(experiment, variant, seed, work=args.work, data=args.data,
+              command=command, is_smoke=args.smoke, code=code)
   print(f'{experiment.name}: {len(runs)} runs in '
         f'{time.perf_counter() - t0:.0f}s')
 

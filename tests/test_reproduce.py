@@ -91,9 +91,15 @@ class ReproduceTest(absltest.TestCase):
     e = reproduce.smoke(reproduce.experiments()['regime'])
     args = ['run', 'regime', '--smoke', '--seeds', '0',
             '--variants', 'none,snooze5', '--work', work, '--data', data]
-    reproduce.main(args)
     paths = [reproduce.data_path(data, 'regime', f'{v}_s0')
              for v in ('none', 'snooze5')]
+    # A run another live process has claimed is left to it.
+    with reproduce.claim(os.path.join(work, 'regime', 'none_s0.claim')) as held:
+      self.assertTrue(held)
+      reproduce.main(args)
+    self.assertFalse(os.path.exists(paths[0]))
+    self.assertTrue(os.path.exists(paths[1]))
+    reproduce.main(args)  # the claim went with its holder
     header, records = reproduce.read_run(paths[0])
     self.assertEqual(header['variant'], 'none')
     self.assertIn('--smoke', header['command'])
