@@ -87,6 +87,17 @@ def workload(args, vocab: int):
   return tokens, mask, stop_at, dist
 
 
+def static_ceiling(completion_len, rows: int, trials: int = 4000,
+                   seed: int = 0) -> float:
+  """Expected static occupancy of `rows` rows with lengths drawn from
+  `completion_len` (each batch runs to its longest row). Where a decode step
+  costs the same however many rows are busy, no engine beats static by more
+  than its inverse."""
+  rng = np.random.default_rng(seed)
+  drawn = rng.choice(completion_len, (trials, rows))
+  return float((drawn.sum(1) / (rows * drawn.max(1))).mean())
+
+
 def run_static(gen, params, tokens, mask, stop_at, slots):
   """Batches of `slots` rows, each decoded until its longest row ends."""
   g = gen.num_samples
@@ -130,7 +141,18 @@ def main():
                       help='skip the wide-drain engine (saves a third of '
                       'the time on a large model)')
   parser.add_argument('--json', help='also write the results here')
+  parser.add_argument('--ceilings', default='',
+                      help='e.g. 8,16,32,64: print the expected static '
+                      'occupancy at these row counts and their inverses, '
+                      'then exit (seconds; needs no model)')
   args = parser.parse_args()
+  if args.ceilings:
+    _, completion_len = gsm8k_lengths(args.max_new, args.prompt_width)
+    for rows in (int(r) for r in args.ceilings.split(',')):
+      occ = static_ceiling(completion_len, rows)
+      print(f'{rows} rows: static occupancy {occ:.3f}, so at most '
+            f'{1 / occ:.2f}x over static at equal cost per step')
+    return
   if args.slots % args.samples or args.prompts % (args.slots // args.samples):
     sys.exit('--slots must be a multiple of --samples, and --prompts of '
              'slots / samples')
