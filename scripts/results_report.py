@@ -395,9 +395,11 @@ PREREGISTERED = {'policy': 'weighted', 'fraction': 0.97,
 
 
 def seeds_of(runs, seeds) -> dict[str, dict]:
-  """`runs` ({variant: {seed: Run}}) on `seeds` only."""
-  return {v: {s: r for s, r in d.items() if s in seeds}
-          for v, d in runs.items()}
+  """`runs` ({variant: {seed: Run}}) on `seeds` only (variants without
+  any of them left out)."""
+  out = {v: {s: r for s, r in d.items() if s in seeds}
+         for v, d in runs.items()}
+  return {v: d for v, d in out.items() if d}
 
 
 def main_runs(data: str) -> dict[str, dict]:
