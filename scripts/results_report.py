@@ -435,8 +435,8 @@ def preregistered(runs) -> str:
                       ('all', p['found'] + p['test'])):
     sub = seeds_of({k: runs.get(k, {}) for k in ('none', p['policy'])},
                    group)
-    seeds = sorted(set(sub['none']) & set(sub[p['policy']]))
-    ratios = prompt_savings_to(sub, p['fraction'])[p['policy']]
+    seeds = sorted(set(sub.get('none', {})) & set(sub.get(p['policy'], {})))
+    ratios = prompt_savings_to(sub, p['fraction']).get(p['policy'], [])
     diffs = [sub[p['policy']][s].final() - sub['none'][s].final()
              for s in seeds]
     rows.append((

@@ -124,6 +124,7 @@ class ReproduceTest(absltest.TestCase):
     self.assertIn('`snooze5`', blocks['first_savings'])
     self.assertIn('steps filled to B', blocks['first_checks'])
     self.assertIn('No `none` runs yet', blocks['regime_checks'])
+    self.assertIn('pending: 0 of 5 seeds', blocks['preregistered'])
     del e
     # The simulator fit reads the same files (one grid point, one seed).
     grid, sim_seeds = fit_simulator.GRID, fit_simulator.SIM_SEEDS
