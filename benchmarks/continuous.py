@@ -208,6 +208,15 @@ def main():
           f'{s / c:.2f}x' + ('' if args.no_wide else
                              f' (wide drain {w:.1f}s, {s / w:.2f}x)'),
           flush=True)
+    # Written after every repeat, so that a long run stopped early keeps
+    # the repeats it finished.
+    report(args, cfg, dist, stop_at, static_s, cont_s, wide_s, s_occ, stats,
+           w_stats, final=rep == args.repeats - 1)
+
+
+def report(args, cfg, dist, stop_at, static_s, cont_s, wide_s, s_occ, stats,
+           w_stats, final):
+  """The results so far as a dict, written to `--json`; printed at the end."""
   useful = int(stop_at.sum())
   med_s, med_c = statistics.median(static_s), statistics.median(cont_s)
   med_w = statistics.median(wide_s)
@@ -219,7 +228,8 @@ def main():
                             cwd=os.path.dirname(__file__)).stdout.strip(),
       machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
                    jax=jax.__version__, backend=jax.default_backend()),
-      args=vars(args), params=model_config.param_count(cfg),
+      args=vars(args), repeats_done=len(static_s),
+      params=model_config.param_count(cfg),
       gsm8k_lengths=dist, useful_tokens=useful,
       static=dict(seconds=static_s, tok_s_median=useful / med_s,
                   tok_s_best=useful / best_s, occupancy=s_occ),
@@ -239,6 +249,12 @@ def main():
                         slot_steps=w_stats.slot_steps),
         wide_drain_ratio_median=med_s / med_w,
         shrink_ratio_median=med_w / med_c)
+  if args.json:
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, 'w') as f:
+      json.dump(result, f, indent=1)
+  if not final:
+    return result
   print(f'useful tokens/s: static {useful / med_s:,.0f} (best '
         f'{useful / best_s:,.0f}), continuous {useful / med_c:,.0f} (best '
         f'{useful / best_c:,.0f}); ratio {med_s / med_c:.2f}x median / '
@@ -251,10 +267,7 @@ def main():
         f'{stats.occupancy:.3f} ({stats.chunks} chunks, '
         f'{stats.prefill_calls} prefill calls, {stats.decode_steps} decode '
         f'steps)')
-  if args.json:
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, 'w') as f:
-      json.dump(result, f, indent=1)
+  return result
 
 
 if __name__ == '__main__':
