@@ -1,7 +1,8 @@
 r"""Static vs continuous generation at real completion lengths.
 
 Each sample's length is drawn from GSM8K's gold solutions
-(/work/shared/data/gsm8k/train.jsonl, see its SOURCE.md), tokenised with
+(../shared/data/gsm8k/train.jsonl beside the repository, see its
+SOURCE.md; --gsm8k names another copy), tokenised with
 SmolLM2's tokenizer, plus one stop token, capped at --max-new (512). The
 generator's benchmark hook (`stop_at`) forces the stop token at the drawn
 length and keeps it from being drawn earlier, so a random-init model
@@ -52,14 +53,18 @@ from jaxgrpo.model import decoder
 from jaxgrpo.model import gguf
 from jaxgrpo.model import pretrained
 
-_GSM8K = '/work/shared/data/gsm8k/train.jsonl'
+_GSM8K = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), '..', 'shared', 'data', 'gsm8k', 'train.jsonl')
 _STOP, _PAD = 1, 0
 
 
-def gsm8k_lengths(max_new: int, prompt_width: int):
+def gsm8k_lengths(max_new: int, prompt_width: int, path: str = _GSM8K):
   """(prompt, completion) token counts of GSM8K train, SmolLM2 tokenizer."""
+  if not os.path.exists(path):
+    sys.exit(f'no GSM8K file at {path}: pass --gsm8k PATH/train.jsonl (the '
+             'shared data directory holds one, see its SOURCE.md)')
   tokenizer, _ = gguf.tokenizer_parts(pretrained.smollm2_path())
-  with open(_GSM8K) as f:
+  with open(path) as f:
     records = [json.loads(line) for line in f]
   questions = tokenizer.encode_batch([r['question'] for r in records])
   answers = tokenizer.encode_batch([r['answer'] for r in records])
@@ -70,7 +75,8 @@ def gsm8k_lengths(max_new: int, prompt_width: int):
 
 def workload(args, vocab: int):
   """Prompts [B, P], their masks and stop lengths [R], drawn reproducibly."""
-  prompt_len, completion_len = gsm8k_lengths(args.max_new, args.prompt_width)
+  prompt_len, completion_len = gsm8k_lengths(args.max_new, args.prompt_width,
+                                             args.gsm8k)
   rng = np.random.default_rng(args.seed)
   b, g, p = args.prompts, args.samples, args.prompt_width
   picked = rng.choice(len(prompt_len), b, replace=False)
@@ -140,6 +146,8 @@ def main():
   parser.add_argument('--no-wide', action='store_true',
                       help='skip the wide-drain engine (saves a third of '
                       'the time on a large model)')
+  parser.add_argument('--gsm8k', default=_GSM8K,
+                      help='GSM8K train.jsonl, whose lengths are drawn')
   parser.add_argument('--json', help='also write the results here')
   parser.add_argument('--ceilings', default='',
                       help='e.g. 8,16,32,64: print the expected static '
@@ -147,7 +155,8 @@ def main():
                       'then exit (seconds; needs no model)')
   args = parser.parse_args()
   if args.ceilings:
-    _, completion_len = gsm8k_lengths(args.max_new, args.prompt_width)
+    _, completion_len = gsm8k_lengths(args.max_new, args.prompt_width,
+                                      args.gsm8k)
     for rows in (int(r) for r in args.ceilings.split(',')):
       occ = static_ceiling(completion_len, rows)
       print(f'{rows} rows: static occupancy {occ:.3f}, so at most '

