@@ -1,11 +1,16 @@
 """Tests for config validation: every bad value names its key."""
 
+import os
+
 from absl.testing import absltest
 from absl.testing import parameterized
 
 from jaxgrpo import config_lib
+from jaxgrpo import configs
 from jaxgrpo.configs import common
 from jaxgrpo.configs import demo
+from jaxgrpo.configs import qa_mixture
+from jaxgrpo.configs import squad_qa
 from jaxgrpo.rl import advantages
 
 
@@ -100,6 +105,25 @@ class ConfigTest(parameterized.TestCase):
                      (True, 'small_10m', 5))
     with self.assertRaisesRegex(ValueError, 'typo'):
       common.parse_arg('typo', runlocal=False)
+
+  def test_shared_data_is_found_beside_the_repository(self):
+    # The recipes' default data paths: ../shared/data beside the clone,
+    # whether a config is loaded as configs/x.py or as jaxgrpo.configs.x,
+    # and from any working directory.
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    beside = os.path.normpath(os.path.join(
+        repo, '..', 'shared', 'data', 'squad2', 'cs224n-dev-v2.0.json'))
+    self.assertEqual(configs.shared_data('squad2', 'cs224n-dev-v2.0.json'),
+                     beside)
+    self.assertEqual(squad_qa.SQUAD2, beside)
+    self.assertEqual(qa_mixture.SQUAD2, beside)
+    here = os.getcwd()
+    try:
+      os.chdir(self.create_tempdir().full_path)
+      self.assertEqual(configs.shared_data('gsm8k'), os.path.dirname(
+          beside).replace('squad2', 'gsm8k'))
+    finally:
+      os.chdir(here)
 
 
 if __name__ == '__main__':

@@ -33,12 +33,12 @@ Nothing is downloaded.
 
 import os
 
+from jaxgrpo import configs
 from jaxgrpo.configs import common
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORD_PROBLEMS = os.path.join(HERE, 'data', 'word_problems.jsonl')
-SQUAD2 = os.path.join(os.path.dirname(HERE), '..', 'shared', 'data', 'squad2',
-                      'cs224n-dev-v2.0.json')
+SQUAD2 = configs.shared_data('squad2', 'cs224n-dev-v2.0.json')
 
 
 def get_config(arg: str | None = None):

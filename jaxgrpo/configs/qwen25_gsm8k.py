@@ -17,6 +17,7 @@ which BENCHMARKS.md measures faster than static rounds at GSM8K's lengths.
 
 import os
 
+from jaxgrpo import configs
 from jaxgrpo.configs import common
 
 
@@ -26,7 +27,7 @@ def get_config(arg: str | None = None):
   c.model.path = args.path or None
   c.model.dtype = 'bfloat16'
   c.warmstart.enabled = False
-  gsm8k = args.gsm8k or os.path.join('..', 'shared', 'data', 'gsm8k')
+  gsm8k = args.gsm8k or configs.shared_data('gsm8k')
   c.data.datasets = [
       dict(name='gsm8k', kind='gsm8k', path=os.path.join(gsm8k, 'train.jsonl'),
            eval_path=os.path.join(gsm8k, 'test.jsonl'), num_eval=1319,

@@ -18,12 +18,10 @@ give it a real checkpoint for real answers.
       --workdir=runs/squad_f1
 """
 
-import os
-
+from jaxgrpo import configs
 from jaxgrpo.configs import common
 
-SQUAD2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), '..', 'shared', 'data', 'squad2', 'cs224n-dev-v2.0.json')
+SQUAD2 = configs.shared_data('squad2', 'cs224n-dev-v2.0.json')
 
 
 def get_config(arg: str | None = None):
