@@ -45,6 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top
+from jaxgrpo import configs
 from jaxgrpo.generate import continuous
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
@@ -53,8 +54,7 @@ from jaxgrpo.model import decoder
 from jaxgrpo.model import gguf
 from jaxgrpo.model import pretrained
 
-_GSM8K = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), '..', 'shared', 'data', 'gsm8k', 'train.jsonl')
+_GSM8K = configs.shared_data('gsm8k', 'train.jsonl')
 _STOP, _PAD = 1, 0
 
 
@@ -225,7 +225,7 @@ def main():
 
 def report(args, cfg, dist, stop_at, static_s, cont_s, wide_s, s_occ, stats,
            w_stats, final):
-  """The results so far as a dict, written to `--json`; printed at the end."""
+  """Writes the results so far to `--json`; prints them after the last."""
   useful = int(stop_at.sum())
   med_s, med_c = statistics.median(static_s), statistics.median(cont_s)
   med_w = statistics.median(wide_s)
@@ -263,7 +263,7 @@ def report(args, cfg, dist, stop_at, static_s, cont_s, wide_s, s_occ, stats,
     with open(args.json, 'w') as f:
       json.dump(result, f, indent=1)
   if not final:
-    return result
+    return
   print(f'useful tokens/s: static {useful / med_s:,.0f} (best '
         f'{useful / best_s:,.0f}), continuous {useful / med_c:,.0f} (best '
         f'{useful / best_c:,.0f}); ratio {med_s / med_c:.2f}x median / '
@@ -276,7 +276,6 @@ def report(args, cfg, dist, stop_at, static_s, cont_s, wide_s, s_occ, stats,
         f'{stats.occupancy:.3f} ({stats.chunks} chunks, '
         f'{stats.prefill_calls} prefill calls, {stats.decode_steps} decode '
         f'steps)')
-  return result
 
 
 if __name__ == '__main__':

@@ -27,12 +27,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jaxgrpo import verifiers  # pylint: disable=g-import-not-at-top
+# pylint: disable=g-import-not-at-top
+from jaxgrpo import configs
+from jaxgrpo import verifiers
 from jaxgrpo.example import Example
 from jaxgrpo.verifiers import pool
 
-_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), '..', 'shared', 'data', 'gsm8k', 'test.jsonl')
+_DATA = configs.shared_data('gsm8k', 'test.jsonl')
 
 
 def completions(n: int) -> tuple[list[str], list[Example]]:

@@ -402,10 +402,15 @@ def seeds_of(runs, seeds) -> dict[str, dict]:
   return {v: d for v, d in out.items() if d}
 
 
+def main_seeds(runs) -> dict[str, dict]:
+  """Sections 1 and 3: the main regime's `runs` on the seeds where every
+  policy ran; the fixed replication's seeds are reported on their own."""
+  return seeds_of(runs, PREREGISTERED['found'])
+
+
 def main_runs(data: str) -> dict[str, dict]:
-  """Sections 1 and 3: the main regime on the seeds where every policy
-  ran; the fixed replication's seeds are reported on their own."""
-  return seeds_of(load(data, MAIN), PREREGISTERED['found'])
+  """`main_seeds` of the main regime's files in `data`."""
+  return main_seeds(load(data, MAIN))
 
 
 def preregistered_verdict(ratios, diffs, seeds: int, bar: float) -> str:
@@ -667,7 +672,7 @@ def render_blocks(data: str) -> dict[str, str]:
   """Every generated block of docs/results.md, by name."""
   blocks = {}
   every_seed = load(data, MAIN)
-  primary = seeds_of(every_seed, PREREGISTERED['found'])  # main_runs(data)
+  primary = main_seeds(every_seed)
   blocks['regime_checks'] = regime_checks(primary)
   stats = policy_stats(primary)
   blocks['savings'], blocks['savings_per_seed'] = savings(primary, stats)

