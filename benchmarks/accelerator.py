@@ -33,7 +33,6 @@ nothing; it keeps the script working).
 import argparse
 import functools
 import json
-import math
 import os
 import platform
 import statistics

@@ -116,7 +116,8 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       batch_size=args.batch, group_size=args.group,
       round_size=args.round_size, max_rounds=args.max_rounds,
       max_prompt_len=args.prompt_width, long_prompts='truncate',
-      collect=collect, verify_overlap=overlap, in_flight=in_flight)
+      engine='continuous', collect=collect, verify_overlap=overlap,
+      in_flight=in_flight)
   engine_kw = dict(generator=gen, slots=args.slots, chunk=args.chunk,
                    buckets=())  # one prefill width: no compiles mid-run
   hook = LengthHook(lengths, args.group)

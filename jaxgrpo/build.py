@@ -392,13 +392,9 @@ def _optimizer(cfg: config_lib.Config) -> optax.GradientTransformation:
 def _step_fn(cfg: config_lib.Config, graphdef, optimizer, state_shardings,
              batch_shardings, base_graphdef) -> Callable:
   """The jitted train step per cfg.rl (loss, iterations, minibatches)."""
-  ro = cfg.rollout
   return train_step_lib.make_train_step(
       graphdef=graphdef, optimizer=optimizer,
-      loss_cfg=train_step_lib.LossConfig(
-          **{key: getattr(cfg.rl, key) for key in train_step_lib.RULES},
-          temperature=ro.temperature, max_completion_len=ro.max_new_tokens,
-      ),
+      loss_cfg=train_step_lib.LossConfig.from_sections(cfg.rl, cfg.rollout),
       num_iterations=cfg.rl.num_iterations,
       num_minibatches=cfg.rl.num_minibatches,
       remat=cfg.model.remat,

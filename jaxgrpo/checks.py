@@ -3,10 +3,11 @@
 A config section, `class X(Section, name='x')`, declares each setting with
 `field(default, help, rule)`; `jaxgrpo.config_lib` puts the sections
 together. A rule maps a value to None (fine) or to what is wrong with it
-('must be > 0'). A library dataclass that takes the same setting
+('must be > 0'). A library dataclass that takes a section's settings
 (`rl.rollout.RolloutConfig`, `data.snooze.PolicyConfig`,
-`train_step.LossConfig`) checks it with the same rule through `check`: a
-setting has one rule and one message, and every message names the key.
+`train_step.LossConfig`) is a subclass of the section that adds the values
+it takes from elsewhere: a setting is declared once, with one rule and one
+message, and every message names the key.
 """
 
 from collections.abc import Callable, Iterable, Iterator
@@ -58,16 +59,16 @@ POSITIVE = rule(lambda v: v > 0, 'must be > 0')
 NON_NEGATIVE = rule(lambda v: v >= 0, 'must be >= 0')
 
 
+def values(section: Any, kind: type | None = None) -> dict[str, Any]:
+  """A section's settings by name (not copied deeper); with `kind`, only
+  the fields of that class (a base of the section's)."""
+  return {f.name: getattr(section, f.name)
+          for f in dataclasses.fields(kind or section)}
+
+
 def fail(key: str, value: Any, message: str) -> None:
   """Raises ConfigError `key=value: message`."""
   raise ConfigError(f'{key}={value!r}: {message}')
-
-
-def check(obj: Any, rules: dict[str, Rule], section: str) -> None:
-  """Fails naming `section.key` at the first broken rule of `obj`'s."""
-  for key, broken in rules.items():
-    if message := broken(getattr(obj, key)):
-      fail(f'{section}.{key}' if section else key, getattr(obj, key), message)
 
 
 # pylint: disable-next=redefined-builtin,redefined-outer-name
@@ -89,12 +90,14 @@ class Section:
 
   def __init_subclass__(cls, name: str = '', **kwargs):
     super().__init_subclass__(**kwargs)
-    cls.SECTION = name
+    cls.SECTION = name or cls.SECTION  # a subclass keeps its section's
     dataclasses.dataclass(frozen=True, kw_only=True)(cls)
 
   def __post_init__(self):
-    check(self, {f.name: f.metadata['check'] for f in dataclasses.fields(self)
-                 if f.metadata.get('check')}, self.SECTION)
+    for f in dataclasses.fields(self):
+      value = getattr(self, f.name)
+      if f.metadata.get('check') and (message := f.metadata['check'](value)):
+        fail(f'{self.SECTION}.{f.name}'.lstrip('.'), value, message)
     for key, ok, message in self._validate():
       if not ok:
         fail(f'{self.SECTION}.{key}'.lstrip('.'),

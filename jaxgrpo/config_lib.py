@@ -32,12 +32,11 @@ from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.errors import ConfigError
-from jaxgrpo.generate import continuous
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import lora as lora_lib
 from jaxgrpo.rl import advantages
-from jaxgrpo.rl import rollout
+from jaxgrpo.rl import rollout as rollout_lib
 
 
 class ModelSection(Section, name='model'):
@@ -100,117 +99,15 @@ class DataSection(Section, name='data'):
         'min_fraction values must sum to at most 1')
 
 
-class RolloutSection(Section, name='rollout'):
-  batch_size: int = field(16, 'B: informative groups per step', POSITIVE)
-  group_size: int = field(8, 'G: completions per prompt', rule(
-      lambda g: g >= 2,
-      'must be >= 2 (advantages compare completions in a group)'))
-  round_size: int | str = field(
-      16, 'R: prompts per generator call, or `adaptive` (sized from the '
-      'pass-rate estimates to fill the batch in about one round, in powers of '
-      'two up to `max_round_size`)', rollout.RULES['round_size'])
-  max_round_size: int = field(256, 'cap of adaptive round sizes', POSITIVE)
-  max_rounds: int = field(
-      8, 'generator calls per step at most; then `short_batch` decides',
-      POSITIVE)
-  surplus: str = field(
-      'carry', 'informative groups beyond B: `carry` to the next step or '
-      '`drop` (DAPO)', rollout.RULES['surplus'])
-  short_batch: str = field(
-      'wait', "fewer than B informative groups when a step's rounds end: "
-      '`wait` (no update; the groups wait for the next step, so every update '
-      'has B), `scale` (update with advantages x n/B) or `train` (a full-size '
-      'update anyway)', rollout.RULES['short_batch'])
-  max_prompt_len: int = field(12, 'P: padded prompt length in tokens', POSITIVE)
-  long_prompts: str = field(
-      'error', 'a longer prompt: `error` (names the example), `truncate` (BOS '
-      'and its last P - 1 tokens) or `drop` (left out when its dataset is '
-      'loaded); truncations and drops are counted; see [Bad '
-      'input](troubleshooting.md#bad-input)', rollout.RULES['long_prompts'])
-  max_new_tokens: int = field(
-      6, 'T: generated tokens at most', rule(lambda t: t >= 1, 'must be >= 1'))
-  temperature: float = field(
-      1.0, 'sampling temperature (0 is greedy)', NON_NEGATIVE)
-  top_k: int = field(0, 'top-k sampling (0: off)', NON_NEGATIVE)
-  top_p: float = field(
-      1.0, 'top-p sampling (1.0: off)', in_range(0.0, 1.0, '(]'))
-  engine: str = field(
-      'static', 'decoding a round: `static` (one batch until its longest row '
-      'ends) or `continuous` (`slots` rows, each taking the next sample as '
-      'its row stops, fewer as the round drains; keys per sample)', one_of(
-          continuous.ENGINES))
-  slots: int = field(64, 'decode slots of the `continuous` engine', POSITIVE)
-  collect: str = field(
-      'rounds', '`rounds` (generator calls of R prompts) or `streaming` (the '
-      '`continuous` engine draws prompts as slots free up and stops at B '
-      'informative groups; see [the sampler](sampler.md#streaming))',
-      rollout.RULES['collect'])
-  verify_overlap: int = field(
-      2, '`streaming`: decode chunks a verification overlaps (0: none)',
-      rollout.RULES['verify_overlap'])
-  in_flight: str = field(
-      'discard', "`streaming`: groups still decoding when a step's batch is "
-      'full are `discard`ed (tokens wasted) or kept (`keep`) as partial '
-      'rollouts the next step decodes on from where they stopped, under its '
-      'params (see [the sampler](sampler.md#streaming))',
-      rollout.RULES['in_flight'])
-  max_staleness: int = field(
-      1, '`keep`: steps a kept rollout may lag; one whose oldest token would '
-      'be older at the next step is discarded', rollout.RULES['max_staleness'])
-  easy_threshold: float = field(
-      1.0, 'a group is too easy when every reward is >= this')
-  hard_threshold: float = field(
-      0.0, 'a group is too hard when every reward is <= this')
+class RLSection(train_step.LossSection, name='rl'):
+  """The config's `rl`: the loss's settings (`train_step.LossSection`), the
+  advantage estimator and the updates a batch takes."""
 
-  def _validate(self):
-    yield 'easy_threshold', (
-        0.0 <= self.hard_threshold < self.easy_threshold <= 1.0), (
-            'needs 0 <= rollout.hard_threshold < easy_threshold <= 1')
-    yield 'collect', self.collect == 'rounds' or self.engine == 'continuous', (
-        "'streaming' needs rollout.engine='continuous'")
-    yield 'in_flight', (self.in_flight == 'discard'
-                        or self.collect == 'streaming'), (
-                            "'keep' needs rollout.collect='streaming'")
-
-
-class SamplerSection(Section, name='sampler'):
-  policy: str = field(
-      'none', '`none`, `filter`, `snooze`, `snooze_prob` or `weighted` (see '
-      '[the sampler](sampler.md))', snooze.RULES['policy'])
-  snooze_factor: int = field(
-      5, 'N: epochs a too-easy example sleeps (mean sleep for `snooze_prob`)',
-      snooze.RULES['snooze_factor'])
-  snooze_hard_factor: int = field(
-      0, '> 0 snoozes too-hard examples for that many epochs',
-      snooze.RULES['snooze_hard_factor'])
-  w_min: float = field(
-      0.05, '`weighted`: floor of the offer probability, in (0, 1]',
-      snooze.RULES['w_min'])
-  prior_strength: float = field(
-      2.0, '`weighted`: strength of the Beta prior, in pseudo-samples',
-      snooze.RULES['prior_strength'])
-  prior_mean: float | None = field(
-      None, "`weighted`: mean of the Beta prior (None: the dataset's running "
-      'mean)', snooze.RULES['prior_mean'])
-
-
-class RLSection(Section, name='rl'):
   advantage: str = field(
       'grpo', '`grpo` (r - mean) / (std + eps), `dr_grpo` r - mean, `rloo` '
       'leave-one-out, or another name registered with '
       '`jaxgrpo.rl.advantages.register_estimator`',
       one_of(advantages.estimator_names))
-  loss_agg: str = field(
-      'token_mean', '`token_mean`, `seq_mean_token_mean`, or `dr_grpo` '
-      '(constant normalizer)', train_step.RULES['loss_agg'])
-  eps_low: float = field(0.2, 'lower clip range of the importance ratio',
-                         train_step.RULES['eps_low'])
-  eps_high: float = field(
-      0.28, 'upper clip range of the importance ratio (clip-higher when '
-      '`eps_high > eps_low`)', train_step.RULES['eps_high'])
-  beta: float = field(
-      0.0, 'KL (k3) weight to the initial policy; 0 keeps no reference copy',
-      train_step.RULES['beta'])
   num_iterations: int = field(1, 'passes over a rollout batch', POSITIVE)
   num_minibatches: int = field(
       1, 'updates per pass (minibatches hold whole groups: it must divide '
@@ -296,8 +193,8 @@ class Config(Section):
       'tensorboardX; skipped without it)')
   model: ModelSection = field(ModelSection)
   data: DataSection = field(DataSection)
-  rollout: RolloutSection = field(RolloutSection)
-  sampler: SamplerSection = field(SamplerSection)
+  rollout: rollout_lib.RolloutSection = field(rollout_lib.RolloutSection)
+  sampler: snooze.SamplerSection = field(snooze.SamplerSection)
   rl: RLSection = field(RLSection)
   optim: OptimSection = field(OptimSection)
   warmstart: WarmStartSection = field(WarmStartSection)

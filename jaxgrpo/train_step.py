@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxgrpo import checks
+from jaxgrpo.checks import field
 from jaxgrpo import sharding
 from jaxgrpo.rl import logprobs
 from jaxgrpo.rl import loss as loss_lib
@@ -19,46 +20,52 @@ from jaxgrpo.typing import TrainBatch
 
 Metrics = dict[str, jax.Array]
 
-# The rules of the rl settings LossConfig takes (config_lib's too).
-RULES: dict[str, checks.Rule] = {
-    'eps_low': checks.in_range(0.0, 1.0, '[)'),
-    'eps_high': checks.NON_NEGATIVE,
-    'loss_agg': checks.one_of(loss_lib.LOSS_AGGREGATIONS),
-    'beta': checks.NON_NEGATIVE,
-}
+class LossSection(checks.Section, name='rl'):
+  """The settings of the GRPO objective in the config's `rl` section
+  (`config_lib.RLSection` adds the rest)."""
+
+  loss_agg: str = field(
+      'token_mean', '`token_mean`, `seq_mean_token_mean`, or `dr_grpo` '
+      '(constant normalizer)', checks.one_of(loss_lib.LOSS_AGGREGATIONS))
+  eps_low: float = field(0.2, 'lower clip range of the importance ratio',
+                         checks.in_range(0.0, 1.0, '[)'))
+  eps_high: float = field(
+      0.28, 'upper clip range of the importance ratio (clip-higher when '
+      '`eps_high > eps_low`)', checks.NON_NEGATIVE)
+  beta: float = field(
+      0.0, 'KL (k3) weight to the initial policy; 0 keeps no reference copy',
+      checks.NON_NEGATIVE)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class LossConfig:
+class LossConfig(LossSection):
   """Settings of the GRPO objective (see `jaxgrpo.rl.loss.grpo_loss`).
 
   Attributes:
-    eps_low: lower clip range of the importance ratio.
-    eps_high: upper clip range; above `eps_low` is DAPO's clip-higher.
-    loss_agg: one of `jaxgrpo.rl.loss.LOSS_AGGREGATIONS`.
-    beta: weight of the KL penalty to the initial params; 0 keeps no
-      reference copy.
     temperature: the sampling temperature, so that recomputed log-probs
       match the sampling-time ones (0 means greedy: plain softmax).
     max_completion_len: normalizer of the 'dr_grpo' aggregation; None uses
       the batch's completion length.
   """
 
-  eps_low: float = 0.2
-  eps_high: float = 0.28
-  loss_agg: str = 'token_mean'
-  beta: float = 0.0
   temperature: float = 1.0
   max_completion_len: int | None = None
 
   def __post_init__(self):
-    checks.check(self, RULES, 'rl')
+    super().__post_init__()  # the rl section's rules
     if self.temperature < 0.0:
       raise ValueError(f'temperature must be >= 0, got {self.temperature}')
     if self.max_completion_len is not None and self.max_completion_len < 1:
       raise ValueError(
           f'max_completion_len must be positive, got {self.max_completion_len}'
       )
+
+  @classmethod
+  def from_sections(cls, rl: LossSection, rollout) -> 'LossConfig':
+    """From the config's rl section and the rollout section's temperature
+    and T (the 'dr_grpo' normalizer)."""
+    return cls(**checks.values(rl, LossSection),
+               temperature=rollout.temperature,
+               max_completion_len=rollout.max_new_tokens)
 
 
 def _loss_fn(

@@ -31,15 +31,15 @@ MAX_MODULE = 450
 MAX_README = 300
 # The config layer: these files, every config section (a class based on
 # `Section`) and these parts of the library modules that define the classes
-# named (their rules and the checks of the dataclasses that repeat settings).
+# named (the checks of the library dataclasses that extend a section, and
+# the mesh rules').
 CONFIG_FILES = ('configs/common.py', 'jaxgrpo/config_lib.py',
                 'jaxgrpo/config_doc.py', 'jaxgrpo/checks.py')
 CONFIG_PARTS = (
     ('MeshSection', ('_PAIRS', 'mesh_shape')),
     ('ArithmeticSpec', ('ArithmeticSpec.__post_init__', 'spec_checks')),
-    ('RolloutConfig', ('RULES', 'RolloutConfig.__post_init__')),
-    ('PolicyConfig', ('RULES', 'PolicyConfig.__post_init__')),
-    ('LossConfig', ('RULES', 'LossConfig.__post_init__')),
+    ('PolicyConfig', ('PolicyConfig.__post_init__',)),
+    ('LossConfig', ('LossConfig.__post_init__',)),
 )
 # configs/common.py 233 + jaxgrpo/config_lib.py 659 + jaxgrpo/config_doc.py
 # 236 lines, and ~50 lines of library dataclass checks repeating them.

@@ -13,6 +13,7 @@ import logging
 import grain
 import numpy as np
 
+from jaxgrpo import checks
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import example as example_lib
@@ -108,7 +109,7 @@ def policy_config(cfg: config_lib.Config, entry) -> snooze.PolicyConfig:
   """The snooze policy of one dataset entry (its own N, else the sampler's)."""
   ro = cfg.rollout
   return snooze.PolicyConfig(**{
-      **{key: getattr(cfg.sampler, key) for key in snooze.RULES},
+      **checks.values(cfg.sampler),
       'snooze_factor': entry.snooze_factor or cfg.sampler.snooze_factor,
       'easy_threshold': ro.easy_threshold,
       'hard_threshold': ro.hard_threshold, 'group_size': ro.group_size})

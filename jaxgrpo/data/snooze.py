@@ -51,31 +51,49 @@ into the others' arrays. The randomness it draws on is `counter_random`.
 """
 
 from collections.abc import Iterable
-import dataclasses
 import hashlib
 
 import numpy as np
 
 from jaxgrpo import checks
+from jaxgrpo.checks import field
 from jaxgrpo.data import counter_random
 
 POLICIES = ('none', 'filter', 'snooze', 'snooze_prob', 'weighted')
-# The rules of the sampler settings (config_lib's `sampler` section checks
-# them too). N = 0 would make `snooze` and `snooze_prob` the same as `none`;
-# 2**20 keeps wake epochs far inside int32. A floor w_min of 0 would never
-# offer again an example whose pass rate reads 0 or 1.
-RULES: dict[str, checks.Rule] = {
-    'policy': checks.one_of(POLICIES),
-    'snooze_factor': checks.rule(
-        lambda n: 1 <= n < 2**20,
-        'must be in [1, 2**20): epochs asleep (0 would be policy none)'),
-    'snooze_hard_factor': checks.rule(lambda n: 0 <= n < 2**20,
-                                      'must be in [0, 2**20) (0: off)'),
-    'w_min': checks.in_range(0.0, 1.0, '(]'),
-    'prior_strength': checks.POSITIVE,
-    'prior_mean': checks.optional(checks.in_range(0.0, 1.0, '()'),
-                                  'the running mean'),
-}
+# N = 0 would make `snooze` and `snooze_prob` the same as `none`; 2**20
+# keeps wake epochs far inside int32 (a dataset entry's own N has this rule).
+SNOOZE_FACTOR = checks.rule(
+    lambda n: 1 <= n < 2**20,
+    'must be in [1, 2**20): epochs asleep (0 would be policy none)')
+
+
+class SamplerSection(checks.Section, name='sampler'):
+  """The config's `sampler`: which examples are offered (the policies above).
+
+  A floor `w_min` of 0 would never again offer an example whose pass rate
+  reads 0 or 1.
+  """
+
+  policy: str = field(
+      'none', '`none`, `filter`, `snooze`, `snooze_prob` or `weighted` (see '
+      '[the sampler](sampler.md))', checks.one_of(POLICIES))
+  snooze_factor: int = field(
+      5, 'N: epochs a too-easy example sleeps (mean sleep for `snooze_prob`)',
+      SNOOZE_FACTOR)
+  snooze_hard_factor: int = field(
+      0, '> 0 snoozes too-hard examples for that many epochs', checks.rule(
+          lambda n: 0 <= n < 2**20, 'must be in [0, 2**20) (0: off)'))
+  w_min: float = field(
+      0.05, '`weighted`: floor of the offer probability, in (0, 1]',
+      checks.in_range(0.0, 1.0, '(]'))
+  prior_strength: float = field(
+      2.0, '`weighted`: strength of the Beta prior, in pseudo-samples',
+      checks.POSITIVE)
+  prior_mean: float | None = field(
+      None, "`weighted`: mean of the Beta prior (None: the dataset's running "
+      'mean)', checks.optional(checks.in_range(0.0, 1.0, '()'),
+                               'the running mean'))
+
 
 # Example status codes.
 ACTIVE, SNOOZED, FILTERED, EASY = 0, 1, 2, 3
@@ -123,39 +141,27 @@ def _ipow(x: np.ndarray, g: int) -> np.ndarray:
   return out
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PolicyConfig:
-  """How one dataset's examples are skipped across its epochs.
+class PolicyConfig(SamplerSection):
+  """How one dataset's examples are skipped across its epochs: the sampler
+  section (with the dataset's own N, if it has one) and what it takes from
+  the rollout section.
 
   Attributes:
-    policy: one of POLICIES (see the module docstring).
-    snooze_factor: N, the mean number of epochs a too-easy example sleeps
-      (snooze, snooze_prob).
-    snooze_hard_factor: when > 0, too-hard examples sleep this many epochs.
     easy_threshold: a group is too easy when every reward is >= this.
     hard_threshold: a group is too hard when every reward is <= this.
     group_size: G in the weighted policy's informative probability.
-    w_min: floor of the weighted policy's offer probability.
-    prior_strength: pseudo-counts alpha0 + beta0 of the Beta prior.
-    prior_mean: mean of the Beta prior; None uses the dataset's running mean
-      pass rate (0.5 before any outcome).
   """
 
-  policy: str = 'none'
-  snooze_factor: int = 5
-  snooze_hard_factor: int = 0
   easy_threshold: float = 1.0
   hard_threshold: float = 0.0
   group_size: int = 8
-  w_min: float = 0.05
-  prior_strength: float = 2.0
-  prior_mean: float | None = None
 
   def __post_init__(self):
-    checks.check(self, RULES, 'sampler')
+    super().__post_init__()  # the sampler section's rules
     if not self.hard_threshold < self.easy_threshold or self.group_size < 1:
       raise ValueError('PolicyConfig needs hard_threshold < easy_threshold '
                        f'and group_size >= 1; got {self}')
+
 
 
 class SnoozeTable:

@@ -46,7 +46,7 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
   weight: float = field(1.0, check=checks.NON_NEGATIVE)
   min_fraction: float = field(0.0, check=checks.in_range(0.0, 1.0))
   snooze_factor: int | None = field(None, check=checks.optional(
-      snooze.RULES['snooze_factor'], "the sampler's"))
+      snooze.SNOOZE_FACTOR, "the sampler's"))
   verifier: str = 'exact_match'
   num_eval: int = field(256, check=checks.NON_NEGATIVE)
   # 'skip': a bad record (file kinds) is left out, counted and logged.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import dataclasses
-import math
 from typing import Any
 
 from jaxgrpo import errors

@@ -24,6 +24,8 @@ import jax
 import numpy as np
 
 from jaxgrpo import checks
+from jaxgrpo.checks import NON_NEGATIVE, POSITIVE, field
+from jaxgrpo.checks import in_range, one_of, rule
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import continuous
@@ -41,19 +43,83 @@ COLLECT = ('rounds', 'streaming')
 LONG_PROMPTS = ('error', 'truncate', 'drop')
 # What a step does when collection ends with fewer than B informative groups.
 SHORT_BATCH = ('wait', 'scale', 'train')
-# The rules of the settings RolloutConfig checks (config_lib's too).
-RULES: dict[str, checks.Rule] = {
-    'round_size': checks.rule(
-        lambda r: r == 'adaptive' or (isinstance(r, int) and r > 0),
-        "must be a positive int or 'adaptive'"),
-    'surplus': checks.one_of(SURPLUS),
-    'short_batch': checks.one_of(SHORT_BATCH),
-    'long_prompts': checks.one_of(LONG_PROMPTS),
-    'collect': checks.one_of(COLLECT),
-    'verify_overlap': checks.NON_NEGATIVE,
-    'in_flight': checks.one_of(streaming.IN_FLIGHT),
-    'max_staleness': checks.NON_NEGATIVE,
-}
+
+class RolloutSection(checks.Section, name='rollout'):
+  """The config's `rollout`: how a step's batch is collected and its
+  completions sampled."""
+
+  batch_size: int = field(16, 'B: informative groups per step', POSITIVE)
+  group_size: int = field(8, 'G: completions per prompt', rule(
+      lambda g: g >= 2,
+      'must be >= 2 (advantages compare completions in a group)'))
+  round_size: int | str = field(
+      16, 'R: prompts per generator call, or `adaptive` (sized from the '
+      'pass-rate estimates to fill the batch in about one round, in powers of '
+      'two up to `max_round_size`)', rule(
+          lambda r: r == 'adaptive' or (isinstance(r, int) and r > 0),
+          "must be a positive int or 'adaptive'"))
+  max_round_size: int = field(256, 'cap of adaptive round sizes', POSITIVE)
+  max_rounds: int = field(
+      8, 'generator calls per step at most; then `short_batch` decides',
+      POSITIVE)
+  surplus: str = field(
+      'carry', 'informative groups beyond B: `carry` to the next step or '
+      '`drop` (DAPO)', one_of(SURPLUS))
+  short_batch: str = field(
+      'wait', "fewer than B informative groups when a step's rounds end: "
+      '`wait` (no update; the groups wait for the next step, so every update '
+      'has B), `scale` (update with advantages x n/B) or `train` (a full-size '
+      'update anyway)', one_of(SHORT_BATCH))
+  max_prompt_len: int = field(12, 'P: padded prompt length in tokens', POSITIVE)
+  long_prompts: str = field(
+      'error', 'a longer prompt: `error` (names the example), `truncate` (BOS '
+      'and its last P - 1 tokens) or `drop` (left out when its dataset is '
+      'loaded); truncations and drops are counted; see [Bad '
+      'input](troubleshooting.md#bad-input)', one_of(LONG_PROMPTS))
+  max_new_tokens: int = field(
+      6, 'T: generated tokens at most', rule(lambda t: t >= 1, 'must be >= 1'))
+  temperature: float = field(
+      1.0, 'sampling temperature (0 is greedy)', NON_NEGATIVE)
+  top_k: int = field(0, 'top-k sampling (0: off)', NON_NEGATIVE)
+  top_p: float = field(
+      1.0, 'top-p sampling (1.0: off)', in_range(0.0, 1.0, '(]'))
+  engine: str = field(
+      'static', 'decoding a round: `static` (one batch until its longest row '
+      'ends) or `continuous` (`slots` rows, each taking the next sample as '
+      'its row stops, fewer as the round drains; keys per sample)', one_of(
+          continuous.ENGINES))
+  slots: int = field(64, 'decode slots of the `continuous` engine', POSITIVE)
+  collect: str = field(
+      'rounds', '`rounds` (generator calls of R prompts) or `streaming` (the '
+      '`continuous` engine draws prompts as slots free up and stops at B '
+      'informative groups; see [the sampler](sampler.md#streaming))',
+      one_of(COLLECT))
+  verify_overlap: int = field(
+      2, '`streaming`: decode chunks a verification overlaps (0: none)',
+      NON_NEGATIVE)
+  in_flight: str = field(
+      'discard', "`streaming`: groups still decoding when a step's batch is "
+      'full are `discard`ed (tokens wasted) or kept (`keep`) as partial '
+      'rollouts the next step decodes on from where they stopped, under its '
+      'params (see [the sampler](sampler.md#streaming))',
+      one_of(streaming.IN_FLIGHT))
+  max_staleness: int = field(
+      1, '`keep`: steps a kept rollout may lag; one whose oldest token would '
+      'be older at the next step is discarded', NON_NEGATIVE)
+  easy_threshold: float = field(
+      1.0, 'a group is too easy when every reward is >= this')
+  hard_threshold: float = field(
+      0.0, 'a group is too hard when every reward is <= this')
+
+  def _validate(self):
+    yield 'easy_threshold', (
+        0.0 <= self.hard_threshold < self.easy_threshold <= 1.0), (
+            'needs 0 <= rollout.hard_threshold < easy_threshold <= 1')
+    yield 'collect', self.collect == 'rounds' or self.engine == 'continuous', (
+        "'streaming' needs rollout.engine='continuous'")
+    yield 'in_flight', (self.in_flight == 'discard'
+                        or self.collect == 'streaming'), (
+                            "'keep' needs rollout.collect='streaming'")
 
 
 class PromptSource(Protocol):
@@ -90,75 +156,24 @@ class PromptSource(Protocol):
     ...
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RolloutConfig:
-  """How a step's batch is collected.
+class RolloutConfig(RolloutSection):
+  """What `Rollout` reads: the rollout section and the advantage estimator
+  (`rl.advantage`, one of `advantages.estimator_names()`).
 
-  Attributes:
-    batch_size: B, informative groups per optimizer step.
-    group_size: G, completions per prompt.
-    round_size: R, prompts per generator call, or 'adaptive': sized from
-      the sampler's predicted share of informative groups to fill the batch
-      in about one round, rounded up to a power of two (so the generator
-      compiles for few shapes) and capped at `max_round_size`.
-    max_round_size: cap of adaptive round sizes.
-    max_rounds: most generator calls per step.
-    surplus: 'drop' or 'carry' informative groups beyond B.
-    short_batch: what a step does when its collection ends (max_rounds
-      reached, or no dataset has a prompt left to offer) with fewer than B
-      informative groups. 'wait': no update; the groups are held and the
-      next step's rounds add to them, so every update is on exactly B
-      groups. The policy does not change while they wait, so held groups
-      stay on-policy. 'scale': update on the short batch with its
-      advantages scaled by n / B, so each group weighs what it weighs in a
-      full batch (under Adam this shrinks the step less than n / B).
-      'train': a full-size update on whatever it has.
-    max_prompt_len: P, padded prompt length in tokens.
-    long_prompts: a prompt longer than P is an error ('error'), keeps BOS
-      and its last P - 1 tokens ('truncate', counted in
-      `data/truncated/<dataset>`), or was removed from its dataset when it
-      was loaded ('drop'; one reaching a round is an error).
-    easy_threshold: a group is too easy when every reward is >= this.
-    hard_threshold: a group is too hard when every reward is <= this.
-    advantage: one of `advantages.estimator_names()`.
-    collect: 'rounds' (generator calls of R prompts) or 'streaming'
-      (`rl.streaming`: prompts drawn as the continuous engine's slots free
-      up, each group scored when done, the step ending at B informative
-      groups; at most `max_rounds` rounds' worth of prompts).
-    verify_overlap: streaming: decode chunks a finished group's
-      verification overlaps before its rewards are applied.
-    in_flight: streaming: groups still decoding when a step ends are
-      'discard'ed or kept for the next step ('keep'; `rl.streaming`).
-    max_staleness: 'keep': a kept group whose oldest token would be more
-      than this many steps old at the next step is discarded.
+  A short step under `short_batch='wait'` takes no update, so the policy
+  does not change while its groups wait and they stay on-policy; `scale`
+  weighs each group as it weighs in a full batch (under Adam this shrinks
+  the step less than n / B). A prompt dropped as too long when its dataset
+  was loaded that still reaches a round is an error.
   """
 
-  batch_size: int
-  group_size: int
-  round_size: int | str
-  max_rounds: int
-  max_round_size: int = 256
-  surplus: str = 'carry'
-  short_batch: str = 'wait'
-  max_prompt_len: int
-  long_prompts: str = 'error'
-  easy_threshold: float = 1.0
-  hard_threshold: float = 0.0
   advantage: str = 'grpo'
-  collect: str = 'rounds'
-  verify_overlap: int = 2
-  in_flight: str = 'discard'
-  max_staleness: int = 1
-
-  def __post_init__(self):
-    checks.check(self, RULES, 'rollout')
 
   @classmethod
-  def from_section(cls, rollout, advantage: str) -> 'RolloutConfig':
+  def from_section(cls, rollout: RolloutSection,
+                   advantage: str) -> 'RolloutConfig':
     """From the config's rollout section and rl.advantage."""
-    return cls(advantage=advantage, **{
-        f.name: getattr(rollout, f.name) for f in dataclasses.fields(cls)
-        if f.name != 'advantage'})
+    return cls(advantage=advantage, **checks.values(rollout))
 
 
 @dataclasses.dataclass

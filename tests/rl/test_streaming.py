@@ -101,7 +101,8 @@ class StreamingTest(parameterized.TestCase):
         balance='post_filter', batch_size=B, seed=0)
     cfg = rollout_lib.RolloutConfig(**{
         **dict(batch_size=B, group_size=G, round_size=4, max_rounds=8,
-               max_prompt_len=8, collect='streaming', verify_overlap=overlap),
+               max_prompt_len=8, engine='continuous', collect='streaming',
+               verify_overlap=overlap),
         **kw})
     gen = Generator(graphdef=self.graphdef, model_cfg=self.cfg,
                     sampling=Sampling(temperature=temperature),
@@ -316,7 +317,7 @@ class StreamingTest(parameterized.TestCase):
   def test_needs_the_continuous_engine(self):
     cfg = rollout_lib.RolloutConfig(
         batch_size=B, group_size=G, round_size=4, max_rounds=1,
-        max_prompt_len=8, collect='streaming')
+        max_prompt_len=8, engine='continuous', collect='streaming')
     with self.assertRaisesRegex(ValueError, 'rollout.engine=continuous'):
       rollout_lib.Rollout(cfg, None, None, pad_id=0)
 
