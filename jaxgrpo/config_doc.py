@@ -1,32 +1,42 @@
 """The configuration reference of docs/configuration.md, from the schema.
 
-  python -m jaxgrpo.config_doc            # print the table
-  python -m jaxgrpo.config_doc --write    # rewrite it between the markers
+  python -m jaxgrpo.config_doc            # print the tables
+  python -m jaxgrpo.config_doc --write    # rewrite them between the markers
 
 Each setting's row is its default and its field's help text, in schema
-order; tests/test_config_doc.py fails when the page's table is stale.
+order: the settings' table, and the keys of a `data.datasets` entry (from
+`data.entry.DatasetSection`). tests/test_config_doc.py fails when a table
+of the page is stale.
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 
 from jaxgrpo import config_lib
+from jaxgrpo.data import entry as entry_lib
 
-START = '<!-- config-reference:start (python -m jaxgrpo.config_doc --write) -->'
-END = '<!-- config-reference:end -->'
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), 'docs', 'configuration.md')
 
 
 def _show(value) -> str:
+  if value is dataclasses.MISSING:
+    return 'required'
   if isinstance(value, str):
     return f'`{value}`'
   if isinstance(value, tuple) and value and isinstance(
-      value[0], config_lib.sources.DatasetSection):  # data.datasets
+      value[0], entry_lib.DatasetSection):  # data.datasets
     return ('one arithmetic dataset' if len(value) == 1
             else f'{len(value)} datasets')
   return '`()`' if value == () else str(value)
+
+
+def dataset_keys() -> list[tuple[str, object, str]]:
+  """(key, default, help text) of a dataset entry's keys."""
+  return [(f.name, f.default, f.metadata['help'])
+          for f in dataclasses.fields(entry_lib.DatasetSection)]
 
 
 def table(rows=None) -> str:
@@ -42,32 +52,42 @@ def table(rows=None) -> str:
       for key, default, text in rows])
 
 
-def replace_in(text: str, new_table: str) -> str:
-  """`text` with the table between the markers replaced."""
-  if START not in text or END not in text:
-    raise ValueError(f'the page has no {START!r} ... {END!r} markers')
-  head, rest = text.split(START, 1)
-  return f'{head}{START}\n{new_table}\n{END}{rest.split(END, 1)[1]}'
+def tables() -> dict[str, str]:
+  """Each table of the page by its marker's name."""
+  return {'config-reference': table(), 'dataset-keys': table(dataset_keys())}
+
+
+def replace_in(text: str, name: str, new_table: str) -> str:
+  """`text` with the table between the `name` markers replaced."""
+  start = f'<!-- {name}:start (python -m jaxgrpo.config_doc --write) -->'
+  end = f'<!-- {name}:end -->'
+  if start not in text or end not in text:
+    raise ValueError(f'the page has no {start!r} ... {end!r} markers')
+  head, rest = text.split(start, 1)
+  return f'{head}{start}\n{new_table}\n{end}{rest.split(end, 1)[1]}'
 
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog='python -m jaxgrpo.config_doc')
   parser.add_argument('--write', action='store_true',
-                      help='rewrite the table in docs/configuration.md')
+                      help='rewrite the tables in docs/configuration.md')
   parser.add_argument('--page', default=PAGE)
   args = parser.parse_args(argv)
   try:
-    new_table = table()
+    new = tables()
   except ValueError as e:
     print(f'config_doc: error: {e}', file=sys.stderr)
     return 1
-  if args.write:
-    with open(args.page, encoding='utf-8') as f:
-      text = replace_in(f.read(), new_table)
-    with open(args.page, 'w', encoding='utf-8') as f:
-      f.write(text)
-  print(f'wrote the configuration table of {args.page}' if args.write
-        else new_table)
+  if not args.write:
+    print('\n\n'.join(new.values()))
+    return 0
+  with open(args.page, encoding='utf-8') as f:
+    text = f.read()
+  for name, new_table in new.items():
+    text = replace_in(text, name, new_table)
+  with open(args.page, 'w', encoding='utf-8') as f:
+    f.write(text)
+  print(f'wrote the configuration tables of {args.page}')
   return 0
 
 

@@ -1,10 +1,12 @@
 """The config schema: every setting's default, type, check and help text.
 
 Each section is a frozen dataclass (`checks.Section`) whose fields declare
-its settings with `field(default, help, check)`; the sections of `mesh`,
-`distributed`, `curriculum` and the dataset entries live in the modules
-that implement them (`sharding`, `multihost`, `data.curriculum`,
-`data.sources`), and option lists come from their modules too.
+its settings with `field(default, help, check)`; the sections of `rollout`,
+`sampler`, the loss's part of `rl`, `mesh`, `distributed`, `curriculum` and
+the dataset entries live in the modules that implement them
+(`rl.rollout`, `data.snooze`, `train_step`, `sharding`, `multihost`,
+`data.curriculum`, `data.entry`), and option lists come from their modules
+too.
 `base_config()` builds the ml-collections ConfigDict that config files start
 from, `jaxgrpo.config_doc` the table of docs/configuration.md, and
 `from_config_dict` the frozen, checked `Config` (train.py calls it once,
@@ -29,7 +31,7 @@ from jaxgrpo.checks import in_range, one_of, rule
 from jaxgrpo.data import curriculum as curriculum_lib
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
-from jaxgrpo.data import sources
+from jaxgrpo.data import entry as entry_lib
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.errors import ConfigError
 from jaxgrpo.model import config as model_config
@@ -84,8 +86,8 @@ class DataSection(Section, name='data'):
   balance: str = field(
       'pre_filter', 'how a mixture fills the batch: `pre_filter` or '
       '`post_filter` (see [the sampler](sampler.md))', one_of(mixture.BALANCES))
-  datasets: tuple[sources.DatasetSection, ...] = field(
-      (sources.DatasetSection(name='arithmetic', kind='arithmetic'),),
+  datasets: tuple[entry_lib.DatasetSection, ...] = field(
+      (entry_lib.DatasetSection(name='arithmetic', kind='arithmetic'),),
       'list of dataset entries (below)')
 
   def _validate(self):
@@ -259,7 +261,7 @@ def _to_config(value: Any, kind: Any) -> Any:
       out[f.name] = _to_config(getattr(value, f.name), f.type)
     return out
   if isinstance(value, tuple) and value and isinstance(
-      value[0], sources.DatasetSection):
+      value[0], entry_lib.DatasetSection):
     return [{f.name: getattr(d, f.name) for f in dataclasses.fields(d)
              if f.default is dataclasses.MISSING
              or getattr(d, f.name) != f.default} for d in value]
@@ -313,12 +315,12 @@ def _build(cls: type[Section], values: Any, where: str,
         raise ConfigError(
             f'data.datasets must be a list of dicts, got {value!r}')
       values[key] = tuple(
-          _build(sources.DatasetSection, entry, f'{where}{key}[{i}].', False)
-          for i, entry in enumerate(value))
+          _build(entry_lib.DatasetSection, item, f'{where}{key}[{i}].', False)
+          for i, item in enumerate(value))
   try:
     return cls(**values)
   except ConfigError as e:
-    if cls is not sources.DatasetSection:
+    if cls is not entry_lib.DatasetSection:
       raise
     raise ConfigError(str(e).replace(cls.SECTION, where[:-1])) from None
 

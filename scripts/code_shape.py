@@ -34,7 +34,8 @@ MAX_README = 300
 # named (the checks of the library dataclasses that extend a section, and
 # the mesh rules').
 CONFIG_FILES = ('configs/common.py', 'jaxgrpo/config_lib.py',
-                'jaxgrpo/config_doc.py', 'jaxgrpo/checks.py')
+                'jaxgrpo/config_doc.py', 'jaxgrpo/checks.py',
+                'jaxgrpo/data/entry.py')
 CONFIG_PARTS = (
     ('MeshSection', ('_PAIRS', 'mesh_shape')),
     ('ArithmeticSpec', ('ArithmeticSpec.__post_init__', 'spec_checks')),

@@ -13,13 +13,10 @@ from typing import Any
 import grain
 import numpy as np
 
-from jaxgrpo import checks
-from jaxgrpo.checks import field
 from jaxgrpo.data import arithmetic as arithmetic_lib
 from jaxgrpo.data import formats
 from jaxgrpo.data import jsonl
 from jaxgrpo.data import parquet
-from jaxgrpo.data import snooze
 from jaxgrpo.data import squad2_file
 from jaxgrpo.example import Example
 
@@ -34,84 +31,6 @@ JsonlSource = jsonl.JsonlSource
 
 # The generic record format (see `formats`), the default of file kinds.
 RecordFields = formats.RecordFields
-
-
-class DatasetSection(checks.Section, name='data.datasets[?]'):
-  """One entry of the config's `data.datasets`; which keys apply depends on
-  `kind` (docs/configuration.md#dataset-entries)."""
-
-  name: str = field(check=checks.rule(lambda n: bool(n) and '/' not in n, (
-      "must be non-empty without '/' (metric names use it)")))
-  kind: str = field(check=checks.one_of(KINDS))
-  weight: float = field(1.0, check=checks.NON_NEGATIVE)
-  min_fraction: float = field(0.0, check=checks.in_range(0.0, 1.0))
-  snooze_factor: int | None = field(None, check=checks.optional(
-      snooze.SNOOZE_FACTOR, "the sampler's"))
-  verifier: str = 'exact_match'
-  num_eval: int = field(256, check=checks.NON_NEGATIVE)
-  # 'skip': a bad record (file kinds) is left out, counted and logged.
-  on_bad_record: str = field('error', check=checks.one_of(('error', 'skip')))
-  # kind='arithmetic' (see `arithmetic.ArithmeticSpec`)
-  min_digits: int = 1
-  max_digits: int = 3
-  ops: str = '+'
-  carries: str = 'any'
-  num_train: int = 20_000
-  seed: int = 0
-  unanswerable: bool | str = False
-  # The files of the file kinds (parquet: also a folder of shards or a
-  # Hugging Face dataset saved to disk) and the dataset of kind 'tfds'.
-  path: str | None = None
-  eval_path: str | None = None
-  tfds_name: str | None = None
-  split: str = 'train'
-  eval_split: str | None = None
-  data_dir: str | None = None
-  # Records held out of the training file when there is no eval_path or
-  # eval_split (see `holdout_indices`).
-  holdout: int = 0
-  # The record format (`formats.FORMATS`): None is the kind's own (for
-  # 'tfds' that of a jaxgrpo_gsm8k / jaxgrpo_squad2 builder), else 'fields':
-  # the *_field keys name the record's fields and `template` (None:
-  # '{prompt}') makes the prompt from them.
-  format: str | None = None
-  prompt_field: str = 'prompt'
-  answer_field: str = 'answer'
-  id_field: str | None = None
-  subset_field: str | None = None
-  template: str | None = None
-
-  def _validate(self):
-    if self.kind == 'arithmetic':
-      yield from arithmetic_lib.spec_checks(self)
-      yield 'num_train', self.num_train > 0, 'must be > 0'
-      yield 'format', self.format is None, "does not apply to kind='arithmetic'"
-      try:
-        (self.template or '').format(expression='1+2', prompt='1+2=')
-      except (KeyError, IndexError, ValueError) as e:
-        yield 'template', False, ('an arithmetic template may name only '
-                                  '{expression} and {prompt} '
-                                  f'({type(e).__name__}: {e})')
-      yield 'holdout', self.holdout == 0, (
-          "does not apply to kind='arithmetic' (it has num_eval)")
-      return
-    required = 'tfds_name' if self.kind == 'tfds' else 'path'
-    yield required, getattr(self, required), (
-        f'is required for kind={self.kind!r}')
-    yield 'format', self.format in (None, *formats.FORMATS), (
-        f"must be one of {formats.FORMATS} or None (the kind's own)")
-    own = self.kind in ('gsm8k', 'squad2')
-    yield 'format', not own or self.format in (None, self.kind), (
-        f'must be None or {self.kind!r} for kind={self.kind!r}')
-    fmt = self.format or formats.default_format(self.kind, self.tfds_name)
-    if fmt != 'fields':
-      for key in ('prompt_field', 'answer_field', 'id_field', 'subset_field'):
-        yield key, getattr(self, key) == getattr(type(self), key), (
-            "applies to format='fields' only")
-    yield 'holdout', self.holdout >= 0, 'must be >= 0'
-    yield 'holdout', not self.holdout or not (
-        self.eval_path or self.eval_split), (
-            'needs no eval_path or eval_split (they are the held-out set)')
 
 
 @dataclasses.dataclass(frozen=True)

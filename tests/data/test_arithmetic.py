@@ -89,10 +89,10 @@ class TemplateTest(absltest.TestCase):
 
   def test_config_rejects_other_fields(self):
     from jaxgrpo import errors  # pylint: disable=g-import-not-at-top
-    from jaxgrpo.data import sources  # pylint: disable=g-import-not-at-top
+    from jaxgrpo.data import entry  # pylint: disable=g-import-not-at-top
     with self.assertRaisesRegex(errors.ConfigError, r'template=.*\{expression\}'):
-      sources.DatasetSection(name='a', kind='arithmetic',
-                             template='Q: {question}')
+      entry.DatasetSection(name='a', kind='arithmetic',
+                           template='Q: {question}')
 
 
 class UnanswerableTest(absltest.TestCase):

@@ -14,6 +14,7 @@ from jaxgrpo import errors
 from jaxgrpo.configs import demo
 from jaxgrpo.data import formats
 from jaxgrpo.data import loading
+from jaxgrpo.data import entry
 from jaxgrpo.data import sources
 from jaxgrpo.data import squad2_file
 from jaxgrpo.data import tokenizer as tokenizer_lib
@@ -185,7 +186,7 @@ class Squad2FormatTest(parameterized.TestCase):
         ['gsm8k', 'squad2', 'fields', 'gsm8k', 'squad2', 'fields'])
     with self.assertRaisesRegex(errors.ConfigError,
                                 re.escape(str(formats.FORMATS))):
-      sources.DatasetSection(name='a', kind='jsonl', path='x', format='csv')
+      entry.DatasetSection(name='a', kind='jsonl', path='x', format='csv')
 
 
 class Squad2FileTest(parameterized.TestCase):
