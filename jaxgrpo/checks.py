@@ -31,8 +31,14 @@ def one_of(choices: Iterable[str] | Callable[[], Iterable[str]]) -> Rule:
     names = tuple(choices() if callable(choices) else choices)
     return None if value in names else f'must be one of {names}'
 
-  check.choices = choices  # for the docs' test: each is named in the help
+  check.choices = choices  # for the reference tables (`options`)
   return check
+
+
+def options(check: Rule | None) -> tuple[str, ...]:
+  """The choices of a `one_of` rule as they are now; () for other rules."""
+  choices = getattr(check, 'choices', ())
+  return tuple(choices() if callable(choices) else choices)
 
 
 def in_range(lo: float, hi: float, brackets: str = '[]') -> Rule:

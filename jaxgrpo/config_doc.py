@@ -4,9 +4,10 @@
   python -m jaxgrpo.config_doc --write    # rewrite them between the markers
 
 Each setting's row is its default and its field's help text, in schema
-order: the settings' table, and the keys of a `data.datasets` entry (from
-`data.entry.DatasetSection`). tests/test_config_doc.py fails when a table
-of the page is stale.
+order, with the options of a `one_of` rule that the help does not name
+(so that whatever a registry holds is listed): the settings' table, and the
+keys of a `data.datasets` entry (from `data.entry.DatasetSection`).
+tests/test_config_doc.py fails when a table of the page is stale.
 """
 
 import argparse
@@ -14,6 +15,7 @@ import dataclasses
 import os
 import sys
 
+from jaxgrpo import checks
 from jaxgrpo import config_lib
 from jaxgrpo.data import entry as entry_lib
 
@@ -33,23 +35,33 @@ def _show(value) -> str:
   return '`()`' if value == () else str(value)
 
 
-def dataset_keys() -> list[tuple[str, object, str]]:
-  """(key, default, help text) of a dataset entry's keys."""
-  return [(f.name, f.default, f.metadata['help'])
+def dataset_keys() -> list[tuple[str, object, str, tuple[str, ...]]]:
+  """(key, default, help text, options) of a dataset entry's keys."""
+  return [(f.name, f.default, f.metadata['help'],
+           checks.options(f.metadata['check']))
           for f in dataclasses.fields(entry_lib.DatasetSection)]
 
 
+def meaning(text: str, options: tuple[str, ...]) -> str:
+  """The help text with the options it does not name."""
+  unnamed = [f'`{o}`' for o in options if f'`{o}`' not in text]
+  if not unnamed:
+    return text
+  listed = ', '.join(unnamed[:-1]) + ' or ' * (len(unnamed) > 1) + unnamed[-1]
+  return f'{text}{"; also" if len(unnamed) < len(options) else ":"} {listed}'
+
+
 def table(rows=None) -> str:
-  """The markdown table of `rows` ((key, default, help) triples; default:
+  """The markdown table of `rows` ((key, default, help, options); default:
   `config_lib.settings()`). Raises ValueError naming keys without help."""
   rows = config_lib.settings() if rows is None else rows
-  if missing := [key for key, _, text in rows if not text]:
+  if missing := [key for key, _, text, _ in rows if not text]:
     raise ValueError(f'config keys without help text: {missing}; add it to '
                      'their field')
   cell = lambda text: text.replace('|', '\\|')  # in code spans too (GFM)
   return '\n'.join(['| key | default | meaning |', '| --- | --- | --- |'] + [
-      f'| `{key}` | {cell(_show(default))} | {cell(text)} |'
-      for key, default, text in rows])
+      f'| `{key}` | {cell(_show(default))} | {cell(meaning(text, options))} |'
+      for key, default, text, options in rows])
 
 
 def tables() -> dict[str, str]:

@@ -43,10 +43,8 @@ from jaxgrpo.rl import rollout as rollout_lib
 
 class ModelSection(Section, name='model'):
   preset: str = field(
-      'demo', '`tiny`, `demo`, `small_10m`, or a real size (`smollm2_135m`, '
-      '`qwen2.5_0.5b`, `qwen3_0.6b`, `llama3.2_1b`, `llama3_8b`, '
-      '`gemma2_2b`, `gemma3_1b`)',
-      one_of(model_config.PRESET_NAMES))
+      'demo', "the model's shape, random-initialised (small ones for tests "
+      "and demos, or a real model's)", one_of(model_config.PRESET_NAMES))
   path: str | None = field(
       None, 'a pretrained model: a Hugging Face directory (`config.json` + '
       '`*.safetensors`), a `.gguf` file or `smollm2` (SmolLM2-135M-Instruct '
@@ -64,11 +62,9 @@ class ModelSection(Section, name='model'):
   system_prompt: str | None = field(
       None, 'with `chat_template`: a system turn before each prompt (None: '
       'none)')
-  dtype: str = field('float32', 'compute dtype (`float32` or `bfloat16`)',
-                     one_of(model_config.DTYPES))
-  param_dtype: str = field(
-      'float32', 'storage dtype of the params (`float32` or `bfloat16`)',
-      one_of(model_config.DTYPES))
+  dtype: str = field('float32', 'compute dtype', one_of(model_config.DTYPES))
+  param_dtype: str = field('float32', 'storage dtype of the params',
+                           one_of(model_config.DTYPES))
   remat: str = field(
       'none', "recompute activations of each decoder block in the learner's "
       'backward pass: `none`, `full` (keep only block inputs) or `dots` (also '
@@ -84,8 +80,8 @@ class ModelSection(Section, name='model'):
 
 class DataSection(Section, name='data'):
   balance: str = field(
-      'pre_filter', 'how a mixture fills the batch: `pre_filter` or '
-      '`post_filter` (see [the sampler](sampler.md))', one_of(mixture.BALANCES))
+      'pre_filter', 'how a mixture fills the batch (see [the sampler]'
+      '(sampler.md))', one_of(mixture.BALANCES))
   datasets: tuple[entry_lib.DatasetSection, ...] = field(
       (entry_lib.DatasetSection(name='arithmetic', kind='arithmetic'),),
       'list of dataset entries (below)')
@@ -122,7 +118,7 @@ class RLSection(train_step.LossSection, name='rl'):
 class OptimSection(Section, name='optim'):
   learning_rate: float = field(1e-3, 'AdamW peak learning rate', POSITIVE)
   warmup_steps: int = field(10, 'steps of linear warmup', NON_NEGATIVE)
-  schedule: str = field('constant', 'after the warmup: `constant` or `cosine`',
+  schedule: str = field('constant', 'the learning rate after the warmup',
                         one_of(optimizer.SCHEDULES))
   max_grad_norm: float = field(1.0, 'global-norm clipping', POSITIVE)
   weight_decay: float = field(
@@ -278,15 +274,17 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 def settings(section: Section | None = None,
-             where: str = '') -> list[tuple[str, Any, str]]:
-  """('section.key', default, help text) of every setting, in schema order."""
+             where: str = '') -> list[tuple[str, Any, str, tuple[str, ...]]]:
+  """('section.key', default, help text, options) of every setting, in
+  schema order; options are a `one_of` rule's choices, else ()."""
   out = []
   for f in dataclasses.fields(section := section or Config()):
     value = getattr(section, f.name)
     if isinstance(value, Section):
       out += settings(value, f'{where}{f.name}.')
     else:
-      out.append((where + f.name, value, f.metadata['help']))
+      out.append((where + f.name, value, f.metadata['help'],
+                  checks.options(f.metadata['check'])))
   return out
 
 

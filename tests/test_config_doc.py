@@ -15,8 +15,8 @@ class ConfigDocTest(absltest.TestCase):
 
   def test_every_key_has_a_row(self):
     rows = config_lib.settings()
-    self.assertEqual([key for key, _, text in rows if not text], [])
-    keys = [key for key, _, _ in rows]
+    self.assertEqual([key for key, _, text, _ in rows if not text], [])
+    keys = [key for key, *_ in rows]
     self.assertIn('rollout.short_batch', keys)
     self.assertIn('model.lora.rank', keys)  # nested sections too
     self.assertLen(config_doc.table().splitlines(), len(rows) + 2)
@@ -36,31 +36,34 @@ class ConfigDocTest(absltest.TestCase):
   def test_every_dataset_key_has_a_row(self):
     keys = config_doc.dataset_keys()
     self.assertEqual(
-        [key for key, _, _ in keys],
+        [key for key, *_ in keys],
         [f.name for f in dataclasses.fields(entry.DatasetSection)])
-    self.assertEqual([key for key, _, text in keys if not text], [])
+    self.assertEqual([key for key, _, text, _ in keys if not text], [])
     self.assertIn('| `name` | required |', config_doc.table(keys))
 
-  def test_every_option_is_named_in_its_help(self):
+  def test_every_option_is_in_its_row(self):
     # An option added to a registry (a preset, a policy, an estimator) is
-    # selectable at once; its setting's help must name it too.
-    def options(section, where=''):
-      for f in dataclasses.fields(section):
-        value = getattr(section, f.name)
-        if isinstance(value, checks.Section):
-          yield from options(value, f'{where}{f.name}.')
-        elif choices := getattr(f.metadata.get('check'), 'choices', None):
-          yield where + f.name, f.metadata['help'], tuple(
-              choices() if callable(choices) else choices)
+    # selectable at once, and the reference lists it without an edit.
+    rows = config_lib.settings() + [
+        ('data.datasets[].' + key, *rest)
+        for key, *rest in config_doc.dataset_keys()]
+    keys = [key for key, _, _, options in rows if options]
+    for key in ('model.preset', 'sampler.policy', 'rl.advantage',
+                'data.datasets[].kind'):
+      self.assertIn(key, keys)
+    table = config_doc.table(rows).splitlines()[2:]
+    for (key, _, _, options), line in zip(rows, table, strict=True):
+      self.assertTrue(line.startswith(f'| `{key}` |'), line)
+      for name in options:
+        self.assertIn(f'`{name}`', line, f'{key}: option {name!r} unlisted')
 
-    found = list(options(config_lib.Config()))
-    found += [('data.datasets[].' + key, text, names) for key, text, names in
-              options(entry.DatasetSection(name='a', kind='arithmetic'))]
-    self.assertIn('sampler.policy', [key for key, _, _ in found])
-    self.assertIn('data.datasets[].kind', [key for key, _, _ in found])
-    for key, text, names in found:
-      for name in names:
-        self.assertIn(f'`{name}`', text, f'{key}: option {name!r} unnamed')
+  def test_unnamed_options_are_added(self):
+    self.assertEqual(config_doc.meaning('the size', ('a', 'b', 'c')),
+                     'the size: `a`, `b` or `c`')
+    self.assertEqual(config_doc.meaning('`a` (one) or `b`', ('a', 'b', 'c')),
+                     '`a` (one) or `b`; also `c`')
+    self.assertEqual(config_doc.meaning('`a` or `b`', ('a', 'b')),
+                     '`a` or `b`')
 
   def test_a_missing_row_is_named(self):
 

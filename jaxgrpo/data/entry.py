@@ -21,8 +21,7 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
       help="unique, without '/' (metric names use it)",
       check=checks.rule(lambda n: bool(n) and '/' not in n, (
           "must be non-empty without '/' (metric names use it)")))
-  kind: str = field(help='`jsonl`, `array_record`, `parquet`, `tfds`, '
-                    '`arithmetic`, `gsm8k` or `squad2`',
+  kind: str = field(help='where the examples come from',
                     check=checks.one_of(sources.KINDS))
   weight: float = field(1.0, "the dataset's share of the mixture",
                         checks.NON_NEGATIVE)

@@ -74,9 +74,8 @@ class SamplerSection(checks.Section, name='sampler'):
   reads 0 or 1.
   """
 
-  policy: str = field(
-      'none', '`none`, `filter`, `snooze`, `snooze_prob` or `weighted` (see '
-      '[the sampler](sampler.md))', checks.one_of(POLICIES))
+  policy: str = field('none', 'which examples are offered (see [the '
+                      'sampler](sampler.md))', checks.one_of(POLICIES))
   snooze_factor: int = field(
       5, 'N: epochs a too-easy example sleeps (mean sleep for `snooze_prob`)',
       SNOOZE_FACTOR)
