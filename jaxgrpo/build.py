@@ -264,6 +264,9 @@ def build_run(
   (`resume.restore_or_start` does that); the workdir is checked and
   locked before (`jaxgrpo.workdir`).
 
+  Length: it is the list of a run's parts, built in dependency order; each part
+  is built by a function of its own.
+
   Raises:
     ConfigError: naming the config key at fault.
   """

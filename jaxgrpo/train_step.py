@@ -193,6 +193,9 @@ def train_step(
   Under a LoRA adapter (`state.base` set) only the adapter `state.params` is
   trained; the KL reference is the base decoder on `state.base`.
 
+  Length: its docstring documents ten arguments and the metrics; the code is one
+  loop of passes over minibatches.
+
   Args:
     state: the current TrainState; `state.ref_params` (or `state.base`) must
       be set when `loss_cfg.beta > 0`.

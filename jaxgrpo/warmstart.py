@@ -136,6 +136,9 @@ def warm_start(
 ) -> WarmStartResult:
   """Trains with teacher forcing until the sampled pass rate hits the target.
 
+  Length: its signature and docstring hold eighteen arguments; the code is one
+  training loop with its checks.
+
   Args:
     graphdef: the decoder's graph definition.
     params: initial params.

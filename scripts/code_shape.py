@@ -3,7 +3,9 @@ r"""The codebase's size and shape, against the house plan's bars.
   python scripts/code_shape.py          # report; exit 1 when a bar is missed
 
 Bars (docs/testing.md):
-  * no function or method in jaxgrpo/ longer than 120 lines;
+  * no function or method in jaxgrpo/ longer than 120 lines, and none
+    longer than 80 without a docstring line starting `Length:` that says
+    why;
   * no module in jaxgrpo/ longer than 450 lines, unless its docstring has a
     line starting `Size:` that says why;
   * README.md under 300 lines;
@@ -27,6 +29,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, 'jaxgrpo')
 MAX_FUNCTION = 120
+PLAIN_FUNCTION = 80  # longer needs a `Length:` reason
 MAX_MODULE = 450
 MAX_README = 300
 # The config layer: these files, every config section (a class based on
@@ -56,8 +59,17 @@ def modules(root: str = PACKAGE):
   return sorted(out)
 
 
-def functions(path: str) -> list[tuple[str, int, int]]:
-  """(qualified name, first line, length) of every function in `path`."""
+def _reason(node: ast.AST, label: str) -> str | None:
+  """The line of a docstring that starts with `label`, if there is one."""
+  for line in (ast.get_docstring(node) or '').splitlines():
+    if line.strip().startswith(label):
+      return line.strip()
+  return None
+
+
+def functions(path: str) -> list[tuple[str, int, int, str | None]]:
+  """(qualified name, first line, length, `Length:` reason) of every
+  function in `path`."""
   with open(path, encoding='utf-8') as f:
     tree = ast.parse(f.read(), path)
   out = []
@@ -66,7 +78,8 @@ def functions(path: str) -> list[tuple[str, int, int]]:
     for child in ast.iter_child_nodes(node):
       if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
         name = prefix + child.name
-        out.append((name, child.lineno, child.end_lineno - child.lineno + 1))
+        out.append((name, child.lineno, child.end_lineno - child.lineno + 1,
+                    _reason(child, 'Length:')))
         visit(child, name + '.')
       elif isinstance(child, ast.ClassDef):
         visit(child, prefix + child.name + '.')
@@ -78,11 +91,7 @@ def functions(path: str) -> list[tuple[str, int, int]]:
 def module_reason(path: str) -> str | None:
   """The `Size:` line of a module's docstring, if it has one."""
   with open(path, encoding='utf-8') as f:
-    doc = ast.get_docstring(ast.parse(f.read(), path)) or ''
-  for line in doc.splitlines():
-    if line.strip().startswith('Size:'):
-      return line.strip()
-  return None
+    return _reason(ast.parse(f.read(), path), 'Size:')
 
 
 def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
@@ -147,8 +156,8 @@ def measure(repo: str = REPO) -> dict:
     with open(path, encoding='utf-8') as f:
       n = sum(1 for _ in f)
     mods.append((rel, n, module_reason(path)))
-    funcs.extend((rel, name, line, length)
-                 for name, line, length in functions(path))
+    funcs.extend((rel, name, line, length, reason)
+                 for name, line, length, reason in functions(path))
   with open(os.path.join(repo, 'README.md'), encoding='utf-8') as f:
     readme = sum(1 for _ in f)
   return {'functions': sorted(funcs, key=lambda x: -x[3]),
@@ -159,8 +168,12 @@ def measure(repo: str = REPO) -> dict:
 def misses(m: dict) -> list[str]:
   """One line per missed bar."""
   out = [f'{rel}:{line} {name} is {length} lines (bar {MAX_FUNCTION})'
-         for rel, name, line, length in m['functions']
+         for rel, name, line, length, _ in m['functions']
          if length > MAX_FUNCTION]
+  out += [f'{rel}:{line} {name} is {length} lines (over {PLAIN_FUNCTION}) '
+          'with no `Length:` reason'
+          for rel, name, line, length, reason in m['functions']
+          if PLAIN_FUNCTION < length <= MAX_FUNCTION and not reason]
   out += [f'{rel} is {n} lines (bar {MAX_MODULE}) with no `Size:` reason'
           for rel, n, reason in m['modules'] if n > MAX_MODULE and not reason]
   if m['readme'] >= MAX_README:
@@ -182,8 +195,9 @@ def main(argv=None) -> int:
   m = measure()
   print(f'README.md: {m["readme"]} lines')
   print(f'\nlongest functions (of {len(m["functions"])}):')
-  for rel, name, line, length in m['functions'][:args.top]:
-    print(f'  {length:4d}  {rel}:{line} {name}')
+  for rel, name, line, length, reason in m['functions'][:args.top]:
+    print(f'  {length:4d}  {rel}:{line} {name}'
+          + (f'  ({reason[:70]})' if reason else ''))
   print(f'\nlongest modules (of {len(m["modules"])}):')
   for rel, n, reason in m['modules'][:args.top]:
     print(f'  {n:4d}  {rel}' + (f'  ({reason})' if reason else ''))

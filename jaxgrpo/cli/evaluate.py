@@ -142,6 +142,37 @@ def _check(cfg: 'config_lib.Config', specs: Sequence[str],
   return runner_lib.select_datasets(cfg, datasets)
 
 
+def _examples(cfg, tokenizer, selected: list[str], split: str,
+              limit: int | None, log: Log) -> list[tuple[int, list]]:
+  """(dataset index, examples) of each selected dataset with examples in
+  `split` (the first `limit`), their prompt lengths checked.
+
+  Raises:
+    errors.ConfigError: no selected dataset has examples there.
+  """
+  from jaxgrpo.data import loading  # pylint: disable=g-import-not-at-top
+  loaded = []
+  for index, entry in enumerate(cfg.data.datasets):
+    if entry.name not in selected:
+      continue
+    _, train_set, held_out = loading.load_dataset(cfg, entry, tokenizer)
+    source = held_out if split == 'eval' else train_set
+    n = len(source) if limit is None else min(limit, len(source))
+    members = [source[i] for i in range(n)]
+    if not members:
+      log(f'dataset {entry.name!r} has no {split} examples: skipped')
+      continue
+    loaded.append((index, members))
+  if not loaded:
+    raise errors.ConfigError(
+        f'--split={split}: the datasets {", ".join(selected)} have no '
+        'examples there' + (' (set num_eval, eval_path or holdout in '
+                            'their entries)' if split == 'eval' else ''))
+  loading.check_lengths(
+      cfg, tokenizer, [ex for _, members in loaded for ex in members])
+  return loaded
+
+
 def evaluate_checkpoints(
     cfg: 'config_lib.Config | ml_collections.ConfigDict',
     specs: Sequence[str],
@@ -157,6 +188,9 @@ def evaluate_checkpoints(
     log: Log = console.print_line,
 ) -> dict[str, Any]:
   """Evaluates each checkpoint on the config's datasets (module docstring).
+
+  Length: its signature and docstring hold eleven arguments; the code resolves
+  the defaults, then evaluates each checkpoint in turn.
 
   Args:
     cfg: the config (a `config_lib.Config`, or a ConfigDict validated
@@ -192,7 +226,6 @@ def evaluate_checkpoints(
   from jaxgrpo import config_lib
   from jaxgrpo import model_spec
   from jaxgrpo import build
-  from jaxgrpo.data import loading
   from jaxgrpo.generate import sampling as sampling_lib
   from jaxgrpo.stratify import runner
   # pylint: enable=g-import-not-at-top
@@ -221,26 +254,8 @@ def evaluate_checkpoints(
     for spec, name in zip(specs, names):
       t0 = time.perf_counter()
       model = model_spec.load(name, cfg, log=log)
-      loaded = []
-      for index, entry in enumerate(cfg.data.datasets):
-        if entry.name not in selected:
-          continue
-        _, train_set, held_out = loading.load_dataset(
-            cfg, entry, model.tokenizer)
-        source = held_out if split == 'eval' else train_set
-        n = len(source) if limit is None else min(limit, len(source))
-        members = [source[i] for i in range(n)]
-        if not members:
-          log(f'dataset {entry.name!r} has no {split} examples: skipped')
-          continue
-        loaded.append((index, members))
-      if not loaded:
-        raise errors.ConfigError(
-            f'--split={split}: the datasets {", ".join(selected)} have no '
-            'examples there' + (' (set num_eval, eval_path or holdout in '
-                                'their entries)' if split == 'eval' else ''))
+      loaded = _examples(cfg, model.tokenizer, selected, split, limit, log)
       examples = [ex for _, members in loaded for ex in members]
-      loading.check_lengths(cfg, model.tokenizer, examples)
       generator = dataclasses.replace(
           runner.make_generator(cfg, model, k),
           sampling=sampling_lib.Sampling(temperature=temperature))

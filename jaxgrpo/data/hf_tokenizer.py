@@ -166,6 +166,9 @@ class HFTokenizer:
     transformers 5; add_bos_token counts only where tokenizer.json has no
     post-processor.
 
+    Length: its docstring lists the files and fields read; the code reads them
+    in one pass.
+
     Args:
       path: the directory.
       vocab_size: the model's embedding rows, when more than the tokenizer's

@@ -158,6 +158,9 @@ def load_dataset(
   With `holdout`, the held-out records are chosen by position before any
   screening, so the split does not depend on which records are bad.
 
+  Length: one dispatch over the entry's kind, then the held-out split; each
+  branch is a few lines.
+
   Raises:
     errors.ConfigError: `holdout` is not below the number of records, or
       the entry's field keys or template do not fit its record format.

@@ -181,6 +181,9 @@ def make_dataset(
   and line (JSONL), the JSON path (SQuAD) or the record index;
   `screening.screen` reads every record once to skip such records instead.
 
+  Length: its docstring documents nine arguments, most for one kind only; the
+  code checks them, then opens the source and maps its records.
+
   Args:
     kind: 'jsonl', 'array_record' (JSON-encoded records, see
       `write_array_record`), 'parquet' (Parquet files or a Hugging Face

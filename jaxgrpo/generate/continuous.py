@@ -167,6 +167,9 @@ class ContinuousGenerator:
   ) -> tuple[Completions, EngineStats]:
     """Samples G completions per prompt in continuously refilled slots.
 
+    Length: the admission loop keeps its bookkeeping (free slots, stash entries,
+    samples left per prompt, counters) in locals that every part of it updates.
+
     Args:
       params: Decoder params.
       prompt_tokens_BP: int32 left-padded prompts, [B, P], the same on every
@@ -188,16 +191,7 @@ class ContinuousGenerator:
     b, p = tokens_BP.shape
     g, t = gen.num_samples, gen.max_new_tokens
     r = b * g
-    if stop_at is not None and not gen.stop_tokens:
-      raise ValueError('ContinuousGenerator: stop_at needs stop_tokens')
-    stop_R = (np.zeros(r, np.int32) if stop_at is None
-              else np.asarray(host(stop_at), np.int32).reshape(r))
-    if prompt_keys is None:
-      prompt_keys = keys_lib.row_prompt_keys(rng, b)
-    keys_R = keys_lib.sample_keys(prompt_keys, g)
-    if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
-      keys_R = jax.random.key_data(keys_R)
-    keys_R = np.asarray(host(keys_R), np.uint32)
+    keys_R, stop_R = self._row_inputs(b, rng, prompt_keys, stop_at)
 
     multiple = sharding.batch_multiple()
     n_slots = -(-self.slots // multiple) * multiple
@@ -229,19 +223,12 @@ class ContinuousGenerator:
         stash = self._prefill_group(params, stash, tokens_BP, mask_BP,
                                     width_B, group, entry_of)
         prefills += 1
-      source = np.full(width, -1, np.int32)
-      row_S = np.full(width, -1, np.int32)
-      keys_S = np.zeros((width,) + keys_R.shape[1:], np.uint32)
-      stop_S = np.zeros(width, np.int32)
-      for slot, row in zip(free, rows):
-        prompt = row // g
-        source[slot], row_S[slot] = entry_of[prompt], row
-        keys_S[slot], stop_S[slot] = keys_R[row], stop_R[row]
+      admission = _admission(width, dict(zip(free, rows)), g, entry_of,
+                             keys_R, stop_R)
+      for prompt in (row // g for row in rows):
         left_B[prompt] -= 1
         if not left_B[prompt]:
           free_entries.append(entry_of.pop(prompt))
-      admission = replicated(slots_lib.Admission(
-          source=source, row=row_S, keys=keys_S, stop_at=stop_S))
       slots, chunk_steps, chunk_busy = slots_lib.chunk(
           gen, self.chunk, mesh, params, slots, stash, admission)
       out = slots_lib.flush(mesh, out, slots)
@@ -253,20 +240,31 @@ class ContinuousGenerator:
       busy += int(host(chunk_busy))
       if next_row == r and not active.any():
         break
-      narrow = (drain_width(width, int(active.sum()), multiple)
-                if next_row == r and self.shrink else width)
-      while width > narrow:  # One halving a call: compiles per (S', S'/2).
-        live = np.flatnonzero(active)
-        keep = np.concatenate(
-            [live, np.flatnonzero(~active)[:width // 2 - live.size]])
-        slots = slots_lib.compact(mesh, slots,
-                                  replicated(keep.astype(np.int32)))
-        active, width = active[keep], width // 2
+      if next_row == r and self.shrink:
+        slots, active = _narrow(mesh, slots, active, drain_width(
+            width, int(active.sum()), multiple))
+        width = active.size
       free = [s for s in range(width) if not active[s]]
     stats = EngineStats(chunks=chunks, prefill_calls=prefills,
                         decode_steps=steps, busy_slot_steps=busy,
                         slots=n_slots, slot_steps=slot_steps)
     return slots_lib.completions(out), stats
+
+  def _row_inputs(self, b: int, rng: jax.Array, prompt_keys: jax.Array | None,
+                 stop_at: jax.Array | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's sampling key (as uint32 key data) and forced stop length
+    (0: none), on the host."""
+    gen, r = self.generator, b * self.generator.num_samples
+    if stop_at is not None and not gen.stop_tokens:
+      raise ValueError('ContinuousGenerator: stop_at needs stop_tokens')
+    stop_R = (np.zeros(r, np.int32) if stop_at is None
+              else np.asarray(host(stop_at), np.int32).reshape(r))
+    if prompt_keys is None:
+      prompt_keys = keys_lib.row_prompt_keys(rng, b)
+    keys_R = keys_lib.sample_keys(prompt_keys, gen.num_samples)
+    if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
+      keys_R = jax.random.key_data(keys_R)
+    return np.asarray(host(keys_R), np.uint32), stop_R
 
   def _prefill_group(self, params, stash, tokens_BP, mask_BP, width_B, group,
                      entry_of) -> slots_lib.Stash:
@@ -284,6 +282,36 @@ class ContinuousGenerator:
     inputs = replicated((tokens_AW, mask_AW, dest_A))
     return slots_lib.prefill(self.generator, sharding.current(), params,
                              stash, *inputs)
+
+
+def _admission(width: int, row_of: dict[int, int], g: int,
+               entry_of: dict[int, int], keys_R: np.ndarray,
+               stop_R: np.ndarray) -> slots_lib.Admission:
+  """The chunk's admissions: slot -> row (of prompt row // g, prefilled in
+  stash entry `entry_of[prompt]`), the other slots -1."""
+  source = np.full(width, -1, np.int32)
+  row_S = np.full(width, -1, np.int32)
+  keys_S = np.zeros((width,) + keys_R.shape[1:], np.uint32)
+  stop_S = np.zeros(width, np.int32)
+  for slot, row in row_of.items():
+    source[slot], row_S[slot] = entry_of[row // g], row
+    keys_S[slot], stop_S[slot] = keys_R[row], stop_R[row]
+  return replicated(slots_lib.Admission(
+      source=source, row=row_S, keys=keys_S, stop_at=stop_S))
+
+
+def _narrow(mesh, slots: slots_lib.Slots, active: np.ndarray,
+            narrow: int) -> tuple[slots_lib.Slots, np.ndarray]:
+  """The slots halved down to `narrow`, live ones kept; one halving a call,
+  so compilation happens per (S', S'/2) pair."""
+  width = active.size
+  while width > narrow:
+    live = np.flatnonzero(active)
+    keep = np.concatenate(
+        [live, np.flatnonzero(~active)[:width // 2 - live.size]])
+    slots = slots_lib.compact(mesh, slots, replicated(keep.astype(np.int32)))
+    active, width = active[keep], width // 2
+  return slots, active
 
 
 def drain_width(width: int, active: int, multiple: int) -> int:

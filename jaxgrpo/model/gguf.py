@@ -350,6 +350,9 @@ def tokenizer_parts(
   special: each encodes as one id and `decode(..., skip_special_tokens=True)`
   drops them.
 
+  Length: its docstring lists the GGUF metadata keys read; the code reads them
+  in one pass.
+
   Args:
     source: path or open reader of a GGUF file with a 'gpt2' tokenizer.
 

@@ -2,9 +2,12 @@
 
 `load` reads the directory that transformers' `save_pretrained` writes for a
 Llama, Mistral (without sliding window), Qwen2, Qwen3, Gemma 2 or Gemma 3
-(text) causal LM into the
-parameter tree of `jaxgrpo.model.decoder`; `export` writes such a directory
-back, one that `load` and transformers' `AutoModelForCausalLM` both read.
+(text) causal LM into the parameter tree of `jaxgrpo.model.decoder`;
+`export` writes such a directory back, one that `load` and transformers'
+`AutoModelForCausalLM` both read.
+
+Size: `load` and `export` are the two directions of one mapping of names and
+layouts, kept side by side so that a change to one shows in the other.
 
 Hugging Face Linear weights are [out, in]; the decoder stores input axes
 first and splits heads:
@@ -272,6 +275,9 @@ def load(
   three copies of the largest tensor (as stored, converted, on device),
   never two copies of the whole model.
 
+  Length: its docstring documents the accepted layouts; the code is one mapping
+  from Hugging Face's tensor names to our params.
+
   Args:
     model_dir: the directory `save_pretrained` wrote.
     dtype: compute dtype of the decoder, 'float32' or 'bfloat16'.
@@ -359,6 +365,9 @@ def export(
   `model.safetensors.index.json`, the layout of `save_pretrained`. Stale
   weight files of an earlier export to the same directory are removed. Host
   memory holds one shard's tensors at a time besides the params.
+
+  Length: one mapping from our params to Hugging Face's tensor names and config,
+  which reads best in one place beside `load`.
 
   Args:
     cfg: the params' model config.

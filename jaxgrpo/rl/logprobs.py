@@ -27,6 +27,9 @@ def completion_logprobs(
   sampled from (plain softmax when `temperature` is 0, i.e. greedy), so the
   result is comparable with the sampling-time `batch.old_logps`.
 
+  Length: its docstring explains the shared prompt pass the code takes apart in
+  steps; split, the steps would pass the same seven arrays along.
+
   Args:
     graphdef: the Decoder's graph definition.
     params: the Decoder's params.

@@ -61,6 +61,9 @@ def grpo_loss(
   estimate of KL(policy || reference). `beta` is a Python float: the KL
   branch is chosen while tracing.
 
+  Length: its docstring documents ten arguments and the formula; the code
+  is short.
+
   Args:
     logps_RT: [R, T] log-probs of the completion tokens under the policy
       being optimized (differentiated).
