@@ -63,8 +63,9 @@ def run_once(config: str, mode: str, steps: int, rows: int,
       raise RuntimeError(f'{mode} failed ({proc.returncode}):\n'
                          f'{proc.stderr[-3000:]}')
     with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-      rows_ = [json.loads(line) for line in f]
-  steps_ = [r for r in rows_ if r.get('step', 0) >= 1 and 'perf/step_s' in r]
+      records = [json.loads(line) for line in f]
+  steps_ = [r for r in records
+            if r.get('step', 0) >= 1 and 'perf/step_s' in r]
   return {
       'wall_s': round(wall, 2),
       'step_s': [r['perf/step_s'] for r in steps_],
@@ -125,9 +126,8 @@ def main(argv=None) -> int:
             f'{sum(runs[mode][-1]["step_s"][args.skip - 1:]):.2f}s in steps '
             f'{args.skip}-{args.steps}', flush=True)
     out['modes'] = {m: summarise(r, args.skip) for m, r in runs.items() if r}
-    base = out['modes'].get('static')
-    for m, s in out['modes'].items():
-      if base:
+    if base := out['modes'].get('static'):
+      for s in out['modes'].values():
         s['speedup_vs_static'] = round(
             base['median_steps_s'] / s['median_steps_s'], 3)
     if args.json:

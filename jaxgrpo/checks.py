@@ -28,7 +28,7 @@ def one_of(choices: Iterable[str] | Callable[[], Iterable[str]]) -> Rule:
   """Value in `choices` (or in what a registry's `choices()` returns now)."""
 
   def check(value):
-    names = tuple(choices() if callable(choices) else choices)
+    names = options(check)
     return None if value in names else f'must be one of {names}'
 
   check.choices = choices  # for the reference tables (`options`)

@@ -15,7 +15,6 @@ import dataclasses
 import os
 import sys
 
-from jaxgrpo import checks
 from jaxgrpo import config_lib
 from jaxgrpo.data import entry as entry_lib
 
@@ -37,9 +36,7 @@ def _show(value) -> str:
 
 def dataset_keys() -> list[tuple[str, object, str, tuple[str, ...]]]:
   """(key, default, help text, options) of a dataset entry's keys."""
-  return [(f.name, f.default, f.metadata['help'],
-           checks.options(f.metadata['check']))
-          for f in dataclasses.fields(entry_lib.DatasetSection)]
+  return config_lib.settings(entry_lib.DatasetSection)
 
 
 def meaning(text: str, options: tuple[str, ...]) -> str:

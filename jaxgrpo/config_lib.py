@@ -273,13 +273,15 @@ def base_config() -> ml_collections.ConfigDict:
   return _to_config(Config(), Config)
 
 
-def settings(section: Section | None = None,
+def settings(section: Section | type[Section] | None = None,
              where: str = '') -> list[tuple[str, Any, str, tuple[str, ...]]]:
   """('section.key', default, help text, options) of every setting, in
-  schema order; options are a `one_of` rule's choices, else ()."""
+  schema order; options are a `one_of` rule's choices, else (). A section
+  class (a dataset entry's) gives its fields' defaults, MISSING for a
+  required key."""
   out = []
   for f in dataclasses.fields(section := section or Config()):
-    value = getattr(section, f.name)
+    value = getattr(section, f.name, dataclasses.MISSING)
     if isinstance(value, Section):
       out += settings(value, f'{where}{f.name}.')
     else:

@@ -162,7 +162,6 @@ class PolicyConfig(SamplerSection):
                        f'and group_size >= 1; got {self}')
 
 
-
 class SnoozeTable:
   """Per-example state of one dataset and the walk that offers its examples.
 
