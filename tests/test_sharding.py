@@ -5,6 +5,7 @@ forced CPU devices (the count is fixed when jax is imported, and pytest
 workers have imported it already); the rest runs here, on one device.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -21,6 +22,8 @@ from jaxgrpo import config_lib
 from jaxgrpo import sharding
 from jaxgrpo import train
 from jaxgrpo.configs import demo
+from jaxgrpo.model import config
+from jaxgrpo.model import decoder
 from jaxgrpo.rl import logprobs
 from jaxgrpo.typing import TrainBatch
 from tests import tiny
@@ -233,6 +236,37 @@ class RematTest(parameterized.TestCase):
     np.testing.assert_allclose(got_loss, want_loss, rtol=1e-6)
     for a, b_ in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
       np.testing.assert_allclose(a, b_, rtol=1e-5, atol=1e-7)
+
+  def test_remat_saves_memory(self):
+    # XLA's CPU backend drops jax.checkpoint's optimization barriers and
+    # merges the recomputation back into the forward pass unless it waits
+    # for the cotangent (decoder._after_cotangent): then every mode took the
+    # same memory. Compiled for abstract inputs, nothing runs.
+    cfg = dataclasses.replace(config.ModelConfig.tiny(vocab_size=16),
+                              num_layers=6)
+    graphdef, params = decoder.abstract_params(cfg)
+    b, g, p, t = 2, 4, 32, 64
+    spec = jax.ShapeDtypeStruct
+    batch = TrainBatch(
+        prompt_tokens=spec((b, p), jnp.int32),
+        prompt_mask=spec((b, p), jnp.bool_),
+        completion_tokens=spec((b * g, t), jnp.int32),
+        completion_mask=spec((b * g, t), jnp.bool_),
+        old_logps=spec((b * g, t), jnp.float32),
+        advantages=spec((b * g,), jnp.float32),
+    )
+
+    def temp_bytes(mode):
+      loss = lambda p, b: logprobs.completion_logprobs(
+          graphdef, p, b, remat=mode)[0].sum()
+      compiled = jax.jit(jax.grad(loss)).lower(params, batch).compile()
+      return compiled.memory_analysis().temp_size_in_bytes
+
+    none, full, dots = (temp_bytes(m) for m in ('none', 'full', 'dots'))
+    # Measured: 27.2 MB without remat, 6.6 MB full, 10.8 MB dots.
+    self.assertLess(full, 0.5 * none)
+    self.assertLess(dots, 0.6 * none)
+    self.assertLess(full, dots)
 
 
 class MeshConfigTest(parameterized.TestCase):

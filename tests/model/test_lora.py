@@ -222,6 +222,32 @@ class LoraStepTest(absltest.TestCase):
     self.assertGreater(float(metrics['train/kl']), 0.0)
     self.assertEqual(int(new.step), 1)
 
+  def test_remat_keeps_the_adapter_gradients(self):
+    # Under remat each block runs in a custom_vjp around jax.checkpoint
+    # (decoder._after_cotangent); qwix must still find every projection's
+    # adapter there, and the gradients must not change.
+    graphdef, params = tiny.random_model()
+    lora_graphdef, adapter = lora.attach(
+        graphdef, params, lora.LoraSection(rank=4, alpha=8.0),
+        jax.random.key(1))
+    adapter = _randomized(adapter)
+    batch = _batch(lora_graphdef, train_state_lib.policy_params(
+        adapter, params))
+
+    def grads(remat):
+      loss = lambda a: logprobs.completion_logprobs(
+          lora_graphdef, train_state_lib.policy_params(a, params), batch,
+          remat=remat)[0].sum()
+      return jax.jit(jax.grad(loss))(adapter)
+
+    want = grads('none')
+    self.assertTrue(all(np.abs(x).max() > 0 for x in jax.tree.leaves(want)))
+    for remat in ('full', 'dots'):
+      # The recomputed blocks fuse differently: float32 rounding (measured
+      # up to 1.5e-7 on entries up to 0.37).
+      for x, y in zip(jax.tree.leaves(grads(remat)), jax.tree.leaves(want)):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
 
 if __name__ == '__main__':
   absltest.main()
