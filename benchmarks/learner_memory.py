@@ -27,6 +27,7 @@ compares each variant's first-step loss and gradient norm with the first's.
 
   python benchmarks/learner_memory.py --json benchmarks/results/learner_memory.json
   python benchmarks/learner_memory.py --presets smollm2_135m --steps 0
+  python benchmarks/learner_memory.py --presets smollm2_135m --no-memory --time-batch 2,8,64,128
 """
 
 import argparse
@@ -155,6 +156,8 @@ def main(argv=None) -> int:
                       help='B,G,P,T of the timed steps')
   parser.add_argument('--steps', type=int, default=3,
                       help='timed steps per variant (0: memory only)')
+  parser.add_argument('--no-memory', action='store_true',
+                      help='only time the steps')
   parser.add_argument('--json', help='also write the results here')
   args = parser.parse_args(argv)
   variants = args.variants.split(',')
@@ -170,7 +173,7 @@ def main(argv=None) -> int:
       'batch': shape, 'memory': {}, 'time': None,
   }
   b, g, p, t = shape
-  for name in args.presets.split(','):
+  for name in [] if args.no_memory else args.presets.split(','):
     cfg = model_config.preset(name, dtype=_DTYPES.get(name, 'float32'),
                               param_dtype=_DTYPES.get(name, 'float32'))
     print(f'{name} ({cfg.dtype}), B={b} x G={g}, P={p}, T={t}: '

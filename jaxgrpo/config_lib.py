@@ -69,7 +69,7 @@ class ModelSection(Section, name='model'):
       'none', "recompute activations of each decoder block in the learner's "
       'backward pass: `none`, `full` (keep only block inputs) or `dots` (also '
       'keep matmul outputs without batch dims); less memory, more compute, '
-      'same results; generation never recomputes',
+      'the same gradients up to float rounding; generation never recomputes',
       one_of(decoder.REMAT_POLICIES))
   lora: lora_lib.LoraSection = field(lora_lib.LoraSection)
 
