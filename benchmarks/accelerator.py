@@ -502,7 +502,8 @@ def main(argv=None) -> int:
                                cwd=os.path.dirname(__file__)).stdout.strip(),
       'machine': {'platform': platform.platform(), 'device': kind,
                   'devices': jax.device_count(), 'jax': jax.__version__,
-                  'backend': jax.default_backend()},
+                  'backend': jax.default_backend(),
+                  'xla_flags': os.environ.get('XLA_FLAGS', '')},
       'datasheet': {'hbm_bytes_per_s': bandwidth, 'bf16_flops': peak},
       'args': vars(args),
   }

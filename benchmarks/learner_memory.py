@@ -44,15 +44,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax
-import numpy as np
 
+from benchmarks import lora_memory
 from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import logprobs
-from jaxgrpo.typing import TrainBatch
 
 _MIB = 2**20
 _DTYPES = {'smollm2_135m': 'float32', 'qwen2.5_0.5b': 'bfloat16'}
@@ -75,18 +74,6 @@ def _variant(name: str):
     decoder._after_cotangent, logprobs.LOGITS_CHUNK_BYTES = tie, chunk
 
 
-def _batch(b: int, g: int, p: int, t: int, vocab: int) -> TrainBatch:
-  rng = np.random.default_rng(0)
-  return TrainBatch(
-      prompt_tokens=rng.integers(1, vocab, (b, p)).astype(np.int32),
-      prompt_mask=np.ones((b, p), bool),
-      completion_tokens=rng.integers(1, vocab, (b * g, t)).astype(np.int32),
-      completion_mask=np.ones((b * g, t), bool),
-      old_logps=-rng.uniform(1, 4, (b * g, t)).astype(np.float32),
-      advantages=rng.normal(size=b * g).astype(np.float32),
-  )
-
-
 def _step(graphdef, remat: str):
   optimizer = optimizer_lib.make_optimizer(
       learning_rate=1e-5, warmup_steps=0, total_steps=100, max_grad_norm=1.0)
@@ -102,7 +89,8 @@ def measure_memory(cfg, shape: tuple[int, int, int, int], mode: str) -> dict:
     optimizer, fn = _step(graphdef, remat)
     state = train_state_lib.abstract_train_state(
         graphdef, params, optimizer, keep_reference=False)
-    batch = jax.eval_shape(lambda: _batch(*shape, cfg.vocab_size))
+    batch = jax.eval_shape(
+        lambda: lora_memory.random_batch(*shape, cfg.vocab_size))
     t0 = time.perf_counter()
     use = train_step_lib.memory_use(fn, state, batch,
                                     jax.eval_shape(jax.random.key, 0))
@@ -115,7 +103,7 @@ def time_steps(cfg, shape, variants: list[str], steps: int) -> dict:
   """Median and best step seconds per variant, variants alternated; and
   each one's first-step loss and gradient norm against the first's."""
   graphdef, params = decoder.init_params(cfg, jax.random.key(0))
-  batch = _batch(*shape, cfg.vocab_size)
+  batch = lora_memory.random_batch(*shape, cfg.vocab_size)
   runs, first = {}, {}
   for name in variants:
     with _variant(name) as remat:

@@ -59,8 +59,9 @@ def _bytes(tree) -> int:
              for x in jax.tree.leaves(tree))
 
 
-def _batch(args, vocab: int) -> TrainBatch:
-  b, g, p, t = args.batch_size, args.group_size, args.prompt_len, args.new_tokens
+def random_batch(b: int, g: int, p: int, t: int, vocab: int) -> TrainBatch:
+  """A full batch of B prompts of P random tokens and B x G completions of
+  T, with random old log-probs and advantages (seed 0)."""
   rng = np.random.default_rng(0)
   return TrainBatch(
       prompt_tokens=rng.integers(1, vocab, (b, p)).astype(np.int32),
@@ -99,7 +100,9 @@ def measure_memory(cfg, args, mode: str, beta: float) -> dict:
       cfg, abstract, mode, args.rank, beta)
   state = train_state_lib.abstract_train_state(
       graphdef, trained, optimizer, keep_reference=keep, base=base)
-  batch = jax.eval_shape(lambda: _batch(args, cfg.vocab_size))
+  batch = jax.eval_shape(lambda: random_batch(
+      args.batch_size, args.group_size, args.prompt_len, args.new_tokens,
+      cfg.vocab_size))
   t0 = time.perf_counter()
   use = train_step_lib.memory_use(
       _step_fn(graphdef, base_graphdef, optimizer, beta), state, batch,
@@ -130,7 +133,8 @@ def _available_mib() -> float:
 def time_steps(cfg, args, modes: list[str]) -> dict:
   """Median and best step seconds per mode, modes alternated."""
   params = decoder.init_params(cfg, jax.random.key(0))[1]
-  batch = _batch(args, cfg.vocab_size)
+  batch = random_batch(args.batch_size, args.group_size, args.prompt_len,
+                       args.new_tokens, cfg.vocab_size)
   runs = {}
   for mode in modes:
     graphdef, trained, base, base_graphdef, optimizer, keep = _parts(
