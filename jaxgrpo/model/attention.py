@@ -34,6 +34,15 @@ _MASK_VALUE = -1e30
 # 'auto': 'broadcast' on the CPU, 'einsum' elsewhere. Read at trace time;
 # `jax.clear_caches()` after changing it.
 DECODE_ATTENTION = 'auto'
+# How a pass of several tokens per row (a prefill, the learner's prompt and
+# completion passes) attends: 'einsum' (the scores [B, K, R, T, S] as
+# dot_generals, masked and softmaxed in float32 as whole arrays), or
+# `jax.nn.dot_product_attention` with implementation 'xla' or 'cudnn'.
+# 'cudnn' is a fused kernel on NVIDIA GPUs that never writes the scores to
+# memory; a layer it cannot take (float32, a logit softcap, an odd length
+# or a head dim it has no kernel for) uses 'einsum'. Read at trace time.
+MULTI_TOKEN_ATTENTION = 'einsum'
+MULTI_TOKEN_FORMS = ('einsum', 'xla', 'cudnn')
 
 
 def init_cache(
@@ -195,6 +204,49 @@ def _attend_one(
   return out_BKRH[:, None].astype(v_BSKH.dtype)
 
 
+def _multi_token_form(q_BTNH: jax.Array, s: int,
+                     softcap: float | None) -> str:
+  """`MULTI_TOKEN_ATTENTION`, or 'einsum' where that form cannot take the
+  layer."""
+  form = MULTI_TOKEN_ATTENTION
+  if form not in MULTI_TOKEN_FORMS:
+    raise ValueError(f'attention.MULTI_TOKEN_ATTENTION must be one of '
+                     f'{MULTI_TOKEN_FORMS}, got {form!r}')
+  _, t, _, h = q_BTNH.shape
+  if form != 'einsum' and softcap is not None:
+    return 'einsum'
+  if form == 'cudnn' and not (
+      q_BTNH.dtype in (jnp.bfloat16, jnp.float16) and t % 2 == 0
+      and s % 2 == 0 and h % 8 == 0 and h <= 128):
+    return 'einsum'
+  return form
+
+
+def _attend_many(
+    q_BTNH: jax.Array,
+    k_BSKH: jax.Array,
+    v_BSKH: jax.Array,
+    mask_BTS: jax.Array,
+    scale: float,
+    softcap: float | None,
+) -> jax.Array:
+  """Attention of T queries per row to S keys, [B, T, N, H]."""
+  b, t, n, h = q_BTNH.shape
+  form = _multi_token_form(q_BTNH, k_BSKH.shape[1], softcap)
+  if form != 'einsum':
+    return jax.nn.dot_product_attention(
+        q_BTNH, k_BSKH, v_BSKH, mask=mask_BTS[:, None], scale=scale,
+        implementation=form)
+  q_BTKRH = q_BTNH.reshape(b, t, k_BSKH.shape[2], -1, h) * scale
+  logits_BKRTS = jnp.einsum(
+      'BTKRH,BSKH->BKRTS', q_BTKRH, k_BSKH, preferred_element_type=jnp.float32)
+  logits_BKRTS = _softcap(logits_BKRTS, softcap)
+  logits_BKRTS = jnp.where(mask_BTS[:, None, None], logits_BKRTS, _MASK_VALUE)
+  probs_BKRTS = jax.nn.softmax(logits_BKRTS, axis=-1).astype(v_BSKH.dtype)
+  out_BTKRH = jnp.einsum('BKRTS,BSKH->BTKRH', probs_BKRTS, v_BSKH)
+  return out_BTKRH.reshape(b, t, n, h)
+
+
 class Attention(nnx.Module):
   """Multi-head attention with K <= N kv heads, RoPE, optional bias/q-k norm.
 
@@ -290,23 +342,15 @@ class Attention(nnx.Module):
       v_BSKH = cache['v'].astype(q_BTNH.dtype)
 
     b, t, n, h = q_BTNH.shape
-    q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * self.scale
     if t == 1:
+      q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * self.scale
       attend = (_attend_one if _decode_attention() == 'broadcast'
                 else _attend_one_einsum)
-      out_BTKRH = attend(q_BTKRH, k_BSKH, v_BSKH, mask_BTS, self.softcap)
+      out_BTNH = attend(q_BTKRH, k_BSKH, v_BSKH, mask_BTS,
+                        self.softcap).reshape(b, t, n, h)
     else:
-      logits_BKRTS = jnp.einsum(
-          'BTKRH,BSKH->BKRTS', q_BTKRH, k_BSKH,
-          preferred_element_type=jnp.float32,
-      )
-      logits_BKRTS = _softcap(logits_BKRTS, self.softcap)
-      logits_BKRTS = jnp.where(
-          mask_BTS[:, None, None], logits_BKRTS, _MASK_VALUE
-      )
-      probs_BKRTS = jax.nn.softmax(logits_BKRTS, axis=-1).astype(v_BSKH.dtype)
-      out_BTKRH = jnp.einsum('BKRTS,BSKH->BTKRH', probs_BKRTS, v_BSKH)
+      out_BTNH = _attend_many(q_BTNH, k_BSKH, v_BSKH, mask_BTS, self.scale,
+                              self.softcap)
     out_BTNH = sharding.constrain(
-        out_BTKRH.reshape(b, t, n, h), ('batch', 'length', 'heads', 'head_dim')
-    )
+        out_BTNH, ('batch', 'length', 'heads', 'head_dim'))
     return self.o('BTNH,NHD->BTD', out_BTNH), cache

@@ -1,5 +1,7 @@
 """Tests for the decoder: shapes, causality, caching, variants, presets."""
 
+from unittest import mock
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
@@ -137,6 +139,70 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
             jnp.int32(0))
     finally:
       attention.DECODE_ATTENTION = old
+
+  def _with_form(self, form, fn, *args, trace=jax.jit):
+    """trace(fn)(*args) with attention.MULTI_TOKEN_ATTENTION = form."""
+    old, attention.MULTI_TOKEN_ATTENTION = attention.MULTI_TOKEN_ATTENTION, form
+    try:
+      return trace(fn)(*args)  # a fresh jit: the form is read at trace time
+    finally:
+      attention.MULTI_TOKEN_ATTENTION = old
+
+  def test_multi_token_xla_form_matches_einsum(self):
+    # jax.nn.dot_product_attention's XLA form against ours, with a prefill
+    # into a longer cache (S != T, a padded key and the spare slots masked),
+    # forward and gradients; both in float32, so a tolerance of float
+    # rounding.
+    tokens, positions, _ = _causal_inputs()
+    length = _T + 2
+    key_mask = jnp.arange(length)[None, None] <= jnp.arange(_T)[None, :, None]
+    key_mask = key_mask & (jnp.arange(length) != 1)[None, None]  # a pad key
+    key_mask = key_mask | jnp.eye(_T, length, dtype=bool)[None]  # sees itself
+    key_mask = jnp.broadcast_to(key_mask, (_B, _T, length))
+    cache = attention.init_cache(self.cfg, _B, length)
+
+    def loss(params):
+      logits, new_cache = decoder.forward(self.graphdef, params, tokens,
+                                          positions, key_mask, cache,
+                                          jnp.int32(0))
+      return jax.nn.log_softmax(logits)[..., 5].sum(), (logits, new_cache)
+
+    grad = jax.value_and_grad(loss, has_aux=True)
+    (_, (ref, ref_cache)), ref_g = self._with_form('einsum', grad, self.params)
+    (_, (out, out_cache)), out_g = self._with_form('xla', grad, self.params)
+    np.testing.assert_allclose(out, ref, atol=2e-5, rtol=2e-5)
+    chex.assert_trees_all_close(out_cache, ref_cache, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(out_g), jax.tree.leaves(ref_g)):
+      np.testing.assert_allclose(a, b, atol=1e-4 * (float(jnp.abs(b).max())
+                                                    + 1e-6))
+    # The two forms are different programs, not one taken twice.
+    jaxpr = lambda form: str(self._with_form(
+        form, lambda p: loss(p)[0], self.params, trace=jax.make_jaxpr))
+    self.assertNotEqual(jaxpr('xla'), jaxpr('einsum'))
+
+  def test_cudnn_form_falls_back_where_it_has_no_kernel(self):
+    # float32 has no cuDNN kernel: the 'cudnn' form traces the einsum form
+    # (on any backend), bit for bit.
+    tokens, positions, mask = _causal_inputs()
+    fn = lambda p: decoder.forward(self.graphdef, p, tokens, positions,
+                                   mask)[0]
+    chex.assert_trees_all_equal(self._with_form('cudnn', fn, self.params),
+                                self._with_form('einsum', fn, self.params))
+    form = attention._multi_token_form  # pylint: disable=protected-access
+    q = jnp.zeros((1, 4, 4, 16), jnp.bfloat16)
+    with mock.patch.object(attention, 'MULTI_TOKEN_ATTENTION', 'cudnn'):
+      self.assertEqual(form(q, 6, None), 'cudnn')
+      # A softcap, odd lengths, float32, a head dim without a kernel.
+      for q_, s, cap in ((q, 6, 5.0), (q, 7, None), (q[:, :3], 6, None),
+                         (q.astype(jnp.float32), 6, None),
+                         (jnp.zeros((1, 4, 4, 12), jnp.bfloat16), 6, None)):
+        self.assertEqual(form(q_, s, cap), 'einsum')
+
+  def test_multi_token_form_is_checked(self):
+    tokens, positions, mask = _causal_inputs()
+    with self.assertRaisesRegex(ValueError, 'MULTI_TOKEN_ATTENTION'):
+      self._with_form('flash', lambda p: decoder.forward(
+          self.graphdef, p, tokens, positions, mask)[0], self.params)
 
   def test_cache_requires_index(self):
     tokens, positions, mask = _causal_inputs()

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgrpo.model import attention
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import logprobs
@@ -117,6 +118,28 @@ class CompletionLogprobsTest(parameterized.TestCase):
     np.testing.assert_allclose(got[0], want[0], atol=1e-5)
     np.testing.assert_allclose(got[1], want[1], atol=1e-5)
     self.assertTrue(np.all(np.asarray(got[0])[comp_mask] < 0))
+
+  def test_xla_attention_form_gives_the_same_logprobs_and_gradients(self):
+    # The learner's masks (left-padded prompts, a pad query seeing only
+    # itself, completions over the shared prompt keys) through
+    # jax.nn.dot_product_attention, as the 'cudnn' form takes them on a
+    # GPU; float32 both ways, so float rounding apart.
+    batch = _batch()
+
+    def run(form):
+      def loss(params):
+        logps, entropy = logprobs.completion_logprobs(self.graphdef, params,
+                                                      batch, 0.7)
+        return logps.sum() + 0.1 * entropy.sum(), (logps, entropy)
+      with mock.patch.object(attention, 'MULTI_TOKEN_ATTENTION', form):
+        return jax.jit(jax.value_and_grad(loss, has_aux=True))(self.params)
+
+    (_, want), want_grads = run('einsum')
+    (_, got), got_grads = run('xla')
+    for x, y in zip(got, want):
+      np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+    for x, y in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+      np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
 
   def test_completions_must_fill_groups(self):
     batch = _batch()
