@@ -13,6 +13,7 @@ message, and every message names the key.
 from collections.abc import Callable, Iterable, Iterator
 import dataclasses
 import operator
+import typing
 from typing import Any, ClassVar
 
 from jaxgrpo.errors import ConfigError
@@ -90,7 +91,8 @@ def field(default: Any = dataclasses.MISSING, help: str = '',
 
 class Section:
   """A frozen dataclass of settings that checks them when made: the rules
-  of its fields, then what `_validate` yields; errors name `SECTION.key`."""
+  of its fields, then what `_validate` yields; errors name `SECTION.key`.
+  A list given for a tuple field is kept as a tuple."""
 
   SECTION: ClassVar[str] = ''
 
@@ -102,6 +104,8 @@ class Section:
   def __post_init__(self):
     for f in dataclasses.fields(self):
       value = getattr(self, f.name)
+      if isinstance(value, list) and typing.get_origin(f.type) is tuple:
+        object.__setattr__(self, f.name, value := tuple(value))
       if f.metadata.get('check') and (message := f.metadata['check'](value)):
         fail(f'{self.SECTION}.{f.name}'.lstrip('.'), value, message)
     for key, ok, message in self._validate():

@@ -171,10 +171,6 @@ class VerifySection(Section, name='verify'):
       (), 'modules imported first, and in every worker, to register your '
       'verifiers', checks.names('must be a list of module names'))
 
-  def _validate(self):
-    object.__setattr__(self, 'imports', tuple(self.imports))
-    return iter(())
-
 
 class Config(Section):
   """The whole run's configuration."""

@@ -90,6 +90,16 @@ class ConfigTest(parameterized.TestCase):
     with self.assertRaisesRegex(config_lib.ConfigError, 'rl.num_minibatches'):
       config_lib.from_config_dict(c)
 
+  def test_lists_become_tuples(self):
+    # A config file writes lists; the frozen Config holds tuples.
+    c = demo.get_config().to_dict()
+    c['verify']['imports'] = ['json']
+    c['curriculum']['checkpoints'] = ['a', 'b']
+    cfg = config_lib.from_config_dict(c)
+    self.assertEqual(cfg.verify.imports, ('json',))
+    self.assertEqual(cfg.curriculum.checkpoints, ('a', 'b'))
+    self.assertIsInstance(cfg.data.datasets, tuple)
+
   def test_registered_advantage_can_be_chosen(self):
     name = 'test_config_lib_zero'
     advantages.register_estimator(name)(lambda rewards, eps: rewards * 0)

@@ -73,7 +73,6 @@ class CurriculumSection(checks.Section, name='curriculum'):
           "must be a list of {'step': S, 'weights': {...}} dicts")))
 
   def _validate(self):
-    object.__setattr__(self, 'checkpoints', tuple(self.checkpoints))
     try:
       names = stratum_names(tuple(self.bands))
     except (TypeError, ValueError) as e:
