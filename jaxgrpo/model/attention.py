@@ -10,6 +10,8 @@ cache is a list of those, one per layer. Callers choose where new keys go
 decode are the same code path.
 """
 
+import functools
+
 from flax import nnx
 import jax
 import jax.numpy as jnp
@@ -43,6 +45,15 @@ DECODE_ATTENTION = 'auto'
 # or a head dim it has no kernel for) uses 'einsum'. Read at trace time.
 MULTI_TOKEN_ATTENTION = 'einsum'
 MULTI_TOKEN_FORMS = ('einsum', 'xla', 'cudnn')
+# How a decode step reads an S-slot cache: only its first L slots, L the
+# smallest of DECODE_LIVE_BUCKETS lengths in even steps up to S that holds
+# every slot written so far (the later ones are masked anyway; one
+# conditional per layer and step picks L), or all of it (1). On the CPU a
+# step's time grows with the keys it reads, so 'auto' is 8 there; elsewhere
+# a conditional in the decode loop is unmeasured and 'auto' is 1. Caches of
+# at most LIVE_MIN slots are read whole. Read at trace time.
+DECODE_LIVE_BUCKETS = 'auto'
+LIVE_MIN = 64
 
 
 def init_cache(
@@ -204,6 +215,39 @@ def _attend_one(
   return out_BKRH[:, None].astype(v_BSKH.dtype)
 
 
+def live_lengths(s: int) -> tuple[int, ...]:
+  """The slot counts a decode step may read of an S-slot cache: multiples
+  of a step (itself a multiple of 16, at least LIVE_MIN), then S."""
+  buckets = DECODE_LIVE_BUCKETS
+  if buckets == 'auto':
+    buckets = 8 if jax.default_backend() == 'cpu' else 1
+  if not isinstance(buckets, int) or buckets < 1:
+    raise ValueError('attention.DECODE_LIVE_BUCKETS must be auto or an int '
+                     f'>= 1, got {buckets!r}')
+  if buckets == 1 or s <= LIVE_MIN:
+    return (s,)
+  step = -(-max(LIVE_MIN, -(-s // buckets)) // 16) * 16
+  return tuple(range(step, s, step)) + (s,)
+
+
+def _attend_live(attend, q_B1KRH, k_BSKH, v_BSKH, mask_B1S, live):
+  """`attend` over the first L cache slots only, L the smallest of
+  `live_lengths(S)` that holds the `live` slots written so far.
+
+  The slots past L are masked for every row, so the result is the same up
+  to float rounding (the softmax and the weighted sum add the same terms
+  over a shorter axis)."""
+  sizes = live_lengths(k_BSKH.shape[1])
+  if len(sizes) == 1:
+    return attend(q_B1KRH, k_BSKH, v_BSKH, mask_B1S)
+  branches = [functools.partial(
+      lambda n, q, k, v, m: attend(q, k[:, :n], v[:, :n], m[:, :, :n]), n)
+              for n in sizes]
+  index = jnp.searchsorted(jnp.asarray(sizes, jnp.int32), live)
+  return jax.lax.switch(jnp.minimum(index, len(sizes) - 1), branches,
+                        q_B1KRH, k_BSKH, v_BSKH, mask_B1S)
+
+
 def _multi_token_form(q_BTNH: jax.Array, s: int,
                      softcap: float | None) -> str:
   """`MULTI_TOKEN_ATTENTION`, or 'einsum' where that form cannot take the
@@ -346,8 +390,13 @@ class Attention(nnx.Module):
       q_BTKRH = q_BTNH.reshape(b, t, self.num_kv_heads, -1, h) * self.scale
       attend = (_attend_one if _decode_attention() == 'broadcast'
                 else _attend_one_einsum)
-      out_BTNH = attend(q_BTKRH, k_BSKH, v_BSKH, mask_BTS,
-                        self.softcap).reshape(b, t, n, h)
+      attend = functools.partial(attend, softcap=self.softcap)
+      if cache is not None and k_BSKH.shape[1] == mask_BTS.shape[2]:
+        out_BTNH = _attend_live(attend, q_BTKRH, k_BSKH, v_BSKH, mask_BTS,
+                                jnp.max(cache_index) + 1)
+      else:
+        out_BTNH = attend(q_BTKRH, k_BSKH, v_BSKH, mask_BTS)
+      out_BTNH = out_BTNH.reshape(b, t, n, h)
     else:
       out_BTNH = _attend_many(q_BTNH, k_BSKH, v_BSKH, mask_BTS, self.scale,
                               self.softcap)

@@ -22,6 +22,13 @@ _B, _T = 2, 6
 _forward = jax.jit(decoder.forward, static_argnums=0)
 
 
+def _fresh_forward():
+  """`decoder.forward` jitted anew, to read a module setting that is read
+  at trace time: jax keeps a function's traces by the function, so a new
+  jax.jit of `decoder.forward` itself would reuse the old trace."""
+  return jax.jit(lambda *args: decoder.forward(*args), static_argnums=0)  # pylint: disable=unnecessary-lambda
+
+
 def _causal_inputs(batch: int = _B, length: int = _T):
   tokens = jax.random.randint(jax.random.key(1), (batch, length), 0, 64)
   positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
@@ -112,7 +119,7 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
     # attention.DECODE_ATTENTION is read at trace time: a fresh jit per form.
     tokens, positions, mask = _causal_inputs()
     full, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
-    forward = jax.jit(decoder.forward, static_argnums=0)
+    forward = _fresh_forward()
     cache = attention.init_cache(self.cfg, _B, _T)
     steps = []
     old, attention.DECODE_ATTENTION = attention.DECODE_ATTENTION, form
@@ -132,7 +139,7 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
     old, attention.DECODE_ATTENTION = attention.DECODE_ATTENTION, 'flash'
     try:
       with self.assertRaisesRegex(ValueError, 'DECODE_ATTENTION'):
-        jax.jit(decoder.forward, static_argnums=0)(
+        _fresh_forward()(
             self.graphdef, self.params, *(x[:, :1] for x in
                                           _causal_inputs()[:2]),
             jnp.ones((_B, 1, _T), bool), attention.init_cache(self.cfg, _B, _T),
@@ -141,10 +148,11 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
       attention.DECODE_ATTENTION = old
 
   def _with_form(self, form, fn, *args, trace=jax.jit):
-    """trace(fn)(*args) with attention.MULTI_TOKEN_ATTENTION = form."""
+    """trace(fn)(*args) with attention.MULTI_TOKEN_ATTENTION = form, traced
+    anew (the form is read at trace time; see `_fresh_forward`)."""
     old, attention.MULTI_TOKEN_ATTENTION = attention.MULTI_TOKEN_ATTENTION, form
     try:
-      return trace(fn)(*args)  # a fresh jit: the form is read at trace time
+      return trace(lambda *a: fn(*a))(*args)  # pylint: disable=unnecessary-lambda
     finally:
       attention.MULTI_TOKEN_ATTENTION = old
 
@@ -203,6 +211,61 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'MULTI_TOKEN_ATTENTION'):
       self._with_form('flash', lambda p: decoder.forward(
           self.graphdef, p, tokens, positions, mask)[0], self.params)
+
+  def test_live_lengths(self):
+    lengths = attention.live_lengths
+    with mock.patch.object(attention, 'DECODE_LIVE_BUCKETS', 8):
+      self.assertEqual(lengths(64), (64,))  # at most LIVE_MIN: whole
+      self.assertEqual(lengths(200), (64, 128, 192, 200))
+      self.assertEqual(lengths(640), tuple(range(80, 641, 80)))
+      self.assertEqual(lengths(1000), tuple(range(128, 1000, 128)) + (1000,))
+    with mock.patch.object(attention, 'DECODE_LIVE_BUCKETS', 1):
+      self.assertEqual(lengths(640), (640,))
+    with mock.patch.object(attention, 'DECODE_LIVE_BUCKETS', 'auto'):
+      self.assertLen(lengths(640), 8)  # these tests run on the CPU
+    with mock.patch.object(attention, 'DECODE_LIVE_BUCKETS', 0):
+      with self.assertRaisesRegex(ValueError, 'DECODE_LIVE_BUCKETS'):
+        lengths(640)
+
+  @parameterized.named_parameters(('scalar_index', False),
+                                  ('per_row_index', True))
+  def test_live_reads_match_whole_reads(self, per_row):
+    # 130 tokens decoded one at a time into a 200-slot cache, so that the
+    # steps read 64, 128 and 192 slots of it; per row, the second row sits
+    # 7 slots later (its first 7 slots never written, masked), so a step
+    # reads what the furthest row needs. The same logits as reading the
+    # whole cache up to float rounding, and as the full forward pass.
+    length, total, shift = 200, 130, 7 if per_row else 0
+    tokens, positions, mask = _causal_inputs(length=total)
+    full, _ = _forward(self.graphdef, self.params, tokens, positions, mask)
+    offset = jnp.asarray([0, shift], jnp.int32)
+    slots = jnp.arange(length)
+
+    def decode(buckets):
+      forward = _fresh_forward()
+      cache = attention.init_cache(self.cfg, _B, length)
+      steps = []
+      with mock.patch.object(attention, 'DECODE_LIVE_BUCKETS', buckets):
+        for i in range(total):
+          index = offset + i if per_row else jnp.int32(i)
+          seen = ((slots[None] >= offset[:, None])
+                  & (slots[None] <= (offset + i)[:, None]))
+          logits, cache = forward(
+              self.graphdef, self.params, tokens[:, i:i + 1],
+              positions[:, i:i + 1], seen[:, None], cache, index)
+          steps.append(logits)
+        jaxpr = str(jax.make_jaxpr(
+            lambda *a: decoder.forward(self.graphdef, *a))(
+                self.params, tokens[:, :1], positions[:, :1], seen[:, None],
+                cache, index))
+      return jnp.concatenate(steps, axis=1), jaxpr
+
+    live, live_jaxpr = decode(8)
+    whole, whole_jaxpr = decode(1)
+    self.assertTrue('cond[' in live_jaxpr)  # the switch of read lengths
+    self.assertFalse('cond[' in whole_jaxpr)
+    np.testing.assert_allclose(live, whole, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(live, full, atol=1e-5, rtol=1e-5)
 
   def test_cache_requires_index(self):
     tokens, positions, mask = _causal_inputs()
