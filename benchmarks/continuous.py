@@ -49,6 +49,7 @@ from jaxgrpo import configs
 from jaxgrpo.generate import continuous
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
+from jaxgrpo.model import attention
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import gguf
@@ -149,6 +150,9 @@ def main():
   parser.add_argument('--gsm8k', default=_GSM8K,
                       help='GSM8K train.jsonl, whose lengths are drawn')
   parser.add_argument('--json', help='also write the results here')
+  parser.add_argument('--decode-live-buckets', default='auto',
+                      help='attention.DECODE_LIVE_BUCKETS: auto, or 1 for '
+                      'decode steps that read the whole cache')
   parser.add_argument('--ceilings', default='',
                       help='e.g. 8,16,32,64: print the expected static '
                       'occupancy at these row counts and their inverses, '
@@ -166,6 +170,8 @@ def main():
     sys.exit('--slots must be a multiple of --samples, and --prompts of '
              'slots / samples')
 
+  if args.decode_live_buckets != 'auto':
+    attention.DECODE_LIVE_BUCKETS = int(args.decode_live_buckets)
   if args.model == pretrained.SMOLLM2:
     loaded = pretrained.load(args.model)
     cfg, graphdef, params = loaded.cfg, loaded.graphdef, loaded.params
