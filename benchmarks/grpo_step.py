@@ -60,6 +60,7 @@ from jaxgrpo.example import Example
 from jaxgrpo.generate import continuous
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
+from jaxgrpo.model import attention
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import rollout as rollout_lib
@@ -196,7 +197,12 @@ def main():
       n for n in MODES if n != 'rounds_slow'))
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--json', help='also write the results here')
+  parser.add_argument('--decode-live-buckets', default='auto',
+                      help='attention.DECODE_LIVE_BUCKETS: auto, or 1 for '
+                      'decode steps that read the whole cache')
   args = parser.parse_args()
+  if args.decode_live_buckets != 'auto':
+    attention.DECODE_LIVE_BUCKETS = int(args.decode_live_buckets)
 
   tok = tokenizer_lib.ByteTokenizer()
   cfg = model_config.preset(args.model, vocab_size=tok.vocab_size)
