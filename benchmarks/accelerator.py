@@ -498,6 +498,10 @@ def parser() -> argparse.ArgumentParser:
                       help='logits-cotangent dtypes of the train step to time')
   parser.add_argument('--forms', default='broadcast,einsum',
                       help='decode-attention forms to time')
+  parser.add_argument('--decode-live-buckets', default='auto',
+                      help='attention.DECODE_LIVE_BUCKETS for the decode '
+                      "part: auto (off on accelerators), or 8 to read only "
+                      'the live part of the cache')
   parser.add_argument('--parts', default='ceilings,logits,decode,train')
   parser.add_argument('--trace-to', help='write profiler traces here')
   parser.add_argument('--summarize-trace', nargs='+', metavar='TRACE',
@@ -516,6 +520,9 @@ def main(argv=None) -> int:
       summarize_trace(path)
     return 0
   import jax
+  from jaxgrpo.model import attention
+  if args.decode_live_buckets != 'auto':
+    attention.DECODE_LIVE_BUCKETS = int(args.decode_live_buckets)
   device = jax.devices()[0]
   kind = getattr(device, 'device_kind', str(device))
   bandwidth, peak = _PEAKS.get(kind, (None, None))

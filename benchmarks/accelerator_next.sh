@@ -6,12 +6,14 @@
 #   1. the GRPO train step of the Qwen2.5-0.5B shape (bf16) with its passes'
 #      attention as the einsum form and as cuDNN's fused kernel
 #      (attention.MULTI_TOKEN_ATTENTION), at 128 rows; and last, 256 rows
-#      with cuDNN attention, which ran out of memory before chunked logits,
-#      with remat 'full' and 'none' (does it fit now?);
+#      with cuDNN attention and remat 'full', which ran out of memory
+#      without remat before the logits came in chunks;
 #   2. decode at 64 and 256 slots with XLA's default command buffers, and
 #      with the decode loop's while and conditional ops captured as CUDA
 #      graphs too (the last trace had the device idle 36% of a decode,
-#      between the kernels of each step).
+#      between the kernels of each step); then at 256 slots reading only
+#      the live part of the cache (attention.DECODE_LIVE_BUCKETS = 8, on
+#      by default on the CPU only: a conditional per layer and step).
 #
 #   bash benchmarks/accelerator_next.sh OUT_DIR     # on the device machine
 #
@@ -44,6 +46,8 @@ run() {  # seconds, then the arguments of accelerator.py
     --json "$out/decode.json"
   XLA_FLAGS="$graphs" run 80 --parts decode --slots 64,256 --forms einsum \
     --json "$out/decode_graphs.json"
-  run 160 --parts train --rows 256 --repeats 2 --cotangents compute \
-    --attention cudnn --remat full,none --json "$out/train256.json"
+  run 60 --parts decode --slots 256 --forms einsum --decode-live-buckets 8 \
+    --json "$out/decode_live.json"
+  run 100 --parts train --rows 256 --repeats 2 --cotangents compute \
+    --attention cudnn --remat full --json "$out/train256.json"
 } 2>&1 | tee "$out/log.txt"

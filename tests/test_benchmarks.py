@@ -177,7 +177,7 @@ class AcceleratorBenchmarkTest(absltest.TestCase):
     runs = [shlex.split(line.split(' run ', 1)[1]) for line in
             (' ' + x for x in text.splitlines()) if ' run ' in line
             and '--parts' in line]
-    self.assertLen(runs, 4)
+    self.assertLen(runs, 5)
     for limit, *args in runs:
       parsed = accelerator.parser().parse_args(args)  # exits on a bad flag
       self.assertTrue(parsed.json)
