@@ -243,9 +243,9 @@ def _attend_live(attend, q_B1KRH, k_BSKH, v_BSKH, mask_B1S, live):
   branches = [functools.partial(
       lambda n, q, k, v, m: attend(q, k[:, :n], v[:, :n], m[:, :, :n]), n)
               for n in sizes]
+  # lax.switch clamps an index past the last branch (live > S) to it.
   index = jnp.searchsorted(jnp.asarray(sizes, jnp.int32), live)
-  return jax.lax.switch(jnp.minimum(index, len(sizes) - 1), branches,
-                        q_B1KRH, k_BSKH, v_BSKH, mask_B1S)
+  return jax.lax.switch(index, branches, q_B1KRH, k_BSKH, v_BSKH, mask_B1S)
 
 
 def _multi_token_form(q_BTNH: jax.Array, s: int,
