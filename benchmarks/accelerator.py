@@ -36,7 +36,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -45,6 +44,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
+
+from benchmarks import record
 
 _TINY_SIZES = dict(vocab_size=1024, hidden_size=256, intermediate_size=704,
                    num_hidden_layers=4, num_attention_heads=8,
@@ -528,9 +529,7 @@ def main(argv=None) -> int:
   bandwidth, peak = _PEAKS.get(kind, (None, None))
   result = {
       'command': ' '.join(['python'] + sys.argv),
-      'commit': subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                               capture_output=True, text=True,
-                               cwd=os.path.dirname(__file__)).stdout.strip(),
+      'commit': record.commit(),
       'machine': {'platform': platform.platform(), 'device': kind,
                   'devices': jax.device_count(), 'jax': jax.__version__,
                   'backend': jax.default_backend(),
@@ -544,10 +543,7 @@ def main(argv=None) -> int:
     """Writes what is measured so far (a run stopped at its time limit
     keeps it); `partial`: a part's rows while it runs."""
     if args.json:
-      os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-      with open(args.json + '.tmp', 'w') as f:
-        json.dump({**result, **partial}, f, indent=1)
-      os.replace(args.json + '.tmp', args.json)
+      record.write_json(args.json, {**result, **partial})
 
   parts = args.parts.split(',')
   if 'ceilings' in parts:

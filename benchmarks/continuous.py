@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -45,6 +44,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top
+from benchmarks import record
 from jaxgrpo import configs
 from jaxgrpo.generate import continuous
 from jaxgrpo.generate.generator import Generator
@@ -238,9 +238,7 @@ def report(args, cfg, dist, stop_at, static_s, cont_s, wide_s, s_occ, stats,
   best_s, best_c = min(static_s), min(cont_s)
   result = dict(
       command=' '.join([os.path.basename(sys.executable)] + sys.argv),
-      commit=subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                            capture_output=True, text=True,
-                            cwd=os.path.dirname(__file__)).stdout.strip(),
+      commit=record.commit(),
       machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
                    jax=jax.__version__, backend=jax.default_backend()),
       args=vars(args), repeats_done=len(static_s),
@@ -265,9 +263,7 @@ def report(args, cfg, dist, stop_at, static_s, cont_s, wide_s, s_occ, stats,
         wide_drain_ratio_median=med_s / med_w,
         shrink_ratio_median=med_w / med_c)
   if args.json:
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, 'w') as f:
-      json.dump(result, f, indent=1)
+    record.write_json(args.json, result)
   if not final:
     return
   print(f'useful tokens/s: static {useful / med_s:,.0f} (best '

@@ -16,11 +16,9 @@ reads are faster), and checks that both variants drew the same tokens
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -30,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax
 import numpy as np
 
+from benchmarks import record
 from jaxgrpo.generate import generator as generator_lib
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
@@ -107,9 +106,7 @@ def main(argv=None) -> int:
     parser.error('--rows needs one count per preset')
   result = {
       'command': ' '.join(['python'] + sys.argv),
-      'commit': subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                               capture_output=True, text=True,
-                               cwd=os.path.dirname(__file__)).stdout.strip(),
+      'commit': record.commit(),
       'machine': {'platform': platform.platform(), 'cores': os.cpu_count(),
                   'jax': jax.__version__, 'backend': jax.default_backend()},
       'runs': [],
@@ -123,9 +120,7 @@ def main(argv=None) -> int:
           f'{run["ratio_whole_over_live"]:.2f}x; tokens equal '
           f'{run["tokens_equal"]:.1%}', flush=True)
     if args.json:
-      os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-      with open(args.json, 'w') as f:
-        json.dump(result, f, indent=1)
+      record.write_json(args.json, result)
   return 0
 
 

@@ -36,7 +36,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import zlib
@@ -49,6 +48,7 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks import continuous as continuous_bench
+from benchmarks import record
 from benchmarks import standin_verify
 from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo import train_state as train_state_lib
@@ -245,16 +245,12 @@ def main():
   if args.json:
     result = dict(
         command=' '.join(['python'] + sys.argv),
-        commit=subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                              capture_output=True, text=True,
-                              cwd=_HERE).stdout.strip(),
+        commit=record.commit(),
         machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
                      jax=jax.__version__, backend=jax.default_backend()),
         args=vars(args), params=model_config.param_count(cfg),
         runs=runs, **{k: v for k, v in summary.items() if k != 'lines'})
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, 'w') as f:
-      json.dump(result, f, indent=1)
+    record.write_json(args.json, result)
 
 
 def summarize(runs: dict) -> dict:

@@ -32,10 +32,8 @@ compares each variant's first-step loss and gradient norm with the first's.
 
 import argparse
 import contextlib
-import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
@@ -45,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax
 
 from benchmarks import lora_memory
+from benchmarks import record
 from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
@@ -142,9 +141,7 @@ def main(argv=None) -> int:
   shape = tuple(int(x) for x in args.batch.split(','))
   result = {
       'command': ' '.join(['python'] + sys.argv),
-      'commit': subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                               capture_output=True, text=True,
-                               cwd=os.path.dirname(__file__)).stdout.strip(),
+      'commit': record.commit(),
       'machine': {'platform': platform.platform(), 'cpus': os.cpu_count(),
                   'jax': jax.__version__, 'backend': jax.default_backend()},
       'logits_chunk_bytes': logprobs.LOGITS_CHUNK_BYTES,
@@ -183,9 +180,7 @@ def main(argv=None) -> int:
             f'{row["loss_rel_diff"]:.1e}, {row["grad_norm_rel_diff"]:.1e})',
             flush=True)
   if args.json:
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, 'w') as f:
-      json.dump(result, f, indent=1)
+    record.write_json(args.json, result)
   return 0
 
 

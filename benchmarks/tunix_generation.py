@@ -57,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # pylint: disable=g-import-not-at-top
 import continuous as continuous_bench
+from benchmarks import record
 from jaxgrpo.generate import continuous
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
@@ -213,9 +214,7 @@ def main():
   if args.json:
     result = dict(
         command=' '.join(['python'] + sys.argv),
-        commit=subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                              capture_output=True, text=True,
-                              cwd=os.path.dirname(__file__)).stdout.strip(),
+        commit=record.commit(),
         machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
                      jax=jax.__version__, backend=jax.default_backend(),
                      load_average_1m=load),
@@ -223,9 +222,7 @@ def main():
         params=model_config.param_count(cfg), useful_tokens=useful,
         stop_at=dict(mean=float(stop_at.mean()), max=int(stop_at.max())),
         summary=summary, ratios=ratios, runs=results)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, 'w') as f:
-      json.dump(result, f, indent=1)
+    record.write_json(args.json, result)
 
 
 if __name__ == '__main__':
