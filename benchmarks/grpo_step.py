@@ -11,8 +11,11 @@ benchmarks/continuous.py), forced per prompt and sample by the benchmark
 hook (`stop_at`), so that both modes decode the same lengths for the same
 prompt.
 
-Modes (all on the continuous engine with --slots slots):
+Modes (on the continuous engine with --slots slots, but rounds_static):
   rounds:            rollout.collect=rounds, round size --round-size;
+  rounds_static:     the same on the static engine (`Generator`: a round's
+    R * G rows decode until its longest ends), as dynamic sampling runs
+    elsewhere;
   streaming:         rollout.collect=streaming (verify_overlap 2);
   streaming_keep:    the same with rollout.in_flight=keep: groups still
     decoding when a step's batch is full are taken up by the next step
@@ -70,6 +73,7 @@ _GSM8K = continuous_bench._GSM8K  # pylint: disable=protected-access
 # name: (collect, slow verifier, verify_overlap, in_flight)
 MODES = {
     'rounds': ('rounds', False, 0, 'discard'),
+    'rounds_static': ('rounds', False, 0, 'discard'),
     'streaming': ('streaming', False, 2, 'discard'),
     'streaming_keep': ('streaming', False, 2, 'keep'),
     'rounds_slow': ('rounds', True, 0, 'discard'),
@@ -105,6 +109,20 @@ class ForcedRounds(continuous.ContinuousGenerator):
     return out
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ForcedStatic(Generator):
+  """The static engine with the forced lengths, for rounds."""
+
+  hook: LengthHook | None = None
+
+  def generate(self, params, tokens, mask, rng, **kwargs):
+    stop = self.hook(np.asarray(tokens)).reshape(-1)
+    out = super().generate(params, tokens, mask, rng, stop_at=stop, **kwargs)
+    # The decode loop runs until its longest row ends.
+    self.hook.decode_steps += int(np.asarray(out.lengths).max())
+    return out
+
+
 def make_mode(name, args, graphdef, params, gen, examples, lengths):
   """(rollout, train state, step fn, scorer) of one mode."""
   collect, slow, overlap, in_flight = MODES[name]
@@ -117,12 +135,16 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       batch_size=args.batch, group_size=args.group,
       round_size=args.round_size, max_rounds=args.max_rounds,
       max_prompt_len=args.prompt_width, long_prompts='truncate',
-      engine='continuous', collect=collect, verify_overlap=overlap,
-      in_flight=in_flight)
+      engine='static' if name == 'rounds_static' else 'continuous',
+      collect=collect, verify_overlap=overlap, in_flight=in_flight,
+      train_lengths=args.train_lengths)
   engine_kw = dict(generator=gen, slots=args.slots, chunk=args.chunk,
                    buckets=())  # one prefill width: no compiles mid-run
   hook = LengthHook(lengths, args.group)
-  if collect == 'rounds':
+  if name == 'rounds_static':
+    engine = ForcedStatic(hook=hook, **{
+        f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)})
+  elif collect == 'rounds':
     engine = ForcedRounds(hook=hook, **engine_kw)
   else:
     engine = continuous.ContinuousGenerator(**engine_kw)
@@ -158,10 +180,12 @@ def run_step(mode, step: int) -> dict:
   res = mode['rollout'].collect(mode['state'].params,
                                 jax.random.fold_in(jax.random.key(1), step),
                                 step)
+  t1 = time.perf_counter()
   if res.batch is not None:
     mode['state'], metrics = mode['step_fn'](
         mode['state'], res.batch, jax.random.fold_in(jax.random.key(2), step))
     jax.block_until_ready(metrics)
+  train_s = time.perf_counter() - t1
   m = res.metrics
   keep = ('rollout/prompts_generated', 'rollout/groups_used',
           'rollout/groups_easy', 'rollout/groups_hard', 'rollout/rounds',
@@ -176,7 +200,9 @@ def run_step(mode, step: int) -> dict:
            else mode['hook'].decode_steps)
   return dict(seconds=time.perf_counter() - t0,
               cpu_seconds=time.process_time() - cpu0, decode_steps=steps,
-              updated=res.batch is not None,
+              updated=res.batch is not None, train_s=train_s,
+              train_length=(res.batch.completion_tokens.shape[1]
+                            if res.batch is not None else 0),
               **{k.split('/')[1]: m[k] for k in keep if k in m})
 
 
@@ -194,7 +220,11 @@ def main():
   parser.add_argument('--steps', type=int, default=2)
   parser.add_argument('--verify-workers', type=int, default=8)
   parser.add_argument('--modes', default=','.join(
-      n for n in MODES if n != 'rounds_slow'))
+      n for n in MODES if n not in ('rounds_slow', 'rounds_static')))
+  parser.add_argument('--train-lengths', type=int,
+                      default=rollout_lib.RolloutConfig.train_lengths,
+                      help='rollout.train_lengths (1: the train batch is '
+                      'always padded to --max-new)')
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--json', help='also write the results here')
   parser.add_argument('--decode-live-buckets', default='auto',
@@ -230,7 +260,8 @@ def main():
         r = run_step(modes[n], step)
         runs[n].append(r)
         print(f'step {step} {n:24s} {r["seconds"]:6.1f}s (cpu '
-              f'{r["cpu_seconds"]:.1f}s, {r["decode_steps"]} decode steps)'
+              f'{r["cpu_seconds"]:.1f}s, {r["decode_steps"]} decode steps, '
+              f'train {r["train_s"]:.1f}s at T={r["train_length"]})'
               f'  generated '
               f'{r["prompts_generated"]:.0f} groups, {r["tokens_generated"]:.0f}'
               f' tokens (wasted {r["tokens_wasted"]:.0f}), used '
@@ -271,6 +302,8 @@ def summarize(runs: dict) -> dict:
         f'scored groups; tokens wasted {sum(r["tokens_wasted"] for r in timed):.0f}'
         f' of {sum(r["tokens_generated"] for r in timed):.0f}')
   pairs = {'streaming_vs_rounds': ('rounds', 'streaming'),
+           'streaming_vs_rounds_static': ('rounds_static', 'streaming'),
+           'rounds_vs_rounds_static': ('rounds_static', 'rounds'),
            'streaming_vs_rounds_slow': ('rounds_slow',
                                         'streaming_slow_overlap'),
            'overlap_vs_none': ('streaming_slow_none',

@@ -52,6 +52,7 @@ POLICY = {
     'data.datasets[].snooze_factor': REFUSE,
     'data.datasets[].verifier': NOTICE,
     'rollout': REFUSE,
+    'rollout.train_lengths': FREE,
     'sampler': REFUSE,
     'rl': REFUSE,
     'rl.max_nonfinite_steps': FREE,

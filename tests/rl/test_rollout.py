@@ -1,9 +1,13 @@
 """Tests for dynamic sampling, driven by the scripted generator."""
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import numpy as np
+import optax
 
+from jaxgrpo import train_state as train_state_lib
+from jaxgrpo import train_step as train_step_lib
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
 from jaxgrpo.data import tokenizer as tokenizer_lib
@@ -14,6 +18,7 @@ from jaxgrpo.rl import rounds
 from jaxgrpo.sim import standins
 from jaxgrpo.verifiers import pool as verifier_pool
 from tests import scripted
+from tests import tiny
 
 G = 4
 
@@ -342,6 +347,107 @@ class RoundFunctionTest(absltest.TestCase):
     # The outcomes reached the sampler's tables.
     self.assertEqual(int(sampler.tables[0].get_state()['trials'].sum()),
                      4 * G)
+
+
+def _groups(n, t, lengths, seed=0):
+  """n groups of G completions over a 16-token vocabulary, right-padded to t:
+  completion i of group b has lengths[b][i] valid tokens."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for b in range(n):
+    mask = np.arange(t)[None] < np.asarray(lengths[b])[:, None]
+    out.append(rounds.Group(
+        example=Example(id=f'd/{b}', prompt='', answer='', dataset='d'),
+        prompt_tokens=np.r_[0, rng.integers(3, 16, 5)].astype(np.int32),
+        prompt_mask=np.r_[False, np.ones(5, bool)],
+        completion_tokens=np.where(mask, rng.integers(2, 16, (G, t)),
+                                   0).astype(np.int32),
+        completion_mask=mask,
+        old_logps=np.where(mask, -rng.uniform(0.5, 3.0, (G, t)),
+                           0.0).astype(np.float32),
+        rewards=rng.integers(0, 2, G).astype(np.float32)))
+  return out
+
+
+class AssembleTest(parameterized.TestCase):
+  """The train batch's completion axis is cut to the lengths in use."""
+
+  def _cfg(self, train_lengths, b=2):
+    return rollout_lib.RolloutConfig(batch_size=b, group_size=G,
+                                     train_lengths=train_lengths)
+
+  def test_train_lengths(self):
+    self.assertEqual(rollout_lib.train_lengths(512, 4), (128, 256, 384, 512))
+    self.assertEqual(rollout_lib.train_lengths(512, 1), (512,))
+    # Steps of at least 64 tokens, in multiples of 16.
+    self.assertEqual(rollout_lib.train_lengths(130, 4), (64, 128, 130))
+    self.assertEqual(rollout_lib.train_lengths(300, 3), (112, 224, 300))
+    self.assertEqual(rollout_lib.train_lengths(64, 8), (64,))
+    self.assertEqual(rollout_lib.train_lengths(6, 4), (6,))
+
+  def test_cuts_only_padding(self):
+    lengths = [[5, 70, 12, 1], [30, 2, 9, 40]]
+    groups = _groups(2, 160, lengths)
+    cut = rollout_lib.assemble(groups, self._cfg(4), pad_id=0)
+    whole = rollout_lib.assemble(groups, self._cfg(1), pad_id=0)
+    self.assertEqual(whole.completion_tokens.shape, (2 * G, 160))
+    # The longest completion (70) fits the second of (64, 128, 160).
+    self.assertEqual(cut.completion_tokens.shape, (2 * G, 128))
+    for name in ('completion_tokens', 'completion_mask', 'old_logps'):
+      np.testing.assert_array_equal(getattr(cut, name),
+                                    getattr(whole, name)[:, :128], name)
+    self.assertFalse(whole.completion_mask[:, 128:].any())
+    self.assertFalse(whole.old_logps[:, 128:].any())
+    for name in ('prompt_tokens', 'prompt_mask', 'advantages'):
+      np.testing.assert_array_equal(getattr(cut, name), getattr(whole, name))
+    # A completion that reaches T keeps it whole; an empty batch keeps the
+    # shortest length.
+    full = rollout_lib.assemble(_groups(2, 160, [[160, 1, 1, 1]] * 2),
+                                self._cfg(4), pad_id=0)
+    self.assertEqual(full.completion_tokens.shape, (2 * G, 160))
+    empty = rollout_lib.assemble(_groups(1, 160, [[0] * G]), self._cfg(4),
+                                 pad_id=0)
+    self.assertEqual(empty.completion_tokens.shape, (2 * G, 64))
+
+  @parameterized.parameters('token_mean', 'seq_mean_token_mean', 'dr_grpo')
+  def test_cut_batch_trains_as_the_padded_one(self, loss_agg):
+    # The same update from the cut batch as from the one padded to T: the
+    # cut columns are padding, which no loss or metric counts (dr_grpo
+    # divides by T from the config, not by the batch's length). Plain SGD
+    # with a unit rate, so that the params move by the gradients (Adam's
+    # first step, g / (|g| + eps), would magnify float rounding in gradients
+    # near eps).
+    graphdef, params = tiny.random_model()
+    groups = _groups(2, 130, [[5, 50, 12, 1], [30, 2, 9, 40]], seed=1)
+    optimizer = optax.sgd(1.0)
+    step_fn = train_step_lib.make_train_step(
+        graphdef=graphdef, optimizer=optimizer,
+        loss_cfg=train_step_lib.LossConfig(loss_agg=loss_agg,
+                                           max_completion_len=130),
+        num_minibatches=2)
+    out = {}
+    for n in (1, 4):
+      batch = rollout_lib.assemble(groups, self._cfg(n), pad_id=0)
+      state = train_state_lib.create_train_state(
+          graphdef, jax.tree.map(np.array, params), optimizer,
+          keep_reference=False)
+      out[n] = step_fn(state, jax.tree.map(np.array, batch),
+                       jax.random.key(3))
+    self.assertEqual(rollout_lib.assemble(groups, self._cfg(4), 0)
+                     .completion_tokens.shape[1], 64)
+    (state_t, metrics_t), (state_c, metrics_c) = out[1], out[4]
+    self.assertGreater(float(metrics_t['train/grad_norm']), 0.0)
+    for k in metrics_t:
+      np.testing.assert_allclose(metrics_c[k], metrics_t[k], rtol=2e-5,
+                                 atol=1e-7, err_msg=k)
+    # float32 rounding: summed in another order over the other length, a
+    # gradient entry moves by up to ~6e-5 of its tensor's largest (dr_grpo's
+    # gradients are the smallest); padding the same groups to 200 or 256
+    # instead of 130 moves them as much.
+    def close(a, b, p):
+      da, db = np.asarray(a - p), np.asarray(b - p)
+      np.testing.assert_allclose(da, db, atol=1e-4 * np.abs(db).max())
+    jax.tree.map(close, state_c.params, state_t.params, params)
 
 
 if __name__ == '__main__':
