@@ -135,6 +135,7 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       batch_size=args.batch, group_size=args.group,
       round_size=args.round_size, max_rounds=args.max_rounds,
       max_prompt_len=args.prompt_width, long_prompts='truncate',
+      max_new_tokens=args.max_new,
       engine='static' if name == 'rounds_static' else 'continuous',
       collect=collect, verify_overlap=overlap, in_flight=in_flight,
       train_lengths=args.train_lengths)
@@ -164,8 +165,23 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
   step_fn = train_step_lib.make_train_step(
       graphdef=graphdef, optimizer=optimizer,
       loss_cfg=train_step_lib.LossConfig(temperature=1.0))
+  warm_train_lengths(step_fn, state, cfg)
   return dict(rollout=rollout, state=state, step_fn=step_fn, scorer=scorer,
               hook=hook, slots=engine_kw['slots'])
+
+
+def warm_train_lengths(step_fn, state, cfg) -> None:
+  """Compiles the train step for each completion length a batch may be
+  cut to (`rollout.train_lengths`), so that no timed step compiles one."""
+  b, n = cfg.batch_size, cfg.batch_size * cfg.group_size
+  for t in rollout_lib.train_lengths(cfg.max_new_tokens, cfg.train_lengths):
+    batch = train_step_lib.abstract_batch(b, cfg.group_size,
+                                          cfg.max_prompt_len, t)
+    batch = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), batch)
+    assert batch.completion_tokens.shape == (n, t)
+    # The step donates its state: give it a copy.
+    jax.block_until_ready(step_fn(jax.tree.map(lambda x: x.copy(), state),
+                                  batch, jax.random.key(0)))
 
 
 def run_step(mode, step: int) -> dict:
