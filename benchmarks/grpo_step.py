@@ -4,12 +4,13 @@ Each mode runs the real rollout (`Rollout.for_model` over a
 `MixtureSampler` of GSM8K's training questions, byte-tokenised and cut to
 --prompt-width) and the jitted GRPO train step on a random-init
 --model. Rewards come from a stand-in verifier
-(benchmarks/standin_verify.py) that makes about 30% of groups informative,
-the same groups on every run. Completion lengths are GSM8K's gold-solution
-lengths (SmolLM2 tokens + stop, capped at --max-new; see
-benchmarks/continuous.py), forced per prompt and sample by the benchmark
-hook (`stop_at`), so that both modes decode the same lengths for the same
-prompt.
+(benchmarks/standin_verify.py) that makes about 30% of groups informative.
+Completion lengths are GSM8K's gold-solution lengths (SmolLM2 tokens +
+stop, capped at --max-new; see benchmarks/continuous.py), forced per
+prompt and sample by the benchmark hook (`stop_at`), so that every mode
+decodes the same lengths for the same prompt; and the verifier sees a
+completion as its length (`LengthTokenizer`), so that every mode meets the
+same rewards for the same prompt, whatever tokens its engine drew.
 
 Modes (on the continuous engine with --slots slots, but rounds_static):
   rounds:            rollout.collect=rounds, round size --round-size;
@@ -80,6 +81,22 @@ MODES = {
     'streaming_slow_none': ('streaming', True, 0, 'discard'),
     'streaming_slow_overlap': ('streaming', True, 2, 'discard'),
 }
+
+
+class LengthTokenizer(tokenizer_lib.ByteTokenizer):
+  """The byte tokenizer, but a completion decodes to one 'x' per token
+  before its stop token: the stand-in verifier then rewards a sample by
+  its forced length alone, which the hook draws per prompt and sample, so
+  every mode meets the same rewards for the same prompt, whatever tokens
+  its engine drew."""
+
+  def decode(self, ids) -> str:
+    n = 0
+    for i in ids:
+      if int(i) == self.EOS:
+        break
+      n += 1
+    return 'x' * n
 
 
 class LengthHook:
@@ -154,7 +171,7 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       workers=args.verify_workers if slow else 0,
       imports=('benchmarks.standin_verify',))
   rollout = rollout_lib.Rollout.for_model(
-      cfg, sampler, tokenizer_lib.ByteTokenizer(), engine, scorer,
+      cfg, sampler, LengthTokenizer(), engine, scorer,
       stop_at=hook)
   optimizer = optimizer_lib.make_optimizer(
       learning_rate=1e-5, warmup_steps=0, total_steps=1000,
