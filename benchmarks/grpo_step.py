@@ -263,7 +263,12 @@ def main():
   parser.add_argument('--decode-live-buckets', default='auto',
                       help='attention.DECODE_LIVE_BUCKETS: auto, or 1 for '
                       'decode steps that read the whole cache')
+  parser.add_argument('--summarize', metavar='JSON',
+                      help="print the summary of a JSON's runs and exit")
   args = parser.parse_args()
+  if args.summarize:
+    resummarize(args.summarize)
+    return
   if args.decode_live_buckets != 'auto':
     attention.DECODE_LIVE_BUCKETS = int(args.decode_live_buckets)
 
@@ -345,14 +350,52 @@ def summarize(runs: dict) -> dict:
   ratios = {}
   for k, (a, b) in pairs.items():
     if a in med and b in med:
+      ta, tb = runs[a][1:], runs[b][1:]
+      # Rounds on either engine meet the same prompts step by step.
+      paired = {a, b} <= {'rounds', 'rounds_static'}
+      low, high = _interval(ta, tb, paired)
       ratios[k] = dict(wall=med[a] / med[b], cpu=cpu[a] / cpu[b],
-                       decode_steps=steps[a] / steps[b])
-      lines.append(f'{k}: {ratios[k]["wall"]:.2f}x wall, '
+                       decode_steps=steps[a] / steps[b],
+                       per_update=per_update(ta) / per_update(tb),
+                       per_update_95=[low, high], paired=paired)
+      if 'train_s' in ta[0]:  # JSONs before it have no train time
+        ratios[k]['train'] = (per_update(ta, 'train_s')
+                              / max(per_update(tb, 'train_s'), 1e-9))
+      lines.append(f'{k}: {ratios[k]["per_update"]:.2f}x wall per update '
+                   f'(95% {low:.2f}-{high:.2f}, '
+                   f'{"paired" if paired else "unpaired"} bootstrap over '
+                   f'steps); medians {ratios[k]["wall"]:.2f}x wall, '
                    f'{ratios[k]["cpu"]:.2f}x cpu, '
                    f'{ratios[k]["decode_steps"]:.2f}x decode steps')
   return dict(median_s=med, median_cpu_s=cpu, median_decode_steps=steps,
+              per_update_s={n: per_update(rs[1:]) for n, rs in runs.items()},
               ratios=ratios, lines=lines)
 
+
+def per_update(steps: list, key: str = 'seconds') -> float:
+  """Seconds (of `key`) over the steps, per update they took."""
+  return (sum(r[key] for r in steps)
+          / max(1, sum(bool(r['updated']) for r in steps)))
+
+
+def _interval(a: list, b: list, paired: bool, n: int = 4000):
+  """95% bootstrap interval of per_update(a) / per_update(b), resampling
+  steps (the same ones of both where `paired`)."""
+  rng = np.random.default_rng(0)
+  out = []
+  for _ in range(n):
+    i = rng.integers(0, len(a), len(a))
+    j = i if paired else rng.integers(0, len(b), len(b))
+    out.append(per_update([a[k] for k in i]) / per_update([b[k] for k in j]))
+  return tuple(float(x) for x in np.percentile(out, [2.5, 97.5]))
+
+
+def resummarize(path: str) -> None:
+  """Prints the summary of a committed JSON's runs, from its raw steps."""
+  with open(path) as f:
+    runs = json.load(f)['runs']
+  for line in summarize(runs)['lines']:
+    print(line)
 
 if __name__ == '__main__':
   main()

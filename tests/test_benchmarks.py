@@ -97,6 +97,14 @@ class GrpoStepBenchmarkTest(absltest.TestCase):
         # 24 tokens at most: one length, never cut.
         self.assertIn(run['train_length'], (0, 24))
     self.assertEqual(set(result['ratios']), {'streaming_vs_rounds_static'})
+    ratio = result['ratios']['streaming_vs_rounds_static']
+    low, high = ratio['per_update_95']
+    self.assertLessEqual(low, high)
+    self.assertFalse(ratio['paired'])
+    # The summary comes back from the JSON's raw steps alone.
+    again = _script('grpo_step.py', '--summarize', path)
+    self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+    self.assertIn(f'{ratio["per_update"]:.2f}x wall per update', again.stdout)
 
 
 class DefaultEngineBenchmarkTest(absltest.TestCase):
