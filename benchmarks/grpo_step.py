@@ -263,8 +263,9 @@ def main():
   parser.add_argument('--decode-live-buckets', default='auto',
                       help='attention.DECODE_LIVE_BUCKETS: auto, or 1 for '
                       'decode steps that read the whole cache')
-  parser.add_argument('--summarize', metavar='JSON',
-                      help="print the summary of a JSON's runs and exit")
+  parser.add_argument('--summarize', metavar='JSON', nargs='+',
+                      help="print the summary of a JSON's runs (of two: "
+                      'also their per-update ratios) and exit')
   args = parser.parse_args()
   if args.summarize:
     resummarize(args.summarize)
@@ -390,12 +391,29 @@ def _interval(a: list, b: list, paired: bool, n: int = 4000):
   return tuple(float(x) for x in np.percentile(out, [2.5, 97.5]))
 
 
-def resummarize(path: str) -> None:
-  """Prints the summary of a committed JSON's runs, from its raw steps."""
-  with open(path) as f:
-    runs = json.load(f)['runs']
-  for line in summarize(runs)['lines']:
-    print(line)
+def resummarize(paths: list) -> None:
+  """Prints the summary of committed JSONs' runs, from their raw steps;
+  of two, also each mode's seconds per update in the second over the
+  first, as first / second (whole step and train step)."""
+  runs = []
+  for path in paths:
+    with open(path) as f:
+      runs.append(json.load(f)['runs'])
+    print(f'{path}:')
+    for line in summarize(runs[-1])['lines']:
+      print('  ' + line)
+  if len(runs) == 2:
+    a, b = runs
+    for n in [n for n in a if n in b]:
+      ta, tb = a[n][1:], b[n][1:]
+      same = [r['tokens_generated'] for r in ta] == [
+          r['tokens_generated'] for r in tb]
+      print(f'{n}: first / second per update: step '
+            f'{per_update(ta) / per_update(tb):.2f}x, train step '
+            f'{per_update(ta, "train_s") / per_update(tb, "train_s"):.2f}x '
+            f'({per_update(ta, "train_s"):.2f} s -> '
+            f'{per_update(tb, "train_s"):.2f} s); '
+            f'{"the same" if same else "other"} draws')
 
 if __name__ == '__main__':
   main()

@@ -102,9 +102,11 @@ class GrpoStepBenchmarkTest(absltest.TestCase):
     self.assertLessEqual(low, high)
     self.assertFalse(ratio['paired'])
     # The summary comes back from the JSON's raw steps alone.
-    again = _script('grpo_step.py', '--summarize', path)
+    again = _script('grpo_step.py', '--summarize', path, path)
     self.assertEqual(again.returncode, 0, again.stderr[-3000:])
     self.assertIn(f'{ratio["per_update"]:.2f}x wall per update', again.stdout)
+    self.assertIn('streaming: first / second per update: step 1.00x, '
+                  'train step 1.00x', again.stdout)
 
 
 class DefaultEngineBenchmarkTest(absltest.TestCase):

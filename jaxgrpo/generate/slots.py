@@ -214,10 +214,35 @@ def prefill(
     )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=3)
+# Resumed samples are prefilled to one of RESUME_WIDTHS widths (tokens so
+# far), steps of at least RESUME_MIN tokens up to T - 1 (`resume_width`).
+RESUME_WIDTHS = 4
+RESUME_MIN = 64
+
+
+def lengths_up_to(t: int, n: int, minimum: int) -> tuple[int, ...]:
+  """n lengths at most, up to t: multiples of a step (at least `minimum`,
+  a multiple of 16 or of `minimum` below 16), then t itself."""
+  if n == 1 or t <= minimum:
+    return (t,)
+  align = min(16, minimum)
+  step = -(-max(minimum, -(-t // n)) // align) * align
+  return tuple(range(step, t, step)) + (t,)
+
+
+def resume_width(t: int, longest: int) -> int:
+  """Generated columns `resume` prefills for samples of at most `longest`
+  tokens so far, with T = t: the smallest of `lengths_up_to(t - 1,
+  RESUME_WIDTHS, RESUME_MIN)` that holds the longest's first L - 1."""
+  return next(w for w in lengths_up_to(t - 1, RESUME_WIDTHS, RESUME_MIN)
+              if w >= longest - 1)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=4)
 def resume(
     gen: Generator,
     mesh: sharding.MeshContext | None,
+    width: int,
     params: nnx.State,
     slots: Slots,
     rs: Resume,
@@ -225,27 +250,32 @@ def resume(
   """Rebuilds A part-way samples' caches under `params` into their slots.
 
   Each sample's prompt and first L - 1 tokens are prefilled as one
-  sequence of C = P_max + T - 1 columns (prompt in [0, P_max), token i at
-  P_max + i), so the slot's cache holds their keys and values under the
-  current params; its token L - 1 is fed next, at column P_max + L - 1,
-  and its token L draws with the key of column L, as if never stopped.
-  Cost: one forward over C positions per sample, whatever its L.
+  sequence of P_max + `width` columns (prompt in [0, P_max), token i at
+  P_max + i; `width` >= L - 1 for every sample, from `resume_width`), so
+  the slot's cache holds their keys and values under the current params
+  (its columns past them empty); its token L - 1 is fed next, at column
+  P_max + L - 1, and its token L draws with the key of column L, as if
+  never stopped. Cost: one forward over P_max + `width` positions per
+  sample; one compilation per width.
   """
   with sharding.activate(mesh):
     model = nnx.merge(gen.graphdef, params)
     a, p = rs.prompt_tokens.shape
-    c = slots.key_mask.shape[1]
-    t = gen.max_new_tokens
-    tokens_AC = jnp.concatenate([rs.prompt_tokens, rs.tokens[:, :t - 1]], 1)
+    full = slots.key_mask.shape[1]
+    c = p + width
+    tokens_AC = jnp.concatenate([rs.prompt_tokens, rs.tokens[:, :width]], 1)
     real_AC = jnp.concatenate(
         [rs.prompt_mask.astype(bool),
-         jnp.arange(t - 1)[None] < rs.lengths[:, None] - 1], 1)
+         jnp.arange(width)[None] < rs.lengths[:, None] - 1], 1)
     positions_AC = jnp.maximum(
         jnp.cumsum(real_AC, axis=1, dtype=jnp.int32) - 1, 0)
     mask_ACC = jnp.tril(jnp.ones((c, c), bool))[None] & real_AC[:, None, :]
     _, cache = model.backbone(
         model.embed(tokens_AC.astype(jnp.int32)), positions_AC, mask_ACC,
         attention.init_cache(gen.model_cfg, a, c), jnp.int32(0))
+    cache = jax.tree.map(
+        lambda x: jnp.pad(x, ((0, 0), (0, full - c), (0, 0), (0, 0))), cache)
+    real_AC = jnp.pad(real_AC, ((0, 0), (0, full - c)))
     put = lambda old, new: old.at[rs.slot].set(new, mode='drop')
     last_A = jnp.take_along_axis(rs.tokens, rs.lengths[:, None] - 1, 1)[:, 0]
     return _constrain(slots.replace(

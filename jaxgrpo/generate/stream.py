@@ -21,7 +21,8 @@ tokens do not depend on its slot, its batch-mates or when it was added.
 The admission plan depends only on what was added and on the gathered
 `active` flags, so every process of a multi-process run makes the same
 decisions. Compilations: those of `ContinuousGenerator` for the same
-prompt width, minus `flush`, plus one `slots.resume` when samples resume.
+prompt width, minus `flush`, plus one `slots.resume` per width
+(`slots.resume_width`: at most `slots.RESUME_WIDTHS`) when samples resume.
 """
 
 import collections
@@ -277,8 +278,9 @@ class SlotStream:
           lengths=np.array(cols[5], np.int32),
           keys=np.stack(cols[6]).astype(np.uint32),
           stop_at=np.array(cols[7], np.int32)))
+      width = slots_lib.resume_width(t, max(int(n) for n in cols[5]))
       self._state = slots_lib.resume(self.engine.generator, self._mesh,
-                                     self.params, self._state, rs)
+                                     width, self.params, self._state, rs)
 
   def _prefill(self, prompts: set[int]) -> None:
     """Prefills `prompts` into free stash entries, a few per call."""

@@ -29,6 +29,7 @@ from jaxgrpo.checks import in_range, one_of, rule
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import continuous
+from jaxgrpo.generate import slots as slots_lib
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.rl import accumulate
 from jaxgrpo.rl import advantages as advantages_lib
@@ -337,10 +338,7 @@ def train_lengths(t: int, n: int) -> tuple[int, ...]:
   """The completion lengths a train batch may have (`rollout.train_lengths`
   = n, T = t): multiples of a step (a multiple of 16, at least
   TRAIN_LENGTH_MIN), then T."""
-  if n == 1 or t <= TRAIN_LENGTH_MIN:
-    return (t,)
-  step = -(-max(TRAIN_LENGTH_MIN, -(-t // n)) // 16) * 16
-  return tuple(range(step, t, step)) + (t,)
+  return slots_lib.lengths_up_to(t, n, TRAIN_LENGTH_MIN)
 
 
 def assemble(groups: Sequence[rounds_lib.Group], cfg: RolloutConfig,

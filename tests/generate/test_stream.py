@@ -5,6 +5,8 @@ generator's (tolerance as in test_continuous: equal tokens, log-probs
 within 1e-5), whenever its prompt was added and whatever slot it took.
 """
 
+from unittest import mock
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -12,6 +14,7 @@ import numpy as np
 
 from jaxgrpo.generate import continuous
 from jaxgrpo.generate import keys
+from jaxgrpo.generate import slots as slots_lib
 from jaxgrpo.generate import stream as stream_lib
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
@@ -72,12 +75,24 @@ class SlotStreamTest(parameterized.TestCase):
     self.assertEqual(s.busy_slot_steps + tc.B * tc.G, int(lengths.sum()))
     self.assertEqual(s.in_flight(), {})
 
-  @parameterized.parameters(0.0, 1.0)
-  def test_resumed_samples_match_an_uninterrupted_decode(self, temperature):
+  @parameterized.parameters((0.0, 64), (1.0, 64), (0.0, 4), (1.0, 4))
+  def test_resumed_samples_match_an_uninterrupted_decode(self, temperature,
+                                                         resume_min):
     # A session stopped after two chunks hands its unfinished samples to a
     # new session (same params), which rebuilds their caches and decodes
     # on: every sample equals the static generator's, the resumed ones
-    # included, since token t draws with the key of position t.
+    # included, since token t draws with the key of position t. With
+    # steps of 4 tokens (T = 12: widths 4, 8, 11) the caches are rebuilt
+    # from prefills of the tokens so far, not of T - 1 columns.
+    widths = []
+    width_of = slots_lib.resume_width
+
+    def recorded(t, longest):
+      widths.append(width_of(t, longest))
+      return widths[-1]
+
+    self.enter_context(mock.patch.object(slots_lib, 'RESUME_MIN', resume_min))
+    self.enter_context(mock.patch.object(slots_lib, 'resume_width', recorded))
     gen = self.generator(temperature)
     want = self.static(gen)
     engine = continuous.ContinuousGenerator(
@@ -119,6 +134,11 @@ class SlotStreamTest(parameterized.TestCase):
     self.assertEqual(first.busy_slot_steps + second.busy_slot_steps
                      + tc.B * tc.G, int(want.lengths.sum()))
     self.assertEqual(second.unfinished(), [])
+    self.assertNotEmpty(widths)
+    if resume_min == 64:
+      self.assertEqual(set(widths), {tc.T - 1})
+    else:
+      self.assertLess(min(widths), tc.T - 1, widths)
 
 
 if __name__ == '__main__':
