@@ -343,6 +343,8 @@ def summarize(runs: dict) -> dict:
   pairs = {'streaming_vs_rounds': ('rounds', 'streaming'),
            'streaming_vs_rounds_static': ('rounds_static', 'streaming'),
            'rounds_vs_rounds_static': ('rounds_static', 'rounds'),
+           'keep_vs_rounds': ('rounds', 'streaming_keep'),
+           'keep_vs_rounds_static': ('rounds_static', 'streaming_keep'),
            'streaming_vs_rounds_slow': ('rounds_slow',
                                         'streaming_slow_overlap'),
            'overlap_vs_none': ('streaming_slow_none',

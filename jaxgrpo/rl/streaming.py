@@ -31,9 +31,10 @@ beyond B follow `rollout.surplus`). Groups still decoding are, by
     prefill of its prompt and tokens so far (`slots.resume`), and it
     decodes on from where it stopped, token t drawn with the key of
     position t; samples that never reached a slot start afresh. The
-    re-prefill costs a forward over P + T - 1 positions per sample,
-    whatever its length (the tail is masked: one shape, one compilation),
-    in calls of `prefill_batch` samples, and no decode step. The old
+    re-prefill costs a forward over P + W positions per sample, W the
+    smallest of `slots.RESUME_WIDTHS` widths up to T - 1 that holds the
+    call's longest sample (one compilation per width), in calls of
+    `prefill_batch` samples, and no decode step. The old
     cache is not kept: the old params computed it, and it would hold
     device memory between steps and have to be checkpointed. A
     completed group is scored like
