@@ -395,8 +395,8 @@ def _interval(a: list, b: list, paired: bool, n: int = 4000):
 
 def resummarize(paths: list) -> None:
   """Prints the summary of committed JSONs' runs, from their raw steps;
-  of two, also each mode's seconds per update in the second over the
-  first, as first / second (whole step and train step)."""
+  of two, also each mode's seconds per update in the first over those in
+  the second (whole step and train step)."""
   runs = []
   for path in paths:
     with open(path) as f:

@@ -220,22 +220,13 @@ RESUME_WIDTHS = 4
 RESUME_MIN = 64
 
 
-def lengths_up_to(t: int, n: int, minimum: int) -> tuple[int, ...]:
-  """n lengths at most, up to t: multiples of a step (at least `minimum`,
-  a multiple of 16 or of `minimum` below 16), then t itself."""
-  if n == 1 or t <= minimum:
-    return (t,)
-  align = min(16, minimum)
-  step = -(-max(minimum, -(-t // n)) // align) * align
-  return tuple(range(step, t, step)) + (t,)
-
-
 def resume_width(t: int, longest: int) -> int:
   """Generated columns `resume` prefills for samples of at most `longest`
-  tokens so far, with T = t: the smallest of `lengths_up_to(t - 1,
-  RESUME_WIDTHS, RESUME_MIN)` that holds the longest's first L - 1."""
-  return next(w for w in lengths_up_to(t - 1, RESUME_WIDTHS, RESUME_MIN)
-              if w >= longest - 1)
+  tokens so far, with T = t: the smallest of `attention.lengths_up_to(t -
+  1, RESUME_WIDTHS, RESUME_MIN)` that holds the longest's first L - 1."""
+  return next(
+      w for w in attention.lengths_up_to(t - 1, RESUME_WIDTHS, RESUME_MIN)
+      if w >= longest - 1)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=4)

@@ -215,19 +215,30 @@ def _attend_one(
   return out_BKRH[:, None].astype(v_BSKH.dtype)
 
 
+def lengths_up_to(t: int, n: int, minimum: int) -> tuple[int, ...]:
+  """n lengths at most, up to t: multiples of a step (at least `minimum`,
+  a multiple of 16 or of `minimum` below 16), then t itself; (t,) when
+  n is 1 or t is at most `minimum`. The buckets of the live cache reads
+  here, of resumed samples' prefills (`generate.slots.resume_width`) and
+  of the learner's completions (`rl.rollout.train_lengths`)."""
+  if n == 1 or t <= minimum:
+    return (t,)
+  align = min(16, minimum)
+  step = -(-max(minimum, -(-t // n)) // align) * align
+  return tuple(range(step, t, step)) + (t,)
+
+
 def live_lengths(s: int) -> tuple[int, ...]:
   """The slot counts a decode step may read of an S-slot cache: multiples
-  of a step (itself a multiple of 16, at least LIVE_MIN), then S."""
+  of a step (itself a multiple of 16, at least LIVE_MIN), then S
+  (`lengths_up_to`)."""
   buckets = DECODE_LIVE_BUCKETS
   if buckets == 'auto':
     buckets = 8 if jax.default_backend() == 'cpu' else 1
   if not isinstance(buckets, int) or buckets < 1:
     raise ValueError('attention.DECODE_LIVE_BUCKETS must be auto or an int '
                      f'>= 1, got {buckets!r}')
-  if buckets == 1 or s <= LIVE_MIN:
-    return (s,)
-  step = -(-max(LIVE_MIN, -(-s // buckets)) // 16) * 16
-  return tuple(range(step, s, step)) + (s,)
+  return lengths_up_to(s, buckets, LIVE_MIN)
 
 
 def _attend_live(attend, q_B1KRH, k_BSKH, v_BSKH, mask_B1S, live):

@@ -29,8 +29,8 @@ from jaxgrpo.checks import in_range, one_of, rule
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import continuous
-from jaxgrpo.generate import slots as slots_lib
 from jaxgrpo.generate.generator import Generator
+from jaxgrpo.model import attention
 from jaxgrpo.rl import accumulate
 from jaxgrpo.rl import advantages as advantages_lib
 from jaxgrpo.rl import rounds as rounds_lib
@@ -338,7 +338,7 @@ def train_lengths(t: int, n: int) -> tuple[int, ...]:
   """The completion lengths a train batch may have (`rollout.train_lengths`
   = n, T = t): multiples of a step (a multiple of 16, at least
   TRAIN_LENGTH_MIN), then T."""
-  return slots_lib.lengths_up_to(t, n, TRAIN_LENGTH_MIN)
+  return attention.lengths_up_to(t, n, TRAIN_LENGTH_MIN)
 
 
 def assemble(groups: Sequence[rounds_lib.Group], cfg: RolloutConfig,
