@@ -403,11 +403,11 @@ class Attention(nnx.Module):
                 else _attend_one_einsum)
       attend = functools.partial(attend, softcap=self.softcap)
       if cache is not None and k_BSKH.shape[1] == mask_BTS.shape[2]:
-        out_BTNH = _attend_live(attend, q_BTKRH, k_BSKH, v_BSKH, mask_BTS,
-                                jnp.max(cache_index) + 1)
+        out_BTKRH = _attend_live(attend, q_BTKRH, k_BSKH, v_BSKH, mask_BTS,
+                                 jnp.max(cache_index) + 1)
       else:
-        out_BTNH = attend(q_BTKRH, k_BSKH, v_BSKH, mask_BTS)
-      out_BTNH = out_BTNH.reshape(b, t, n, h)
+        out_BTKRH = attend(q_BTKRH, k_BSKH, v_BSKH, mask_BTS)
+      out_BTNH = out_BTKRH.reshape(b, t, n, h)
     else:
       out_BTNH = _attend_many(q_BTNH, k_BSKH, v_BSKH, mask_BTS, self.scale,
                               self.softcap)
