@@ -109,6 +109,45 @@ class GrpoStepBenchmarkTest(absltest.TestCase):
                   'train step 1.00x', again.stdout)
 
 
+class InFlightBiasBenchmarkTest(absltest.TestCase):
+
+  def test_records_draws_and_summarizes_from_them(self):
+    path = os.path.join(tempfile.mkdtemp(), 'in_flight_bias.json')
+    args = ('--model', 'tiny', '--regimes', 'b4_g4_s16', '--seeds', '1',
+            '--steps', '5', '--max-new', '160', '--prompt-width', '16',
+            '--json', path)
+    out = _script('in_flight_bias.py', *args,
+                  '--modes', 'streaming,streaming_retry')
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    with open(path) as f:
+      result = json.load(f)
+    runs = {r['mode']: r for r in result['runs']}
+    self.assertEqual(set(runs), {'streaming', 'streaming_retry'})
+    for run in runs.values():
+      self.assertLen(run['drawn'], 5)
+      drawn = [i for step in run['drawn'] for i in step]
+      observed = {i for step in run['observed'] for i in step}
+      self.assertLen(set(drawn), len(drawn))  # no example drawn twice
+      self.assertLessEqual({i for step in run['trained'] for i in step},
+                           observed)
+    # Discarding loses draws for good; retrying scores them a step later.
+    lost = lambda r: sum(i not in {j for s in r['observed'] for j in s}
+                         for i in r['drawn'][0] + r['drawn'][1])
+    self.assertGreater(lost(runs['streaming']), 0)
+    self.assertEqual(lost(runs['streaming_retry']), 0)
+    # A second invocation keeps the runs it finds and adds the missing one.
+    again = _script('in_flight_bias.py', *args, '--modes',
+                    'streaming,rounds')
+    self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+    with open(path) as f:
+      self.assertLen(json.load(f)['runs'], 3)
+    summary = _script('in_flight_bias.py', '--summarize', path)
+    self.assertEqual(summary.returncode, 0, summary.stderr[-3000:])
+    self.assertIn('b4_g4_s16 streaming_retry seeds 1 x 5 steps: groups lost '
+                  'in flight 0.0%', summary.stdout)
+    self.assertIn('b4_g4_s16 rounds', summary.stdout)
+
+
 class DefaultEngineBenchmarkTest(absltest.TestCase):
 
   def test_two_modes_write_the_json(self):

@@ -303,10 +303,11 @@ class MixtureSampler:
   def hold(self, examples: Sequence[Example]) -> None:
     """Keeps drawn, unobserved `examples` pending past the step's end.
 
-    A streaming step that keeps its unfinished groups in flight
-    (`rollout.in_flight='keep'`) holds their examples: they stay pending
-    in the next steps, to be observed once, when scored, and are not
-    offered again meanwhile. Each call replaces the last one's examples.
+    A streaming step that keeps its unfinished groups in flight, or
+    retries them (`rollout.in_flight` 'keep' or 'retry'), holds their
+    examples: they stay pending in the next steps, to be observed once,
+    when scored, and are not offered again meanwhile (`held` lists them
+    for a retry). Each call replaces the last one's examples.
     """
     taken = set()
     for ex in examples:
@@ -314,6 +315,10 @@ class MixtureSampler:
     # By dataset, then draw order: the order a checkpoint restores.
     self._held = [self._pending[k] for k in
                   sorted(taken, key=lambda k: (self._pending[k][0], k))]
+
+  def held(self) -> list[Example]:
+    """The examples `hold` keeps pending, by dataset, then draw order."""
+    return [ex for _, _, ex in self._held]
 
   def _pending_index(self, example: Example, skip=frozenset()) -> int:
     """Where the earliest unobserved draw of `example` is in `_pending`.

@@ -97,9 +97,11 @@ class StepStats:
       ended, discarded.
     groups_discarded: those groups (their prompts drawn, never scored),
       kept groups expired included.
-    keep_in_flight: whether unfinished groups are kept
-      (`rollout.in_flight='keep'`); the metrics below are written only
-      then.
+    in_flight: `rollout.in_flight`; the partial_*, tokens_scored,
+      tokens_resumed, tokens_in_flight and staleness metrics are written
+      only under 'keep', groups_retried only under 'retry'.
+    groups_retried: discarded groups whose examples the next step admits
+      first ('retry').
     partial_kept: groups kept in flight at the step's end.
     partial_resumed: groups kept by the last step, taken up by this one.
     partial_expired: groups that would have been kept, discarded because
@@ -136,7 +138,8 @@ class StepStats:
   tokens_used: float = 0.0
   tokens_wasted: float = 0.0
   groups_discarded: int = 0
-  keep_in_flight: bool = False
+  in_flight: str = 'discard'
+  groups_retried: int = 0
   partial_kept: int = 0
   partial_resumed: int = 0
   partial_expired: int = 0
@@ -202,7 +205,9 @@ class StepStats:
         'perf/gen_tokens_per_s': (
             self.tokens_generated / self.gen_s if self.gen_s else 0.0),
     }
-    if self.keep_in_flight:
+    if self.in_flight == 'retry':
+      metrics['rollout/groups_retried'] = float(self.groups_retried)
+    if self.in_flight == 'keep':
       high, total, n = self.staleness
       metrics.update({
           'rollout/partial_kept': float(self.partial_kept),
@@ -240,7 +245,7 @@ class Accumulator:
   Attributes:
     carried: groups carried into the next step (surplus, or held).
     in_flight: groups a streaming step left decoding, kept for the next
-      (`Partial`; `keep_in_flight` only).
+      (`Partial`; `in_flight='keep'` only).
     cum_prompts_generated: prompts generated over the run.
     cum_groups_used: groups trained on over the run.
     groups: the step's groups in hand (between `start` and `finish`).
@@ -249,9 +254,10 @@ class Accumulator:
   """
 
   def __init__(self, names: Sequence[str], *, batch_size: int,
-               short_batch: str, surplus: str, keep_in_flight: bool = False):
+               short_batch: str, surplus: str, in_flight: str = 'discard'):
     self.names = list(names)
-    self.keep_in_flight = keep_in_flight
+    self.in_flight_mode = in_flight
+    self.keep_in_flight = in_flight == 'keep'
     self.in_flight: list[Partial] = []
     self.step = 0
     self.batch_size = batch_size
@@ -270,7 +276,7 @@ class Accumulator:
     self.step = step
     self.groups, self.carried = self.carried, []
     self.stats = StepStats.empty(self.names, self.batch_size)
-    self.stats.keep_in_flight = self.keep_in_flight
+    self.stats.in_flight = self.in_flight_mode
     self.stats.carried_in = len(self.groups)
     self.counts = np.zeros(len(self.names), np.int64)
     for g in self.groups:

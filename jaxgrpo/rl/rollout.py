@@ -101,10 +101,11 @@ class RolloutSection(checks.Section, name='rollout'):
       NON_NEGATIVE)
   in_flight: str = field(
       'discard', "`streaming`: groups still decoding when a step's batch is "
-      'full are `discard`ed (tokens wasted) or kept (`keep`) as partial '
-      'rollouts the next step decodes on from where they stopped, under its '
-      'params (see [the sampler](sampler.md#streaming))',
-      one_of(streaming.IN_FLIGHT))
+      'full are `discard`ed (tokens wasted, examples unscored this epoch), '
+      'discarded and their prompts drawn first at the next step (`retry`), '
+      'or kept (`keep`) as partial rollouts the next step decodes on from '
+      'where they stopped, under its params (see [the '
+      'sampler](sampler.md#streaming))', one_of(streaming.IN_FLIGHT))
   max_staleness: int = field(
       1, '`keep`: steps a kept rollout may lag; one whose oldest token would '
       'be older at the next step is discarded', NON_NEGATIVE)
@@ -125,7 +126,7 @@ class RolloutSection(checks.Section, name='rollout'):
         "'streaming' needs rollout.engine='continuous'")
     yield 'in_flight', (self.in_flight == 'discard'
                         or self.collect == 'streaming'), (
-                            "'keep' needs rollout.collect='streaming'")
+                            "needs rollout.collect='streaming'")
 
 
 class PromptSource(Protocol):
@@ -144,6 +145,9 @@ class PromptSource(Protocol):
     ...
 
   def hold(self, examples: Sequence[Example]) -> None:
+    ...
+
+  def held(self) -> list[Example]:
     ...
 
   def need(self, counts: np.ndarray) -> np.ndarray:
@@ -212,8 +216,8 @@ class Rollout:
     if cfg.collect == 'streaming' and stream_fn is None:
       raise ValueError("rollout.collect='streaming' needs the continuous "
                        'engine (rollout.engine=continuous)')
-    if cfg.in_flight == 'keep' and cfg.collect != 'streaming':
-      raise ValueError("rollout.in_flight='keep' needs "
+    if cfg.in_flight != 'discard' and cfg.collect != 'streaming':
+      raise ValueError(f'rollout.in_flight={cfg.in_flight!r} needs '
                        "rollout.collect='streaming'")
     self.cfg = cfg
     self.source = source
@@ -223,7 +227,7 @@ class Rollout:
     self.accumulator = accumulate.Accumulator(
         source.names, batch_size=cfg.batch_size,
         short_batch=cfg.short_batch, surplus=cfg.surplus,
-        keep_in_flight=cfg.in_flight == 'keep')
+        in_flight=cfg.in_flight)
 
   @classmethod
   def for_model(

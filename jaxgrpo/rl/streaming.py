@@ -22,7 +22,15 @@ beyond B follow `rollout.surplus`). Groups still decoding are, by
 
   * 'discard' (the default): dropped and their tokens counted
     (`rollout/tokens_wasted`). Every update is then on-policy, and
-    nothing is in flight between steps.
+    nothing is in flight between steps. Their examples go unobserved for
+    the epoch; and a group is in flight at the end in proportion to how
+    long it decodes, so these lean toward prompts with long completions
+    (BENCHMARKS.md measures it).
+  * 'retry': dropped the same way, but their examples stay pending in the
+    prompt source (`hold`) and the next step admits them before it draws
+    any prompt, with the sample keys of a fresh draw (the old keys were
+    selected for being slow). Updates stay on-policy, and every drawn
+    example is scored; `rollout/groups_retried` counts them.
   * 'keep': kept as partial rollouts (`accumulate.Partial`, host numpy:
     the prompt, its samples so far with their sampling log-probs, which
     are done, the sample keys, and the step whose params sampled each
@@ -87,7 +95,7 @@ StopAt = Callable[[np.ndarray], np.ndarray]
 
 
 # rollout.in_flight: what a streaming step does with unfinished groups.
-IN_FLIGHT = ('discard', 'keep')
+IN_FLIGHT = ('discard', 'retry', 'keep')
 
 
 @dataclasses.dataclass
@@ -129,7 +137,8 @@ class ModelStream:
       application of its rewards (0: scored before decoding goes on).
     stop_at: forced completion lengths, a benchmarking aid; None samples
       freely.
-    in_flight: 'discard' or 'keep' the groups still decoding at the end.
+    in_flight: 'discard', 'retry' or 'keep' the groups still decoding at
+      the end.
     max_staleness: 'keep': steps a kept group's oldest token may lag.
   """
 
@@ -206,12 +215,18 @@ class _Step:
       stats.tokens_wasted += float(wasted)
       stats.tokens_generated += float(wasted)
       stats.groups_discarded += len(self.open)
+      if self.fn.in_flight == 'retry':
+        self.source.hold([o.example for o in self.open.values()])
+        stats.groups_retried = len(self.open)
     stats.slot_steps += self.stream.decode_steps * self.stream.slots
     stats.busy_slot_steps += self.stream.busy_slot_steps
 
   def take_up(self) -> None:
-    """Queues the groups the last step kept in flight, before any draw."""
+    """Queues the groups the last step kept in flight, or the examples it
+    left to retry, before any draw."""
     stats = self.acc.stats
+    if self.fn.in_flight == 'retry':
+      self.admit(self.source.held())
     for kept in self.acc.in_flight:
       samples = [stream_lib.Sample(
           prompt=-1, index=g, tokens=kept.completion_tokens[g],
@@ -273,10 +288,16 @@ class _Step:
     if not examples:
       self.out_of_prompts = True  # no dataset has anything left this epoch
       return
+    self.admit(examples, want)
+
+  def admit(self, examples: Sequence[Example], asked: int = 0) -> None:
+    """Queues drawn examples' groups, with the sample keys of this draw."""
+    if not examples:
+      return
     stats = self.acc.stats
     key = jax.random.fold_in(self.rng, stats.rounds)
     stats.rounds += 1
-    stats.prompts_asked += float(want)
+    stats.prompts_asked += float(asked or len(examples))
     self.drawn += len(examples)
     fn = self.fn
     tokens, mask, truncated = tokenizer_lib.encode_prompts(

@@ -203,7 +203,7 @@ class AccumulatorTest(absltest.TestCase):
 
   def test_staleness_of_the_trained_tokens(self):
     # Kept rollouts: each token's version is the step that sampled it.
-    acc = self._accumulator(batch_size=2, keep_in_flight=True)
+    acc = self._accumulator(batch_size=2, in_flight='keep')
     acc.start(7)
     old, new = _group('a', 0, MIXED), _group('b', 0, MIXED)
     old.versions = np.array([[5, 6], [5, 7], [6, 7], [7, -1]], np.int32)
@@ -220,7 +220,7 @@ class AccumulatorTest(absltest.TestCase):
                      self._accumulator().stats.to_metrics())
 
   def test_groups_in_flight_round_trip(self):
-    acc = self._accumulator(keep_in_flight=True)
+    acc = self._accumulator(in_flight='keep')
     part = accumulate.Partial(
         example=Example(id='a/3', prompt='3=', answer='1', dataset='a',
                         meta={'stratum': 'x'}),
@@ -235,14 +235,14 @@ class AccumulatorTest(absltest.TestCase):
         versions=np.array([[3, 3], [3, -1], [-1, -1], [2, 3]], np.int32))
     acc.in_flight = [part]
     self.assertEqual((part.tokens, part.oldest()), (5, 2))
-    twin = self._accumulator(keep_in_flight=True)
+    twin = self._accumulator(in_flight='keep')
     twin.set_state(acc.get_state())
     (back,) = twin.in_flight
     self.assertEqual(back.example, part.example)
     for field in dataclasses.fields(accumulate.Partial):
       np.testing.assert_array_equal(getattr(back, field.name),
                                     getattr(part, field.name))
-    twin.set_state(self._accumulator(keep_in_flight=True).get_state())
+    twin.set_state(self._accumulator(in_flight='keep').get_state())
     self.assertEmpty(twin.in_flight)
 
 

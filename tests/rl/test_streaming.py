@@ -8,6 +8,7 @@ informative and some are not, the same on every run.
 import collections
 import random
 import time
+from unittest import mock
 import zlib
 
 from absl.testing import absltest
@@ -54,20 +55,20 @@ class _Recording(mixture.MixtureSampler):
 
   def observe(self, examples, rewards):
     self.observed += [(ex.id, tuple(r)) for ex, r in zip(examples, rewards)]
-    self.held -= collections.Counter(ex.id for ex in examples)
+    self.held_ids -= collections.Counter(ex.id for ex in examples)
     super().observe(examples, rewards)
 
-  held = collections.Counter()  # ids kept in flight, not yet observed
+  held_ids = collections.Counter()  # ids kept in flight, not yet observed
   drawn_while_held = 0
 
   def hold(self, examples):
-    self.held = collections.Counter(ex.id for ex in examples)
+    self.held_ids = collections.Counter(ex.id for ex in examples)
     super().hold(examples)
 
   def next_prompts(self, n, need=None):
     out = super().next_prompts(n, need)
     self.drawn += [ex.id for ex in out]
-    self.drawn_while_held += sum(ex.id in self.held for ex in out)
+    self.drawn_while_held += sum(ex.id in self.held_ids for ex in out)
     return out
 
 
@@ -117,7 +118,7 @@ class StreamingTest(parameterized.TestCase):
                                        stop_at=stop_at)
     ro.accumulator = _RecordingAccumulator(
         sampler.names, batch_size=B, short_batch=cfg.short_batch,
-        surplus=cfg.surplus, keep_in_flight=cfg.in_flight == 'keep')
+        surplus=cfg.surplus, in_flight=cfg.in_flight)
     return ro, sampler
 
   def _steps(self, ro, n=2):
@@ -247,6 +248,74 @@ class StreamingTest(parameterized.TestCase):
                      observed + in_flight)
     self.assertEqual(sampler.drawn_while_held, 0)
 
+  def test_retried_examples_go_first_and_every_draw_is_scored(self):
+    # in_flight='retry': the groups in flight at a step's end are dropped
+    # (tokens wasted), and the next step admits their examples before it
+    # draws, with fresh sample keys; no drawn example goes unscored.
+    ro, sampler = self._rollout(in_flight='retry')
+    admitted = []
+    add_group = stream_lib.SlotStream.add_group
+
+    def recording(stream, tokens, mask, keys, stop_at, samples):
+      admitted.append((tokens.tobytes(), keys.tobytes()))
+      return add_group(stream, tokens, mask, keys, stop_at, samples)
+
+    metrics, retried = [], []
+    with mock.patch.object(stream_lib.SlotStream, 'add_group', recording):
+      for step in range(4):
+        before = len(admitted)
+        metrics.append(ro.collect(self.params, jax.random.key(step),
+                                  step).metrics)
+        retried.append([ex.id for ex in sampler.held()])
+        m = metrics[-1]
+        self.assertEqual(m['rollout/groups_retried'], len(retried[-1]))
+        self.assertEqual(m['rollout/groups_retried'],
+                         m['rollout/groups_discarded'])
+        self.assertNotIn('rollout/partial_kept', m)
+        if step:  # the last step's retries were this step's first groups
+          firsts = admitted[before:before + len(retried[-2])]
+          self.assertEqual(
+              [t for t, _ in firsts],
+              [self._prompt(i) for i in retried[-2]])
+          # Fresh keys: none of them was admitted with its old ones.
+          self.assertEmpty({k for _, k in firsts}
+                           & {k for _, k in admitted[:before]})
+    self.assertGreater(sum(m['rollout/groups_retried'] for m in metrics), 0)
+    self.assertGreater(metrics[0]['rollout/tokens_wasted'], 0)
+    self.assertEqual(sampler.drawn_while_held, 0)
+    # Every draw was observed once, or waits to be retried.
+    observed = collections.Counter(i for i, _ in sampler.observed)
+    self.assertEqual(collections.Counter(sampler.drawn),
+                     observed + collections.Counter(retried[-1]))
+
+  def _prompt(self, example_id: str) -> bytes:
+    i, d = example_id.split('/')[1], example_id.split('/')[0]
+    tokens, _, _ = tokenizer_lib.encode_prompts(self.tok, [f'{i}+{d}='], 8)
+    return tokens[0].tobytes()
+
+  def test_retried_examples_survive_a_checkpoint(self):
+    runs = []
+    for restore in (False, True):
+      ro, sampler = self._rollout(in_flight='retry')
+      ro.collect(self.params, jax.random.key(0), 0)
+      if restore:
+        state = (jax.tree.map(np.array, sampler.get_state()),
+                 jax.tree.map(np.array, ro.get_state()))
+        self.assertIn('held', state[0])
+        ro, sampler = self._rollout(in_flight='retry')
+        sampler.set_state(state[0])
+        ro.set_state(state[1])
+      results = [ro.collect(self.params, jax.random.key(step), step)
+                 for step in (1, 2)]
+      runs.append((
+          [[(g.example.id, g.rewards.tolist(), g.completion_tokens.tolist(),
+             g.old_logps.tolist()) for g in r.groups] for r in results],
+          [{k: v for k, v in r.metrics.items() if not k.startswith('perf/')}
+           for r in results],
+          multihost.digest(sampler.get_state()),
+          multihost.digest(ro.get_state())))
+    self.assertEqual(runs[0], runs[1])
+
   def test_small_datasets_do_not_redraw_what_is_in_flight(self):
     # Eight examples a dataset: the sampler walks into new epochs while
     # groups of the last are still in flight.
@@ -320,6 +389,14 @@ class StreamingTest(parameterized.TestCase):
         max_prompt_len=8, engine='continuous', collect='streaming')
     with self.assertRaisesRegex(ValueError, 'rollout.engine=continuous'):
       rollout_lib.Rollout(cfg, None, None, pad_id=0)
+
+  @parameterized.parameters('retry', 'keep')
+  def test_in_flight_choices_need_streaming(self, choice):
+    with self.assertRaisesRegex(
+        ValueError, f"rollout.in_flight='{choice}': needs "
+        "rollout.collect='streaming'"):
+      rollout_lib.RolloutConfig(batch_size=B, group_size=G, round_size=4,
+                                max_prompt_len=8, in_flight=choice)
 
 
 if __name__ == '__main__':
