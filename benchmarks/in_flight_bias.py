@@ -72,9 +72,14 @@ MODES = {'rounds': ('rounds', 'discard'),
          'streaming_keep': ('streaming', 'keep')}
 
 
+def _number(example_id: str) -> int:
+  """An example's line in the GSM8K file, from its id 'gsm8k/<line>'."""
+  return int(example_id.rsplit('/', 1)[1])
+
+
 class _Recorder:
-  """Wraps a prompt source and records, per step, what it drew and
-  observed."""
+  """Wraps a prompt source and records, per step, the examples (by line
+  number) it drew and observed."""
 
   def __init__(self, source):
     self._source, self.drawn, self.observed = source, [], []
@@ -89,20 +94,21 @@ class _Recorder:
 
   def next_prompts(self, n, need=None):
     out = self._source.next_prompts(n, need)
-    self.drawn[-1] += [ex.id for ex in out]
+    self.drawn[-1] += [_number(ex.id) for ex in out]
     return out
 
   def observe(self, examples, rewards):
-    self.observed[-1] += [ex.id for ex in examples]
+    self.observed[-1] += [_number(ex.id) for ex in examples]
     self._source.observe(examples, rewards)
 
 
-def durations(examples, tok, hook, width) -> dict[str, int]:
-  """Each example's group duration: the longest of its G forced lengths."""
+def durations(examples, tok, hook, width) -> list[int]:
+  """Each example's group duration, by line: the longest of its G forced
+  lengths."""
   tokens, _, _ = tokenizer_lib.encode_prompts(
       tok, [ex.prompt for ex in examples], width, truncate=True,
       names=[ex.id for ex in examples])
-  return {ex.id: int(row.max()) for ex, row in zip(examples, hook(tokens))}
+  return [int(row.max()) for row in hook(tokens)]
 
 
 def run(regime, mode, seed, steps, args, model, examples, lengths) -> dict:
@@ -138,7 +144,7 @@ def run(regime, mode, seed, steps, args, model, examples, lengths) -> dict:
     for step in range(steps):
       res = rollout.collect(params, jax.random.fold_in(
           jax.random.key(seed), step), step)
-      trained.append([grp.example.id for grp in res.groups]
+      trained.append([_number(grp.example.id) for grp in res.groups]
                      if res.batch is not None else [])
       updated.append(res.batch is not None)
       wasted.append(res.metrics.get('rollout/tokens_wasted', 0.0))
@@ -151,7 +157,7 @@ def run(regime, mode, seed, steps, args, model, examples, lengths) -> dict:
               tokens_wasted=wasted, tokens_generated=generated)
 
 
-def _step_units(rec: dict, dur: dict, edges: np.ndarray) -> list[dict]:
+def _step_units(rec: dict, dur: list, edges: np.ndarray) -> list[dict]:
   """Per step of a run: counts by duration quartile (drawn, discarded,
   trained) and the durations summed, for the bootstrap."""
   later_observed = set()
@@ -191,7 +197,7 @@ def summarize(result: dict, n_boot: int = 2000) -> list[str]:
       continue
     edges = np.array(result['edges'][regime])
     pop = np.bincount(np.searchsorted(
-        edges, list(result['durations'][regime].values()), side='right'),
+        edges, result['durations'][regime], side='right'),
                       minlength=4) / len(result['durations'][regime])
     lines.append(f'{regime}: quartiles of the group duration (the longest '
                  f'of G samples, tokens) split at {edges.tolist()}; the '
@@ -267,7 +273,7 @@ def main():
       machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
                    jax=jax.__version__), args=vars(args),
       durations={**result.get('durations', {}), **dur},
-      edges={reg: np.percentile(list(d.values()), [25, 50, 75]).tolist()
+      edges={reg: np.percentile(d, [25, 50, 75]).tolist()
              for reg, d in {**result.get('durations', {}), **dur}.items()})
   done = {(r['regime'], r['mode'], r['seed']) for r in result['runs']}
   for seed in range(args.seeds):
@@ -281,7 +287,7 @@ def main():
         print(f'{regime} {mode} seed {seed}: {rec["seconds"]:.0f}s',
               flush=True)
         if args.json:
-          record.write_json(args.json, result)
+          record.write_json(args.json, result, indent=None)
   print('\n'.join(summarize(result)))
 
 

@@ -14,10 +14,11 @@ def commit() -> str:
                         ).stdout.strip()
 
 
-def write_json(path: str, result: dict) -> None:
+def write_json(path: str, result: dict, indent: int | None = 1) -> None:
   """Writes `result` to `path`, making its folder. The file is replaced
-  whole, so a run stopped while writing leaves the last complete one."""
+  whole, so a run stopped while writing leaves the last complete one.
+  `indent=None` writes it on one line (long raw records)."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path + '.tmp', 'w') as f:
-    json.dump(result, f, indent=1)
+    json.dump(result, f, indent=indent)
   os.replace(path + '.tmp', path)

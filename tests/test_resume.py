@@ -10,6 +10,7 @@ import time
 from unittest import mock
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 import numpy as np
 
@@ -110,16 +111,18 @@ class RemapTest(absltest.TestCase):
         np.asarray(before['ids']['arithmetic'])[:200])
 
 
-class InFlightResumeTest(absltest.TestCase):
+class InFlightResumeTest(parameterized.TestCase):
 
-  def test_kept_rollouts_resume_exactly(self):
+  @parameterized.parameters('keep', 'retry')
+  def test_rollouts_in_flight_resume_exactly(self, in_flight):
     # rollout.in_flight='keep': the groups in flight at step 2's end are in
-    # its checkpoint (with the sampler's held examples), so 2 steps, a
-    # resume and 2 more are the 4 steps of a run that never stopped:
-    # same metrics, same params.
+    # its checkpoint (with the sampler's held examples); 'retry': the
+    # examples the next step admits first are (the sampler holds them). So
+    # 2 steps, a resume and 2 more are the 4 steps of a run that never
+    # stopped: same metrics, same params.
     keep = {'rollout.engine': 'continuous', 'rollout.slots': 8,
             'rollout.group_size': 4, 'rollout.collect': 'streaming',
-            'rollout.in_flight': 'keep', 'rollout.max_staleness': 2,
+            'rollout.in_flight': in_flight, 'rollout.max_staleness': 2,
             # Completions long enough to span decode chunks.
             'rollout.max_new_tokens': 16, 'rollout.max_rounds': 4}
     params = {}
@@ -142,9 +145,12 @@ class InFlightResumeTest(absltest.TestCase):
         ('perf/', 'time/'))} for r in metrics_lib.read_metrics(w)]
             for w in (stopped, straight)]
     self.assertEqual([r['step'] for r in runs[0]], [0, 1, 2, 3, 4])
-    self.assertGreater(runs[0][2]['rollout/partial_kept'], 0)
-    self.assertEqual(runs[0][3]['rollout/partial_resumed'],
-                     runs[0][2]['rollout/partial_kept'])
+    if in_flight == 'keep':
+      self.assertGreater(runs[0][2]['rollout/partial_kept'], 0)
+      self.assertEqual(runs[0][3]['rollout/partial_resumed'],
+                       runs[0][2]['rollout/partial_kept'])
+    else:
+      self.assertGreater(runs[0][2]['rollout/groups_retried'], 0)
     self.assertEqual(runs[0], runs[1])
     jax.tree.map(np.testing.assert_array_equal, params[stopped],
                  params[straight])

@@ -67,7 +67,8 @@ def get_config(arg: str | None = None):
     c.rollout.max_round_size = 512
     c.rollout.max_prompt_len = 1024  # SQuAD contexts run to 629 words
     c.rollout.max_new_tokens = 512
-    c.rollout.update(engine='continuous', slots=256, collect='streaming')
+    c.rollout.update(engine='continuous', slots=256, collect='streaming',
+                     in_flight='retry')
     c.rl.loss_agg = 'seq_mean_token_mean'
     c.rl.num_minibatches = 4
     c.optim.learning_rate = 1e-6

@@ -12,7 +12,8 @@ Prompts go through the model's chat template; the `math` verifier reads
 in bf16; snoozing N=5 skips problems the model solves in every sample.
 Completions of 50-512 tokens are decoded by the continuous engine in 256
 slots and collected by streaming (a step ends at B informative groups),
-which BENCHMARKS.md measures faster than static rounds at GSM8K's lengths.
+which BENCHMARKS.md measures faster than static rounds at GSM8K's lengths;
+groups still decoding then are retried at the next step.
 """
 
 import os
@@ -46,6 +47,9 @@ def get_config(arg: str | None = None):
   c.rollout.engine = 'continuous'
   c.rollout.slots = 256
   c.rollout.collect = 'streaming'
+  # Groups still decoding when a batch fills are dropped and their prompts
+  # go first next step: every drawn problem is scored, updates on-policy.
+  c.rollout.in_flight = 'retry'
   c.rl.loss_agg = 'seq_mean_token_mean'
   c.rl.num_minibatches = 4
   c.optim.learning_rate = 1e-6
