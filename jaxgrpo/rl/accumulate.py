@@ -257,7 +257,6 @@ class Accumulator:
                short_batch: str, surplus: str, in_flight: str = 'discard'):
     self.names = list(names)
     self.in_flight_mode = in_flight
-    self.keep_in_flight = in_flight == 'keep'
     self.in_flight: list[Partial] = []
     self.step = 0
     self.batch_size = batch_size
@@ -365,9 +364,10 @@ class Accumulator:
         'cum_groups_used': self.cum_groups_used,
         'carried': _stack(self.carried, {
             **_GROUP_ARRAYS,
-            **({'versions': np.int32} if self.keep_in_flight else {})}),
+            **({'versions': np.int32} if self.in_flight_mode == 'keep'
+               else {})}),
     }
-    if self.keep_in_flight:
+    if self.in_flight_mode == 'keep':
       state['in_flight'] = _stack(self.in_flight, _PARTIAL_ARRAYS)
     return state
 

@@ -216,9 +216,6 @@ class Rollout:
     if cfg.collect == 'streaming' and stream_fn is None:
       raise ValueError("rollout.collect='streaming' needs the continuous "
                        'engine (rollout.engine=continuous)')
-    if cfg.in_flight != 'discard' and cfg.collect != 'streaming':
-      raise ValueError(f'rollout.in_flight={cfg.in_flight!r} needs '
-                       "rollout.collect='streaming'")
     self.cfg = cfg
     self.source = source
     self.round_fn = round_fn
