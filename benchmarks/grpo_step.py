@@ -140,14 +140,40 @@ class ForcedStatic(Generator):
     return out
 
 
+def forced_rollout(cfg, gen, examples, lengths, *, seed, slots, chunk,
+                   verifier=standin_verify.hashed, workers=0,
+                   wrap=lambda sampler: sampler):
+  """(rollout, scorer, length hook): `cfg`'s rollout over a
+  `MixtureSampler` of `examples` (policy none; `wrap` may wrap it), with
+  each sample's length forced (`LengthHook` of `lengths`) and rewarded by
+  `verifier` as that length (`LengthTokenizer`). The engine is `gen`
+  (rollout.engine='static'), or the continuous one with `slots`."""
+  spec = mixture.DatasetSpec(
+      name='gsm8k', weight=1.0,
+      policy=snooze.PolicyConfig(policy='none', group_size=cfg.group_size))
+  sampler = wrap(mixture.MixtureSampler(
+      [(spec, examples)], balance='pre_filter', batch_size=cfg.batch_size,
+      seed=seed))
+  engine_kw = dict(generator=gen, slots=slots, chunk=chunk,
+                   buckets=())  # one prefill width: no compiles mid-run
+  hook = LengthHook(lengths, cfg.group_size)
+  if cfg.engine == 'static':
+    engine = ForcedStatic(hook=hook, **{
+        f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)})
+  elif cfg.collect == 'rounds':
+    engine = ForcedRounds(hook=hook, **engine_kw)
+  else:
+    engine = continuous.ContinuousGenerator(**engine_kw)
+  scorer = verifier_pool.Scorer(verifier, workers=workers,
+                                imports=('benchmarks.standin_verify',))
+  rollout = rollout_lib.Rollout.for_model(
+      cfg, sampler, LengthTokenizer(), engine, scorer, stop_at=hook)
+  return rollout, scorer, hook
+
+
 def make_mode(name, args, graphdef, params, gen, examples, lengths):
   """(rollout, train state, step fn, scorer) of one mode."""
   collect, slow, overlap, in_flight = MODES[name]
-  spec = mixture.DatasetSpec(
-      name='gsm8k', weight=1.0,
-      policy=snooze.PolicyConfig(policy='none', group_size=args.group))
-  sampler = mixture.MixtureSampler([(spec, examples)], balance='pre_filter',
-                                   batch_size=args.batch, seed=args.seed)
   cfg = rollout_lib.RolloutConfig(
       batch_size=args.batch, group_size=args.group,
       round_size=args.round_size, max_rounds=args.max_rounds,
@@ -156,23 +182,11 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       engine='static' if name == 'rounds_static' else 'continuous',
       collect=collect, verify_overlap=overlap, in_flight=in_flight,
       train_lengths=args.train_lengths)
-  engine_kw = dict(generator=gen, slots=args.slots, chunk=args.chunk,
-                   buckets=())  # one prefill width: no compiles mid-run
-  hook = LengthHook(lengths, args.group)
-  if name == 'rounds_static':
-    engine = ForcedStatic(hook=hook, **{
-        f.name: getattr(gen, f.name) for f in dataclasses.fields(gen)})
-  elif collect == 'rounds':
-    engine = ForcedRounds(hook=hook, **engine_kw)
-  else:
-    engine = continuous.ContinuousGenerator(**engine_kw)
-  scorer = verifier_pool.Scorer(
-      standin_verify.slow if slow else standin_verify.hashed,
-      workers=args.verify_workers if slow else 0,
-      imports=('benchmarks.standin_verify',))
-  rollout = rollout_lib.Rollout.for_model(
-      cfg, sampler, LengthTokenizer(), engine, scorer,
-      stop_at=hook)
+  rollout, scorer, hook = forced_rollout(
+      cfg, gen, examples, lengths, seed=args.seed, slots=args.slots,
+      chunk=args.chunk,
+      verifier=standin_verify.slow if slow else standin_verify.hashed,
+      workers=args.verify_workers if slow else 0)
   optimizer = optimizer_lib.make_optimizer(
       learning_rate=1e-5, warmup_steps=0, total_steps=1000,
       max_grad_norm=1.0)
@@ -184,7 +198,7 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       loss_cfg=train_step_lib.LossConfig(temperature=1.0))
   warm_train_lengths(step_fn, state, cfg)
   return dict(rollout=rollout, state=state, step_fn=step_fn, scorer=scorer,
-              hook=hook, slots=engine_kw['slots'])
+              hook=hook, slots=args.slots)
 
 
 def warm_train_lengths(step_fn, state, cfg) -> None:

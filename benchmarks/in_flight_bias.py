@@ -50,18 +50,13 @@ sys.path.insert(0, os.path.dirname(_HERE))
 from benchmarks import continuous as continuous_bench
 from benchmarks import grpo_step
 from benchmarks import record
-from benchmarks import standin_verify
-from jaxgrpo.data import mixture
-from jaxgrpo.data import snooze
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
-from jaxgrpo.generate import continuous
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import rollout as rollout_lib
-from jaxgrpo.verifiers import pool as verifier_pool
 
 # name: (B, G, slots, round size)
 REGIMES = {'b4_g4_s16': (4, 4, 16, 4), 'b16_g16_s64': (16, 16, 64, 16)}
@@ -121,23 +116,15 @@ def run(regime, mode, seed, steps, args, model, examples, lengths) -> dict:
                   sampling=Sampling(temperature=1.0),
                   max_new_tokens=args.max_new, num_samples=g,
                   stop_tokens=(tok.eos_id,), pad_id=tok.pad_id)
-  spec = mixture.DatasetSpec(
-      name='gsm8k', weight=1.0,
-      policy=snooze.PolicyConfig(policy='none', group_size=g))
-  source = _Recorder(mixture.MixtureSampler(
-      [(spec, examples)], balance='pre_filter', batch_size=b, seed=seed))
   rcfg = rollout_lib.RolloutConfig(
       batch_size=b, group_size=g, round_size=r, max_rounds=args.max_rounds,
       max_prompt_len=args.prompt_width, long_prompts='truncate',
       max_new_tokens=args.max_new, engine='continuous', slots=slots,
       collect=collect, verify_overlap=2, in_flight=in_flight)
-  hook = grpo_step.LengthHook(lengths, g)
-  kw = dict(generator=gen, slots=slots, chunk=8, buckets=())
-  engine = (grpo_step.ForcedRounds(hook=hook, **kw) if collect == 'rounds'
-            else continuous.ContinuousGenerator(**kw))
-  scorer = verifier_pool.Scorer(standin_verify.hashed, workers=0)
-  rollout = rollout_lib.Rollout.for_model(rcfg, source, tok, engine, scorer,
-                                          stop_at=hook)
+  rollout, scorer, _ = grpo_step.forced_rollout(
+      rcfg, gen, examples, lengths, seed=seed, slots=slots, chunk=8,
+      wrap=_Recorder)
+  source = rollout.source
   trained, updated, wasted, generated = [], [], [], []
   t0 = time.perf_counter()
   try:
@@ -160,14 +147,14 @@ def run(regime, mode, seed, steps, args, model, examples, lengths) -> dict:
 def _step_units(rec: dict, dur: list, edges: np.ndarray) -> list[dict]:
   """Per step of a run: counts by duration quartile (drawn, discarded,
   trained) and the durations summed, for the bootstrap."""
+  q = lambda ids: np.bincount(
+      np.searchsorted(edges, [dur[i] for i in ids], side='right'),
+      minlength=4)[:4]
   later_observed = set()
   units = []
   for s in reversed(range(rec['steps'])):
     later_observed |= set(rec['observed'][s])
     drawn = rec['drawn'][s]
-    q = lambda ids: np.bincount(  # pylint: disable=cell-var-from-loop
-        np.searchsorted(edges, [dur[i] for i in ids], side='right'),
-        minlength=4)[:4]
     lost = [i for i in drawn if i not in later_observed]
     units.append(dict(drawn=q(drawn), lost=q(lost),
                       trained=q(rec['trained'][s]),
@@ -185,8 +172,7 @@ def _figures(units: list[dict]) -> dict:
       lost_all=float(tot['lost'].sum() / max(tot['drawn'].sum(), 1)),
       trained_share=(tot['trained'] / n_trained).tolist(),
       trained_d=float(tot['trained_d'] / n_trained),
-      drawn_d=float(tot['drawn_d'] / max(tot['drawn'].sum(), 1)),
-      top_vs_bottom=float(tot['trained'][3] / max(tot['trained'][0], 1)))
+      drawn_d=float(tot['drawn_d'] / max(tot['drawn'].sum(), 1)))
 
 
 def summarize(result: dict, n_boot: int = 2000) -> list[str]:
@@ -195,10 +181,9 @@ def summarize(result: dict, n_boot: int = 2000) -> list[str]:
   for regime in REGIMES:
     if regime not in result['edges']:
       continue
-    edges = np.array(result['edges'][regime])
-    pop = np.bincount(np.searchsorted(
-        edges, result['durations'][regime], side='right'),
-                      minlength=4) / len(result['durations'][regime])
+    edges, d = np.array(result['edges'][regime]), result['durations'][regime]
+    pop = np.bincount(np.searchsorted(edges, d, side='right'),
+                      minlength=4) / len(d)
     lines.append(f'{regime}: quartiles of the group duration (the longest '
                  f'of G samples, tokens) split at {edges.tolist()}; the '
                  'dataset\'s shares ' + ', '.join(f'{x:.1%}' for x in pop))
@@ -207,7 +192,6 @@ def summarize(result: dict, n_boot: int = 2000) -> list[str]:
               and r['mode'] == mode]
       if not recs:
         continue
-      d = result['durations'][regime]
       units = [u for r in recs for u in _step_units(r, d, edges)]
       est = _figures(units)
       rng = np.random.default_rng(0)
