@@ -7,6 +7,10 @@ turns config mistakes into a ConfigError naming the key: the verifiers and
 their worker pool, a pretrained model, the device mesh, and the compiled
 train step's memory check. `jaxgrpo-eval` and `jaxgrpo-stratify` reuse the
 scorer and the model loader.
+
+Size: every part of a run is built here, in the order it depends on the
+others, each builder beside the config keys it reads and the errors it
+raises for them.
 """
 
 from collections.abc import Callable

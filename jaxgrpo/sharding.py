@@ -8,6 +8,9 @@ take the same code path and pay nothing.
 A dimension whose size a rule's mesh axes do not divide keeps the leading
 axes that do (or is replicated): a 6-head model on `tensor=4` replicates its
 heads, a prompt pass of 4 rows on 8 batch devices replicates its rows.
+
+Size: it is the one module that uses jax.sharding, so that every
+placement rule (params, batches, caches, the train state) is read here.
 """
 
 from collections.abc import Iterator, Sequence

@@ -1,4 +1,12 @@
-"""Pure GRPO train step: several minibatch updates on one rollout batch."""
+"""Pure GRPO train step: several minibatch updates on one rollout batch.
+
+The loss (`LossSection`, `LossConfig`), the minibatch loop (`train_step`),
+its compiled form (`make_train_step`) and what the compiled step needs: the
+batch's shapes (`abstract_batch`) and its memory (`memory_use`).
+
+Size: those are one computation's parts; the shapes and the memory are read
+from the same compiled function the loop runs.
+"""
 
 from collections.abc import Callable
 import dataclasses

@@ -6,8 +6,9 @@ Bars (docs/testing.md):
   * no function or method in jaxgrpo/ longer than 120 lines, and none
     longer than 80 without a docstring line starting `Length:` that says
     why;
-  * no module in jaxgrpo/ longer than 450 lines, unless its docstring has a
-    line starting `Size:` that says why;
+  * no module in jaxgrpo/ longer than 400 lines (`PLAIN_MODULE`), and none
+    longer than 450, unless its docstring has a line starting `Size:` that
+    says why;
   * README.md under 300 lines;
   * no import cycles in jaxgrpo/ (tests/test_layout.py checks the graph);
   * the config layer (every line that declares, checks or documents a
@@ -31,6 +32,7 @@ PACKAGE = os.path.join(REPO, 'jaxgrpo')
 MAX_FUNCTION = 120
 PLAIN_FUNCTION = 80  # longer needs a `Length:` reason
 MAX_MODULE = 450
+PLAIN_MODULE = 400  # longer needs a `Size:` reason
 MAX_README = 300
 # The config layer: these files, every config section (a class based on
 # `Section`) and these parts of the library modules that define the classes
@@ -174,8 +176,8 @@ def misses(m: dict) -> list[str]:
           'with no `Length:` reason'
           for rel, name, line, length, reason in m['functions']
           if PLAIN_FUNCTION < length <= MAX_FUNCTION and not reason]
-  out += [f'{rel} is {n} lines (bar {MAX_MODULE}) with no `Size:` reason'
-          for rel, n, reason in m['modules'] if n > MAX_MODULE and not reason]
+  out += [f'{rel} is {n} lines (over {PLAIN_MODULE}) with no `Size:` reason'
+          for rel, n, reason in m['modules'] if n > PLAIN_MODULE and not reason]
   if m['readme'] >= MAX_README:
     out.append(f'README.md is {m["readme"]} lines (bar {MAX_README})')
   out += [f'config layer part not found: {what}'

@@ -1,6 +1,6 @@
 """The house plan's size bars, as a ratchet (scripts/code_shape.py).
 
-Functions over 120 lines and modules over 450 lines (without a `Size:`
+Functions over 120 lines and modules over 400 lines (without a `Size:`
 reason) may only be the ones listed here, and only shrink: a new long
 function or module, or a listed one that grew, fails. So may the config
 layer, until it is a third below its baseline. A function over 80 lines
@@ -72,7 +72,7 @@ class CodeShapeTest(absltest.TestCase):
 
   def test_no_new_long_modules(self):
     for rel, n, reason in self.m['modules']:
-      if n <= code_shape.MAX_MODULE or reason:
+      if n <= code_shape.PLAIN_MODULE or reason:
         continue
       self.assertIn(rel, KNOWN_MODULES,
                     f'{rel} is {n} lines; split it or give a `Size:` reason')

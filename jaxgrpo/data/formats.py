@@ -15,6 +15,10 @@ bytes, numbers as numpy values) or a `squad2_file.Squad2File`. A record
 that cannot become an Example raises BadRecordError naming where it came
 from (file and line, record index, or JSON path), so that load-time
 screening can skip it.
+
+Size: the three formats share one template renderer and one field lookup
+(`_render`, `_field`), and `make_format` checks every format's settings
+where a config names them; apart, those would become public helpers.
 """
 
 from collections.abc import Callable, Mapping

@@ -10,6 +10,10 @@ Unlike the built-in tokenizers, a model may add no BOS (Qwen, SmolLM2) and may
 end a turn with a token other than its EOS (<|im_end|>, <|eot_id|>): `bos_id`
 is None when the model adds none, and `stop_ids` lists every token that ends
 a completion. The `tokenizers` and `jinja2` packages are needed only here.
+
+Size: one class, `HFTokenizer`, and the chat template it compiles; the
+two files it reads (a directory's or a GGUF file's parts) meet in its
+constructor.
 """
 
 from collections.abc import Mapping, Sequence

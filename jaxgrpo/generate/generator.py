@@ -17,6 +17,10 @@ of `generate.continuous`, so the two agree sample by sample.
 Under a mesh (`jaxgrpo.sharding.use_mesh`) the params stay as placed, prompt
 and sequence rows are split over the batch axes and the KV cache is
 constrained by its logical axes; the decode state is still donated.
+
+Size: the static engine's prefill and decode loop share its decode state
+(`SamplingState`), and the continuous engine (`slots`) runs the same
+`Generator`'s model, sampling and keys.
 """
 
 import dataclasses

@@ -10,6 +10,9 @@ to a chunk of steps, `flush` copies finished slots to their output rows,
 Einsum letters / suffixes follow `jaxgrpo.typing`, plus S slots (here not
 the cache length, which is C = P_max + T - 1), Q stash entries, A prompts
 per prefill call and W their bucket width.
+
+Size: the slots' device state and every jitted step that changes it,
+which must agree on its layout (`Slots`, `Stash`), are kept together.
 """
 
 import functools

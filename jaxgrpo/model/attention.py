@@ -8,6 +8,10 @@ The cache of one layer is `dict(k=[B, S, K, H], v=[B, S, K, H])`; a model's
 cache is a list of those, one per layer. Callers choose where new keys go
 (`cache_index`) and which keys each query sees (`mask_BTS`), so prefill and
 decode are the same code path.
+
+Size: the cache layout and every form of attention that reads it (decode,
+live-length reads, multi-token einsum or fused) are chosen by the same
+settings at trace time and must agree on the masking.
 """
 
 import functools

@@ -11,6 +11,9 @@ that its converter reorders the rows of the query and key projections so
 that rotary pairs are adjacent features (2i, 2i + 1) instead of features i
 and i + H/2. The decoder uses the half-split layout, so `load` undoes that
 reordering.
+
+Size: the model and its tokenizer are read from one file's metadata
+through the same reader and field lookup (`open_reader`, `_field`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
 """Hugging Face config.json <-> `ModelConfig`.
 
-`from_hf` reads the config of a Llama, Mistral (without sliding
-window), Qwen2, Qwen3, Gemma 2 or Gemma 3 (text) causal LM; `to_hf` writes the entries that
-describe a `ModelConfig` to transformers. The weights are `jaxgrpo.model.hf`'s.
+`from_hf` reads the config of a Llama, Mistral (without sliding window),
+Qwen2, Qwen3, Gemma 2 or Gemma 3 (text) causal LM; `to_hf` writes the
+entries that describe a `ModelConfig` to transformers. The weights are
+`jaxgrpo.model.hf`'s.
+
+Size: Gemma's entries (`_from_gemma`, `_to_gemma`) reuse the common RoPE
+and shape entries (`_rope`, `_shape_entries`) in both directions.
 """
 
 from __future__ import annotations

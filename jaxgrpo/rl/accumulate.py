@@ -11,6 +11,9 @@ names are written. Under `rollout.in_flight='keep'` it also holds the
 groups a streaming step left decoding (`Partial`), for the next step to
 take up. The carried groups, the groups in flight and the running totals
 are the rollout's part of a checkpoint (`get_state`).
+
+Size: the accumulator and the stats it returns (`StepStats`) change
+together: every count the bookkeeping keeps is a metric written here.
 """
 
 from collections.abc import Callable, Sequence

@@ -67,6 +67,9 @@ the seed and the data, never on how fast a verifier answers. With
 `verify_overlap=0` each chunk's groups are scored before decoding goes on.
 Under several processes each verifies the groups it owns (by completion
 order) and the rewards are summed at the apply point.
+
+Size: a sixth of it is this description of the modes; the rest is one
+step's state machine (`_Step`) and the stream that drives it.
 """
 
 import collections
