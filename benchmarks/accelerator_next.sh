@@ -8,8 +8,9 @@
 #      grows with its rows): Qwen2.5-0.5B's shape in bf16 with its own
 #      vocabulary, B = 8 groups of G = 8, 64 slots, GSM8K completion
 #      lengths up to 512 and the stand-in verifier of the CPU runs (about
-#      30% of groups informative); rounds and streaming on the continuous
-#      engine, steps interleaved, the train batch padded to 512 (one compilation)
+#      30% of groups informative); rounds and streaming (discarding and
+#      keeping the groups in flight) on the continuous engine, steps
+#      interleaved, the train batch padded to 512 (one compilation)
 #      and its blocks recomputed but for their matmuls (remat 'dots', so
 #      that 64 rows of 640 tokens fit an H100's 80 GB too);
 #   2. the GRPO train step of the same shape with its passes' attention as
@@ -56,14 +57,14 @@ grpo() {  # seconds, then the arguments of grpo_step.py
 
 # Limits: a train-step variant of this shape compiled in 38-59 s on the last
 # H200 run; the GRPO step compiles a train step and the engine's programs
-# for both modes (on the CPU, 60-80 s a mode) before its 5 timed steps of
+# for each mode (on the CPU, 60-80 s a mode) before its 5 timed steps of
 # each. Together they are 450 s.
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   grpo 300 --model qwen2.5_0.5b --dtype bfloat16 --model-vocab \
     --batch 8 --group 8 --slots 64 --round-size 8 --chunk 16 \
     --max-new 512 --prompt-width 128 --steps 5 --train-lengths 1 --remat dots \
-    --verify-workers 0 --modes rounds,streaming \
+    --verify-workers 0 --modes rounds,streaming,streaming_keep \
     --lengths benchmarks/data/gsm8k_lengths.json \
     --gsm8k .devcarry/gsm8k_train.jsonl --json "$out/grpo_step.json"
   run 150 --parts ceilings,train --rows 128 --repeats 3 --cotangents compute \
