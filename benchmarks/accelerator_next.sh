@@ -56,14 +56,14 @@ grpo() {  # seconds, then the arguments of grpo_step.py
 }
 
 # Limits: a train-step variant of this shape compiled in 38-59 s on the last
-# H200 run; the GRPO step compiles a train step and the engine's programs
-# for each mode (on the CPU, 60-80 s a mode) before its 5 timed steps of
-# each. Together they are 450 s.
+# H200 run; the GRPO step's modes share one train step and the engine's
+# programs, compiled once before its 10 timed steps of each mode (about 2 s
+# a step by the decode steps counted on the CPU). Together they are 450 s.
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   grpo 300 --model qwen2.5_0.5b --dtype bfloat16 --model-vocab \
     --batch 8 --group 8 --slots 64 --round-size 8 --chunk 16 \
-    --max-new 512 --prompt-width 128 --steps 5 --train-lengths 1 --remat dots \
+    --max-new 512 --prompt-width 128 --steps 10 --train-lengths 1 --remat dots \
     --verify-workers 0 --modes rounds,streaming,streaming_keep \
     --lengths benchmarks/data/gsm8k_lengths.json \
     --gsm8k .devcarry/gsm8k_train.jsonl --json "$out/grpo_step.json"
