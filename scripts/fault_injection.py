@@ -283,6 +283,10 @@ def main():
               # across a step boundary (and so through checkpoints).
               'partials_kept': sum(
                   r.get('rollout/partial_kept', 0) for r in ref),
+              # rollout.in_flight='retry': discarded groups whose examples
+              # the sampler held (through checkpoints) for the next step.
+              'groups_retried': sum(
+                  r.get('rollout/groups_retried', 0) for r in ref),
               'restorable_after_kill': restorable,
               'damaged': got['damaged'], 'set_aside': aside,
               'exact': not problems and restorable == kills,
