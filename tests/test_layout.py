@@ -232,6 +232,15 @@ class LayersTest(absltest.TestCase):
     self.assertEmpty(upward, 'imports of a higher layer (move the code '
                      'down, or pass what it needs in):\n' + '\n'.join(upward))
 
+  def test_the_readme_layout_names_every_module_and_package(self):
+    with open(os.path.join(REPO, 'README.md'), encoding='utf-8') as f:
+      text = f.read()
+    block = text.split('\n## Layout', 1)[1].split('\n## ', 1)[0]
+    missing = [name for _, names in LAYERS for name in sorted(names)
+               if f'{name}.py' not in block and f'{name}/' not in block]
+    self.assertEmpty(missing, "README.md's Layout names neither NAME.py nor "
+                     'NAME/ for these')
+
   def test_every_exception_is_still_needed(self):
     graph = import_graph(REPO, PACKAGE)
     stale = [e for e in LAYER_EXCEPTIONS if e[1] not in graph.get(e[0], ())]
