@@ -3,9 +3,12 @@
 One checkpoint holds three items: `state` (params, optimizer state, step,
 reference params), `data` (the prompt source and rollout counters, as numpy
 arrays, plus the run's RNG key) and `meta` (the resolved config and run
-notes, as JSON). Saving is asynchronous; orbax writes to a temporary folder
-and renames it when complete, so a crash mid-save never shadows the last
-good checkpoint.
+notes, as JSON, with a checksum of every array of the other two:
+`jaxgrpo.integrity`). Saving is asynchronous; orbax writes to a temporary
+folder and renames it when complete, so a crash mid-save never shadows the
+last good checkpoint. Reading checks the checksums: an array whose bytes
+changed after they were written raises `DamagedError`, like a file that is
+missing or cut short raises orbax's errors.
 """
 
 from collections.abc import Mapping
@@ -23,6 +26,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from jaxgrpo import errors
+from jaxgrpo import integrity
 from jaxgrpo.model.config import ModelConfig
 from jaxgrpo.typing import PyTree
 
@@ -53,6 +57,32 @@ class Restored:
 
 def _to_arrays(tree: Mapping[str, Any]) -> dict[str, Any]:
   return jax.tree.map(np.asarray, dict(tree))
+
+
+# The key of a checkpoint's JSON item that holds its arrays' checksums.
+INTEGRITY = 'integrity'
+
+
+class DamagedError(Exception):
+  """A checkpoint's arrays differ from the checksums saved with them."""
+
+
+def verify(meta: Mapping[str, Any], **items: Any) -> None:
+  """Checks each restored item (`state=...`, `data=...`) against the
+  checksums in `meta`; checkpoints written without them pass unchecked.
+
+  Raises:
+    DamagedError: naming the arrays that differ.
+  """
+  saved = meta.get(INTEGRITY) or {}
+  bad = [f'{name}/{path}' for name, tree in items.items()
+         for path in integrity.mismatches(saved.get(name, {}), tree)]
+  if bad:
+    raise DamagedError(
+        f'{len(bad)} array{"s" * (len(bad) > 1)} no longer '
+        f'match{"es" * (len(bad) == 1)} the checksums saved with them ({", ".join(bad[:3])}'
+        f'{", ..." * (len(bad) > 3)}): their files changed after they were '
+        'written')
 
 
 class Checkpointer:
@@ -128,13 +158,16 @@ class Checkpointer:
       TrainingError: this or the previous save could not be written (disk
         full, permissions); the last complete checkpoint is untouched.
     """
+    data = _to_arrays(data)
+    meta = {**meta, INTEGRITY: {'state': integrity.digests(state),
+                                'data': integrity.digests(data)}}
     try:
       self.manager.save(
           step,
           args=ocp.args.Composite(
               state=ocp.args.StandardSave(state),
-              data=ocp.args.StandardSave(_to_arrays(data)),
-              meta=ocp.args.JsonSave(dict(meta)),
+              data=ocp.args.StandardSave(data),
+              meta=ocp.args.JsonSave(meta),
           ),
           force=True,
       )
@@ -161,6 +194,9 @@ class Checkpointer:
     (`optax.ApplyIfFiniteState`, as some earlier versions wrote) is restored
     into the plain AdamW state it wraps; the counters are dropped (the train
     step counts skipped updates in `train/nonfinite`).
+
+    Raises:
+      DamagedError: an array differs from its saved checksum.
     """
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
     wrapped = (hasattr(abstract, 'opt_state')
@@ -181,11 +217,14 @@ class Checkpointer:
             meta=ocp.args.JsonRestore(),
         ),
     )
+    meta = dict(out.meta)
+    # Written before the checksums were: nothing to compare.
+    verify(meta, **({} if wrapped else {'state': out.state}), data=out.data)
+    meta.pop(INTEGRITY, None)
     state = out.state
     if wrapped:
       state = state.replace(opt_state=state.opt_state.inner_state)
-    return Restored(step=step, state=state, data=dict(out.data),
-                    meta=dict(out.meta))
+    return Restored(step=step, state=state, data=dict(out.data), meta=meta)
 
   def _has_skip_counters(self, step: int) -> bool:
     """Whether step `step`'s optimizer state is an ApplyIfFiniteState."""
@@ -195,9 +234,15 @@ class Checkpointer:
     return isinstance(opt_state, Mapping) and 'inner_state' in opt_state
 
   def restore_data(self, step: int) -> dict[str, Any]:
-    """The data item of step `step` alone (sampler, rollout, example ids)."""
+    """The data item of step `step` alone (sampler, rollout, example ids).
+
+    Raises:
+      DamagedError: an array differs from its saved checksum.
+    """
     out = self.manager.restore(
-        step, args=ocp.args.Composite(data=ocp.args.StandardRestore()))
+        step, args=ocp.args.Composite(data=ocp.args.StandardRestore(),
+                                      meta=ocp.args.JsonRestore()))
+    verify(out.meta, data=out.data)
     return dict(out.data)
 
   def wait(self) -> None:
@@ -236,15 +281,23 @@ def _reason(e: Exception) -> str:
 
 def load_state_arrays(directory: str, step: int | None = None) -> dict:
   """The train state of a checkpoint as nested numpy arrays, no target
-  structure needed (inspection, comparisons). Latest step by default."""
+  structure needed (inspection, comparisons). Latest step by default.
+
+  Raises:
+    ResumeError: there is no checkpoint.
+    DamagedError: an array differs from its saved checksum.
+  """
   manager = ocp.CheckpointManager(absolute(directory))
   step = manager.latest_step() if step is None else step
   if step is None:
     raise errors.ResumeError(f'no checkpoint in {directory}')
   out = manager.restore(
-      step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                    meta=ocp.args.JsonRestore()))
   manager.close()
-  return jax.tree.map(np.asarray, out.state)
+  state = jax.tree.map(np.asarray, out.state)
+  verify(out.meta, state=state)
+  return state
 
 
 def as_saved(value: Any) -> Any:

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo.data import tokenizer as tokenizer_lib
@@ -251,7 +252,9 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
       base = run_base(meta, log)
       graphdef, state = lora.attach(base.graphdef, base.params, section,
                                     jax.random.key(0))
-    _restore_params(manager, step, state)
+    _restore_params(manager, step, state, meta)
+  except checkpoint_lib.DamagedError as e:
+    raise ModelSpecError(f'{where}: {e}') from None
   except (ModelSpecError, errors.ConfigError):
     raise
   except Exception as e:  # pylint: disable=broad-except
@@ -273,8 +276,13 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
 
 
 def _restore_params(manager: ocp.CheckpointManager, step: int,
-                    state: nnx.State) -> None:
-  """Fills `state` (abstract or real) with the checkpoint's `params`."""
+                    state: nnx.State, meta: dict[str, Any]) -> None:
+  """Fills `state` (abstract or real) with the checkpoint's `params`,
+  checked against the checksums in its `meta`.
+
+  Raises:
+    DamagedError: a param differs from its saved checksum.
+  """
   # Train states hold each param as {'value': array}; only the params are
   # restored, not the optimizer state or the reference params.
   target = {'params': jax.tree.map(
@@ -286,6 +294,7 @@ def _restore_params(manager: ocp.CheckpointManager, step: int,
           restore_args=jax.tree.map(
               lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target),
           partial_restore=True)))
+  checkpoint_lib.verify(meta, state=restored.state)
   pure = jax.tree.map(lambda leaf: leaf['value'], restored.state['params'],
                       is_leaf=lambda x: isinstance(x, dict) and 'value' in x)
   nnx.replace_by_pure_dict(state, pure)
@@ -324,7 +333,9 @@ def load_adapter(workdir: str, step: int, log: Log = _ignore
     base = run_base(meta, log)
     graphdef, adapter = lora.attach(base.graphdef, base.params, section,
                                     jax.random.key(0))
-    _restore_params(manager, step, adapter)
+    _restore_params(manager, step, adapter, meta)
+  except checkpoint_lib.DamagedError as e:
+    raise ModelSpecError(f'{workdir} step {step}: {e}') from None
   finally:
     manager.close()
   return base, section, graphdef, adapter

@@ -257,7 +257,8 @@ def restore_or_start(
   matched by example id when `remap`) and of `rollout`.
 
   A checkpoint that cannot be read (files truncated or missing, metadata
-  that does not parse, an item missing, an empty folder) is passed over
+  that does not parse, an item missing, an empty folder, arrays that
+  differ from their saved checksums) is passed over
   for the next older one; once one restores, the newer ones are set aside
   as `<step>.damaged-<time>` (on the main process; nothing is deleted)
   and named in a notice. When none restores, nothing is renamed.
@@ -313,6 +314,8 @@ def restore_or_start(
 def _damage(e: Exception) -> str:
   """What is wrong with a checkpoint that does not restore, in brief."""
   text = ' '.join(str(e).split())
+  if isinstance(e, checkpoint_lib.DamagedError):
+    return text
   if isinstance(e, KeyError) and 'was not found' in text:
     item = text.split('"')[1] if text.count('"') >= 2 else '?'
     return f'its {item!r} item is missing'

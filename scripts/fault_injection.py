@@ -5,9 +5,11 @@ another workdir is killed with SIGKILL at --kills random moments (after
 training has started, so kills land in steps, in checkpoint saves, and in
 between; checkpoints are written every step so many kills hit a save), and
 restarted with the same command each time until it finishes. After every
---damage_every-th kill the latest checkpoint is also damaged, in turn: an
-array file truncated, array files deleted, the `meta` or `data` item
-removed, a metadata file cut short, the folder emptied; the restart must set
+--damage_every-th kill the latest checkpoint is also damaged, in turn:
+bytes of an array file flipped in place, an array's value rewritten (both
+readable: the checkpoint's checksums catch them), an array file truncated,
+array files deleted, the `meta` or `data` item removed, a metadata file cut
+short, the folder emptied; the restart must set
 it aside and resume from the newest intact checkpoint. It passes when the
 killed run ends with bitwise the same params and optimizer state as the
 reference, its metrics.jsonl has every step exactly once with the same
@@ -43,6 +45,7 @@ import time
 
 import jax
 import numpy as np
+import tensorstore as ts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -89,6 +92,32 @@ def _truncate_array(folder: str) -> None:
   os.truncate(largest, os.path.getsize(largest) // 2)
 
 
+def _flip_bytes(folder: str) -> None:
+  """8 bytes in the middle of the largest state array file, in place (the
+  file keeps its size): a read error, or other values that only the
+  checksums catch."""
+  files = glob.glob(os.path.join(folder, 'state', 'ocdbt.process_0', 'd', '*'))
+  largest = max(files, key=os.path.getsize)
+  with open(largest, 'r+b') as f:
+    data = bytearray(f.read())
+    for i in range(len(data) // 2, len(data) // 2 + 64, 8):
+      data[i] ^= 0x5A
+    f.seek(0)
+    f.write(data)
+
+
+def _rewrite_value(folder: str) -> None:
+  """One bit of the embedding rewritten through tensorstore: the
+  checkpoint reads, with another value."""
+  array = ts.open({'driver': 'zarr', 'path': 'params.embedding.value',
+                   'kvstore': {'driver': 'ocdbt', 'base': 'file://'
+                               + os.path.join(folder, 'state') + '/'}},
+                  open=True).result()
+  value = array.read().result()
+  value.reshape(-1).view(np.uint8)[5] ^= 0x10
+  array.write(value).result()
+
+
 def _delete_arrays(folder: str) -> None:
   for path in glob.glob(os.path.join(folder, '*', 'ocdbt.process_0', 'd', '*')):
     os.remove(path)
@@ -105,6 +134,8 @@ def _empty(folder: str) -> None:
 
 
 DAMAGES = {
+    'array bytes flipped in place': _flip_bytes,
+    'array value rewritten': _rewrite_value,
     'truncated array file': _truncate_array,
     'array files deleted': _delete_arrays,
     'meta item removed': lambda f: shutil.rmtree(os.path.join(f, 'meta')),

@@ -183,7 +183,7 @@ class LayoutTest(absltest.TestCase):
 LAYERS = (
     # Shared types and helpers.
     ('base', {'errors', 'example', 'typing', 'checks', 'records', 'sharding',
-              'multihost'}),
+              'multihost', 'integrity'}),
     # The decoder and its weights; what a run shows, from its metrics.
     ('model', {'model', 'reporting'}),
     ('generate', {'generate'}),

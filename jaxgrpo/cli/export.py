@@ -78,7 +78,12 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
     raise errors.UserError(f'--peft: the run in {workdir} trained every '
                            'weight (model.lora.rank = 0): it has no adapter')
   else:
-    arrays = checkpoint_lib.load_state_arrays(directory, step)['params']
+    try:
+      arrays = checkpoint_lib.load_state_arrays(directory, step)['params']
+    except checkpoint_lib.DamagedError as e:
+      raise errors.UserError(
+          f'--workdir {workdir}: the checkpoint of step {step} is damaged '
+          f'({e}); export an earlier one with --step') from None
     _, abstract = decoder.abstract_params(cfg)
     pure = jax.tree.map(
         lambda x: x['value'] if isinstance(x, dict) and 'value' in x else x,
