@@ -155,8 +155,7 @@ def _run(
     state, meta = _fresh_state(cfg, parts, console, meta)
   else:
     state = state.replace(base=parts.base)
-  writer = _metrics_writer(cfg, workdir, start.resumed_from,
-                           console.info)
+  writer = _metrics_writer(cfg, workdir, start.resumed_from, console)
   if start.resumed_from is None:
     _first_eval(parts, state, meta, writer, console)
   loop = _Loop(cfg, parts, console, writer, state, meta)
@@ -170,17 +169,22 @@ def _run(
 
 def _metrics_writer(cfg: config_lib.Config, workdir: str,
                    resumed_from: int | None,
-                   log: Log) -> metrics_lib.MetricsWriter:
+                   console: console_lib.Console) -> metrics_lib.MetricsWriter:
   """The run's metrics.jsonl (and TensorBoard) writer, on the main process.
 
   A fresh start (`resumed_from` None) drops lines a run killed before its
-  first checkpoint left; a resume drops those after its checkpoint.
+  first checkpoint left; a resume drops those after its checkpoint. Lines
+  that are not JSON, and an earlier run's steps that a fresh start finds,
+  are kept aside with a notice.
   """
   writer = metrics_lib.MetricsWriter(
       workdir, resume_step=-1 if resumed_from is None else resumed_from,
-      enabled=multihost.is_main(), tensorboard=cfg.tensorboard)
+      enabled=multihost.is_main(), tensorboard=cfg.tensorboard,
+      keep_earlier=True)
+  for note in writer.notes:
+    console.notice(note)
   if writer.tensorboard is not None:
-    log(f'TensorBoard events: {writer.tensorboard.logdir}')
+    console.info(f'TensorBoard events: {writer.tensorboard.logdir}')
   return writer
 
 

@@ -33,6 +33,48 @@ class MetricsWriterTest(absltest.TestCase):
     self.assertEqual(metrics_lib.read_metrics(workdir), [])
 
 
+  def _file(self, workdir: str, text: str) -> None:
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.write(text)
+
+  def test_lines_that_are_not_json_are_kept_aside_and_named(self):
+    workdir = self.create_tempdir().full_path
+    self._file(workdir, '{"step": 0, "a": 1}\n{"step": 1, "a"\n[3]\n'
+               '{"step": 2, "a": 3}\n{"step": 3, "a": 4}\n{"step": 4, "cut')
+    writer = metrics_lib.MetricsWriter(workdir, resume_step=3)
+    writer.close()
+    self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
+                     [0, 2, 3])
+    self.assertEqual(writer.notes, [
+        f'metrics.jsonl: 2 lines not JSON (line 2, 3) left out, copied to '
+        f'{workdir}/metrics.jsonl.damaged'])
+    with open(os.path.join(workdir, 'metrics.jsonl.damaged')) as f:
+      self.assertEqual(f.read(), '{"step": 1, "a"\n[3]\n')  # not the cut one
+
+  def test_a_fresh_start_keeps_an_earlier_runs_steps_aside(self):
+    workdir = self.create_tempdir().full_path
+    earlier = '{"step": 0, "a": 1}\n{"step": 7, "a": 2}\n'
+    self._file(workdir, earlier)
+    writer = metrics_lib.MetricsWriter(workdir, keep_earlier=True)
+    writer.write(0, {'a': 5})
+    writer.close()
+    self.assertEqual(metrics_lib.read_metrics(workdir), [{'step': 0, 'a': 5}])
+    aside = [n for n in os.listdir(workdir) if n.startswith(
+        'metrics.jsonl.replaced-')]
+    self.assertLen(aside, 1)
+    with open(os.path.join(workdir, aside[0])) as f:
+      self.assertEqual(f.read(), earlier)
+    self.assertRegex(writer.notes[0], r'^metrics.jsonl held steps of an '
+                     r'earlier run with no checkpoint left \(up to step 7\): '
+                     r'moved to .*metrics.jsonl.replaced-')
+    # A run killed before its first checkpoint wrote step 0 at most: redone.
+    self._file(workdir, '{"step": 0, "a": 1}\n')
+    writer = metrics_lib.MetricsWriter(workdir, keep_earlier=True)
+    writer.close()
+    self.assertEqual((writer.notes, metrics_lib.read_metrics(workdir)), ([], []))
+    self.assertLen([n for n in os.listdir(workdir) if 'replaced' in n], 1)
+
+
 class TensorBoardWhileTrainingTest(absltest.TestCase):
 
   def test_each_step_once_across_a_resume(self):

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import tempfile
+import time
 
 from clu import metrics as clu_metrics
 from etils import epath
@@ -48,7 +49,12 @@ class MetricsWriter:
 
   On resume from step k the file is cut back to the lines of steps <= k, so
   steps recorded after the last checkpoint (and then redone) appear once; a
-  fresh start passes k = -1 and starts an empty file.
+  fresh start passes k = -1 and starts an empty file. Nothing else is
+  dropped unseen: a line that is not JSON (but the last, cut short by a
+  crash) is copied to `metrics.jsonl.damaged`, and with `keep_earlier` (the
+  trainer's) a file that a fresh start finds holding steps past 0 (an
+  earlier run whose checkpoints are gone) is moved to
+  `metrics.jsonl.replaced-<time>`; `notes` says so.
 
   `enabled=False` (processes other than 0 of a multi-process run) writes
   nothing. `tensorboard=True` also writes each step's scalars as TensorBoard
@@ -57,8 +63,10 @@ class MetricsWriter:
   """
 
   def __init__(self, workdir: str, *, resume_step: int = -1,
-               enabled: bool = True, tensorboard: bool = False):
+               enabled: bool = True, tensorboard: bool = False,
+               keep_earlier: bool = False):
     self.enabled = enabled
+    self._keep_earlier = keep_earlier
     self.tensorboard = None
     self.remote = (epath.Path(workdir) / METRICS
                    if records_lib.is_remote(workdir) else None)
@@ -69,6 +77,8 @@ class MetricsWriter:
       cache = os.path.join(tempfile.gettempdir(), 'jaxgrpo-metrics', key)
       self.path = os.path.join(cache, METRICS)
     self._file = None
+    self.notes: list[str] = []  # what was kept aside, for the console
+    self._workdir = epath.Path(workdir)
     if not enabled:
       return
     os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -86,21 +96,39 @@ class MetricsWriter:
     """Keeps the lines of steps <= `step`; returns their records."""
     if not os.path.exists(self.path):
       return []
-    kept, records = [], []
     with open(self.path, encoding='utf-8') as f:
-      for line in f:
-        try:
-          record = json.loads(line)
-        except json.JSONDecodeError:
-          continue  # a line cut short by a crash
-        if record.get('step', 0) <= step:
-          kept.append(json.dumps(record) + '\n')
-          records.append(record)
+      lines = f.readlines()
+    parsed = [_record(line) for line in lines]
+    # Not JSON, but for the last line unended: a crash cut that one short.
+    damaged = [n for n, (line, record) in enumerate(zip(lines, parsed), 1)
+               if record is None and line.endswith('\n')]
+    if damaged:
+      name = METRICS + '.damaged'
+      self._keep_aside(name, [lines[n - 1] for n in damaged], append=True)
+      self.notes.append(
+          f'{METRICS}: {len(damaged)} line{"s" * (len(damaged) > 1)} not '
+          f'JSON (line {", ".join(map(str, damaged[:5]))}'
+          f'{", ..." * (len(damaged) > 5)}) left out, copied to '
+          f'{self._workdir / name}')
+    steps = [r.get('step', 0) for r in parsed if r is not None]
+    if self._keep_earlier and step < 0 and steps and max(steps) > 0:
+      name = f'{METRICS}.replaced-{time.strftime("%Y%m%d-%H%M%S")}'
+      self._keep_aside(name, lines)
+      self.notes.append(
+          f'{METRICS} held steps of an earlier run with no checkpoint left '
+          f'(up to step {max(steps)}): moved to {self._workdir / name}')
+    records = [r for r in parsed if r is not None and r.get('step', 0) <= step]
     tmp = self.path + '.tmp'
     with open(tmp, 'w', encoding='utf-8') as f:
-      f.writelines(kept)
+      f.writelines(json.dumps(r) + '\n' for r in records)
     os.replace(tmp, self.path)
     return records
+
+  def _keep_aside(self, name: str, lines: list[str], append: bool = False):
+    """Writes `lines` to WORKDIR/`name` (after what it holds, `append`)."""
+    path = self._workdir / name
+    text = path.read_text(encoding='utf-8') if append and path.exists() else ''
+    path.write_text(text + ''.join(lines), encoding='utf-8')
 
   def write(self, step: int, metrics: Mapping[str, object]) -> None:
     if self._file is None:
@@ -128,6 +156,15 @@ class MetricsWriter:
     if self.tensorboard is not None:
       self.tensorboard.close()
       self.tensorboard = None
+
+
+def _record(line: str) -> dict | None:
+  """A metrics line's record; None for a line that is not a JSON object."""
+  try:
+    record = json.loads(line)
+  except json.JSONDecodeError:
+    return None
+  return record if isinstance(record, dict) else None
 
 
 def read_metrics(workdir: str) -> list[dict]:
