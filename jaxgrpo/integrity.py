@@ -133,8 +133,10 @@ def digests(tree: Any) -> dict[str, str]:
       # Awaited one by one: several sharded programs in flight at once can
       # starve the CPU backend's collectives of threads.
       value = _device_checksum(x)
-      if not value.is_fully_addressable:
-        value = multihost_utils.process_allgather(value, tiled=True)
+      if not value.is_fully_addressable:  # several processes
+        value = (value.addressable_data(0) if value.sharding
+                 .is_fully_replicated else multihost_utils.process_allgather(
+                     value, tiled=True))
       out[path_name(path)] = _hex(*(int(v) for v in np.asarray(value)))
     else:
       out[path_name(path)] = _hex(*host_checksum(x))
