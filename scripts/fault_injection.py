@@ -92,10 +92,12 @@ def _truncate_array(folder: str) -> None:
   os.truncate(largest, os.path.getsize(largest) // 2)
 
 
-def _flip_bytes(folder: str) -> None:
-  """8 bytes in the middle of the largest state array file, in place (the
-  file keeps its size): a read error, or other values that only the
-  checksums catch."""
+def flip_bytes(folder: str) -> None:
+  """Flips 8 bytes in the middle of the largest state array file of the
+  checkpoint `folder`, in place (the file keeps its size). Where they fall
+  in a zstd block's literals the array decodes to other values with no
+  error, which only the checksums catch (most often, on these
+  checkpoints); elsewhere tensorstore fails to read it."""
   files = glob.glob(os.path.join(folder, 'state', 'ocdbt.process_0', 'd', '*'))
   largest = max(files, key=os.path.getsize)
   with open(largest, 'r+b') as f:
@@ -106,10 +108,10 @@ def _flip_bytes(folder: str) -> None:
     f.write(data)
 
 
-def _rewrite_value(folder: str) -> None:
-  """One bit of the embedding rewritten through tensorstore: the
-  checkpoint reads, with another value."""
-  array = ts.open({'driver': 'zarr', 'path': 'params.embedding.value',
+def rewrite_value(folder: str, path: str = 'params/embedding/value') -> None:
+  """Rewrites one bit of the state's array at `path` in the checkpoint
+  `folder` through tensorstore: the checkpoint reads, with another value."""
+  array = ts.open({'driver': 'zarr', 'path': path.replace('/', '.'),
                    'kvstore': {'driver': 'ocdbt', 'base': 'file://'
                                + os.path.join(folder, 'state') + '/'}},
                   open=True).result()
@@ -134,8 +136,8 @@ def _empty(folder: str) -> None:
 
 
 DAMAGES = {
-    'array bytes flipped in place': _flip_bytes,
-    'array value rewritten': _rewrite_value,
+    'array bytes flipped in place': flip_bytes,
+    'array value rewritten': rewrite_value,
     'truncated array file': _truncate_array,
     'array files deleted': _delete_arrays,
     'meta item removed': lambda f: shutil.rmtree(os.path.join(f, 'meta')),

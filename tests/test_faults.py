@@ -5,6 +5,7 @@ Runs are tiny (demo config, no warm start, no evaluation); one trained
 workdir is copied for each case that needs checkpoints.
 """
 
+import functools
 import glob
 import os
 import shutil
@@ -15,8 +16,6 @@ import tempfile
 import time
 
 from absl.testing import absltest
-import numpy as np
-import tensorstore as ts
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
@@ -27,6 +26,9 @@ from jaxgrpo.configs import demo
 from jaxgrpo.reporting import metrics as metrics_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'scripts'))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import fault_injection  # the damages it does to checkpoints
 PREFIX = 'jaxgrpo-train: error: '
 FAST = ('--config.warmstart.enabled=False', '--config.eval.every=0',
         '--config.plots=False', '--config.tensorboard=False', '--quiet')
@@ -205,7 +207,7 @@ class TrainedWorkdirTest(FaultTestCase):
     out = self._damage_and_resume({
         4: change_value('params/embedding/value'),
         3: change_value('opt_state/1/0/nu/blocks/1/mlp/down/w/value'),
-        2: flip_bytes, 1: flip_bytes})
+        2: fault_injection.flip_bytes, 1: fault_injection.flip_bytes})
     for step, path in ((4, 'params/embedding/value'),
                        (3, 'opt_state/1/0/nu/blocks/1/mlp/down/w/value')):
       self.assertIn(
@@ -256,34 +258,9 @@ def truncate_array_file(folder: str) -> None:
 
 
 def change_value(path: str):
-  """Rewrites one bit of the state's array at `path` ('params/embedding/value')
-  through tensorstore: the checkpoint stays readable and orbax reads the
-  changed value."""
-  def damage(folder):
-    array = ts.open({
-        'driver': 'zarr', 'path': path.replace('/', '.'),
-        'kvstore': {'driver': 'ocdbt',
-                    'base': f'file://{os.path.join(folder, "state")}/'},
-    }, open=True).result()
-    value = array.read().result()
-    value.reshape(-1).view(np.uint8)[5] ^= 0x10
-    array.write(value).result()
-  return damage
-
-
-def flip_bytes(folder: str) -> None:
-  """Flips 8 bytes in the middle of the largest state array file, in
-  place: the file keeps its size. Where they fall in a zstd block's
-  literals, the array decodes to other values with no error (most
-  often, on these checkpoints); elsewhere tensorstore fails to read it."""
-  files = glob.glob(os.path.join(folder, 'state', 'ocdbt.process_0', 'd', '*'))
-  largest = max(files, key=os.path.getsize)
-  with open(largest, 'r+b') as f:
-    data = bytearray(f.read())
-    for i in range(len(data) // 2, len(data) // 2 + 64, 8):
-      data[i] ^= 0x5A
-    f.seek(0)
-    f.write(data)
+  """Rewrites one bit of the state's array at `path` through tensorstore:
+  the checkpoint stays readable and orbax reads the changed value."""
+  return functools.partial(fault_injection.rewrite_value, path=path)
 
 
 def remove_array_files(folder: str) -> None:
