@@ -78,11 +78,11 @@ def verify(meta: Mapping[str, Any], **items: Any) -> None:
   bad = [f'{name}/{path}' for name, tree in items.items()
          for path in integrity.mismatches(saved.get(name, {}), tree)]
   if bad:
+    named = ', '.join(bad[:3]) + ', ...' * (len(bad) > 3)
     raise DamagedError(
         f'{len(bad)} array{"s" * (len(bad) > 1)} no longer '
-        f'match{"es" * (len(bad) == 1)} the checksums saved with them ({", ".join(bad[:3])}'
-        f'{", ..." * (len(bad) > 3)}): their files changed after they were '
-        'written')
+        f'match{"es" * (len(bad) == 1)} the checksums saved with them '
+        f'({named}): their files changed after they were written')
 
 
 class Checkpointer:
@@ -218,7 +218,7 @@ class Checkpointer:
         ),
     )
     meta = dict(out.meta)
-    # Written before the checksums were: nothing to compare.
+    # Skip counters predate the checksums: such a state has none to compare.
     verify(meta, **({} if wrapped else {'state': out.state}), data=out.data)
     meta.pop(INTEGRITY, None)
     state = out.state

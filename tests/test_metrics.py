@@ -71,7 +71,8 @@ class MetricsWriterTest(absltest.TestCase):
     self._file(workdir, '{"step": 0, "a": 1}\n')
     writer = metrics_lib.MetricsWriter(workdir, keep_earlier=True)
     writer.close()
-    self.assertEqual((writer.notes, metrics_lib.read_metrics(workdir)), ([], []))
+    self.assertEqual(writer.notes, [])
+    self.assertEqual(metrics_lib.read_metrics(workdir), [])
     self.assertLen([n for n in os.listdir(workdir) if 'replaced' in n], 1)
 
 
