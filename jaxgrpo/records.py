@@ -6,6 +6,8 @@ these helpers, which import nothing of jaxgrpo, so that neither side has to
 import the other.
 """
 
+import json
+
 
 def is_remote(path: str) -> bool:
   """Whether `path` names an object store location (`gs://...`)."""
@@ -20,3 +22,13 @@ def as_float(v: object) -> float | None:
     return float(v)
   except ValueError:
     return None
+
+
+def record(line: str) -> dict | None:
+  """A metrics line's record; None for a line that is not a JSON object
+  (cut short by a crash or a live write, or damaged)."""
+  try:
+    value = json.loads(line)
+  except json.JSONDecodeError:
+    return None
+  return value if isinstance(value, dict) else None

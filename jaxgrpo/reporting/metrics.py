@@ -98,7 +98,7 @@ class MetricsWriter:
       return []
     with open(self.path, encoding='utf-8') as f:
       lines = f.readlines()
-    parsed = [_record(line) for line in lines]
+    parsed = [records_lib.record(line) for line in lines]
     # Not JSON, but for the last line unended: a crash cut that one short.
     damaged = [n for n, (line, record) in enumerate(zip(lines, parsed), 1)
                if record is None and line.endswith('\n')]
@@ -156,15 +156,6 @@ class MetricsWriter:
     if self.tensorboard is not None:
       self.tensorboard.close()
       self.tensorboard = None
-
-
-def _record(line: str) -> dict | None:
-  """A metrics line's record; None for a line that is not a JSON object."""
-  try:
-    record = json.loads(line)
-  except json.JSONDecodeError:
-    return None
-  return record if isinstance(record, dict) else None
 
 
 def read_metrics(workdir: str) -> list[dict]:

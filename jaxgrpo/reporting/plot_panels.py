@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from jaxgrpo.records import as_float
+from jaxgrpo.records import as_float, record
 
 Log = Callable[[str], None]
 Records = Sequence[dict]
@@ -60,16 +60,8 @@ def read_records(workdir: str) -> list[dict]:
     return metrics_lib.read_metrics(workdir)
   except json.JSONDecodeError:
     pass
-  records = []
   with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    for line in f:
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError:
-        continue
-      if isinstance(record, dict):
-        records.append(record)
-  return records
+    return [r for r in map(record, f) if r is not None]
 
 
 def series(records: Records, key: str) -> tuple[np.ndarray, np.ndarray]:
