@@ -379,18 +379,18 @@ def main():
         f'R={args.round_size}, T<={args.max_new}, P={args.prompt_width}; '
         f'modes {names}', flush=True)
   runs = {n: [] for n in names}
+  header = dict(
+      command=' '.join(['python'] + sys.argv), commit=record.commit(),
+      machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+                   jax=jax.__version__, backend=jax.default_backend(),
+                   device=str(jax.devices()[0].device_kind)),
+      args=vars(args), params=model_config.param_count(cfg))
 
   def write(complete: bool) -> None:
     # A partial record keeps the raw steps (--summarize reads them).
     summary = summarize(runs) if complete else {}
     record.write_json(args.json, dict(
-        command=' '.join(['python'] + sys.argv),
-        commit=record.commit(),
-        machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                     jax=jax.__version__, backend=jax.default_backend(),
-                     device=str(jax.devices()[0].device_kind)),
-        args=vars(args), params=model_config.param_count(cfg),
-        complete=complete, runs=runs,
+        header, complete=complete, runs=runs,
         **{k: v for k, v in summary.items() if k != 'lines'}))
 
   try:
