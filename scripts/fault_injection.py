@@ -86,7 +86,9 @@ def command(workdir: str, steps: int, collect: str = 'rounds',
   ]
 
 
-def _truncate_array(folder: str) -> None:
+def truncate_array(folder: str) -> None:
+  """Cuts the largest state array file of the checkpoint `folder` to half
+  its size: tensorstore fails to read it."""
   files = glob.glob(os.path.join(folder, 'state', 'ocdbt.process_0', 'd', '*'))
   largest = max(files, key=os.path.getsize)
   os.truncate(largest, os.path.getsize(largest) // 2)
@@ -138,7 +140,7 @@ def _empty(folder: str) -> None:
 DAMAGES = {
     'array bytes flipped in place': flip_bytes,
     'array value rewritten': rewrite_value,
-    'truncated array file': _truncate_array,
+    'truncated array file': truncate_array,
     'array files deleted': _delete_arrays,
     'meta item removed': lambda f: shutil.rmtree(os.path.join(f, 'meta')),
     'metadata JSON cut short': _cut_json,

@@ -185,7 +185,7 @@ class TrainedWorkdirTest(FaultTestCase):
 
   def test_damaged_checkpoints_are_set_aside(self):
     out = self._damage_and_resume({
-        4: truncate_array_file, 3: remove_item('meta'),
+        4: fault_injection.truncate_array, 3: remove_item('meta'),
         2: corrupt_json('state/_METADATA'), 1: empty_folder})
     self.assertIn('(an array file cannot be read (truncated or missing))',
                   out.stdout)
@@ -249,12 +249,6 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assert_one_line(out, 1, 'no checkpoint in', 'can be restored: 4 (',
                          'move those folders out of it')
     self.assertEqual(listing(workdir), before)  # nothing renamed or removed
-
-
-def truncate_array_file(folder: str) -> None:
-  files = glob.glob(os.path.join(folder, 'state', 'ocdbt.process_0', 'd', '*'))
-  largest = max(files, key=os.path.getsize)
-  os.truncate(largest, os.path.getsize(largest) // 2)
 
 
 def change_value(path: str):
