@@ -9,11 +9,16 @@ folder and renames it when complete, so a crash mid-save never shadows the
 last good checkpoint. Reading checks the checksums: an array whose bytes
 changed after they were written raises `DamagedError`, like a file that is
 missing or cut short raises orbax's errors.
+
+Size: saving, restoring and the readers that need no run (`reader`,
+`read_meta`, `load_state_arrays`) share one item layout and one set of
+damage checks.
 """
 
 from collections.abc import Mapping
 import dataclasses
 import json
+import logging
 import os
 import time
 from typing import Any
@@ -279,6 +284,34 @@ def _reason(e: Exception) -> str:
   return text.splitlines()[0][:200]
 
 
+def reader(directory: str) -> ocp.CheckpointManager:
+  """A manager that only reads the checkpoints in `directory`.
+
+  One that may write would create the folder, and remove the temporary
+  folders of a save in progress by a run still training there. Orbax warns
+  that the directory is read-only, as asked; those lines are muted.
+  """
+  absl_logger = logging.getLogger('absl')
+  level = absl_logger.level
+  absl_logger.setLevel(logging.ERROR)
+  try:
+    return ocp.CheckpointManager(
+        absolute(directory),
+        options=ocp.CheckpointManagerOptions(read_only=True, create=False))
+  finally:
+    absl_logger.setLevel(level)
+
+
+def read_meta(directory: str, step: int) -> dict[str, Any]:
+  """The JSON item of checkpoint `step` in `directory`, read only."""
+  manager = reader(directory)
+  try:
+    return dict(manager.restore(
+        step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
+  finally:
+    manager.close()
+
+
 def load_state_arrays(directory: str, step: int | None = None) -> dict:
   """The train state of a checkpoint as nested numpy arrays, no target
   structure needed (inspection, comparisons). Latest step by default.
@@ -287,14 +320,18 @@ def load_state_arrays(directory: str, step: int | None = None) -> dict:
     ResumeError: there is no checkpoint.
     DamagedError: an array differs from its saved checksum.
   """
-  manager = ocp.CheckpointManager(absolute(directory))
-  step = manager.latest_step() if step is None else step
-  if step is None:
+  if not os.path.isdir(directory):
     raise errors.ResumeError(f'no checkpoint in {directory}')
-  out = manager.restore(
-      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
-                                    meta=ocp.args.JsonRestore()))
-  manager.close()
+  manager = reader(directory)
+  try:
+    step = manager.latest_step() if step is None else step
+    if step is None:
+      raise errors.ResumeError(f'no checkpoint in {directory}')
+    out = manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                      meta=ocp.args.JsonRestore()))
+  finally:
+    manager.close()
   state = jax.tree.map(np.asarray, out.state)
   verify(out.meta, state=state)
   return state

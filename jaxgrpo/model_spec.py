@@ -20,7 +20,6 @@ the run's directory, so a live training run may be read from.
 
 from collections.abc import Callable
 import dataclasses
-import logging
 import os
 from typing import Any
 
@@ -94,21 +93,6 @@ def _split_step(spec: str) -> tuple[str, int | None]:
   return head, int(tail)
 
 
-def _manager(directory: str) -> ocp.CheckpointManager:
-  # Read-only: a manager that may write would also remove the temporary
-  # folders of a save in progress by a run still training there. Orbax
-  # warns that the directory is read-only, as asked; those lines are muted.
-  absl_logger = logging.getLogger('absl')
-  level = absl_logger.level
-  absl_logger.setLevel(logging.ERROR)
-  try:
-    return ocp.CheckpointManager(
-        directory,
-        options=ocp.CheckpointManagerOptions(read_only=True, create=False))
-  finally:
-    absl_logger.setLevel(level)
-
-
 def _resolve(spec: str) -> _Resolved:
   """What `spec` names, with a workdir's step checked (or the latest)."""
   if spec == INIT:
@@ -117,7 +101,7 @@ def _resolve(spec: str) -> _Resolved:
   path = os.path.abspath(os.path.expanduser(target))
   directory = os.path.join(path, CHECKPOINTS)
   if os.path.isdir(directory):
-    manager = _manager(directory)
+    manager = checkpoint_lib.reader(directory)
     try:
       steps = sorted(manager.all_steps())
     finally:
@@ -235,7 +219,7 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
   """Checkpoint `step` of a run: its params, model config and tokenizer."""
   directory = os.path.join(workdir, CHECKPOINTS)
   where = f'checkpoint {spec!r} (step {step} in {directory})'
-  manager = _manager(directory)
+  manager = checkpoint_lib.reader(directory)
   try:
     meta = dict(manager.restore(
         step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
@@ -322,7 +306,7 @@ def load_adapter(workdir: str, step: int, log: Log = _ignore
   Raises:
     ModelSpecError: the checkpoint is not a LoRA run's.
   """
-  manager = _manager(os.path.join(workdir, CHECKPOINTS))
+  manager = checkpoint_lib.reader(os.path.join(workdir, CHECKPOINTS))
   try:
     meta = dict(manager.restore(
         step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)

@@ -5,8 +5,10 @@ Runs are tiny (demo config, no warm start, no evaluation); one trained
 workdir is copied for each case that needs checkpoints.
 """
 
+import contextlib
 import functools
 import glob
+import io
 import os
 import shutil
 import signal
@@ -22,6 +24,7 @@ from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import model_spec
 from jaxgrpo import resume
+from jaxgrpo.cli import export
 from jaxgrpo.configs import demo
 from jaxgrpo.reporting import metrics as metrics_lib
 
@@ -237,6 +240,57 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertIn('the checkpoint of step 4 is damaged', out.stderr)
     self.assertIn('export an earlier one with --step', out.stderr)
     self.assertNotIn('Traceback', out.stderr)
+
+  def test_export_only_reads_the_workdir_and_names_its_mistakes(self):
+    workdir = self.copy()
+    # A save in progress by a run still training there: export leaves it.
+    os.makedirs(self.ckpt(workdir, '5.orbax-checkpoint-tmp-1733450000000000'))
+    before = listing(workdir)
+
+    def run(*args):
+      err = io.StringIO()
+      with contextlib.redirect_stderr(err), contextlib.redirect_stdout(
+          io.StringIO()):
+        code = export.main(list(args))
+      lines = err.getvalue().splitlines()
+      self.assertLen(lines, 1, err.getvalue())
+      self.assertStartsWith(lines[0], 'jaxgrpo-export: error: ')
+      return code, lines[0]
+
+    missing = os.path.join(self.create_tempdir().full_path, 'nope')
+    self.assertEqual(run(f'--workdir={missing}', '--out=x'),
+                     (2, f'jaxgrpo-export: error: --workdir {missing}: no '
+                      'such folder'))
+    self.assertFalse(os.path.exists(missing))  # nothing created
+    code, line = run(f'--workdir={workdir}', '--out=x', '--step=9')
+    self.assertEqual(code, 2)
+    self.assertIn('--step=9: no checkpoint of step 9 in ', line)
+    self.assertIn('(steps there: 0, 1, 2, 3, 4)', line)
+    a_file = os.path.join(self.create_tempdir().full_path, 'f')
+    open(a_file, 'w').close()
+    code, line = run(f'--workdir={workdir}', f'--out={a_file}')
+    self.assertEqual(code, 2)
+    self.assertEndsWith(line, f': {a_file} is a file; name a folder (it is '
+                        'created if missing)')
+    code, line = run(f'--workdir={workdir}', '--out=' + os.path.join(
+        workdir, 'checkpoints', 'hf'))
+    self.assertEqual(code, 2)
+    self.assertIn("it is inside the run's checkpoints", line)
+    code, line = run(f'--workdir={a_file}', '--out=x')
+    self.assertEqual(code, 2)
+    self.assertIn('is a file, not a run workdir', line)
+    out = os.path.join(self.create_tempdir().full_path, 'hf')
+    self.assertEqual(export.main([f'--workdir={workdir}', f'--out={out}',
+                                  '--step=3']), 0)
+    self.assertTrue(os.path.exists(os.path.join(out, 'config.json')))
+    self.assertEqual(listing(workdir), before)
+
+  def test_export_refuses_to_overwrite_the_runs_model(self):
+    source = self.create_tempdir().full_path
+    with self.assertRaisesRegex(export.common.UsageError,
+                                "the run's model.path, the model the run "
+                                'started from'):
+      export._out_dir(source + '/.', source, self.create_tempdir().full_path)  # pylint: disable=protected-access
 
   def test_no_checkpoint_restores_names_the_folders(self):
     workdir = self.copy()

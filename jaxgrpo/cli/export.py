@@ -17,7 +17,6 @@ writes the adapter alone in PEFT's layout instead (adapter_config.json and
 adapter_model.safetensors), for `peft.PeftModel.from_pretrained` on the base.
 """
 
-import argparse
 import importlib
 import json
 import os
@@ -29,12 +28,14 @@ import jax
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
 from jaxgrpo import model_spec
+from jaxgrpo.cli import common
 from jaxgrpo.model import decoder
 from jaxgrpo.model import hf
 from jaxgrpo.model import lora
 from jaxgrpo.model import pretrained
 from jaxgrpo.model.config import ModelConfig
 
+PROG = 'jaxgrpo-export'
 _TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json',
                     'special_tokens_map.json', 'generation_config.json',
                     'chat_template.jinja')
@@ -44,9 +45,11 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
                peft: bool = False) -> str:
   """Exports checkpoint `step` (latest: None) of `workdir` to `out`.
 
+  The workdir is only read: a run may still be training there.
+
   Args:
     workdir: the run directory.
-    out: the directory to write.
+    out: the directory to write (created if missing).
     step: the checkpoint's step; None: the latest.
     peft: a LoRA run's adapter alone, in PEFT's layout.
 
@@ -54,23 +57,25 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
     The output directory.
 
   Raises:
-    errors.UserError: no checkpoint, `peft` for a run without an adapter,
-      or a model without a Hugging Face equivalent (a built-in preset
-      exports too: a llama config).
+    common.UsageError: `workdir` holds no checkpoint (of `step`), or `out`
+      cannot be written or is the run's own model.path (checked before
+      anything is written).
+    errors.UserError: a damaged checkpoint, `peft` for a run without an
+      adapter, a run whose model.path is gone, or a model without a Hugging
+      Face equivalent (a built-in preset exports too: a llama config).
   """
-  directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
-  ckpt = checkpoint_lib.Checkpointer(directory, every=1, max_to_keep=1)
-  try:
-    step = ckpt.latest_step() if step is None else step
-    if step is None:
-      raise errors.UserError(f'--workdir {workdir}: no checkpoint in {directory}')
-    meta = ckpt.read_meta(step)
-  finally:
-    ckpt.close()
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  directory, step = _checkpoint(workdir, step)
+  meta = checkpoint_lib.read_meta(directory, step)
+  model_path = meta.get('config', {}).get('model', {}).get('path')
+  source = pretrained.resolve(model_path) if model_path else None
+  if source and not os.path.exists(source):
+    raise errors.UserError(f"--workdir {workdir}: the run's model.path "
+                           f'{source} is missing (its tokenizer is needed)')
+  out = _out_dir(out, source, workdir)
   cfg = ModelConfig(**meta['model'])
   if model_spec.lora_section(meta) is not None:
-    base, section, _, adapter = model_spec.load_adapter(
-        os.path.abspath(workdir), step)
+    base, section, _, adapter = model_spec.load_adapter(workdir, step)
     if peft:
       return _write_peft(out, adapter, section, meta)
     params = lora.merge(base.params, adapter, alpha=section.alpha)
@@ -89,22 +94,72 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
         lambda x: x['value'] if isinstance(x, dict) and 'value' in x else x,
         arrays, is_leaf=lambda x: isinstance(x, dict) and 'value' in x)
     params = _fill(abstract, pure)
-  model_path = meta.get('config', {}).get('model', {}).get('path')
   extra = {}
   tokenizer = None
-  if model_path:
-    source = pretrained.resolve(model_path)
+  if source:
     tokenizer = pretrained.load_tokenizer(source, vocab_size=cfg.vocab_size)
     extra = {'bos_token_id': tokenizer.bos_id, 'eos_token_id': tokenizer.eos_id,
              'pad_token_id': tokenizer.pad_id}
   out_dir = hf.export(cfg, params, out, hf_config_extra=extra)
-  if model_path and os.path.isdir(source):
+  if source and os.path.isdir(source):
     for name in _TOKENIZER_FILES:
       if os.path.exists(os.path.join(source, name)):
         shutil.copy(os.path.join(source, name), os.path.join(out_dir, name))
   elif tokenizer is not None:
     _write_tokenizer(tokenizer, str(out_dir))
   return str(out_dir)
+
+
+def _checkpoint(workdir: str, step: int | None) -> tuple[str, int]:
+  """(checkpoints folder, step) of the run in `workdir`, read only."""
+  if not os.path.isdir(workdir):
+    raise common.UsageError(
+        f'--workdir {workdir}: ' + ('is a file, not a run workdir'
+                                    if os.path.exists(workdir) else
+                                    'no such folder'))
+  directory = os.path.join(workdir, model_spec.CHECKPOINTS)
+  steps = []
+  if os.path.isdir(directory):
+    manager = checkpoint_lib.reader(directory)
+    try:
+      steps = sorted(manager.all_steps())
+    finally:
+      manager.close()
+  if not steps:
+    raise common.UsageError(f'--workdir {workdir}: no checkpoint in '
+                            f'{directory}')
+  if step is not None and step not in steps:
+    raise common.UsageError(
+        f'--step={step}: no checkpoint of step {step} in {directory} (steps '
+        f'there: {", ".join(map(str, steps))})')
+  return directory, steps[-1] if step is None else step
+
+
+def _out_dir(out: str, source: str | None, workdir: str) -> str:
+  """`out` as an absolute folder, made if missing, after checking that
+  writing there loses nothing of the run's."""
+  path = os.path.abspath(os.path.expanduser(out))
+  real = os.path.realpath(path)
+  if source and os.path.isdir(source) and real == os.path.realpath(source):
+    raise common.UsageError(
+        f"--out={out}: it is the run's model.path, the model the run started "
+        'from; exporting there would overwrite it: choose another folder')
+  checkpoints = os.path.realpath(os.path.join(workdir, model_spec.CHECKPOINTS))
+  if real == checkpoints or real.startswith(checkpoints + os.sep):
+    raise common.UsageError(f'--out={out}: it is inside the run\'s '
+                            'checkpoints; choose another folder')
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise common.UsageError(f'--out={out}: {path} is a file; name a folder '
+                            '(it is created if missing)')
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    raise common.UsageError(
+        f'--out={out}: cannot write there ({e.strerror})') from None
+  if not os.access(path, os.W_OK | os.X_OK):
+    raise common.UsageError(f'--out={out}: cannot write there (Permission '
+                            'denied)')
+  return path
 
 
 def _write_peft(out: str, adapter, section: lora.LoraSection,
@@ -152,23 +207,30 @@ def _write_tokenizer(tokenizer, out_dir: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(
-      prog='jaxgrpo-export', description=__doc__.split('\n')[0])
+  """Runs the command line `argv` (default: sys.argv[1:]); the exit code:
+  2 for a mistake in the arguments, 1 when the export fails otherwise."""
+  parser = common.Parser(prog=PROG, description=__doc__.split('\n')[0])
   parser.add_argument('--workdir', required=True, help='the run directory')
-  parser.add_argument('--out', required=True, help='directory to write')
+  parser.add_argument('--out', required=True,
+                      help='directory to write (created if missing)')
   parser.add_argument('--step', type=int, default=None,
                       help='checkpoint step (default: the latest)')
   parser.add_argument('--peft', action='store_true',
                       help="a LoRA run: write the adapter alone, in PEFT's "
                       'layout, instead of merging it into the weights')
-  args = parser.parse_args(argv)
-  try:
-    out = export_run(args.workdir, args.out, step=args.step, peft=args.peft)
-  except (errors.UserError, ValueError) as e:
-    print(f'jaxgrpo-export: error: {e}', file=sys.stderr)
-    return 1
-  print(f'exported {args.workdir} to {out}')
-  return 0
+
+  def body() -> int:
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+      out = export_run(args.workdir, args.out, step=args.step, peft=args.peft)
+    except errors.UserError:
+      raise
+    except ValueError as e:  # a model without a Hugging Face equivalent
+      raise errors.UserError(str(e)) from None
+    print(f'exported {args.workdir} to {out}')
+    return 0
+
+  return common.run_main(PROG, body)
 
 
 if __name__ == '__main__':

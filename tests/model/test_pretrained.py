@@ -102,6 +102,20 @@ class HuggingFaceDirTest(absltest.TestCase):
       self.assertIn(key, records[2])
     self.assertTrue(any('train/loss' in r for r in records), records)
 
+    # The folder the run started from is never written to; a moved one is
+    # named.
+    with open(os.path.join(model_dir, 'config.json'), 'rb') as f:
+      config = f.read()
+    with self.assertRaisesRegex(export.common.UsageError,
+                                "it is the run's model.path"):
+      export.export_run(workdir, model_dir)
+    with open(os.path.join(model_dir, 'config.json'), 'rb') as f:
+      self.assertEqual(f.read(), config)
+    os.rename(model_dir, model_dir + '.moved')
+    with self.assertRaisesRegex(errors.UserError,
+                                f"model.path {model_dir} is missing"):
+      export.export_run(workdir, self.create_tempdir().full_path)
+    os.rename(model_dir + '.moved', model_dir)
     out = self.create_tempdir().full_path
     export.export_run(workdir, out)
     self.assertTrue(os.path.exists(os.path.join(out, 'tokenizer.json')))
