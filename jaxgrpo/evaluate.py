@@ -119,7 +119,8 @@ class Evaluator:
 
   Samples cfg.eval.num_samples completions of each held-out example (at
   cfg.eval.temperature, a key folded from `rng` and the step) and returns
-  `accuracy_metrics` (eval/accuracy, ...), with a progress bar.
+  `accuracy_metrics` (eval/accuracy, ...), with a progress bar; no
+  metrics when no dataset holds examples out.
   """
 
   generator: Generator
@@ -132,6 +133,8 @@ class Evaluator:
   console: console_lib.Console
 
   def __call__(self, params: PyTree, step: int) -> dict[str, float]:
+    if not self.examples:  # no dataset holds examples out: nothing to report
+      return {}
     with self.console.bar(len(self.examples), desc=f'eval (step {step})',
                           unit='ex') as bar:
       rewards = sample_rewards(

@@ -241,7 +241,8 @@ def _first_eval(parts: build.Run, state: train_state_lib.TrainState,
   """A fresh start's step 0: held-out accuracy, written and saved."""
   first = parts.evaluator(state.policy_params, 0)
   writer.write(0, first)
-  console.info(f'step 0: held-out accuracy {first["eval/accuracy"]:.3f}')
+  if first:
+    console.info(f'step 0: held-out accuracy {first["eval/accuracy"]:.3f}')
   parts.save(0, state, meta)
 
 

@@ -264,6 +264,21 @@ class BadInputTest(absltest.TestCase):
     drawn = {ex.id for ex in sampler.next_prompts(3)}
     self.assertEqual(drawn, {'a', 'c', 'f'})
 
+  def test_a_dataset_without_held_out_examples_trains_unevaluated(self):
+    # The default for a file: no eval_path, no holdout.
+    path = self._jsonl([f'{{"id": "{i}", "prompt": "{i}+0=", "answer": '
+                        f'"{i}"}}' for i in range(8)])
+    workdir = self.create_tempdir().full_path
+    lines = []
+    summary = train.run(self._config(path), workdir, log=lines.append)
+    self.assertIn("dataset 'qa' has no held-out examples (num_eval=0, or a "
+                  'file without eval_path, eval_split or holdout): it is not '
+                  'evaluated', lines)
+    records = metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in records], [0, 1, 2])
+    self.assertFalse([k for r in records for k in r if k.startswith('eval/')])
+    self.assertIsNone(summary.eval_accuracy_end)
+
   def test_nothing_left_is_an_error(self):
     path = self._jsonl(['{"prompt": "", "answer": "1"}'])
     with self.assertRaisesRegex(errors.UserError,
