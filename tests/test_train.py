@@ -281,7 +281,7 @@ class BadInputTest(absltest.TestCase):
 
   def test_nothing_left_is_an_error(self):
     path = self._jsonl(['{"prompt": "", "answer": "1"}'])
-    with self.assertRaisesRegex(errors.UserError,
+    with self.assertRaisesRegex(errors.DataError,  # exit 2: the input's
                                 "dataset 'qa': none of its 1 records"):
       self._load(self._config(path, on_bad_record='skip'))
 

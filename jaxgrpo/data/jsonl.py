@@ -125,6 +125,10 @@ class JsonlSource:
       raise BadRecordError(
           f'{self.describe(index)}: invalid JSON: {e.msg} (column {e.colno})'
       ) from e
+    except (ValueError, RecursionError) as e:  # an integer of 4,300+ digits,
+      # arrays nested past the recursion limit: valid JSON Python won't read
+      raise BadRecordError(
+          f'{self.describe(index)}: invalid JSON: {e}') from None
     if not isinstance(record, dict):
       raise BadRecordError(
           f'{self.describe(index)}: expected a JSON object, got '

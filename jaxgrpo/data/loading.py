@@ -218,7 +218,7 @@ def load_dataset(
         train, name=entry.name, skip_bad=skip_bad, reject=reject)
     skipped, dropped = report.skipped, report.dropped
     if not report.kept:
-      raise errors.UserError(
+      raise errors.DataError(
           f'dataset {entry.name!r}: none of its {report.scanned} records is '
           f'left ({skipped} bad records skipped, {dropped} prompts longer '
           f'than rollout.max_prompt_len={max_len} dropped)')

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jaxgrpo import errors
+from jaxgrpo.data import formats
 
 _CACHED_GROUPS = 4
 
@@ -157,4 +158,10 @@ class ParquetSource:
     if f.table is not None:
       return f.table.slice(row, 1).to_pylist()[0]
     g = bisect.bisect_right(f.starts, row) - 1
-    return self._group(k, g).slice(row - f.starts[g], 1).to_pylist()[0]
+    try:
+      group = self._group(k, g)
+    except (pa.ArrowException, OSError) as e:
+      raise formats.BadRecordError(
+          f'{self.describe(index)}: its row group ({g}) cannot be read '
+          f'({e})') from None
+    return group.slice(row - f.starts[g], 1).to_pylist()[0]

@@ -145,20 +145,77 @@ def _open_source(kind: str, name: str, path: str | None,
     return source, origin, functools.partial(_describe_record, origin)
   if not path:
     raise ValueError(f'{kind} dataset {name!r} needs a path')
-  if kind in ('jsonl', 'gsm8k'):
-    source = JsonlSource(path)
-    return source, path, source.describe
-  if kind == 'squad2':
-    source = squad2_file.Squad2File(path)
-    return source, path, source.describe
+  path = os.path.expanduser(path)
   if kind == 'parquet':
     source = parquet.ParquetSource(path)
     return source, path, source.describe
   paths = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
-  if not paths or not all(map(os.path.exists, paths)):
+  if not paths:
+    raise ValueError('no file matches the pattern')
+  if kind in ('jsonl', 'gsm8k', 'squad2'):
+    parts = [JsonlSource(p) if kind != 'squad2' else
+             squad2_file.Squad2File(p) for p in paths]
+    source = parts[0] if len(parts) == 1 else _Files(parts)
+    return source, path, source.describe
+  if not all(map(os.path.exists, paths)):
     raise FileNotFoundError(f'dataset {name!r}: no ArrayRecord file {path}')
-  return (grain.sources.ArrayRecordDataSource(paths), path,
+  try:
+    source = grain.sources.ArrayRecordDataSource(paths)
+  except RuntimeError as e:  # array_record's C++ reader raises RuntimeError
+    raise ValueError(f'not a readable ArrayRecord file ({_first_line(e)})'
+                     ) from None
+  return (_ArrayRecords(source, path), path,
           functools.partial(_describe_record, path))
+
+
+def _first_line(e: Exception) -> str:
+  return str(e).strip().splitlines()[0][:300] if str(e).strip() else repr(e)
+
+
+class _Files:
+  """The records of several files (a glob's sorted matches) in order, as
+  one random-access source."""
+
+  def __init__(self, parts: list[Any]):
+    self.parts = parts
+    self._ends = np.cumsum([len(p) for p in parts])
+
+  def __len__(self) -> int:
+    return int(self._ends[-1])
+
+  def _locate(self, index: int) -> tuple[Any, int]:
+    if not -len(self) <= index < len(self):
+      raise IndexError(f'record {index} out of range ({len(self)} records)')
+    index %= len(self)
+    k = int(np.searchsorted(self._ends, index, side='right'))
+    return self.parts[k], index - (int(self._ends[k - 1]) if k else 0)
+
+  def __getitem__(self, index: int) -> Any:
+    part, i = self._locate(index)
+    return part[i]
+
+  def describe(self, index: int) -> str:
+    part, i = self._locate(index)
+    return part.describe(i)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ArrayRecords:
+  """ArrayRecord shards whose read errors (a shard cut short) are bad
+  records naming the record, not the C++ reader's RuntimeError."""
+
+  source: Any
+  path: str
+
+  def __len__(self) -> int:
+    return len(self.source)
+
+  def __getitem__(self, index: int) -> Any:
+    try:
+      return self.source[index]
+    except RuntimeError as e:
+      raise BadRecordError(f'{_describe_record(self.path, index)}: cannot be '
+                           f'read ({_first_line(e)})') from None
 
 
 def make_dataset(
@@ -194,7 +251,7 @@ def make_dataset(
       `jaxgrpo.data.arithmetic`).
     name: dataset name: Example.dataset and the prefix of index-based ids.
     path: the file, for every kind but 'tfds' and 'arithmetic' (a glob
-      pattern selects sorted ArrayRecord shards).
+      pattern reads its sorted matches in order; `~` is the home folder).
     record_format: how a record becomes an Example (`formats.RecordFields`,
       `Gsm8kFormat` or `Squad2Format`; not for 'arithmetic'). None: the
       kind's format (`formats.default_format`) with its default template;

@@ -88,6 +88,23 @@ class ParquetSourceTest(absltest.TestCase):
                                 f'{bad}: not a Parquet file'):
       parquet.ParquetSource(bad)
 
+  def test_an_unreadable_row_group_is_a_bad_record_of_each_row(self):
+    path = write_parquet(os.path.join(self.create_tempdir().full_path,
+                                      'train.parquet'), verl_rows(10))
+    chunk = pq.ParquetFile(path).metadata.row_group(1).column(0)
+    start = chunk.data_page_offset
+    with open(path, 'r+b') as f:  # the footer stays readable
+      f.seek(start)
+      f.write(b'\xff' * chunk.total_compressed_size)
+    source = parquet.ParquetSource(path)
+    self.assertEqual(source[3]['extra_info']['index'], 3)
+    for row in (4, 7):
+      with self.assertRaisesRegex(
+          formats.BadRecordError,
+          f'^{path}:row {row}: its row group \\(1\\) cannot be read'):
+        source[row]  # pylint: disable=pointless-statement
+    self.assertEqual(source[8]['extra_info']['index'], 8)
+
 
 class VerlLayoutTest(absltest.TestCase):
 

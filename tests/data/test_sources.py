@@ -103,6 +103,9 @@ class JsonlSourceTest(parameterized.TestCase):
       ('{"a": 1}\n\n{"a": \n', 3, 'invalid JSON'),
       ('{"a": 1}\n[1, 2]\n', 2, 'expected a JSON object'),
       ('\n\n{"a": 1}\n\xff\n', 4, None),
+      # Valid JSON that Python's reader refuses: a bad record, not a crash.
+      ('{"a": ' + '9' * 5000 + '}\n', 1, 'invalid JSON: Exceeds the limit'),
+      ('{"a": ' + '[' * 100_000 + '}\n', 1, 'invalid JSON: maximum recursion'),
   )
   def test_bad_line_names_file_and_line(self, text, line, message):
     path = self.create_tempfile().full_path
@@ -262,6 +265,49 @@ class MakeDatasetTest(parameterized.TestCase):
                               path=os.path.join(root, 'qa-*'),
                               record_format=_FIELDS)
     self.assertEqual([ds[i].id for i in range(len(ds))], ['q7', 'q8', 'q9'])
+
+  def test_damaged_array_record_files(self):
+    root = self.create_tempdir().full_path
+    not_one = _write(os.path.join(root, 'qa.jsonl'), _jsonl(_RECORDS))
+    with self.assertRaisesRegex(ValueError, 'not a readable ArrayRecord file '
+                                r'\(ArrayRecord file should be at least'):
+      sources.make_dataset('array_record', name='qa', path=not_one)
+    whole = os.path.join(root, 'qa.array_record')
+    sources.write_array_record(whole, [{'prompt': 'p' * 1000, 'answer': 'a'}]
+                               * 400)
+    with open(whole, 'rb') as f:
+      data = f.read()
+    cut = _write(os.path.join(root, 'cut.array_record'), '')
+    with open(cut, 'wb') as f:
+      f.write(data[:len(data) - 300])
+    with self.assertRaisesRegex(ValueError, 'not a readable ArrayRecord file'):
+      sources.make_dataset('array_record', name='qa', path=cut)
+
+  def test_file_globs_read_sorted_matches_in_order(self):
+    root = self.create_tempdir().full_path
+    for shard, records in ((1, _RECORDS[2:]), (0, _RECORDS[:2])):
+      _write(os.path.join(root, f'qa-{shard}.jsonl'), _jsonl(records))
+    ds = sources.make_dataset('jsonl', name='qa', record_format=_FIELDS,
+                              path=os.path.join(root, 'qa-*.jsonl'))
+    self.assertEqual([ds[i].id for i in range(len(ds))], ['q7', 'q8', 'q9'])
+    _write(os.path.join(root, 'qa-2.jsonl'), '{"id": "q10"}\n')
+    ds = sources.make_dataset('jsonl', name='qa', record_format=_FIELDS,
+                              path=os.path.join(root, 'qa-*.jsonl'))
+    with self.assertRaisesRegex(ValueError, f'^{root}/qa-2.jsonl:1: record has '
+                                "no field 'question'"):
+      ds[3]  # pylint: disable=pointless-statement
+    ds = pickle.loads(pickle.dumps(ds))  # grain workers reopen the files
+    self.assertEqual(ds[2].id, 'q9')
+    with self.assertRaisesRegex(ValueError, 'no file matches the pattern'):
+      sources.make_dataset('jsonl', name='qa', path=os.path.join(root, 'x*'))
+
+  def test_home_folder_is_expanded(self):
+    home = self.create_tempdir().full_path
+    _write(os.path.join(home, 'qa.jsonl'), _jsonl(_RECORDS))
+    with mock.patch.dict(os.environ, {'HOME': home}):
+      ds = sources.make_dataset('jsonl', name='qa', path='~/qa.jsonl',
+                                record_format=_FIELDS)
+    self.assertLen(ds, 3)
 
   @absltest.skipUnless(
       _HAS_TFDS,
