@@ -297,6 +297,7 @@ def build_run(
   # warm start trains on (read once: records may come from large files).
   head_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]
   loading.check_lengths(cfg, tokenizer, head_examples + eval_examples)
+  loading.check_ids(head_examples + eval_examples)
   scorer = resources.enter_context(build_scorer(cfg))
   model_cfg, graphdef, params, model_name = _model(
       cfg, pretrained_model, tokenizer, init_rng)
@@ -455,5 +456,9 @@ def _ids(cfg: config_lib.Config, datasets) -> dict[str, Any] | None:
   checkpoint.on_dataset_change='remap'."""
   if cfg.checkpoint.on_dataset_change != 'remap':
     return None
-  return {spec.name: snooze.id_hashes(train[i].id for i in range(len(train)))
-          for spec, train, _ in datasets}
+  out = {}
+  for spec, train, _ in datasets:
+    out[spec.name] = snooze.id_hashes(train[i].id for i in range(len(train)))
+    if len(set(out[spec.name].tolist())) < len(train):  # ids repeat
+      loading.check_ids([train[i] for i in range(len(train))])
+  return out

@@ -1,5 +1,6 @@
 """End-to-end runs of the training loop and the command line (tiny sizes)."""
 
+import dataclasses
 import importlib.util
 import io
 import os
@@ -278,6 +279,26 @@ class BadInputTest(absltest.TestCase):
     self.assertEqual([r['step'] for r in records], [0, 1, 2])
     self.assertFalse([k for r in records for k in r if k.startswith('eval/')])
     self.assertIsNone(summary.eval_accuracy_end)
+
+  def test_different_examples_sharing_an_id_stop_the_run(self):
+    record = '{{"id": "{}", "prompt": "{}", "answer": "1"}}'.format
+    path = self._jsonl([record('a', '1+0='), record('b', '0+1='),
+                        record('a', '2+0=')])
+    with self.assertRaisesRegex(
+        errors.DataError, "^dataset 'qa': two different examples have the id "
+        "'a' \\(prompts '1\\+0=' and '2\\+0='\\); ids must be unique"):
+      train.run(self._config(path), self.create_tempdir().full_path,
+                log=lambda _: None)
+    # Past the examples read at the start, 'remap' (which reads every id)
+    # finds them.
+    c = self._config(path)
+    c.checkpoint.on_dataset_change = 'remap'
+    with mock.patch.object(loading, 'PEEK', 1), self.assertRaisesRegex(
+        errors.DataError, "two different examples have the id 'a'"):
+      train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+    # Equal examples may share one (exact duplicate records).
+    first = self._load(self._config(path))[1][0]
+    loading.check_ids([first, dataclasses.replace(first)])
 
   def test_nothing_left_is_an_error(self):
     path = self._jsonl(['{"prompt": "", "answer": "1"}'])

@@ -85,6 +85,11 @@ def _template_names(template: str) -> list[str]:
         f'prompt template {template!r} has a positional field {{}}; '
         'name a record field instead'
     )
+  dotted = [n for n in names if '.' in re.sub(r'\[[^\]]*\]', '', n)]
+  if dotted:
+    raise ValueError(
+        f'prompt template {template!r} reads an attribute ({{{dotted[0]}}}); '
+        'name a record field, or a nested one as {field[key]}')
   return names
 
 
@@ -151,12 +156,41 @@ def _field(record: Mapping[str, Any], key: str, *, name: str,
     value = plain(value)
   except UnicodeDecodeError as e:
     raise BadRecordError(f'{where()}: not valid UTF-8 ({e})') from e
-  if not isinstance(value, (str, int, float)):
+  return _as_text(value, key, where)
+
+
+def _as_text(value: Any, key: str, where: Where) -> str:
+  """A field's value as text: text, or a finite number (not a bool:
+  `True` would become 'True'); BadRecordError naming the field if not."""
+  if isinstance(value, bool) or not isinstance(value, (str, int, float)):
     raise BadRecordError(
         f'{where()}: field {key!r} must be text or a number, got '
         f'{type(value).__name__}'
     )
-  return str(value)
+  if isinstance(value, float) and not np.isfinite(value):
+    raise BadRecordError(f'{where()}: field {key!r} must be text or a finite '
+                         f'number, got {value}')
+  text = str(value)
+  try:
+    text.encode('utf-8')
+  except UnicodeEncodeError as e:  # a lone surrogate, e.g. "\ud800" in JSON
+    raise BadRecordError(
+        f'{where()}: field {key!r} is not valid Unicode ({e.reason}: '
+        f'{text[e.start:e.end]!r} at character {e.start})') from None
+  return text
+
+
+class _PromptFormatter(string.Formatter):
+  """`str.format` for prompt templates: every value it puts in the prompt
+  must be text or a number (a null, a list or a bool is a bad record)."""
+
+  def __init__(self, where: Where):
+    self.where = where
+
+  def get_field(self, field_name, args, kwargs):
+    value, used = super().get_field(field_name, args, kwargs)
+    _as_text(plain(value), field_name, self.where)
+    return value, used
 
 
 def _text(record: Mapping[str, Any], key: str, what: str, *, name: str,
@@ -172,7 +206,9 @@ def _render(template: str, record: Mapping[str, Any],
             values: dict[str, Any], *, name: str, where: Where) -> str:
   """The prompt: `template` over `values`, which must not come out empty."""
   try:
-    prompt = template.format(**values)
+    prompt = _PromptFormatter(where).vformat(template, (), values)
+  except BadRecordError:
+    raise
   except KeyError as e:
     raise BadRecordError(
         f'{where()}: prompt template {template!r} names field '
@@ -230,7 +266,7 @@ class RecordFields:
                                where=where)
     prompt = _render(self.template, record, values, name=name, where=where)
     if self.id:
-      example_id = _field(record, self.id, name=name, where=where)
+      example_id = _text(record, self.id, 'the id', name=name, where=where)
     else:
       example_id = f'{name}/{index}'
     subset = ''

@@ -87,6 +87,24 @@ def check_lengths(
         100 * too_long.mean(), 100 * MAX_UNREACHABLE)
 
 
+def check_ids(examples: list[Example]) -> None:
+  """Fails when two different examples of a dataset share an id.
+
+  The sampler matches outcomes to draws, and checkpoint.on_dataset_change=
+  'remap' matches state to examples, by id. (Equal examples may share one:
+  GSM8K's ids hash question and answer, so an exact duplicate record
+  repeats its id harmlessly.)
+  """
+  seen: dict[tuple[str, str], Example] = {}
+  for ex in examples:
+    first = seen.setdefault((ex.dataset, ex.id), ex)
+    if first is not ex and first != ex:
+      raise errors.DataError(
+          f'dataset {ex.dataset!r}: two different examples have the id '
+          f'{ex.id!r} (prompts {first.prompt[:40]!r} and {ex.prompt[:40]!r});'
+          ' ids must be unique in a dataset: check its id_field')
+
+
 # Share of examples whose every acceptable answer is longer than
 # rollout.max_new_tokens that is tolerated (long-tailed QA answers).
 MAX_UNREACHABLE = 0.05

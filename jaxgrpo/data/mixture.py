@@ -327,11 +327,15 @@ class MixtureSampler:
     from a checkpoint is a copy, its meta through JSON.
     """
     d = self.names.index(example.dataset)
-    for k, (pd, _, drawn) in enumerate(self._pending):
-      same = drawn is example or drawn == example or (
-          isinstance(drawn, Example) and drawn.id == example.id)
-      if pd == d and same and k not in skip:
-        return k
+    # The drawn example itself first, then an equal copy, then its id: two
+    # examples that share an id (exact duplicate records) never swap.
+    for same in (lambda drawn: drawn is example,
+                 lambda drawn: drawn == example,
+                 lambda drawn: isinstance(drawn, Example)
+                 and drawn.id == example.id):
+      for k, (pd, _, drawn) in enumerate(self._pending):
+        if pd == d and k not in skip and same(drawn):
+          return k
     raise ValueError(f'observe got {example!r}, which is not drawn or was '
                      'observed already')
 

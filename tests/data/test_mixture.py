@@ -6,6 +6,8 @@ import jax
 import numpy as np
 
 from jaxgrpo.data import mixture
+from jaxgrpo.data import snooze
+from jaxgrpo.example import Example
 from tests import scripted
 
 
@@ -88,6 +90,22 @@ class MixtureTest(parameterized.TestCase):
       generated[policy] = results[-1].metrics['rollout/cum_prompts_generated']
       self.assertEqual(results[-1].metrics['rollout/cum_groups_used'], 120)
     self.assertLess(generated['snooze'], 0.7 * generated['none'])
+
+  def test_draws_that_share_an_id_are_told_apart(self):
+    # Exact duplicate records may share an id (GSM8K's ids hash the
+    # record); each outcome still goes to the example drawn.
+    examples = [Example(id='same', prompt=f'{i}+0=', answer=str(i),
+                        dataset='d') for i in range(2)]
+    spec = mixture.DatasetSpec(name='d', weight=1.0, policy=snooze
+                               .PolicyConfig(policy='none', group_size=2))
+    sampler = mixture.MixtureSampler([(spec, examples)], balance='pre_filter',
+                                     batch_size=2, seed=0)
+    drawn = sampler.next_prompts(2)
+    sampler.observe([drawn[1]], np.ones((1, 2)))
+    sampler.observe([drawn[0]], np.zeros((1, 2)))
+    successes = sampler.tables[0].successes
+    self.assertEqual(successes[examples.index(drawn[1])], 2)
+    self.assertEqual(successes[examples.index(drawn[0])], 0)
 
   def test_same_seed_same_decisions_and_exact_restore(self):
     datasets = [('a', 0.6, [0.9] * 40), ('b', 0.4, [0.5] * 30)]

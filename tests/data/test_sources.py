@@ -202,6 +202,43 @@ class MakeDatasetTest(parameterized.TestCase):
       ds[0]  # pylint: disable=pointless-statement
 
   @parameterized.named_parameters(
+      # A template's field: a null, a list, a dict or a bool is no text.
+      ('null_in_template', {'hint': None}, 'Q: {prompt} ({hint})',
+       "field 'hint' must be text or a number, got NoneType"),
+      ('dict_in_template', {'hint': {'a': 1}}, 'Q: {prompt} ({hint})',
+       "field 'hint' must be text or a number, got dict"),
+      ('list_item', {'hint': [[1]]}, 'Q: {prompt} ({hint[0]})',
+       "field 'hint\\[0\\]' must be text or a number, got list"),
+      ('bool_prompt', {'prompt': True}, '{prompt}',
+       "field 'prompt' must be text or a number, got bool"),
+      ('bool_answer', {'answer': False}, '{prompt}',
+       "field 'answer' must be text or a number, got bool"),
+      ('nan_answer', {'answer': float('nan')}, '{prompt}',
+       "field 'answer' must be text or a finite number, got nan"),
+      ('lone_surrogate', {'prompt': 'he\ud800llo'}, '{prompt}',
+       "field 'prompt' is not valid Unicode \\(surrogates not allowed: "
+       "'\\\\ud800' at character 2\\)"),
+      ('empty_id', {'id': ' '}, '{prompt}', "field 'id' \\(the id\\) is empty"),
+  )
+  def test_values_that_are_no_text_name_the_field(self, record, template,
+                                                  message):
+    path = _write(self.create_tempfile().full_path, json.dumps(  # \uXXXX
+        {'id': 'a', 'prompt': 'p', 'answer': '1', **record}) + '\n')
+    ds = sources.make_dataset('jsonl', name='qa', path=path,
+                              record_format=sources.RecordFields(
+                                  id='id', template=template))
+    with self.assertRaisesRegex(ValueError, f'^{path}:1: {message}'):
+      ds[0]  # pylint: disable=pointless-statement
+
+  def test_numbers_in_templates_keep_their_format(self):
+    path = self._jsonl_path([{'prompt': 'p', 'answer': 2, 'n': 0.5,
+                              'meta': {'k': 'v'}}])
+    ds = sources.make_dataset('jsonl', name='qa', path=path,
+                              record_format=sources.RecordFields(
+                                  template='{prompt} {n:.2f} {meta[k]}'))
+    self.assertEqual((ds[0].prompt, ds[0].answer), ('p 0.50 v', '2'))
+
+  @parameterized.named_parameters(
       ('empty_field', '{prompt}', {'prompt': ''}, "'prompt' .*is empty"),
       ('blank_field', 'Q: {prompt}', {'prompt': ' \t'}, "'prompt' .*is empty"),
       ('blank_text', '{question}', {'question': '  '}, 'the prompt is empty'),
@@ -224,7 +261,8 @@ class MakeDatasetTest(parameterized.TestCase):
     self.assertTrue(issubclass(sources.BadRecordError, errors.UserError))
     self.assertTrue(issubclass(sources.BadRecordError, ValueError))
 
-  @parameterized.parameters('{prompt', 'a {} b', '{prompt!z}x}')
+  @parameterized.parameters('{prompt', 'a {} b', '{prompt!z}x}',
+                            '{prompt.upper}', '{meta[k].real}')
   def test_bad_template(self, template):
     with self.assertRaisesRegex(ValueError, 'template'):
       sources.RecordFields(template=template)
