@@ -1,4 +1,9 @@
-"""Datasets as grain MapDatasets of Example over random-access sources."""
+"""Datasets as grain MapDatasets of Example over random-access sources.
+
+Size: every kind is opened here (a file or a glob's files, ArrayRecord
+shards, a TFDS split, the arithmetic generator) behind the one record
+mapping they share, with the held-out split and fingerprint of the result.
+"""
 
 from collections.abc import Callable, Iterable, Mapping
 import dataclasses
