@@ -341,9 +341,11 @@ class HFTokenizer:
       return _compile_template(self.chat_template).render(
           messages=messages, tools=None, documents=None,
           add_generation_prompt=True, **self._template_tokens)
-    except jinja2.TemplateError as e:
+    except Exception as e:  # A template is a program: it may raise anything.
+      detail = e if isinstance(e, jinja2.TemplateError) else (
+          f'{type(e).__name__}: {e}')
       raise ChatTemplateError(
-          f'the chat template of {self.source} failed: {e}') from e
+          f'the chat template of {self.source} failed: {detail}') from e
 
 
 def _read_json(file: str) -> dict[str, Any]:
@@ -381,8 +383,11 @@ def _chat_template(path: str, config: Mapping[str, Any],
   """chat_template.jinja, else the config's template (or its 'default')."""
   jinja_file = os.path.join(path, 'chat_template.jinja')
   if os.path.isfile(jinja_file):
-    with open(jinja_file, encoding='utf-8') as f:
-      return f.read()
+    try:
+      with open(jinja_file, encoding='utf-8') as f:
+        return f.read()
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8.
+      raise TokenizerFileError(f'cannot read {jinja_file}: {e}') from e
   template = config.get('chat_template')
   if template is None or isinstance(template, str):
     return template

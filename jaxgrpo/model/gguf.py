@@ -115,6 +115,35 @@ def _field(reader: gguf.GGUFReader, key: str, default: Any = _REQUIRED) -> Any:
     ) from e
 
 
+# The kinds of metadata value `_typed` accepts (never a bool for a number).
+_KINDS = {
+    'a positive int': lambda v: isinstance(v, int) and v > 0,
+    'an int': lambda v: isinstance(v, int),
+    'a number': lambda v: isinstance(v, (int, float)),
+    'a string': lambda v: isinstance(v, str),
+    'a list of strings': lambda v: (isinstance(v, list)
+                                    and all(isinstance(x, str) for x in v)),
+    'a list of ints': lambda v: (isinstance(v, list)
+                                 and all(isinstance(x, int) for x in v)),
+}
+# What metadata of a type no check foresaw raises; `config_from_gguf` turns it
+# into a GGUFError naming the file.
+_MALFORMED = (TypeError, KeyError, AttributeError, ZeroDivisionError)
+
+
+def _typed(reader: gguf.GGUFReader, key: str, kind: str,
+           default: Any = _REQUIRED) -> Any:
+  """`_field(reader, key, default)`, checked to be `kind` (see `_KINDS`)."""
+  value = _field(reader, key, default)
+  if key in reader.fields and (
+      isinstance(value, bool) or not _KINDS[kind](value)):
+    raise GGUFError(
+        f'{_name(reader)}: metadata key {key!r} = {value!r:.60}: must be '
+        f'{kind}'
+    )
+  return value
+
+
 def _float32(value: float) -> float:
   """A float32 metadata value as its shortest decimal (1e-05, not 9.99e-06)."""
   return float(str(np.float32(value)))
@@ -131,10 +160,25 @@ def config_from_gguf(source: Source) -> ModelConfig:
     tied to the embedding when the file has no `output.weight`.
 
   Raises:
-    GGUFError: another architecture, missing keys, or features the decoder
-      does not model (partial rotary, RoPE scaling).
+    GGUFError: another architecture, missing keys, values of the wrong type
+      (the message names the key), or features the decoder does not model
+      (partial rotary, RoPE scaling).
   """
   reader = open_reader(source)
+  try:
+    return _config(reader)
+  except GGUFError:
+    raise
+  except ValueError as e:  # ModelConfig's own checks name the field.
+    raise GGUFError(f'{_name(reader)}: invalid hyperparameters: {e}') from e
+  except _MALFORMED as e:
+    raise GGUFError(
+        f'{_name(reader)}: malformed metadata ({type(e).__name__}: {e})'
+    ) from e
+
+
+def _config(reader: gguf.GGUFReader) -> ModelConfig:
+  """`config_from_gguf` of an open file."""
   name = _name(reader)
   arch = _field(reader, 'general.architecture')
   if arch != _ARCHITECTURE:
@@ -143,13 +187,12 @@ def config_from_gguf(source: Source) -> ModelConfig:
         f'{_ARCHITECTURE!r})'
     )
   key = lambda suffix: f'{arch}.{suffix}'
-  embed_dim = int(_field(reader, key('embedding_length')))
-  num_heads = int(_field(reader, key('attention.head_count')))
-  num_kv_heads = int(_field(reader, key('attention.head_count_kv'), num_heads))
-  head_dim = int(_field(
-      reader, key('attention.key_length'), embed_dim // max(num_heads, 1)
-  ))
-  rope_dim = int(_field(reader, key('rope.dimension_count'), head_dim))
+  size = lambda suffix, default=_REQUIRED: _typed(
+      reader, key(suffix), 'a positive int', default)
+  embed_dim = size('embedding_length')
+  num_heads = size('attention.head_count')
+  head_dim = size('attention.key_length', embed_dim // num_heads)
+  rope_dim = size('rope.dimension_count', head_dim)
   if rope_dim != head_dim:
     raise GGUFError(
         f'{name}: {key("rope.dimension_count")} = {rope_dim} rotates part of '
@@ -162,31 +205,28 @@ def config_from_gguf(source: Source) -> ModelConfig:
         f'{name}: RoPE scaling ({scaling!r}, rope_freqs.weight) is not '
         f'supported'
     )
-  tokens = _field(reader, 'tokenizer.ggml.tokens', None)
+  tokens = _typed(reader, 'tokenizer.ggml.tokens', 'a list of strings', None)
   if tokens is not None:
     vocab_size = len(tokens)
   elif 'token_embd.weight' in tensor_names:
     embd = next(t for t in reader.tensors if t.name == 'token_embd.weight')
     vocab_size = int(embd.shape[-1])
   else:
-    vocab_size = int(_field(reader, key('vocab_size')))
-  try:
-    return ModelConfig(
-        vocab_size=vocab_size,
-        num_layers=int(_field(reader, key('block_count'))),
-        embed_dim=embed_dim,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        head_dim=head_dim,
-        mlp_dim=int(_field(reader, key('feed_forward_length'))),
-        rope_theta=_float32(_field(reader, key('rope.freq_base'), 10_000.0)),
-        norm_eps=_float32(
-            _field(reader, key('attention.layer_norm_rms_epsilon'))
-        ),
-        tie_embeddings='output.weight' not in tensor_names,
-    )
-  except ValueError as e:
-    raise GGUFError(f'{name}: invalid hyperparameters: {e}') from e
+    vocab_size = size('vocab_size')
+  number = lambda suffix, default=_REQUIRED: _float32(
+      _typed(reader, key(suffix), 'a number', default))
+  return ModelConfig(
+      vocab_size=vocab_size,
+      num_layers=size('block_count'),
+      embed_dim=embed_dim,
+      num_heads=num_heads,
+      num_kv_heads=size('attention.head_count_kv', num_heads),
+      head_dim=head_dim,
+      mlp_dim=size('feed_forward_length'),
+      rope_theta=number('rope.freq_base', 10_000.0),
+      norm_eps=number('attention.layer_norm_rms_epsilon'),
+      tie_embeddings='output.weight' not in tensor_names,
+  )
 
 
 def _unpermute_rows(w: np.ndarray, heads: int) -> np.ndarray:
@@ -378,9 +418,10 @@ def tokenizer_parts(
         f'{name}: tokenizer.ggml.model = {model!r} is not supported (only '
         f"byte-level BPE, 'gpt2')"
     )
-  tokens = _field(reader, 'tokenizer.ggml.tokens')
-  merges = _field(reader, 'tokenizer.ggml.merges')
-  types = _field(reader, 'tokenizer.ggml.token_type', [1] * len(tokens))
+  tokens = _typed(reader, 'tokenizer.ggml.tokens', 'a list of strings')
+  merges = _typed(reader, 'tokenizer.ggml.merges', 'a list of strings')
+  types = _typed(reader, 'tokenizer.ggml.token_type', 'a list of ints',
+                 [1] * len(tokens))
   if len(types) != len(tokens):
     raise GGUFError(
         f'{name}: tokenizer.ggml.token_type has {len(types)} entries for '
@@ -414,21 +455,20 @@ def tokenizer_parts(
   ])
 
   def token_id(key: str) -> int | None:
-    value = _field(reader, key, None)
-    if value is None:
-      return None
-    if not 0 <= int(value) < len(tokens):
+    value = _typed(reader, key, 'an int', None)
+    if value is not None and not 0 <= value < len(tokens):
       raise GGUFError(
           f'{name}: {key} = {value} is outside the {len(tokens)}-token vocab'
       )
-    return int(value)
+    return value
 
   add_bos = _field(reader, 'tokenizer.ggml.add_bos_token', None)
   info = {
       'bos_id': token_id('tokenizer.ggml.bos_token_id'),
       'eos_id': token_id('tokenizer.ggml.eos_token_id'),
       'pad_id': token_id('tokenizer.ggml.padding_token_id'),
-      'chat_template': _field(reader, 'tokenizer.chat_template', None),
+      'chat_template': _typed(reader, 'tokenizer.chat_template', 'a string',
+                              None),
       'add_bos': None if add_bos is None else bool(add_bos),
   }
   return tokenizer, info

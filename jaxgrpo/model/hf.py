@@ -53,6 +53,8 @@ _OWN_FILES = re.compile(
     r'model(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?'
 )
 _SAFETENSORS_DTYPES = {'F32': 'float32', 'BF16': 'bfloat16'}
+# The safetensors dtypes a weight may have: floats that NumPy reads.
+_FLOAT_DTYPES = ('F16', 'BF16', 'F32', 'F64')
 
 
 def _safetensors() -> Any:
@@ -185,6 +187,12 @@ def _read_headers(
       raise CheckpointError(
           f'{index_path}: not a JSON object with a weight_map ({e!r})'
       ) from None
+    for key, file in weight_map.items():
+      if not isinstance(file, str):
+        raise CheckpointError(
+            f'{index_path}: weight_map[{key!r}]={file!r}: must be a file '
+            'name (a string)'
+        )
     files = sorted(set(weight_map.values()))
   elif (model_dir / _SINGLE).is_file():
     files = [_SINGLE]
@@ -220,7 +228,7 @@ def _check_tensors(
     stored: Mapping[str, _Stored],
     weight_map: Mapping[str, str] | None,
 ) -> None:
-  """Raises unless `stored` holds exactly `expected`, in their HF shapes."""
+  """Raises unless `stored` holds exactly `expected`, HF-shaped floats."""
   missing = [t.name for t in expected if t.name not in stored]
   if missing:
     name = missing[0]
@@ -252,11 +260,18 @@ def _check_tensors(
   shapes = {t.name: t.hf_shape for t in expected}
   shapes['lm_head.weight'] = (cfg.vocab_size, cfg.embed_dim)
   for name, want in shapes.items():
-    if name in stored and stored[name].shape != want:
+    if name not in stored:
+      continue
+    where = model_dir / stored[name].file
+    if stored[name].shape != want:
       raise CheckpointError(
-          f'{model_dir / stored[name].file}: tensor {name!r} has shape '
-          f'{list(stored[name].shape)}, expected {list(want)} from '
-          'config.json'
+          f'{where}: tensor {name!r} has shape {list(stored[name].shape)}, '
+          f'expected {list(want)} from config.json'
+      )
+    if stored[name].dtype not in _FLOAT_DTYPES:
+      raise CheckpointError(
+          f'{where}: tensor {name!r} has dtype {stored[name].dtype}; '
+          f'weights must be one of {", ".join(_FLOAT_DTYPES)}'
       )
 
 
@@ -290,8 +305,9 @@ def load(
 
   Raises:
     CheckpointError: a missing config.json or weight file, an unsupported
-      config (see `hf_config.from_hf`), a missing, unexpected or mis-shaped
-      tensor, or an lm_head that differs from tied embeddings.
+      or malformed config (see `hf_config.from_hf`), a missing, unexpected
+      or mis-shaped tensor, a weight of a non-float dtype, or an lm_head
+      that differs from tied embeddings.
   """
   model_dir = pathlib.Path(model_dir)
   config_path = model_dir / _CONFIG
@@ -304,12 +320,9 @@ def load(
     raw_config = json.loads(config_path.read_text())
   except (OSError, ValueError) as e:
     raise CheckpointError(f'{config_path}: unreadable JSON ({e})') from None
-  try:
-    cfg = hf_config.from_hf(
-        raw_config, dtype=dtype, param_dtype=param_dtype or 'float32'
-    )
-  except CheckpointError as e:
-    raise CheckpointError(f'{model_dir}: {e}') from None
+  cfg = hf_config.from_hf(raw_config, dtype=dtype,
+                          param_dtype=param_dtype or 'float32',
+                          source=os.fspath(config_path))
   stored, weight_map, files = _read_headers(model_dir)
   tensors = _tensors(cfg)
   _check_tensors(model_dir, cfg, tensors, stored, weight_map)

@@ -6,7 +6,8 @@ entries that describe a `ModelConfig` to transformers. The weights are
 `jaxgrpo.model.hf`'s.
 
 Size: Gemma's entries (`_from_gemma`, `_to_gemma`) reuse the common RoPE
-and shape entries (`_rope`, `_shape_entries`) in both directions.
+and shape entries (`_rope`, `_shape_entries`) in both directions, and every
+entry read goes through the same type check (`_get`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,55 @@ class CheckpointError(errors.UserError, ValueError):
   """A Hugging Face checkpoint is missing, unsupported or does not fit."""
 
 
+# What a config.json value of a type no check below foresaw raises; `from_hf`
+# turns it into a CheckpointError naming the file.
+_MALFORMED = (TypeError, KeyError, AttributeError, ZeroDivisionError)
+# The kinds of value `_check` accepts (never a bool, although it is an int).
+_KINDS = {
+    'a positive int': lambda v: isinstance(v, int) and v > 0,
+    'an int': lambda v: isinstance(v, int),
+    'a number': lambda v: isinstance(v, (int, float)),
+    'a list': lambda v: isinstance(v, list),
+    'an object': lambda v: isinstance(v, Mapping),
+}
+# Size entries read into ModelConfig: ours -> config.json key (all required).
+_SIZES = dict(vocab_size='vocab_size', num_layers='num_hidden_layers',
+              embed_dim='hidden_size', num_heads='num_attention_heads',
+              mlp_dim='intermediate_size')
+
+
+def _check(name: str, value: Any, kind: str) -> Any:
+  """`value`, the config.json entry `name`, if it is `kind` (see `_KINDS`)."""
+  if isinstance(value, bool) or not _KINDS[kind](value):
+    raise CheckpointError(f'{name}={value!r}: must be {kind}')
+  return value
+
+
+def _get(config: Mapping[str, Any], key: str, kind: str, default: Any = None,
+         *, where: str = '') -> Any:
+  """`config[key]` checked to be `kind`, or `default` when absent.
+
+  Null counts as absent only where `default` is None (optional entries such
+  as head_dim); `where` names the dict holding `key` ('rope_scaling.').
+  """
+  value = config.get(key, default)
+  if value is None and default is None:
+    return None
+  return _check(where + key, value, kind)
+
+
+def _sizes(config: Mapping[str, Any]) -> dict[str, int]:
+  """ModelConfig's size fields, from config.json entries of positive ints."""
+  sizes = {ours: _check(key, config[key], 'a positive int')
+           for ours, key in _SIZES.items()}
+  heads = sizes['num_heads']
+  sizes['num_kv_heads'] = (
+      _get(config, 'num_key_value_heads', 'a positive int') or heads)
+  sizes['head_dim'] = (_get(config, 'head_dim', 'a positive int')
+                       or sizes['embed_dim'] // heads)
+  return sizes
+
+
 def _rope(config: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
   """RoPE base and scaling from either config.json rope convention.
 
@@ -63,25 +113,27 @@ def _rope(config: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
       isinstance(v, Mapping) for v in params.values()
   ):
     raise CheckpointError(
-        f'config.json {key}={params!r} is not supported: only one RoPE '
-        'setting shared by every layer'
+        f'{key}={params!r} is not supported: only one RoPE setting shared by '
+        'every layer'
     )
-  theta = float(params.get('rope_theta', config.get('rope_theta', 10_000.0)))
+  holder, where = (params, f'{key}.') if 'rope_theta' in params else (
+      config, '')
+  theta = float(_get(holder, 'rope_theta', 'a number', 10_000.0, where=where))
   partial = params.get(
       'partial_rotary_factor', config.get('partial_rotary_factor', 1.0)
   )
   if partial != 1.0:
     raise CheckpointError(
-        f'config.json partial_rotary_factor={partial!r} is not supported: '
-        'RoPE must rotate the whole head'
+        f'partial_rotary_factor={partial!r} is not supported: RoPE must '
+        'rotate the whole head'
     )
   rope_type = params.get('rope_type', params.get('type', 'default'))
   if rope_type == 'default':
     return theta, None
   if rope_type != 'llama3':
     raise CheckpointError(
-        f'config.json {key}.rope_type={rope_type!r} is not supported; '
-        "supported: 'default', 'llama3'"
+        f"{key}.rope_type={rope_type!r} is not supported; supported: "
+        "'default', 'llama3'"
     )
   # As transformers: a top-level value wins, then the rope dict's, then the
   # model's maximum length.
@@ -97,22 +149,22 @@ def _rope(config: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
   fields['original_max_position_embeddings'] = context
   for name, value in fields.items():
     if value is None:
-      raise CheckpointError(f"config.json {key} of type 'llama3' has no {name}")
+      raise CheckpointError(f"{key} of type 'llama3' has no {name}")
+    _check(f'{key}.{name}' if name in params else name, value, 'a number')
   try:
     return theta, RopeScaling(**fields)
   except ValueError as e:
-    raise CheckpointError(f'config.json {key}: {e}') from None
+    raise CheckpointError(f'{key}: {e}') from None
 
 
 def _check_full_attention(config: Mapping[str, Any], model_type: str) -> None:
   """Raises if config.json turns on sliding-window attention anywhere."""
-  layer_types = config.get('layer_types')
+  layer_types = _get(config, 'layer_types', 'a list')
   if layer_types is not None:
     others = sorted(set(layer_types) - {'full_attention'})
     if others:
       raise CheckpointError(
-          f'config.json layer_types has {others}: only full attention is '
-          'supported'
+          f'layer_types has {others}: only full attention is supported'
       )
     return
   window = config.get('sliding_window')
@@ -121,19 +173,21 @@ def _check_full_attention(config: Mapping[str, Any], model_type: str) -> None:
   if model_type == 'mistral' or (
       model_type in ('qwen2', 'qwen3')
       and config.get('use_sliding_window')
-      and config.get('max_window_layers', 0) < config['num_hidden_layers']
+      and _get(config, 'max_window_layers', 'an int', 0)
+      < config['num_hidden_layers']
   ):
     raise CheckpointError(
-        f'config.json sliding_window={window!r} is active '
-        f'(model_type {model_type!r}): only full attention is supported'
+        f'sliding_window={window!r} is active (model_type {model_type!r}): '
+        'only full attention is supported'
     )
 
 
 def from_hf(
-    config: Mapping[str, Any],
+    config: Any,
     *,
     dtype: str = 'float32',
     param_dtype: str = 'float32',
+    source: str = 'config.json',
 ) -> ModelConfig:
   """The ModelConfig of a Hugging Face `config.json`.
 
@@ -142,105 +196,113 @@ def from_hf(
       gemma2 or gemma3_text model.
     dtype: compute dtype of the decoder.
     param_dtype: storage dtype of its params.
+    source: the file's path, which begins every error message.
 
   Raises:
     ValueError: an invalid `dtype` or `param_dtype`.
     CheckpointError: an unsupported model type or feature (other RoPE
       types, sliding-window attention, attention biases outside Qwen2, MLP
-      biases, a non-SiLU activation) or a missing key; the message names the
-      config.json key and value.
+      biases, a non-SiLU activation), a missing key or a value of the wrong
+      type; the message names the file, the key and the value.
   """
+  if not isinstance(config, Mapping):
+    kind = {list: 'list', str: 'string', bool: 'boolean',
+            type(None): 'null'}.get(type(config), 'number')
+    raise CheckpointError(f'{source} is a JSON {kind}; expected an object')
+  try:
+    cfg = _from_config(config)
+  except ValueError as e:  # CheckpointError, or a ModelConfig field's check.
+    raise CheckpointError(f'{source}: {e}') from None
+  except _MALFORMED as e:
+    raise CheckpointError(
+        f'{source}: malformed entry ({type(e).__name__}: {e})') from e
+  return dataclasses.replace(cfg, dtype=dtype, param_dtype=param_dtype)
+
+
+def _from_config(config: Mapping[str, Any]) -> ModelConfig:
+  """`from_hf` of a config.json object; errors name only the key."""
   model_type = config.get('model_type')
   if model_type not in ARCHITECTURES:
     raise CheckpointError(
-        f'config.json model_type={model_type!r} is not supported; supported: '
+        f'model_type={model_type!r} is not supported; supported: '
         f'{", ".join(ARCHITECTURES)}'
     )
-  for key in ('vocab_size', 'hidden_size', 'intermediate_size',
-              'num_hidden_layers', 'num_attention_heads'):
+  for key in _SIZES.values():
     if config.get(key) is None:
-      raise CheckpointError(
-          f'config.json has no {key!r} (model_type {model_type!r})'
-      )
+      raise CheckpointError(f'has no {key!r} (model_type {model_type!r})')
   if model_type in GEMMA:
-    return dataclasses.replace(
-        _from_gemma(config, model_type), dtype=dtype, param_dtype=param_dtype
-    )
+    return _from_gemma(config, model_type)
   act = config.get('hidden_act', 'silu')
   if act != 'silu':
     raise CheckpointError(
-        f"config.json hidden_act={act!r} is not supported; only 'silu'"
+        f"hidden_act={act!r} is not supported; only 'silu'"
     )
   for key in ('mlp_bias',) + (() if model_type == 'qwen2' else
                               ('attention_bias',)):
     if config.get(key):
       raise CheckpointError(
-          f'config.json {key}={config[key]!r} is not supported for '
-          f'model_type {model_type!r}'
+          f'{key}={config[key]!r} is not supported for model_type '
+          f'{model_type!r}'
       )
   _check_full_attention(config, model_type)
   theta, scaling = _rope(config)
-  heads = config['num_attention_heads']
-  try:
-    cfg = ModelConfig(
-        vocab_size=config['vocab_size'],
-        num_layers=config['num_hidden_layers'],
-        embed_dim=config['hidden_size'],
-        num_heads=heads,
-        num_kv_heads=config.get('num_key_value_heads') or heads,
-        head_dim=config.get('head_dim') or config['hidden_size'] // heads,
-        mlp_dim=config['intermediate_size'],
-        rope_theta=theta,
-        rope_scaling=scaling,
-        norm_eps=float(config.get('rms_norm_eps', 1e-6)),
-        qkv_bias=model_type == 'qwen2',
-        qk_norm=model_type == 'qwen3',
-        tie_embeddings=bool(config.get('tie_word_embeddings', False)),
-    )
-  except ValueError as e:
-    raise CheckpointError(f'config.json: {e}') from None
-  return dataclasses.replace(cfg, dtype=dtype, param_dtype=param_dtype)
+  return ModelConfig(
+      **_sizes(config),
+      rope_theta=theta,
+      rope_scaling=scaling,
+      norm_eps=float(_get(config, 'rms_norm_eps', 'a number', 1e-6)),
+      qkv_bias=model_type == 'qwen2',
+      qk_norm=model_type == 'qwen3',
+      tie_embeddings=bool(config.get('tie_word_embeddings', False)),
+  )
 
 
 def _gemma_rope(
     config: Mapping[str, Any], model_type: str
 ) -> dict[str, Any]:
   """ModelConfig RoPE fields of a Gemma 2 or Gemma 3 config.json."""
-  params = config.get('rope_parameters') or {}
+  params = _get(config, 'rope_parameters', 'an object') or {}
   if model_type == 'gemma2' or not any(
       isinstance(v, Mapping) for v in params.values()
   ):
     if model_type == 'gemma3_text':
       # Older Gemma 3 configs: rope_theta (+ rope_scaling) for global
       # layers, rope_local_base_freq for local ones.
-      scaling = config.get('rope_scaling') or {}
-      full = dict(scaling, rope_theta=config.get('rope_theta', 1e6))
-      local = dict(rope_type='default',
-                   rope_theta=config.get('rope_local_base_freq', 1e4))
+      full_key, local_key = 'rope_scaling', 'rope_local_base_freq'
+      full = dict(_get(config, 'rope_scaling', 'an object') or {},
+                  rope_theta=_get(config, 'rope_theta', 'a number', 1e6))
+      local = dict(rope_type='default', rope_theta=_get(
+          config, 'rope_local_base_freq', 'a number', 1e4))
     else:
       theta, scaling = _rope(config)
       if scaling is not None:
-        raise CheckpointError(
-            'config.json: RoPE scaling is not supported for gemma2'
-        )
+        raise CheckpointError('RoPE scaling is not supported for gemma2')
       return dict(rope_theta=theta)
   else:
+    full_key = 'rope_parameters.full_attention'
+    local_key = 'rope_parameters.sliding_attention'
     full = params.get('full_attention') or {}
     local = params.get('sliding_attention') or {}
-  out = dict(rope_theta=float(full.get('rope_theta', 1e6)),
-             rope_local_theta=float(local.get('rope_theta', 1e4)))
+  out = dict(
+      rope_theta=float(_get(full, 'rope_theta', 'a number', 1e6,
+                            where=f'{full_key}.')),
+      rope_local_theta=float(_get(local, 'rope_theta', 'a number', 1e4,
+                                  where=f'{local_key}.')))
   if local.get('rope_type', 'default') != 'default':
     raise CheckpointError(
-        f'config.json sliding-attention RoPE {local!r} is not supported: '
-        "only rope_type 'default'"
+        f'sliding-attention RoPE {local!r} is not supported: only '
+        "rope_type 'default'"
     )
   kind = full.get('rope_type', full.get('type', 'default'))
   if kind == 'linear':
-    out['rope_linear_factor'] = float(full['factor'])
+    factor = _get(full, 'factor', 'a number', where=f'{full_key}.')
+    if factor is None:
+      raise CheckpointError(f"{full_key} of type 'linear' has no factor")
+    out['rope_linear_factor'] = float(factor)
   elif kind != 'default':
     raise CheckpointError(
-        f'config.json full-attention RoPE {full!r} is not supported; '
-        "supported rope_type: 'default', 'linear'"
+        f'full-attention RoPE {full!r} is not supported; supported '
+        "rope_type: 'default', 'linear'"
     )
   return out
 
@@ -250,57 +312,50 @@ def _from_gemma(config: Mapping[str, Any], model_type: str) -> ModelConfig:
   act = config.get('hidden_activation') or config.get('hidden_act')
   if act not in ('gelu_pytorch_tanh', 'gelu_tanh'):
     raise CheckpointError(
-        f'config.json hidden_activation={act!r} is not supported; only '
+        f'hidden_activation={act!r} is not supported; only '
         "'gelu_pytorch_tanh'"
     )
   for key in ('attention_bias', 'use_bidirectional_attention'):
     if config.get(key):
       raise CheckpointError(
-          f'config.json {key}={config[key]!r} is not supported for '
-          f'model_type {model_type!r}'
+          f'{key}={config[key]!r} is not supported for model_type '
+          f'{model_type!r}'
       )
-  n = config['num_hidden_layers']
-  layer_types = config.get('layer_types')
+  sizes = _sizes(config)
+  n = sizes['num_layers']
+  layer_types = _get(config, 'layer_types', 'a list')
   if layer_types is None:
-    pattern = config.get('sliding_window_pattern',
-                         2 if model_type == 'gemma2' else 6)
+    pattern = _get(config, 'sliding_window_pattern', 'a positive int',
+                   2 if model_type == 'gemma2' else 6)
     layer_types = ['sliding_attention' if (i + 1) % pattern else
                    'full_attention' for i in range(n)]
   unknown = sorted(set(layer_types) - {'sliding_attention', 'full_attention'})
   if unknown or len(layer_types) != n:
     raise CheckpointError(
-        f'config.json layer_types={layer_types!r} is not supported: one of '
+        f'layer_types={layer_types!r} is not supported: one of '
         "'sliding_attention', 'full_attention' per layer"
     )
   sliding = tuple(i for i, t in enumerate(layer_types)
                   if t == 'sliding_attention')
-  heads = config['num_attention_heads']
-  head_dim = config.get('head_dim') or config['hidden_size'] // heads
-  try:
-    return ModelConfig(
-        vocab_size=config['vocab_size'],
-        num_layers=n,
-        embed_dim=config['hidden_size'],
-        num_heads=heads,
-        num_kv_heads=config.get('num_key_value_heads') or heads,
-        head_dim=head_dim,
-        mlp_dim=config['intermediate_size'],
-        norm_eps=float(config.get('rms_norm_eps', 1e-6)),
-        qk_norm=model_type == 'gemma3_text',
-        tie_embeddings=bool(config.get('tie_word_embeddings', True)),
-        sliding_window=config.get('sliding_window') if sliding else None,
-        sliding_layers=sliding,
-        attn_logit_softcap=config.get('attn_logit_softcapping'),
-        final_logit_softcap=config.get('final_logit_softcapping'),
-        query_pre_attn_scalar=config.get('query_pre_attn_scalar', head_dim),
-        norm_plus_one=True,
-        sandwich_norms=True,
-        mlp_activation='gelu_tanh',
-        scale_embeddings=True,
-        **_gemma_rope(config, model_type),
-    )
-  except ValueError as e:
-    raise CheckpointError(f'config.json: {e}') from None
+  number = lambda key, default=None: _get(config, key, 'a number', default)
+  return ModelConfig(
+      **sizes,
+      norm_eps=float(number('rms_norm_eps', 1e-6)),
+      qk_norm=model_type == 'gemma3_text',
+      tie_embeddings=bool(config.get('tie_word_embeddings', True)),
+      sliding_window=(_get(config, 'sliding_window', 'a positive int')
+                      if sliding else None),
+      sliding_layers=sliding,
+      attn_logit_softcap=number('attn_logit_softcapping'),
+      final_logit_softcap=number('final_logit_softcapping'),
+      query_pre_attn_scalar=number('query_pre_attn_scalar',
+                                   sizes['head_dim']),
+      norm_plus_one=True,
+      sandwich_norms=True,
+      mlp_activation='gelu_tanh',
+      scale_embeddings=True,
+      **_gemma_rope(config, model_type),
+  )
 
 
 def _is_gemma(cfg: ModelConfig) -> bool:

@@ -369,6 +369,26 @@ class HFTokenizerTest(parameterized.TestCase):
                                 'no_template failed'):
       tok.format_prompt('hi')
 
+  def test_bad_jinja_file_and_failing_template_name_the_source(self):
+    backend = self.backends['chatml']
+    path = _write(os.path.join(self.tmp, 'latin1'), backend,
+                  {'eos_token': '<|im_end|>'})
+    jinja_file = os.path.join(path, 'chat_template.jinja')
+    with open(jinja_file, 'wb') as f:
+      f.write(b'\xff\xfe{{ x }}')
+    with self.assertRaisesRegex(hf_tokenizer.TokenizerFileError,
+                                f'^cannot read {jinja_file}: .*utf-8'):
+      hf_tokenizer.HFTokenizer.from_dir(path)
+    # A template that fails while rendering (here adding a str and an int)
+    # fails at the first prompt, naming the source and the error.
+    with open(jinja_file, 'w') as f:
+      f.write('{{ messages[0].content + 1 }}')
+    tok = hf_tokenizer.HFTokenizer.from_dir(path).with_prompts(chat=True)
+    with self.assertRaisesRegex(
+        hf_tokenizer.ChatTemplateError,
+        f'^the chat template of {path} failed: TypeError: '):
+      tok.prompt_text('hi')
+
   def test_template_is_sandboxed(self):
     tok = self.tok('chatml')
     tok.chat_template = "{{ messages.__class__.__mro__ }}"

@@ -114,8 +114,13 @@ def _write_gguf(
     pre: str = 'smollm',
     tokenizer_model: str = 'gpt2',
     quantize: str | None = None,
+    metadata: dict[str, tuple[object, object] | None] | None = None,
 ) -> str:
-  """Writes a GGUF file as llama.cpp's converter would."""
+  """Writes a GGUF file as llama.cpp's converter would.
+
+  `metadata` replaces keys by (value, GGUFValueType) pairs, or drops them
+  (None), to write a damaged file.
+  """
   w = gguf.GGUFWriter(path, arch)
   w.add_block_count(cfg.num_layers)
   w.add_context_length(128)
@@ -135,6 +140,10 @@ def _write_gguf(
   w.add_eos_token_id(2)
   w.add_add_bos_token(True)
   w.add_chat_template(_TEMPLATE)
+  for key, entry in (metadata or {}).items():
+    w.kv_data[0].pop(key, None)
+    if entry is not None:
+      w.add_key_value(key, *entry)
   for name, value in tensors.items():
     if quantize and value.ndim == 2:
       qtype = gguf.GGMLQuantizationType[quantize]
@@ -282,6 +291,37 @@ class TinyGGUFTest(parameterized.TestCase):
     tensors = dict(self.tensors, **{'rope_freqs.weight': freqs})
     self.assert_load_error(self.write(tensors), 'RoPE scaling',
                            'not supported')
+
+  @parameterized.named_parameters(
+      ('text_size', 'llama.embedding_length', 'abc', 'STRING',
+       "'llama.embedding_length' = 'abc': must be a positive int"),
+      ('zero_heads', 'llama.attention.head_count', 0, 'UINT32',
+       "'llama.attention.head_count' = 0: must be a positive int"),
+      ('text_eps', 'llama.attention.layer_norm_rms_epsilon', 'x', 'STRING',
+       "'llama.attention.layer_norm_rms_epsilon' = 'x': must be a number"),
+      ('bool_layers', 'llama.block_count', True, 'BOOL',
+       "'llama.block_count' = True: must be a positive int"),
+  )
+  def test_metadata_of_the_wrong_type(self, key, value, vtype, message):
+    path = self.write(metadata={key: (value, gguf.GGUFValueType[vtype])})
+    with self.assertRaises(gguf_loader.GGUFError) as ctx:
+      gguf_loader.load(path)
+    self.assertEqual(str(ctx.exception), f'{path}: metadata key {message}')
+
+  def test_missing_metadata_names_the_file_once(self):
+    path = self.write(metadata={'llama.block_count': None})
+    with self.assertRaises(gguf_loader.GGUFError) as ctx:
+      gguf_loader.load(path)
+    self.assertEqual(str(ctx.exception),
+                     f"{path}: metadata key 'llama.block_count' is missing")
+
+  def test_token_id_of_the_wrong_type(self):
+    key = 'tokenizer.ggml.padding_token_id'
+    path = self.write(metadata={key: ('x', gguf.GGUFValueType.STRING)})
+    with self.assertRaisesRegex(
+        gguf_loader.GGUFError, f"^{path}: metadata key '{key}' = 'x': must "
+        'be an int$'):
+      gguf_loader.tokenizer_parts(path)
 
   def test_unsupported_tokenizer_model(self):
     path = self.write(tokenizer_model='llama')

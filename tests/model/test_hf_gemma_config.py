@@ -83,6 +83,28 @@ class GemmaConfigTest(parameterized.TestCase):
     with self.assertRaisesRegex(CheckpointError, key):
       hf_config.from_hf(_BASE | dict(model_type='gemma3_text') | overrides)
 
+  @parameterized.named_parameters(
+      ('zero_pattern', dict(model_type='gemma2', sliding_window_pattern=0),
+       'sliding_window_pattern=0: must be a positive int'),
+      ('linear_without_factor',
+       dict(rope_scaling=dict(rope_type='linear')),
+       "rope_scaling of type 'linear' has no factor"),
+      ('text_linear_factor',
+       dict(rope_scaling=dict(rope_type='linear', factor='8')),
+       "rope_scaling.factor='8': must be a number"),
+      ('text_full_theta', dict(rope_parameters=dict(
+          full_attention=dict(rope_theta='1e6'),
+          sliding_attention=dict(rope_theta=1e4))),
+       "rope_parameters.full_attention.rope_theta='1e6': must be a number"),
+      ('text_softcap', dict(final_logit_softcapping='30'),
+       "final_logit_softcapping='30': must be a number"),
+  )
+  def test_malformed_value_names_file_and_key(self, overrides, message):
+    with self.assertRaises(CheckpointError) as ctx:
+      hf_config.from_hf(_BASE | dict(model_type='gemma3_text') | overrides,
+                        source='/g/config.json')
+    self.assertEqual(str(ctx.exception), f'/g/config.json: {message}')
+
   def test_partly_gemma_config_does_not_export(self):
     cfg = hf_config.from_hf(_BASE | dict(model_type='gemma2'))
     with self.assertRaisesRegex(ValueError, 'partly Gemma'):
