@@ -262,6 +262,15 @@ class Checkpointer:
     self.wait()
     self.manager.close()
 
+  def close_after_error(self) -> None:
+    """`close` when a run ends in an error, which its caller reports: a
+    save in progress completes first (or fails, a lesser error, not raised).
+    """
+    try:
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      pass
+
 
 def _is_write_failure(e: Exception) -> bool:
   """Whether an error from a save means the files could not be written."""

@@ -2,11 +2,19 @@
 
 A TPU VM gets SIGTERM shortly before it is preempted. Instead of dying
 mid-step, the loop notices the request between steps, writes a final
-checkpoint and returns; running the same command again resumes there.
+checkpoint and returns; running the same command again resumes there. The
+request is recorded from the moment the run holds its workdir: a signal
+while it builds and compiles, or during the warm start (which is not
+saved), stops it there with `Stopped`.
 """
 
 import signal
 import threading
+
+
+class Stopped(Exception):
+  """A stop signal arrived before the run had anything new to save (while
+  it started, or in its warm start); the message says what happened."""
 
 
 class StopRequest:
@@ -22,6 +30,12 @@ class StopRequest:
       self.signal = signal.Signals(signum).name
     elif signum == signal.SIGINT:
       raise KeyboardInterrupt  # a second Ctrl-C stops at once
+
+  def check(self, when: str) -> None:
+    """Raises Stopped if a signal arrived; `when` says where the run was."""
+    if self.signal is not None:
+      raise Stopped(f'{self.signal} received {when}: stopped before anything '
+                    'new was saved; run the same command to go on')
 
   def __enter__(self) -> 'StopRequest':
     # Handlers can only be set from the main thread (e.g. not in a notebook

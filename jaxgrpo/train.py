@@ -77,6 +77,11 @@ def run(
 
   Returns:
     The run summary.
+
+  Raises:
+    preemption.Stopped: SIGTERM or SIGINT arrived while the run was starting
+      or in its warm start, before it had anything new to save (in the
+      GRPO steps a signal saves a checkpoint and returns instead).
   """
   cfg = (
       config
@@ -87,39 +92,6 @@ def run(
   with contextlib.ExitStack() as resources:
     console = console_lib.Console(log, progress=progress, quiet=quiet)
     return _run(cfg, workdir, console, resources, on_step)
-
-
-def _postfix(metrics: dict[str, float]) -> str:
-  """A step's headline numbers, for the progress bar."""
-  parts = []
-  for key, label in (('reward/mean', 'reward'), ('rollout/efficiency', 'eff'),
-                     ('eval/accuracy', 'eval')):
-    if key in metrics:
-      parts.append(f'{label} {metrics[key]:.3f}')
-  return ' '.join(parts)
-
-
-def _explain_no_update(step: int, metrics: dict[str, float], ro,
-                       console: console_lib.Console, waiting: bool) -> None:
-  """Says why a step took no update (a short batch only when it starts
-  waiting, not on every step it goes on waiting)."""
-  rounds = int(metrics.get('rollout/rounds', 0))
-  held = int(metrics.get('rollout/held', 0))
-  if held:
-    if not waiting:
-      console.notice(
-          f'step {step}: {held} of {ro.batch_size} informative groups after '
-          f'{rounds} rounds (rollout.max_rounds={ro.max_rounds}); no update '
-          "until the batch is full (rollout.short_batch='wait'; train/skipped "
-          'counts the steps)')
-  elif rounds:
-    console.notice(f'step {step}: no informative group in {rounds} rounds; '
-                   'update skipped')
-  else:
-    console.notice(
-        f'step {step}: no dataset had a prompt to offer (every stratum '
-        'postponed by the curriculum, or every example filtered); update '
-        'skipped')
 
 
 def _run(
@@ -140,9 +112,12 @@ def _run(
   workdir = checkpoint_lib.absolute(workdir)
   workdir_lib.check(workdir)
   resources.enter_context(workdir_lib.lock(workdir))
+  stop = resources.enter_context(preemption.StopRequest())
   resume.check_settings(os.path.join(workdir, 'checkpoints'),
                                 config_lib.to_dict(cfg))
   parts = build.build_run(cfg, workdir, console, resources)
+  # Whatever ends the run, a save in progress completes (or fails) first.
+  resources.callback(parts.ckpt.close_after_error)
   # A checkpoint holds no base params under an adapter: the run's are used.
   saved = lambda tree: None if tree is None else tree.replace(base=None)
   start = resume.restore_or_start(
@@ -151,14 +126,19 @@ def _run(
       ids=parts.ids, remap=cfg.checkpoint.on_dataset_change == 'remap',
       notice=console.notice, workdir=workdir, main=multihost.is_main())
   state, meta = start.state, start.meta
+  stop.check('while the run was starting')
+  if start.resumed_from is not None and start.step >= cfg.total_steps:
+    console.notice(f'the checkpoint is at step {start.step} and total_steps='
+                   f'{cfg.total_steps}: nothing is left to train (a larger '
+                   '--config.total_steps trains on)')
   if state is None:
-    state, meta = _fresh_state(cfg, parts, console, meta)
+    state, meta = _fresh_state(cfg, parts, console, meta, stop)
   else:
     state = state.replace(base=parts.base)
   writer = _metrics_writer(cfg, workdir, start.resumed_from, console)
   if start.resumed_from is None:
     _first_eval(parts, state, meta, writer, console)
-  loop = _Loop(cfg, parts, console, writer, state, meta)
+  loop = _Loop(cfg, parts, console, writer, state, meta, stop)
   step, stopped_by = loop.run(start.step, on_step)
   parts.ckpt.close()
   writer.close()
@@ -180,7 +160,7 @@ def _metrics_writer(cfg: config_lib.Config, workdir: str,
   writer = metrics_lib.MetricsWriter(
       workdir, resume_step=-1 if resumed_from is None else resumed_from,
       enabled=multihost.is_main(), tensorboard=cfg.tensorboard,
-      keep_earlier=True)
+      keep_earlier=True, notice=console.notice)
   for note in writer.notes:
     console.notice(note)
   if writer.tensorboard is not None:
@@ -189,13 +169,14 @@ def _metrics_writer(cfg: config_lib.Config, workdir: str,
 
 
 def _fresh_state(cfg: config_lib.Config, parts: build.Run,
-                 console: console_lib.Console,
-                 meta: dict) -> tuple[train_state_lib.TrainState, dict]:
+                 console: console_lib.Console, meta: dict,
+                 stop: preemption.StopRequest
+                 ) -> tuple[train_state_lib.TrainState, dict]:
   """A fresh start's train state (after the warm start, when enabled) and
   the checkpoint notes (with the warm start's)."""
   params = parts.params
   if cfg.warmstart.enabled and cfg.warmstart.max_steps > 0:
-    result = _warm_start(cfg, parts, console)
+    result = _warm_start(cfg, parts, console, stop)
     params = result.params
     meta = {**meta, 'warmstart': {'steps': result.steps,
                                   'pass_rate': result.pass_rate,
@@ -209,14 +190,17 @@ def _fresh_state(cfg: config_lib.Config, parts: build.Run,
 
 
 def _warm_start(cfg: config_lib.Config, parts: build.Run,
-                console: console_lib.Console) -> warmstart.WarmStartResult:
+                console: console_lib.Console,
+                stop: preemption.StopRequest) -> warmstart.WarmStartResult:
   """Supervised steps until the sampled pass rate reaches the target."""
   ws, ro, log = cfg.warmstart, cfg.rollout, console.info
   log(f'warm start: supervised steps until the sampled pass rate reaches '
       f'{ws.target_pass_rate:.2f} (at most {ws.max_steps} steps)')
   with console.bar(ws.max_steps, desc='warm start', unit='step') as bar:
 
-    def on_warm_step(_, rate):
+    def on_warm_step(step, rate):
+      stop.check(f'in the warm start (step {step}; a warm start is not '
+                 'saved, and starts again)')
       bar.update(1)
       if rate is not None:
         bar.set_postfix_str(f'pass rate {rate:.2f}')
@@ -252,8 +236,9 @@ class _Loop:
   def __init__(self, cfg: config_lib.Config, parts: build.Run,
                console: console_lib.Console,
                writer: metrics_lib.MetricsWriter,
-               state: train_state_lib.TrainState, meta: dict):
-    self.cfg, self.parts, self.console = cfg, parts, console
+               state: train_state_lib.TrainState, meta: dict,
+               stop: preemption.StopRequest):
+    self.cfg, self.parts, self.console, self.stop = cfg, parts, console, stop
     self.writer, self.state, self.meta = writer, state, meta
     self.window = metrics_lib.ConsoleWindow()
     self.waiting = False  # whether the last step held a short batch
@@ -270,9 +255,13 @@ class _Loop:
         f'GRPO: {cfg.total_steps} steps of {ro.batch_size} prompts x '
         f'{ro.group_size} samples, model {parts.model_name} '
         f'({model_config.param_count(parts.model_cfg) / 1e6:.2f}M params)')
-    step, self.start_step = start_step, start_step
+    step, self.start_step, stop = start_step, start_step, self.stop
     self.last_save = self.loop_start = time.monotonic()
-    with preemption.StopRequest() as stop, console.bar(
+    if stop.signal is not None:  # in the first evaluation: step 0 is saved
+      console.notice(f'{stop.signal} received: stopped at step {step}, whose '
+                     'checkpoint is saved; run the same command to resume')
+      return step, stop.signal
+    with console.bar(
         cfg.total_steps, initial=start_step, desc='GRPO', unit='step') as bar:
       for step in range(start_step + 1, cfg.total_steps + 1):
         metrics = self.step(step)
@@ -309,8 +298,8 @@ class _Loop:
           {k: float(v) for k, v in jax.device_get(train_metrics).items()})
     else:
       metrics['train/skipped'] = 1.0
-      _explain_no_update(step, metrics, cfg.rollout, self.console,
-                         self.waiting)
+      console_lib.explain_no_update(step, metrics, cfg.rollout, self.console,
+                                    self.waiting)
     self.waiting = bool(metrics.get('rollout/held'))
     metrics['perf/step_s'] = time.perf_counter() - t0
     if cfg.eval.every and (step % cfg.eval.every == 0
@@ -332,7 +321,7 @@ class _Loop:
     self.writer.write(step, metrics)
     self.window.add(metrics)
     bar.update(1)
-    bar.set_postfix_str(_postfix(metrics), refresh=False)
+    bar.set_postfix_str(console_lib.postfix(metrics), refresh=False)
     if step % cfg.log_every == 0 or step == cfg.total_steps:
       line = self.window.line(step, cfg.total_steps, metrics)
       if 'eval/accuracy' in metrics:

@@ -43,10 +43,17 @@ def check(workdir: str) -> None:
     raise errors.ConfigError(
         f'--workdir {workdir}: {path / "checkpoints"} is a file, not a '
         'folder; move it away (checkpoints are saved there)')
+  for name in ('metrics.jsonl', '.lock'):
+    if (path / name).exists() and not (path / name).is_file():
+      raise errors.ConfigError(
+          f'--workdir {workdir}: {path / name} is not a file; move it away '
+          '(the run writes it)')
   for folder, what in ((path, 'cannot write there'),
                        (path / 'checkpoints', 'cannot write checkpoints in '
                         f'{path / "checkpoints"}')):
-    probe = folder / f'.jaxgrpo-write-test-{jax.process_index()}'
+    # Named by process: two runs started at once each probe their own.
+    probe = folder / (f'.jaxgrpo-write-test-{socket.gethostname()}-'
+                      f'{os.getpid()}')
     try:
       folder.mkdir(parents=True, exist_ok=True)
       probe.write_text('ok')

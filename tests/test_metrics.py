@@ -119,6 +119,38 @@ class TensorBoardWhileTrainingTest(absltest.TestCase):
     self.assertEqual(events['eval/accuracy'], [(0, 0.5), (1, 0.5)])
     self.assertEqual([s for s, _ in events['train/loss']], [0, 1])
 
+  def test_events_that_cannot_be_written_turn_tensorboard_off(self):
+    if tensorboard_events.missing():
+      self.skipTest(tensorboard_events.missing())
+    workdir = self.create_tempdir().full_path
+    with open(os.path.join(workdir, 'tensorboard'), 'w') as f:
+      f.write('not a folder')
+    writer = metrics_lib.MetricsWriter(workdir, tensorboard=True)
+    self.assertIsNone(writer.tensorboard)
+    self.assertLen(writer.notes, 1)
+    self.assertStartsWith(writer.notes[0], 'TensorBoard events cannot be '
+                          f'written in {workdir}/tensorboard (')
+    self.assertIn('turned off for this run; metrics.jsonl holds every value',
+                  writer.notes[0])
+    writer.write(1, {'reward/mean': 0.5})
+    writer.close()
+    # Later (a disk that fills): one notice, and the run's metrics go on.
+    workdir = self.create_tempdir().full_path
+    notices = []
+    writer = metrics_lib.MetricsWriter(workdir, tensorboard=True,
+                                       notice=notices.append)
+    with mock.patch.object(writer.tensorboard, 'flush', side_effect=OSError(
+        28, 'No space left on device')):
+      writer.write(1, {'reward/mean': 0.5})
+      writer.sync()
+    self.assertIsNone(writer.tensorboard)
+    self.assertLen(notices, 1)
+    self.assertIn('(No space left on device): turned off', notices[0])
+    writer.write(2, {'reward/mean': 0.7})
+    writer.close()
+    self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
+                     [1, 2])
+
   def test_without_tensorboardx_only_the_metrics_file(self):
     workdir = self.create_tempdir().full_path
     with mock.patch.dict(sys.modules, {'tensorboardX': None}):

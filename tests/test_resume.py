@@ -1,5 +1,7 @@
 """Checkpoints under trouble: preemption, NaN streaks, changed inputs."""
 
+import contextlib
+import io
 import os
 import re
 import signal
@@ -16,7 +18,9 @@ import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
+from jaxgrpo import preemption
 from jaxgrpo import train
+from jaxgrpo.cli import train as cli_train
 from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.rl import rollout as rollout_lib
 from tests import test_train
@@ -69,6 +73,15 @@ class ResumeChecksTest(absltest.TestCase):
     blocker = self.create_tempfile('a_file').full_path
     with self.assertRaisesRegex(errors.ConfigError, 'cannot write there'):
       train.run(_config(), os.path.join(blocker, 'run'), log=lambda _: None)
+
+  def test_files_the_run_writes_must_be_files(self):
+    for name in ('metrics.jsonl', '.lock'):
+      workdir = self.create_tempdir().full_path
+      os.mkdir(os.path.join(workdir, name))
+      with self.assertRaisesRegex(
+          errors.ConfigError, f'^--workdir {workdir}: {workdir}/{name} is '
+          'not a file; move it away \\(the run writes it\\)$'):
+        train.run(_config(), workdir, log=lambda _: None)
 
 
 class RemapTest(absltest.TestCase):
@@ -250,6 +263,74 @@ class PreemptionTest(absltest.TestCase):
     self.assertEqual(summary.resumed_from, stopped)
     steps = [r['step'] for r in metrics_lib.read_metrics(workdir)]
     self.assertEqual(steps, list(range(stopped + 3)))
+
+
+class EarlyStopTest(absltest.TestCase):
+  """A stop signal before the GRPO steps: a clean stop, never a crash."""
+
+  def _run(self, config, workdir, when: str):
+    """Runs `config`, sending this process SIGTERM at the first log line
+    that starts with `when`; returns the lines."""
+    lines = []
+
+    def log(line):
+      lines.append(line)
+      if line.startswith(when) and len(
+          [x for x in lines if x.startswith(when)]) == 1:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    return lines, lambda: train.run(config, workdir, log=log)
+
+  def test_in_the_warm_start_nothing_is_saved(self):
+    c = _config()
+    c.warmstart.update(enabled=True, max_steps=20, check_every=10)
+    workdir = self.create_tempdir().full_path
+    lines, run = self._run(c, workdir, 'warm start:')
+    with self.assertRaisesRegex(
+        preemption.Stopped, r'^SIGTERM received in the warm start \(step 1; '
+        r'a warm start is not saved, and starts again\): stopped before '
+        'anything new was saved; run the same command to go on'):
+      run()
+    self.assertEqual(os.listdir(os.path.join(workdir, 'checkpoints')), [])
+    self.assertNotIn('step 0: held-out accuracy', ' '.join(lines))
+
+  def test_in_the_first_evaluation_step_0_is_saved(self):
+    workdir = self.create_tempdir().full_path
+    lines, run = self._run(_config(), workdir, 'step 0: held-out accuracy')
+    summary = run()
+    self.assertEqual((summary.steps, summary.stopped_by), (0, 'SIGTERM'))
+    self.assertIn('SIGTERM received: stopped at step 0, whose checkpoint is '
+                  'saved; run the same command to resume', lines)
+    self.assertEqual(os.listdir(os.path.join(workdir, 'checkpoints')), ['0'])
+    # The stop handlers are gone with the run: SIGTERM is the default again.
+    self.assertEqual(signal.getsignal(signal.SIGTERM), signal.SIG_DFL)
+    # Resumed past the last step asked for: nothing to train, and it says so.
+    lines = []
+    train.run(_config(total_steps=0), workdir, log=lines.append)
+    self.assertIn('the checkpoint is at step 0 and total_steps=0: nothing is '
+                  'left to train (a larger --config.total_steps trains on)',
+                  lines)
+
+  def test_an_error_waits_for_the_save_in_progress(self):
+    workdir = self.create_tempdir().full_path
+
+    def fail(info):
+      if info.step == 2:  # its checkpoint was just started (asynchronously)
+        raise RuntimeError('stop here')
+
+    with self.assertRaisesRegex(RuntimeError, 'stop here'):
+      train.run(_config(total_steps=4, **{'checkpoint.every': 2}), workdir,
+                log=lambda _: None, on_step=fail)
+    self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),
+                     ['0', '2'])
+
+  def test_the_command_line_exits_0_with_the_line(self):
+    out = io.StringIO()
+    with mock.patch.object(train, 'run', side_effect=preemption.Stopped(
+        'SIGTERM received ...')), contextlib.redirect_stdout(out):
+      code = cli_train.main(['--config=configs/demo.py:runlocal',
+                             f'--workdir={self.create_tempdir().full_path}'])
+    self.assertEqual((code, out.getvalue()), (0, 'SIGTERM received ...\n'))
 
 
 class KillTest(absltest.TestCase):

@@ -18,6 +18,7 @@ from absl import flags
 from absl import logging as absl_logging
 
 from jaxgrpo import config_lib
+from jaxgrpo import preemption
 from jaxgrpo import train
 from jaxgrpo.cli import common
 
@@ -100,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
       sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
     progress = not args.quiet and (args.progress == 'on' or (
         args.progress == 'auto' and sys.stderr.isatty()))
-    train.run(cfg, args.workdir, progress=progress, quiet=args.quiet)
+    try:
+      train.run(cfg, args.workdir, progress=progress, quiet=args.quiet)
+    except preemption.Stopped as e:  # a clean stop, with nothing to save
+      print(e, flush=True)
     return 0
 
   return common.run_main(PROG, body)

@@ -105,3 +105,36 @@ class Console:
     finally:
       self._bars.remove(bar)
       bar.close()
+
+
+def postfix(metrics: dict[str, float]) -> str:
+  """A step's headline numbers, for the progress bar."""
+  parts = []
+  for key, label in (('reward/mean', 'reward'), ('rollout/efficiency', 'eff'),
+                     ('eval/accuracy', 'eval')):
+    if key in metrics:
+      parts.append(f'{label} {metrics[key]:.3f}')
+  return ' '.join(parts)
+
+
+def explain_no_update(step: int, metrics: dict[str, float], ro,
+                      console: Console, waiting: bool) -> None:
+  """Says why a step took no update (a short batch only when it starts
+  waiting, not on every step it goes on waiting)."""
+  rounds = int(metrics.get('rollout/rounds', 0))
+  held = int(metrics.get('rollout/held', 0))
+  if held:
+    if not waiting:
+      console.notice(
+          f'step {step}: {held} of {ro.batch_size} informative groups after '
+          f'{rounds} rounds (rollout.max_rounds={ro.max_rounds}); no update '
+          "until the batch is full (rollout.short_batch='wait'; train/skipped "
+          'counts the steps)')
+  elif rounds:
+    console.notice(f'step {step}: no informative group in {rounds} rounds; '
+                   'update skipped')
+  else:
+    console.notice(
+        f'step {step}: no dataset had a prompt to offer (every stratum '
+        'postponed by the curriculum, or every example filtered); update '
+        'skipped')

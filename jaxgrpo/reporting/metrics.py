@@ -9,7 +9,7 @@ appended to: the file is kept in a local cache and copied over whole at each
 `sync` (the training loop calls it with every checkpoint) and on `close`.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 import hashlib
 import json
 import math
@@ -60,11 +60,14 @@ class MetricsWriter:
   nothing. `tensorboard=True` also writes each step's scalars as TensorBoard
   events in WORKDIR/tensorboard (rebuilt from the kept lines at start),
   where tensorboardX can be imported; `self.tensorboard` says whether it is.
+  Events that cannot be written turn TensorBoard off, with a line to
+  `notice` (default: `notes`).
   """
 
   def __init__(self, workdir: str, *, resume_step: int = -1,
                enabled: bool = True, tensorboard: bool = False,
-               keep_earlier: bool = False):
+               keep_earlier: bool = False,
+               notice: Callable[[str], None] | None = None):
     self.enabled = enabled
     self._keep_earlier = keep_earlier
     self.tensorboard = None
@@ -78,6 +81,7 @@ class MetricsWriter:
       self.path = os.path.join(cache, METRICS)
     self._file = None
     self.notes: list[str] = []  # what was kept aside, for the console
+    self._notice = notice or self.notes.append  # what goes wrong later
     self._workdir = epath.Path(workdir)
     if not enabled:
       return
@@ -90,7 +94,23 @@ class MetricsWriter:
     kept = self._truncate_after(resume_step)
     self._file = open(self.path, 'a', encoding='utf-8')
     if tensorboard and tensorboard_lib.available():
-      self.tensorboard = tensorboard_lib.EventWriter(workdir, kept)
+      self._events(lambda: setattr(self, 'tensorboard', tensorboard_lib
+                                   .EventWriter(workdir, kept)),
+                   self.notes.append)
+
+  def _events(self, action: Callable[[], object],
+              notice: Callable[[str], None] | None = None) -> None:
+    """Runs a TensorBoard write; if the files cannot be written (a disk
+    full, `tensorboard` a file), turns TensorBoard off with one notice:
+    it is optional, and metrics.jsonl holds every value."""
+    try:
+      action()
+    except OSError as e:
+      self.tensorboard = None
+      (notice or self._notice)(f'TensorBoard events cannot be written in '
+             f'{self._workdir / "tensorboard"} ({e.strerror or e}): turned '
+             f'off for this run; {METRICS} holds every value (`jaxgrpo-plot '
+             '--tensorboard WORKDIR` writes the events later)')
 
   def _truncate_after(self, step: int) -> list[dict]:
     """Keeps the lines of steps <= `step`; returns their records."""
@@ -137,13 +157,13 @@ class MetricsWriter:
     self._file.write(json.dumps(record) + '\n')
     self._file.flush()
     if self.tensorboard is not None:
-      self.tensorboard.write(step, record)
+      self._events(lambda: self.tensorboard.write(step, record))
 
   def sync(self) -> None:
     """Copies the file to an object-store workdir (no-op for local ones)
     and flushes the TensorBoard events."""
     if self.tensorboard is not None:
-      self.tensorboard.flush()
+      self._events(self.tensorboard.flush)
     if self._file is not None and self.remote is not None:
       with open(self.path, encoding='utf-8') as f:
         self.remote.write_text(f.read())
@@ -154,7 +174,7 @@ class MetricsWriter:
       self._file.close()
       self._file = None
     if self.tensorboard is not None:
-      self.tensorboard.close()
+      self._events(self.tensorboard.close)
       self.tensorboard = None
 
 
