@@ -237,6 +237,9 @@ class CommandLineTest(absltest.TestCase):
         ((*base, '--checkpoint=init', '--bogus'), 2, 'unrecognized'),
         (base, 2, '--checkpoint'),
         (('--checkpoint=init', '--config=nope.py'), 2, 'is not a file'),
+        # Checked before any model loads.
+        ((*base, '--checkpoint=init', f'--json={os.path.dirname(missing)}'),
+         2, 'is a folder; name a file'),
     )
     for argv, want, pattern in cases:
       with self.subTest(argv=argv):

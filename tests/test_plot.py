@@ -161,6 +161,12 @@ class PlotRunTest(absltest.TestCase):
     # Empty file.
     open(os.path.join(workdir, 'metrics.jsonl'), 'w').close()
     self.assertEqual(plot.plot_run(workdir), [])
+    # Lines that are JSON but no object (not a run's file): left out.
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.write('[1, 2]\n"x"\n3\n')
+    problems = []
+    self.assertEqual(plot.plot_run(workdir, log=problems.append), [])
+    self.assertEmpty(problems)
 
   def test_a_failing_figure_is_logged_not_raised(self):
     workdir = self.create_tempdir().full_path

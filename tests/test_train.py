@@ -202,12 +202,24 @@ class CommandLineTest(absltest.TestCase):
 
   def test_config_mistakes_end_in_one_line_with_the_reason(self):
     workdir = self.create_tempdir().full_path
+    folder = self.create_tempdir().full_path
+    files = {'no_get.py': 'X = 1\n',
+             'plain.py': 'def get_config():\n  return None\n'}
+    for name, text in files.items():
+      with open(os.path.join(folder, name), 'w') as f:
+        f.write(text)
     cases = {
         # A misspelled config argument: the reason, not just "Error whilst
         # parsing config file".
         '--config=configs/demo.py:runlocl': "'runlocl' is not one of",
+        # A true/false argument takes nothing else (not False silently).
+        '--config=configs/demo.py:runlocal=maybe': (
+            "runlocal='maybe': runlocal takes true/1/yes/on/false/0/no/off"),
         '--config=configs/nope.py': 'configs/nope.py is not a file',
         '--config=configs/demo.py:runlocal --stray': 'unrecognized arguments',
+        f'--config={folder}/no_get.py': 'no_get.py defines no get_config()',
+        f'--config={folder}/plain.py': (
+            'get_config() returned NoneType, not an ml_collections ConfigDict'),
     }
     for args, reason in cases.items():
       out = self._run(*args.split(), f'--workdir={workdir}')

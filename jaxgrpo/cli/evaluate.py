@@ -333,14 +333,33 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _write_json(path: str, result: dict[str, Any]) -> None:
+def _check_json(path: str) -> None:
+  """Fails before any model loads when --json cannot be written there."""
+  if os.path.isdir(path):
+    raise common.UsageError(f'--json={path}: is a folder; name a file')
   directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
+  try:
+    os.makedirs(directory, exist_ok=True)
+  except OSError as e:
+    raise common.UsageError(
+        f'--json={path}: cannot write there ({e.strerror or e})') from None
+  if not os.access(directory, os.W_OK | os.X_OK):
+    raise common.UsageError(f'--json={path}: cannot write in {directory} '
+                            '(Permission denied)')
+
+
+def _write_json(path: str, result: dict[str, Any]) -> None:
   tmp = f'{path}.tmp'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    json.dump(result, f, indent=2)
-    f.write('\n')
-  os.replace(tmp, path)
+  try:
+    with open(tmp, 'w', encoding='utf-8') as f:
+      json.dump(result, f, indent=2)
+      f.write('\n')
+    os.replace(tmp, path)
+  except OSError as e:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise OSError(f'--json={path}: cannot write it ({e.strerror or e})'
+                  ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
   def body() -> int:
     args, extra = _parser().parse_known_args(argv)
     overrides = common.config_overrides(extra)
+    if args.json:
+      _check_json(args.json)
     config = common.load_config(PROG, args.config, overrides)
     # pylint: disable=g-import-not-at-top
     from jaxgrpo import config_lib

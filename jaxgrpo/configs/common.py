@@ -23,9 +23,17 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
       raise ValueError(
           f'config argument {name!r} is not one of {sorted(defaults)}')
     kind = type(defaults[name])
-    out[name] = ((not sep) or value.lower() in ('1', 'true', 'yes')
-                 if kind is bool else kind(value))
+    if kind is not bool:
+      out[name] = kind(value)
+    elif not sep or value.lower() in _TRUE + _FALSE:
+      out[name] = not sep or value.lower() in _TRUE
+    else:
+      raise ValueError(f'config argument {name}={value!r}: {name} takes '
+                       f'{"/".join(_TRUE + _FALSE)}')
   return out
+
+
+_TRUE, _FALSE = ('true', '1', 'yes', 'on'), ('false', '0', 'no', 'off')
 
 
 def arithmetic_dataset(name: str = 'arithmetic', **keys) -> dict:

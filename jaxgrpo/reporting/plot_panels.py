@@ -46,8 +46,8 @@ class Panel:
 
 
 def read_records(workdir: str) -> list[dict]:
-  """The run's metrics records; a line cut short (a live run, a crash) is
-  left out.
+  """The run's metrics records; a line cut short (a live run, a crash) or
+  that is no JSON object is left out.
 
   Raises:
     OSError: WORKDIR/metrics.jsonl cannot be read.
@@ -57,7 +57,7 @@ def read_records(workdir: str) -> list[dict]:
   # pylint: disable-next=g-import-not-at-top
   from jaxgrpo.reporting import metrics as metrics_lib
   try:
-    return metrics_lib.read_metrics(workdir)
+    return [r for r in metrics_lib.read_metrics(workdir) if isinstance(r, dict)]
   except json.JSONDecodeError:
     pass
   with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
