@@ -38,11 +38,11 @@ END_TOKENS = (
     '<|end|>',  # Phi-3.
 )
 
-class TokenizerFileError(errors.UserError, ValueError):
+class TokenizerFileError(errors.ConfigError):
   """A tokenizer file is missing, unreadable or names unknown tokens."""
 
 
-class ChatTemplateError(errors.UserError, ValueError):
+class ChatTemplateError(errors.ConfigError):
   """A chat template is missing or fails to render a prompt."""
 
 

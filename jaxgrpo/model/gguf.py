@@ -50,7 +50,7 @@ _DIGIT_SPLIT_PRE = (
 )
 
 
-class GGUFError(errors.UserError, ValueError):
+class GGUFError(errors.ConfigError):
   """A GGUF file is missing, unreadable, or holds an unsupported model."""
 
 

@@ -45,7 +45,7 @@ DERIVED_KEYS = frozenset({
 })
 
 
-class CheckpointError(errors.UserError, ValueError):
+class CheckpointError(errors.ConfigError):
   """A Hugging Face checkpoint is missing, unsupported or does not fit."""
 
 
