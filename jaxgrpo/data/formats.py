@@ -161,7 +161,8 @@ def _field(record: Mapping[str, Any], key: str, *, name: str,
 
 def _as_text(value: Any, key: str, where: Where) -> str:
   """A field's value as text: text, or a finite number (not a bool:
-  `True` would become 'True'); BadRecordError naming the field if not."""
+  `True` would become 'True'; a whole float is written as an int);
+  BadRecordError naming the field if not."""
   if isinstance(value, bool) or not isinstance(value, (str, int, float)):
     raise BadRecordError(
         f'{where()}: field {key!r} must be text or a number, got '
@@ -170,6 +171,8 @@ def _as_text(value: Any, key: str, where: Where) -> str:
   if isinstance(value, float) and not np.isfinite(value):
     raise BadRecordError(f'{where()}: field {key!r} must be text or a finite '
                          f'number, got {value}')
+  if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+    value = int(value)  # 18, not '18.0' (Parquet stores ints with nulls so)
   text = str(value)
   try:
     text.encode('utf-8')

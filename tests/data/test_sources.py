@@ -237,6 +237,11 @@ class MakeDatasetTest(parameterized.TestCase):
                               record_format=sources.RecordFields(
                                   template='{prompt} {n:.2f} {meta[k]}'))
     self.assertEqual((ds[0].prompt, ds[0].answer), ('p 0.50 v', '2'))
+    # A whole float is an int (a Parquet column of ints with nulls is one).
+    path = self._jsonl_path([{'prompt': 'p', 'answer': 18.0},
+                             {'prompt': 'p', 'answer': 2.5}])
+    ds = sources.make_dataset('jsonl', name='qa', path=path)
+    self.assertEqual([ds[i].answer for i in range(2)], ['18', '2.5'])
 
   @parameterized.named_parameters(
       ('empty_field', '{prompt}', {'prompt': ''}, "'prompt' .*is empty"),
