@@ -75,6 +75,8 @@ def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
     return verifier_pool.Scorer(
         built, workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s,
         imports=cfg.verify.imports, names=names)
+  except errors.ConfigError:
+    raise  # names its key (verify.imports, when a worker cannot import it)
   except ValueError as e:
     raise errors.ConfigError(f'verify.workers={cfg.verify.workers}: {e}') from None
 

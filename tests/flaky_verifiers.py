@@ -9,10 +9,12 @@ from jaxgrpo.verifiers import base
 
 @dataclasses.dataclass(frozen=True)
 class Flaky:
-  """Scores by the completion's text: 'ok' 1, 'half' 0.5, and misbehaves on
-  'raise', 'big' (2.0), 'nan', 'sleep' (Python sleep), 'stuck' (blind to
-  the timer signal, like a call stuck in C code) and 'die' (the process
-  exits)."""
+  """Scores by the completion's text: 'ok' 1, 'half' 0.5, 'true' True, and
+  misbehaves on 'raise', 'big' (2.0), 'nan', 'sleep' (Python sleep), 'stuck'
+  (blind to the timer signal, like a call stuck in C code), 'die' (the
+  process exits), 'exit' (raises SystemExit(0)), 'ctrl-c' (raises
+  KeyboardInterrupt), 'huge' (an int too large for a float) and 'text'
+  (returns the string '1')."""
 
   sleep_s: float = 30.0
 
@@ -32,6 +34,16 @@ class Flaky:
       os._exit(3)
     if completion == 'half':
       return base.Verdict(0.5, {'why': 'half'})
+    if completion == 'true':
+      return True
+    if completion == 'exit':
+      raise SystemExit(0)
+    if completion == 'ctrl-c':
+      raise KeyboardInterrupt
+    if completion == 'huge':
+      return 10**400
+    if completion == 'text':
+      return '1'
     return float(completion == 'ok')
 
 

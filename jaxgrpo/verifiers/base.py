@@ -1,9 +1,10 @@
 """Verifier protocol, name registry, combination and inline batch scoring.
 
-A verifier maps (completion text, example) to a reward in [0, 1], either a
-float or a `Verdict` that adds details (what was extracted, which check
-failed). Verifiers are registered by name; a registered class is built with
-its options as keyword arguments (its constructor checks them), a registered
+A verifier maps (completion text, example) to a reward in [0, 1]: a real
+number or bool (True is 1.0; a string such as '0.7' is invalid), or a
+`Verdict` that adds details (what was extracted, which check failed).
+Verifiers are registered by name; a registered class is built with its
+options as keyword arguments (its constructor checks them), a registered
 function takes none. Config entries name them:
 
     verifier='math'
@@ -13,16 +14,18 @@ function takes none. Config entries name them:
 Built verifiers must pickle (worker processes receive them), so classes are
 plain dataclasses and functions live at module level.
 
-Scoring turns a verifier's exception or an out-of-range value into reward 0
-and counts it, so one bad call never stops a training run. `score_batch`
-scores in the calling process; `jaxgrpo.verifiers.pool.Scorer` adds worker
-processes and per-call timeouts on top of it.
+Scoring turns a verifier's exception (SystemExit included) or an invalid or
+out-of-range result into reward 0 and counts it, so one bad call never stops
+a training run. `score_batch` scores in the calling process;
+`jaxgrpo.verifiers.pool.Scorer` adds worker processes and per-call timeouts
+on top of it.
 """
 
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import logging
-import math
+import numbers
+import reprlib
 import signal
 import threading
 from typing import Any, NamedTuple, Protocol
@@ -125,10 +128,11 @@ class Combined:
     rewards, details = [], {}
     for name, _, verify in self.parts:
       value = verify(completion, example)
-      reward = value.reward if isinstance(value, Verdict) else float(value)
-      if not (math.isfinite(reward) and 0.0 <= reward <= 1.0):
+      try:
+        reward = as_reward(value)
+      except (ArithmeticError, TypeError, ValueError) as e:
         raise ValueError(
-            f'part {name!r} returned {reward}; rewards must lie in [0, 1]')
+            f'part {name!r} returned {_short.repr(value)}: {e}') from None
       rewards.append(reward)
       details[name] = reward
     if self.combine == 'product':
@@ -262,13 +266,45 @@ def _on_alarm(signum, frame):
 
 _alarm_kept = False
 
+# What a verifier may raise, as an error. Not KeyboardInterrupt, a real Ctrl-C
+# in the trainer, except in workers (which ignore SIGINT): `enter_worker`.
+_caught: tuple[type[BaseException], ...] = (
+    Exception, SystemExit, GeneratorExit)
 
-def keep_alarm_handler() -> None:
-  """Installs the timeout handler for good (worker processes), so that
-  `score_one` need not install and restore it around every call."""
-  global _alarm_kept
+
+def enter_worker() -> None:
+  """Sets up a worker process: the timeout handler stays installed, and any
+  exception a verifier raises, KeyboardInterrupt included, is an error."""
+  global _alarm_kept, _caught
   signal.signal(signal.SIGALRM, _on_alarm)
   _alarm_kept = True
+  _caught = (BaseException,)
+
+
+def as_reward(value: Any) -> float:
+  """A verifier's result (or its Verdict's) as a reward.
+
+  Raises:
+    TypeError: not a real number, bool or one-element numeric array (e.g. a
+      string). float() may raise others (OverflowError for a huge int).
+    ValueError: not in [0, 1] (NaN included).
+  """
+  if isinstance(value, Verdict):
+    value = value.reward
+  if isinstance(value, (numbers.Real, np.bool_)):
+    reward = float(value)
+  elif (hasattr(value, '__array__') and np.size(value) == 1
+        and np.asarray(value).dtype.kind in 'biuf'):
+    reward = float(np.asarray(value).reshape(()))
+  else:
+    raise TypeError(f'a {type(value).__name__} is not a number')
+  if not 0.0 <= reward <= 1.0:
+    raise ValueError('rewards must lie in [0, 1]')
+  return reward
+
+
+_short = reprlib.Repr()  # for messages: long values are cut short
+_short.maxstring, _short.maxother = 80, 200
 
 
 def score_one(
@@ -279,6 +315,11 @@ def score_one(
   With `timeout_s` on the main thread, a SIGALRM timer interrupts Python
   code that runs too long (a call stuck in C code is not interrupted; the
   worker pool's parent process kills such a worker).
+
+  Any exception from the call is an 'error', SystemExit included, but a
+  KeyboardInterrupt outside a worker is a real Ctrl-C of the trainer
+  (verify.workers=0) and propagates. A result that `as_reward` rejects is
+  'range'.
   """
   use_alarm = (timeout_s is not None and timeout_s > 0
                and threading.current_thread() is threading.main_thread())
@@ -290,24 +331,19 @@ def score_one(
     value = verify(text, example)
   except VerifierTimeout:
     return Outcome(0.0, 'timeout', f'took longer than {timeout_s} s')
-  except Exception as e:  # pylint: disable=broad-except
-    return Outcome(0.0, 'error', repr(e))
+  except _caught as e:
+    return Outcome(0.0, 'error', _short.repr(e))
   finally:
     if use_alarm:
       signal.setitimer(signal.ITIMER_REAL, 0)
       if not _alarm_kept:
         signal.signal(signal.SIGALRM, previous)
-  details = {}
-  if isinstance(value, Verdict):
-    value, details = value.reward, value.details
+  details = value.details if isinstance(value, Verdict) else {}
   try:
-    value = float(value)
-  except (TypeError, ValueError):
-    return Outcome(0.0, 'range', f'returned {value!r}, not a number')
-  if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-    return Outcome(0.0, 'range', f'returned {value}; rewards must lie in '
-                   '[0, 1]')
-  return Outcome(value, 'ok', '', details)
+    return Outcome(as_reward(value), 'ok', '', details)
+  except _caught as e:
+    return Outcome(0.0, 'range', f'returned {_short.repr(value)} '
+                   f'({type(e).__name__}: {e})')
 
 
 def tally(

@@ -12,39 +12,62 @@ Workers are started with the 'forkserver' method where it exists (else
 'spawn'): never by forking the trainer, whose JAX runtime threads do not
 survive a fork. They import only `jaxgrpo.verifiers` and what the verifiers
 need (no JAX), plus the modules named in `imports`, which is how verifiers
-registered by user code reach them.
+registered by user code reach them. A pool starts all its workers, then
+waits for each to report that it has (or a ConfigError naming the module).
+
+Workers ignore SIGINT and SIGTERM: a signal to the whole process group (Ctrl-C,
+`timeout`, a scheduler) is the trainer's to act on. One that dies anyway (the
+OOM killer) is replaced when the parent next finds its pipe closed. SIGTERM
+does end the forkserver, after which multiprocessing takes its workers for
+dead: `_Worker.kill` asks the pipe.
 """
 
 from collections.abc import Mapping, Sequence
+import contextlib
 import importlib
 import multiprocessing
 from multiprocessing import connection
+import os
 import pickle
+import signal
 import time
 from typing import Any
 
 import numpy as np
 
+from jaxgrpo import errors
 from jaxgrpo.example import Example
 from jaxgrpo.verifiers import base
 
 # Extra time the parent allows past `timeout_s` before it kills a worker: the
 # worker's own timer normally answers first.
 _GRACE_S = 1.0
+# How long a new worker may take to import `imports` and load the verifiers.
+_START_S = 300.0
 
 
 def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
                  timeout_s: float | None) -> None:
   """Worker loop: score chunks of (slot, key, text, example), reply per chunk.
 
-  Before each call it writes the call's start time and position in the chunk
-  to `progress` (shared memory), so the parent can tell which call hangs
-  without a message per completion.
+  It first reports on `conn` that it started (None) or why it could not.
+  Before each call it writes the call's start time and
+  position in the chunk to `progress` (shared memory), so the parent can
+  tell which call hangs without a message per completion.
   """
-  for module in imports:
-    importlib.import_module(module)
-  verifiers = pickle.loads(payload)
-  base.keep_alarm_handler()
+  # The trainer owns stopping: a signal sent to the whole process group
+  # (Ctrl-C, `timeout`, a scheduler) must not end its workers mid-batch.
+  # They end when their pipe closes or the parent kills them.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  verifiers, failure = _load(payload, imports)
+  try:
+    conn.send(failure)
+  except (EOFError, OSError):
+    return
+  if failure is not None:
+    return
+  base.enter_worker()
   while True:
     try:
       chunk = conn.recv()
@@ -54,7 +77,7 @@ def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
       return
     results = []
     for k, (slot, key, text, example) in enumerate(chunk):
-      progress[1] = time.monotonic()  # the time first: see Scorer._hung
+      progress[1] = time.monotonic()  # the time first: see score_batch's timeout check
       progress[0] = k
       results.append((slot, base.score_one(verifiers[key], text, example,
                                            timeout_s)))
@@ -65,6 +88,52 @@ def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
           out.reward if out.kind == 'ok' else 0.0, out.kind, out.message,
           {'unsent': f'details could not be sent back: {e!r}'}))
                  for slot, out in results])
+
+
+def _load(payload: bytes, imports: Sequence[str]):
+  """Imports `imports`, then unpickles the verifiers: (verifiers, None), or
+  (None, why not, as the one line of a ConfigError)."""
+  where, hint = 'verify.imports', ''
+  try:
+    for i, module in enumerate(imports):
+      where = f'verify.imports[{i}]={module!r}: cannot import it'
+      importlib.import_module(module)
+    where = f'verify.imports={list(imports)}: cannot load the verifiers'
+    hint = '; name the modules that define them in verify.imports'
+    return pickle.loads(payload), None
+  except BaseException as e:  # pylint: disable=broad-except
+    error = ' '.join(f'{type(e).__name__}: {e}'.split())[:500]
+    return None, f'{where} in the verifier workers ({error}){hint}'
+
+
+def _await_start(workers: Sequence['_Worker'], imports: Sequence[str]):
+  """Waits until every worker has reported its start.
+
+  Raises:
+    errors.ConfigError: a worker could not import `imports` (as
+      verify.imports) or load the verifiers, or did not start in time.
+    errors.UserError: a worker exited before it could report.
+  """
+  deadline = time.monotonic() + _START_S
+  waiting = {w.conn: w for w in workers}
+  while waiting:
+    ready = connection.wait(
+        list(waiting), timeout=max(0.0, deadline - time.monotonic()))
+    if not ready:
+      raise errors.ConfigError(
+          f'verify.imports={list(imports)}: the verifier workers did not '
+          f'start within {_START_S:.0f} s')
+    for conn in ready:
+      w = waiting.pop(conn)
+      try:
+        failure = conn.recv()
+      except (EOFError, OSError):
+        w.process.join(timeout=1.0)
+        raise errors.UserError(
+            'a verifier worker exited while starting (exit code '
+            f'{w.process.exitcode}); its error is printed above') from None
+      if failure is not None:
+        raise errors.ConfigError(failure)
 
 
 class _Worker:
@@ -82,18 +151,28 @@ class _Worker:
     self.conn = parent
     self.pending: list[int] = []  # slots of the chunk being scored
 
-  def send(self, items: list[tuple[int, str, str, Example]]) -> None:
+  def send(self, items: list[tuple[int, str, str, Example]]) -> bool:
+    """Hands `items` to the worker; False if it has died (none are sent)."""
+    self.pending = [slot for slot, _, _, _ in items]
     self.progress[1] = time.monotonic()
     self.progress[0] = 0
-    self.conn.send(items)
-    self.pending = [slot for slot, _, _, _ in items]
+    try:
+      self.conn.send(items)
+    except (EOFError, OSError):  # BrokenPipeError: the worker has died
+      return False
+    return True
 
   def current(self) -> tuple[int, float]:
     """(position in the chunk, start time) of the call in progress."""
     return int(self.progress[0]), float(self.progress[1])
 
   def kill(self) -> None:
-    self.process.kill()
+    """Kills the process (if it has not exited) and waits for it."""
+    if self.process.exitcode is None:
+      self.process.kill()
+    elif not self.conn.poll():  # it holds its end: alive, forkserver gone
+      with contextlib.suppress(ProcessLookupError):
+        os.kill(self.process.pid, signal.SIGKILL)
     self.process.join()
     self.conn.close()
 
@@ -143,10 +222,25 @@ class Scorer:
       methods = multiprocessing.get_all_start_methods()
       self._ctx = multiprocessing.get_context(
           'forkserver' if 'forkserver' in methods else 'spawn')
-      self._workers = [self._start() for _ in range(workers)]
+      # Started together, then awaited: they import in parallel.
+      self._workers = [self._new_worker() for _ in range(workers)]
+      try:
+        _await_start(self._workers, self.imports)
+      except BaseException:
+        self.close()
+        raise
 
-  def _start(self) -> _Worker:
+  def _new_worker(self) -> _Worker:
     return _Worker(self._ctx, self._payload, self.imports, self.timeout_s)
+
+  def _restart(self, w: _Worker) -> _Worker:
+    """Kills `w` and puts a started new worker in its place."""
+    w.kill()
+    self.restarts += 1
+    fresh = self._new_worker()
+    self._workers[self._workers.index(w)] = fresh
+    _await_start([fresh], self.imports)
+    return fresh
 
   @property
   def workers(self) -> int:
@@ -167,10 +261,7 @@ class Scorer:
         pass
     for w in self._workers:
       w.process.join(timeout=2.0)
-      if w.process.is_alive():
-        w.process.kill()
-        w.process.join()
-      w.conn.close()
+      w.kill()
     self._workers = []
 
   def __del__(self):
@@ -245,20 +336,20 @@ class Scorer:
         i = todo.pop()
         key = None if self._shared else examples[i].dataset
         chunk.append((i, key, completions[i], examples[i]))
-      if chunk:
-        w.send(chunk)
+      if chunk and not w.send(chunk):
+        replace(w)
+        base.log_once('restart', 'pool', 'a verifier worker had died while '
+                      f'idle (exit code {w.process.exitcode}); started a '
+                      'new one')
 
-    def replace(w: _Worker, hung: int | None, kind: str, message: str):
+    def replace(w: _Worker, hung: int | None = None, kind: str = '',
+                message: str = ''):
       """Ends a worker: scores its current call 0, requeues the others."""
       rest = list(w.pending)
       if hung is not None and 0 <= hung < len(rest):
         outcomes[rest.pop(hung)] = base.Outcome(0.0, kind, message)
       todo.extend(reversed(rest))
-      w.kill()
-      self.restarts += 1
-      fresh = self._start()
-      self._workers[self._workers.index(w)] = fresh
-      feed(fresh)
+      feed(self._restart(w))
 
     for w in self._workers:
       feed(w)
@@ -288,7 +379,8 @@ class Scorer:
         now = time.monotonic()
         for w in list(self._workers):
           position, since = w.current()
-          if w.pending and now - since > limit:
+          # A reply already waiting is read first: the worker answered.
+          if w.pending and now - since > limit and not w.conn.poll():
             replace(w, position, 'timeout',
                     f'took longer than {self.timeout_s} s and did not stop; '
                     'its worker process was killed')

@@ -39,6 +39,47 @@ class VerifierTest(absltest.TestCase):
     self.assertEqual(stats.errors, 1)
     self.assertEqual(stats.out_of_range, 2)
 
+  def test_results_that_are_rewards(self):
+    for value, reward in [
+        (True, 1.0), (False, 0.0), (1, 1.0), (np.float32(0.25), 0.25),
+        (np.bool_(True), 1.0), (np.array(0.5), 0.5), (np.array([[0.5]]), 0.5),
+        (base.Verdict(np.float64(0.75), {'why': 'x'}), 0.75)]:
+      with self.subTest(value=value):
+        out = base.score_one(lambda t, e, v=value: v, 'x', _EX, None)
+        self.assertEqual((out.kind, out.reward), ('ok', reward))
+
+  def test_results_that_are_not_rewards_score_zero(self):
+    class BadFloat(float):
+
+      def __float__(self):
+        raise RuntimeError('no float')
+
+    for value in ['0.7', '1', None, b'1', np.array([0.5, 0.5]),
+                  np.array(['1']), 10**400, BadFloat(0.5),
+                  base.Verdict('1')]:
+      with self.subTest(value=value):
+        out = base.score_one(lambda t, e, v=value: v, 'x', _EX, None)
+        self.assertEqual((out.kind, out.reward), ('range', 0.0))
+        self.assertTrue(out.message.startswith('returned '), out.message)
+
+  def test_any_exit_from_a_verifier_is_an_error(self):
+    for exc in [SystemExit(0), SystemExit(3), GeneratorExit(),
+                ArithmeticError('x')]:
+      def verify(text, example, exc=exc):
+        raise exc
+
+      with self.subTest(exc=exc):
+        out = base.score_one(verify, 'x', _EX, 1.0)
+        self.assertEqual((out.kind, out.reward), ('error', 0.0))
+        self.assertIn(type(exc).__name__, out.message)
+
+  def test_a_part_returning_text_fails_the_combination(self):
+    combined = base.Combined((('a', 1.0, lambda t, e: 1.0),
+                              ('b', 1.0, lambda t, e: '1')))
+    out = base.score_one(combined, 'x', _EX, None)
+    self.assertEqual(out.kind, 'error')
+    self.assertIn("part 'b' returned '1': a str is not a number", out.message)
+
   def test_length_mismatch(self):
     with self.assertRaisesRegex(ValueError, '2 completions for 1'):
       base.score_batch(verifiers.get('exact_match'), ['a', 'b'], [_EX])

@@ -1,11 +1,16 @@
 """Tests for the verifier worker pool: timeouts, errors and crashes."""
 
+import importlib
+import os
+import signal
+import threading
 import time
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from jaxgrpo import errors
 from jaxgrpo.example import Example
 from jaxgrpo.verifiers import base
 from jaxgrpo.verifiers import pool
@@ -69,6 +74,91 @@ class ScorerTest(parameterized.TestCase):
       self.assertEqual(scorer.restarts, 1)
     np.testing.assert_array_equal(rewards, [1, 0, 1, 0.5])
     self.assertEqual(stats.errors, 1)
+
+  @parameterized.parameters(0, 1)
+  def test_bad_exits_and_results_score_zero_and_are_counted(self, workers):
+    texts = ['ok', 'exit', 'huge', 'text', 'true', 'ok']
+    with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=workers,
+                     timeout_s=5.0) as scorer:
+      rewards, stats, outcomes = scorer.score(
+          texts, _examples(len(texts)), with_details=True)
+      self.assertEqual(scorer.restarts, 0)  # no worker died
+    np.testing.assert_array_equal(rewards, [1, 0, 0, 0, 1, 1])
+    self.assertEqual((stats.errors, stats.out_of_range, stats.timeouts),
+                     (1, 2, 0))
+    self.assertIn('SystemExit(0)', outcomes[1].message)
+    self.assertIn('OverflowError', outcomes[2].message)
+    self.assertEqual(outcomes[3].message,
+                     "returned '1' (TypeError: a str is not a number)")
+
+  def test_ctrl_c_in_a_verifier_is_an_error_in_a_worker(self):
+    with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=1) as scorer:
+      rewards, stats, outcomes = scorer.score(
+          ['ctrl-c', 'ok'], _examples(2), with_details=True)
+      self.assertEqual(scorer.restarts, 0)
+    np.testing.assert_array_equal(rewards, [0, 1])
+    self.assertEqual(stats.errors, 1)
+    self.assertIn('KeyboardInterrupt', outcomes[0].message)
+
+  def test_ctrl_c_in_a_verifier_stops_the_trainer_without_workers(self):
+    with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=0) as scorer:
+      with self.assertRaises(KeyboardInterrupt):
+        scorer.score(['ctrl-c'], _examples(1))
+
+  def test_workers_ignore_stop_signals(self):
+    # A signal to the process group (Ctrl-C, `timeout`, a scheduler) also
+    # reaches the workers; the trainer alone acts on it.
+    texts = ['ok', 'half'] * 8
+    with pool.Scorer({'d': flaky_verifiers.Flaky(sleep_s=0.3)}, workers=2,
+                     timeout_s=5.0) as scorer:
+      scorer.score(texts, _examples(len(texts)))
+      pids = [w.process.pid for w in scorer._workers]
+      for pid in pids:
+        os.kill(pid, signal.SIGINT)
+        os.kill(pid, signal.SIGTERM)
+      time.sleep(0.2)
+      idle = scorer.score(texts, _examples(len(texts)))
+      # And while they are busy.
+      timer = threading.Timer(0.1, lambda: [
+          os.kill(pid, sig) for pid in pids
+          for sig in (signal.SIGINT, signal.SIGTERM)])
+      timer.start()
+      busy = scorer.score(['sleep', 'ok'] * 2, _examples(4))
+      timer.join()
+      self.assertEqual(scorer.restarts, 0)
+      self.assertEqual([w.process.pid for w in scorer._workers], pids)
+    np.testing.assert_array_equal(idle[0], [1, 0.5] * 8)
+    np.testing.assert_array_equal(busy[0], [0, 1] * 2)
+    for stats in (idle[1], busy[1]):
+      self.assertEqual((stats.errors, stats.out_of_range, stats.timeouts),
+                       (0, 0, 0))
+
+  def test_a_worker_that_died_idle_is_replaced_on_the_next_send(self):
+    with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=1,
+                     timeout_s=5.0) as scorer:
+      scorer.score(['ok'], _examples(1))
+      dead = scorer._workers[0].process
+      os.kill(dead.pid, signal.SIGKILL)
+      dead.join(timeout=5.0)
+      rewards, stats = scorer.score(['ok', 'half', 'ok'], _examples(3))
+      self.assertEqual(scorer.restarts, 1)
+      self.assertNotEqual(scorer._workers[0].process.pid, dead.pid)
+    np.testing.assert_array_equal(rewards, [1, 0.5, 1])
+    self.assertEqual((stats.errors, stats.out_of_range, stats.timeouts),
+                     (0, 0, 0))
+
+  def test_an_import_that_fails_in_the_workers_is_a_config_error(self):
+    module = 'tests.verifiers.fails_in_workers'
+    importlib.import_module(module)  # fine here, in the trainer
+    start = time.monotonic()
+    with self.assertRaisesRegex(
+        errors.ConfigError,
+        rf"^verify.imports\[1\]='{module}': cannot import it in the "
+        r'verifier workers \(ImportError: only the trainer can import '
+        r'this\)$'):
+      pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=2,
+                  imports=('tests.flaky_verifiers', module))
+    self.assertLess(time.monotonic() - start, 20.0)
 
   def test_each_dataset_uses_its_own_verifier(self):
     verifiers = {'a': base.get('exact_match'), 'b': flaky_verifiers.Flaky()}
