@@ -239,10 +239,6 @@ def mesh_shape(cfg: Config, num_devices: int) -> tuple[int, int, int]:
   return data, fsdp, tensor
 
 
-def _is_section(kind: Any) -> bool:
-  return isinstance(kind, type) and issubclass(kind, Section)
-
-
 def _to_config(value: Any, kind: Any) -> Any:
   """A schema value as a ConfigDict value: a section becomes a ConfigDict,
   a dataset entry a dict of its non-default keys, and a field that may be
@@ -304,8 +300,9 @@ def _build(cls: type[Section], values: Any, where: str,
       raise ConfigError(f'config key {where}{key} is missing')
   values = dict(values)
   for key, value in values.items():
-    if _is_section(fields[key].type):
-      values[key] = _build(fields[key].type, value, f'{where}{key}.')
+    kind = fields[key].type
+    if isinstance(kind, type) and issubclass(kind, Section):
+      values[key] = _build(kind, value, f'{where}{key}.')
     elif cls is DataSection and key == 'datasets':
       if not isinstance(value, (list, tuple)):
         raise ConfigError(

@@ -340,20 +340,18 @@ def _check_json(path: str) -> None:
   directory = os.path.dirname(os.path.abspath(path))
   try:
     os.makedirs(directory, exist_ok=True)
+    if not os.access(directory, os.W_OK | os.X_OK):
+      raise PermissionError(13, 'Permission denied')
   except OSError as e:
     raise common.UsageError(
         f'--json={path}: cannot write there ({e.strerror or e})') from None
-  if not os.access(directory, os.W_OK | os.X_OK):
-    raise common.UsageError(f'--json={path}: cannot write in {directory} '
-                            '(Permission denied)')
 
 
 def _write_json(path: str, result: dict[str, Any]) -> None:
   tmp = f'{path}.tmp'
   try:
     with open(tmp, 'w', encoding='utf-8') as f:
-      json.dump(result, f, indent=2)
-      f.write('\n')
+      f.write(json.dumps(result, indent=2) + '\n')
     os.replace(tmp, path)
   except OSError as e:
     if os.path.exists(tmp):
@@ -377,9 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     from jaxgrpo import model_spec
     # pylint: enable=g-import-not-at-top
     cfg = config_lib.from_config_dict(config)
-    datasets = None
-    if args.datasets is not None:
-      datasets = [d.strip() for d in args.datasets.split(',') if d.strip()]
+    datasets = None if args.datasets is None else [
+        d.strip() for d in args.datasets.split(',') if d.strip()]
     try:
       result = evaluate_checkpoints(
           cfg, args.checkpoint, datasets=datasets, k=args.k,

@@ -4,9 +4,9 @@ import ml_collections
 
 from jaxgrpo import config_lib
 
-# Every setting with its default, made from the config schema
-# (jaxgrpo/config_lib.py); experiment files override parts.
+# Every setting's default, from the schema (config_lib); configs edit parts.
 base_config = config_lib.base_config
+_BOOLS = ('true', '1', 'yes', 'on', 'false', '0', 'no', 'off')  # 4 true
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -22,18 +22,13 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     if name not in defaults:
       raise ValueError(
           f'config argument {name!r} is not one of {sorted(defaults)}')
-    kind = type(defaults[name])
-    if kind is not bool:
-      out[name] = kind(value)
-    elif not sep or value.lower() in _TRUE + _FALSE:
-      out[name] = not sep or value.lower() in _TRUE
-    else:
+    kind, word = type(defaults[name]), value.lower()
+    if kind is bool and sep and word not in _BOOLS:
       raise ValueError(f'config argument {name}={value!r}: {name} takes '
-                       f'{"/".join(_TRUE + _FALSE)}')
+                       f'{"/".join(_BOOLS)}')
+    out[name] = ((not sep or word in _BOOLS[:4]) if kind is bool
+                 else kind(value))
   return out
-
-
-_TRUE, _FALSE = ('true', '1', 'yes', 'on'), ('false', '0', 'no', 'off')
 
 
 def arithmetic_dataset(name: str = 'arithmetic', **keys) -> dict:
