@@ -311,6 +311,18 @@ def reader(directory: str) -> ocp.CheckpointManager:
     absl_logger.setLevel(level)
 
 
+def saved_steps(directory: str) -> list[int]:
+  """The steps of the checkpoints in `directory`, ascending, read only; []
+  when it does not exist."""
+  if not os.path.isdir(directory):
+    return []
+  manager = reader(directory)
+  try:
+    return sorted(manager.all_steps())
+  finally:
+    manager.close()
+
+
 def read_meta(directory: str, step: int) -> dict[str, Any]:
   """The JSON item of checkpoint `step` in `directory`, read only."""
   manager = reader(directory)

@@ -101,11 +101,7 @@ def _resolve(spec: str) -> _Resolved:
   path = os.path.abspath(os.path.expanduser(target))
   directory = os.path.join(path, CHECKPOINTS)
   if os.path.isdir(directory):
-    manager = checkpoint_lib.reader(directory)
-    try:
-      steps = sorted(manager.all_steps())
-    finally:
-      manager.close()
+    steps = checkpoint_lib.saved_steps(directory)
     if not steps:
       raise ModelSpecError(f'checkpoint {spec!r}: no checkpoint in {directory} '
                         '(the run saved none yet)')

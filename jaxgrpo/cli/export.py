@@ -118,13 +118,7 @@ def _checkpoint(workdir: str, step: int | None) -> tuple[str, int]:
                                     if os.path.exists(workdir) else
                                     'no such folder'))
   directory = os.path.join(workdir, model_spec.CHECKPOINTS)
-  steps = []
-  if os.path.isdir(directory):
-    manager = checkpoint_lib.reader(directory)
-    try:
-      steps = sorted(manager.all_steps())
-    finally:
-      manager.close()
+  steps = checkpoint_lib.saved_steps(directory)
   if not steps:
     raise common.UsageError(f'--workdir {workdir}: no checkpoint in '
                             f'{directory}')
