@@ -80,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog='python -m jaxgrpo.config_doc')
   parser.add_argument('--write', action='store_true',
                       help='rewrite the tables in docs/configuration.md')
-  parser.add_argument('--page', default=PAGE)
   args = parser.parse_args(argv)
   try:
     new = tables()
@@ -90,13 +89,13 @@ def main(argv: list[str] | None = None) -> int:
   if not args.write:
     print('\n\n'.join(new.values()))
     return 0
-  with open(args.page, encoding='utf-8') as f:
+  with open(PAGE, encoding='utf-8') as f:
     text = f.read()
   for name, new_table in new.items():
     text = replace_in(text, name, new_table)
-  with open(args.page, 'w', encoding='utf-8') as f:
+  with open(PAGE, 'w', encoding='utf-8') as f:
     f.write(text)
-  print(f'wrote the configuration tables of {args.page}')
+  print(f'wrote the configuration tables of {PAGE}')
   return 0
 
 

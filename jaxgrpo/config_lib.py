@@ -15,6 +15,7 @@ rejects; `Config._validate` and `mesh_shape` hold the checks across sections.
 """
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any
@@ -93,8 +94,6 @@ class DataSection(Section, name='data'):
         f'dataset names must be unique, got {names}')
     yield 'datasets', sum(d.weight for d in self.datasets) > 0, (
         'weights must have a positive sum')
-    yield 'datasets', sum(d.min_fraction for d in self.datasets) <= 1.0, (
-        'min_fraction values must sum to at most 1')
 
 
 class RLSection(train_step.LossSection, name='rl'):
@@ -203,6 +202,10 @@ class Config(Section):
 
   def _validate(self):
     """The checks across sections."""
+    b = self.rollout.batch_size
+    floors = {d.name: math.ceil(d.min_fraction * b) for d in self.data.datasets}
+    yield 'rollout.batch_size', sum(floors.values()) <= b, (
+        f'the min_fraction floors of data.datasets ({floors}) exceed it')
     yield 'rl.num_minibatches', (
         self.rollout.batch_size % self.rl.num_minibatches == 0), (
             f'must divide rollout.batch_size = {self.rollout.batch_size} '

@@ -73,26 +73,35 @@ POLICY = {
 # the model, the seed and the objective may not.
 FREE_AT_START = ('sampler', 'rollout', 'data', 'curriculum')
 
-# What a resume with a changed 'notice' key does, by section.
+# What a resume with a changed 'notice' key does (longest listed prefix).
 _EFFECT = {
     'optim': 'the optimizer steps from here on use the new values',
     'data': 'the mixture draws by the new values from here on',
+    'data.datasets[].verifier': ('completions are scored by the new verifier '
+                                 'from here on'),
     'curriculum': 'the new stages apply from here on',
+    # Free, but under a cosine schedule it moves the learning rate.
+    'total_steps': 'the cosine learning-rate schedule spans the new total',
 }
 
 
-def policy(key: str) -> str:
-  """The policy of a flat key (`rollout.group_size`,
-  `data.datasets[2].weight`): that of its longest listed prefix."""
+def _longest(table: Mapping[str, str], key: str, default: str) -> str:
+  """The entry of `table` for the longest listed prefix of flat key `key`
+  (`rollout.group_size`, `data.datasets[2].weight`)."""
   generic = key
   if key.startswith('data.datasets['):
     generic = 'data.datasets[]' + key[key.index(']') + 1:]
   parts = generic.split('.')
   for n in range(len(parts), 0, -1):
-    found = POLICY.get('.'.join(parts[:n]))
+    found = table.get('.'.join(parts[:n]))
     if found is not None:
       return found
-  return REFUSE
+  return default
+
+
+def policy(key: str) -> str:
+  """The policy of a flat key: that of its longest listed prefix."""
+  return _longest(POLICY, key, REFUSE)
 
 
 def _flat(config: Mapping[str, Any],
@@ -176,9 +185,10 @@ def check(saved: Mapping[str, Any] | None, now: Mapping[str, Any], *,
         'cannot change on resume (docs/checkpoints.md, "What may change on '
         'resume"): use the values it was trained with, or a new --workdir')
   lines = []
+  cosine = now.get('optim', {}).get('schedule') == 'cosine'
   for key, a, b in found:
-    if policy(key) == NOTICE:
-      effect = _EFFECT[key.split('.')[0]]
+    if policy(key) == NOTICE or (key == 'total_steps' and cosine):
+      effect = _longest(_EFFECT, key, '')
       lines.append(f'resumed with a changed setting, {_show(key, a, b)}: '
                    f'{effect} (step {step + 1} on)')
   return lines
@@ -365,6 +375,8 @@ def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
         restored.data['source'],
         remap={name: (saved_ids.get(name), ids[name]) for name in changed})
     rollout.set_state(restored.data['rollout'])
+    gone = sorted(set(restored.data['source']['tables']) - set(meta['datasets']))
+    dropped = rollout.accumulator.drop_datasets(gone) if gone else 0
   except errors.UserError:
     raise
   except Exception as e:  # pylint: disable=broad-except
@@ -374,6 +386,10 @@ def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
     notice(f'dataset {name!r} changed: sampler state kept for '
            f'{counts["kept"]} examples by id, {counts["new"]} new, '
            f'{counts["removed"]} removed')
+  if gone:
+    notice(f'left out of this run: {", ".join(map(repr, gone))}, in the '
+           f'{where}; their sampler state is dropped, with {dropped} groups '
+           'carried or in flight for them')
   for line in changed_settings:
     notice(line)
   state = sharding.shard(restored.state, shardings)

@@ -37,8 +37,9 @@ KNOWN_MODULES = {
 # where docs/configuration.md described them in prose before), 1058 with
 # the tables listing the options of a registry that the help leaves out,
 # 1057 with the dataset keys' rows read by config_lib.settings, 1061 with
-# rollout.train_lengths, 1062 with rollout.in_flight's `retry` in its help).
-KNOWN_CONFIG_LINES = 1062
+# rollout.train_lengths, 1062 with rollout.in_flight's `retry` in its help,
+# 1063 with the check that the min_fraction floors fit rollout.batch_size).
+KNOWN_CONFIG_LINES = 1063
 
 
 class CodeShapeTest(absltest.TestCase):

@@ -90,6 +90,20 @@ class ConfigTest(parameterized.TestCase):
     with self.assertRaisesRegex(config_lib.ConfigError, 'rl.num_minibatches'):
       config_lib.from_config_dict(c)
 
+  def test_min_fraction_floors_must_fit_the_batch(self):
+    c = demo.get_config()
+    c.rollout.batch_size = 4
+    c.data.datasets = [common.arithmetic_dataset('a', min_fraction=0.3),
+                       common.arithmetic_dataset('b', min_fraction=0.5)]
+    config_lib.from_config_dict(c)  # floors 2 + 2 = 4
+    for fractions in ((0.3, 0.7), (0.6, 0.6)):
+      for entry, fraction in zip(c.data.datasets, fractions):
+        entry['min_fraction'] = fraction
+      with self.assertRaisesRegex(
+          config_lib.ConfigError, r'^rollout.batch_size=4: the min_fraction '
+          r"floors of data.datasets \({'a': \d, 'b': \d}\) exceed it$"):
+        config_lib.from_config_dict(c)
+
   def test_lists_become_tuples(self):
     # A config file writes lists; the frozen Config holds tuples.
     c = demo.get_config().to_dict()
@@ -116,6 +130,10 @@ class ConfigTest(parameterized.TestCase):
                      (True, 'small_10m', 5))
     with self.assertRaisesRegex(ValueError, 'typo'):
       common.parse_arg('typo', runlocal=False)
+    self.assertFalse(common.parse_arg('runlocal=off', runlocal=True).runlocal)
+    with self.assertRaisesRegex(ValueError, "runlocal='maybe': runlocal takes "
+                                'true/1/yes/on/false/0/no/off'):
+      common.parse_arg('runlocal=maybe', runlocal=False)
 
   def test_shared_data_is_found_beside_the_repository(self):
     # The recipes' default data paths: ../shared/data beside the clone,

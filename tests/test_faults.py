@@ -143,6 +143,31 @@ class TrainedWorkdirTest(FaultTestCase):
     with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
       resume.check(saved, now, where='x', step=4)
 
+  def test_notices_say_what_the_change_does(self):
+    def as_dict(**changes):
+      c = demo.get_config('runlocal')
+      for key, value in changes.items():
+        section, name = key.split('__')
+        c[section][name] = value
+      return config_lib.to_dict(config_lib.from_config_dict(c))
+
+    saved, now = as_dict(), as_dict()
+    now['data']['datasets'][0]['verifier'] = 'math'
+    self.assertEqual(resume.check(saved, now, where='x', step=4), [
+        "resumed with a changed setting, data.datasets[0].verifier: "
+        "'exact_match' -> 'math': completions are scored by the new verifier "
+        'from here on (step 5 on)'])
+    # total_steps is free, but a cosine schedule spans it.
+    now = as_dict()
+    now['total_steps'] = 9
+    self.assertEqual(resume.check(saved, now, where='x', step=4), [])
+    saved, now = as_dict(optim__schedule='cosine'), as_dict(
+        optim__schedule='cosine')
+    now['total_steps'] = 9
+    self.assertEqual(resume.check(saved, now, where='x', step=4), [
+        'resumed with a changed setting, total_steps: 2 -> 9: the cosine '
+        'learning-rate schedule spans the new total (step 5 on)'])
+
   def test_a_start_point_takes_other_sampler_and_rollout_settings(self):
     # resume.check on the config a checkpoint holds: from step 0 (a shared
     # warm start) the data side may change, the model and seed may not.

@@ -124,6 +124,28 @@ class RemapTest(absltest.TestCase):
         np.asarray(before['ids']['arithmetic'])[:200])
 
 
+class LeftOutDatasetTest(absltest.TestCase):
+
+  def test_a_dataset_left_out_under_remap_is_named(self):
+    workdir = self.create_tempdir().full_path
+    c = _config(total_steps=2)
+    c.checkpoint.on_dataset_change = 'remap'
+    c.data.datasets = [dict(c.data.datasets[0]),
+                       dict(c.data.datasets[0], name='more', seed=1)]
+    train.run(c, workdir, log=lambda _: None)
+    c = _config(total_steps=3)
+    c.checkpoint.on_dataset_change = 'remap'
+    lines = []
+    train.run(c, workdir, log=lines.append)
+    said = [l for l in lines if l.startswith('left out of this run')]
+    self.assertLen(said, 1, lines)
+    self.assertRegex(said[0], r"^left out of this run: 'more', in the "
+                     'checkpoint of step 2 in .*; their sampler state is '
+                     r'dropped, with \d+ groups carried or in flight for them$')
+    self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
+                     [0, 1, 2, 3])
+
+
 class InFlightResumeTest(parameterized.TestCase):
 
   @parameterized.parameters('keep', 'retry')

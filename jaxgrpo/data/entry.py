@@ -46,7 +46,7 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
   carries: str = field(
       'any', '`arithmetic`: `any`, `none` (no carry or borrow) or `required`')
   num_train: int = field(20_000, '`arithmetic`: training problems (held-out '
-                         'ones never share a prompt with them)')
+                         'ones share no prompt with them)', checks.POSITIVE)
   seed: int = field(0, '`arithmetic`: seed of the problems')
   unanswerable: bool | str = field(
       False, "`arithmetic`: `True` or `'missing'` ('47+?='), `'negative'` "
@@ -82,7 +82,6 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
   def _validate(self):
     if self.kind == 'arithmetic':
       yield from arithmetic_lib.spec_checks(self)
-      yield 'num_train', self.num_train > 0, 'must be > 0'
       yield 'format', self.format is None, "does not apply to kind='arithmetic'"
       try:
         (self.template or '').format(expression='1+2', prompt='1+2=')

@@ -495,6 +495,8 @@ class MixtureSampler:
         report[name] = {'kept': 0, 'new': table.size, 'removed': 0}
     self._held = []
     for name, held in state.get('held', {}).items():
+      if name not in self.names:  # a dataset left out on a resume (remap)
+        continue
       d = self.names.index(name)
       for i in np.asarray(held, np.int64).reshape(-1).tolist():
         if name in remap:  # matched by id hash; one removed is not held

@@ -381,6 +381,15 @@ class Accumulator:
     self.carried = _unstack(state['carried'], rounds_lib.Group)
     self.in_flight = _unstack(state.get('in_flight'), Partial)
 
+  def drop_datasets(self, names: Sequence[str]) -> int:
+    """Drops the carried and in-flight groups of datasets `names` (gone
+    from the mixture on a resume); returns how many."""
+    before = len(self.carried) + len(self.in_flight)
+    self.carried = [g for g in self.carried if g.example.dataset not in names]
+    self.in_flight = [p for p in self.in_flight
+                      if p.example.dataset not in names]
+    return before - len(self.carried) - len(self.in_flight)
+
 
 def _stack(groups: Sequence[Any], arrays: dict[str, Any]) -> dict:
   """Groups' arrays stacked, their examples JSON-encoded as bytes."""

@@ -112,6 +112,16 @@ class AccumulatorTest(absltest.TestCase):
     kw = {'batch_size': 2, 'short_batch': 'wait', 'surplus': 'carry', **kw}
     return accumulate.Accumulator(['a', 'b'], **kw)
 
+  def test_groups_of_datasets_left_out_are_dropped(self):
+    acc = self._accumulator()
+    acc.carried = [_group('a', 0, MIXED), _group('b', 1, MIXED),
+                   _group('b', 2, MIXED)]
+    restored = self._accumulator()
+    restored.set_state(acc.get_state())
+    self.assertEqual(restored.drop_datasets(['b']), 2)
+    self.assertEqual([g.example.id for g in restored.carried], ['a/0'])
+    self.assertEqual(restored.drop_datasets(['b']), 0)
+
   def test_counts_informative_groups_per_dataset(self):
     acc = self._accumulator()
     acc.start()
