@@ -16,7 +16,9 @@ def _records():
         'data/filtered/a': 0, 'verify/errors': 1 if step == 3 else 0,
         'verify/timeouts': 2 if step == 4 else 0,
         'perf/step_s': 2.0, 'perf/gen_s': 1.0, 'perf/verify_s': 0.5,
-        **({'train/skipped': 1.0} if step in (5, 6) else {}),
+        # A step without an update draws nothing into a batch: zeros.
+        **({'train/skipped': 1.0, 'data/batch_share/a': 0.0,
+            'data/batch_share/b': 0.0} if step in (5, 6) else {}),
     })
   records[-1].update({'eval/accuracy': 0.5, 'eval/accuracy/a': 0.4,
                       'eval/accuracy/b': 0.6})
@@ -51,6 +53,7 @@ class SummaryTest(absltest.TestCase):
     self.assertEqual(rows['time in GRPO steps'],
                      '20.0s: generation 50%, verifiers 25%, update and '
                      'sampler 25%')
+    # Shares of the steps that trained.
     self.assertEqual(rows['a: accuracy, batch share'], '0.200 -> 0.400, 0.250')
     self.assertEqual(rows['a: snoozed / filtered at the end'], '10 / 0')
     self.assertEqual(rows['b: accuracy, batch share'], '0.300 -> 0.600, 0.750')

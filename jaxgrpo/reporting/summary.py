@@ -66,6 +66,9 @@ def summarize(
   window = max(1, len(train_records) // 10)
   evals = [r for r in records if 'eval/accuracy' in r]
   last = train_records[-1] if train_records else {}
+  # A batch share is a share of the steps that trained (a step without an
+  # update writes zeros).
+  updated = [r for r in train_records if not r.get('train/skipped')]
   return RunSummary(
       steps=steps,
       resumed_from=resumed_from,
@@ -83,7 +86,7 @@ def summarize(
           name: (
               evals[0].get(f'eval/accuracy/{name}') if evals else None,
               evals[-1].get(f'eval/accuracy/{name}') if evals else None,
-              _mean_of(train_records, f'data/batch_share/{name}'),
+              _mean_of(updated, f'data/batch_share/{name}'),
               last.get(f'data/snoozed/{name}'),
               last.get(f'data/filtered/{name}'),
           )

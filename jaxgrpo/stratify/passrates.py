@@ -211,6 +211,7 @@ def _read_tag(out_dir: str, dataset: str, tag: str):
     except (OSError, pa.ArrowException) as e:
       raise errors.UserError(
           f'{path}: not a readable pass-rate part ({e})') from None
+    _check_rows(path, tables[-1])
   table = pa.concat_tables(tables)
   ids = np.asarray(table['id'].to_pylist(), dtype=object)
   _, first = np.unique(ids, return_index=True)
@@ -218,6 +219,21 @@ def _read_tag(out_dir: str, dataset: str, tag: str):
   return (ids[keep], table['k'].to_numpy()[keep],
           table['passes'].to_numpy()[keep],
           table['mean_reward'].to_numpy()[keep])
+
+
+def _check_rows(path: str, table) -> None:
+  """Raises UserError naming the first row of a part that is no pass rate:
+  k < 1, passes outside [0, k] or a mean reward outside [0, 1]."""
+  k, passes = table['k'].to_numpy(), table['passes'].to_numpy()
+  reward = table['mean_reward'].to_numpy().astype(np.float64)
+  bad = np.flatnonzero((k < 1) | (passes < 0) | (passes > k)
+                       | ~((reward >= 0) & (reward <= 1)))
+  if bad.size:
+    i = int(bad[0])
+    raise errors.UserError(
+        f'{path}: row {i} (id {table["id"][i].as_py()!r}) is no pass rate: '
+        f'k={k[i]}, passes={passes[i]}, mean_reward={reward[i]:g} (needs k '
+        '>= 1, 0 <= passes <= k and a mean reward in [0, 1])')
 
 
 def _no_pass_rates(out_dir: str) -> errors.UserError:

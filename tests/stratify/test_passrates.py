@@ -96,6 +96,15 @@ class PassRatesTest(absltest.TestCase):
     with self.assertRaisesRegex(errors.UserError, f'{bad}: not a readable'):
       passrates.read(out)
 
+  def test_rows_that_are_no_pass_rates_are_named(self):
+    for k, passes in ((4, 5), (0, 0), (4, -1)):
+      out = self.create_tempdir().full_path
+      path = _write(out, 'm1', ['x', 'y'], [1, passes], k=k)
+      with self.assertRaisesRegex(
+          errors.UserError, f"^{path}: row . \\(id '.'\\) is no pass rate: "
+          f'k={k}, passes='):
+        passrates.read(out)
+
 
 if __name__ == '__main__':
   absltest.main()
