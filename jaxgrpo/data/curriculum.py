@@ -36,6 +36,7 @@ from jaxgrpo import checks
 from jaxgrpo import errors
 from jaxgrpo.checks import field
 from jaxgrpo.data import snooze
+from jaxgrpo.data import sources
 from jaxgrpo.stratify import bands as bands_lib
 from jaxgrpo.stratify import passrates
 
@@ -217,6 +218,13 @@ def load(
       log(f'curriculum: dataset {name!r} has no pass rates in {path}; '
           'it is not stratified')
       continue
+    measured = passrates.fingerprints(path, name)
+    if measured and sources.fingerprint(examples) not in measured:
+      log(f'curriculum: dataset {name!r} is not the one its pass rates in '
+          f'{path} were measured on (its records differ): they are matched '
+          'by example id, which is only right where ids name the same '
+          'problems (built-in arithmetic ids are positions); measure it '
+          'again with jaxgrpo-stratify run')
     ids = [examples[i].id for i in range(len(examples))]
     strata, unknown = match(table[name], ids, edges, prior=prior)
     counts = strata.counts()

@@ -196,6 +196,14 @@ def layout(out_dir: str) -> dict[str, list[str]]:
   return out
 
 
+def fingerprints(out_dir: str, dataset: str) -> set[str]:
+  """The fingerprints of the records `dataset`'s parts were measured on."""
+  return {str(part_info(path)['fingerprint'])
+          for tag in layout(out_dir).get(dataset, ())
+          for path in list_parts(out_dir, dataset, tag).values()
+          if 'fingerprint' in part_info(path)}
+
+
 def tags(out_dir: str) -> list[str]:
   """Every checkpoint tag with pass rates in `out_dir`, sorted."""
   return sorted({t for ts in layout(out_dir).values() for t in ts})

@@ -11,6 +11,7 @@ from jaxgrpo.configs import common
 from jaxgrpo.data import curriculum
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
+from jaxgrpo.data import sources
 from jaxgrpo.stratify import passrates
 from tests import scripted
 
@@ -198,6 +199,23 @@ class ConfigTest(absltest.TestCase):
   def test_load_errors(self):
     with self.assertRaisesRegex(errors.ConfigError, 'curriculum.strata='):
       curriculum.load(self.create_tempdir().full_path, {'a': []}, edges=EDGES)
+
+  def test_pass_rates_of_other_records_are_said_to_be(self):
+    examples = scripted.make_examples('a', 4)
+    out = self.create_tempdir().full_path
+    passrates.write_part(
+        out, 'a', 'm1', shard=0, num_shards=1, part=0,
+        ids=[ex.id for ex in examples], k=np.full(4, 2),
+        passes=np.array([0, 1, 2, 2]), mean_reward=np.array([0, .5, 1, 1]),
+        info={'fingerprint': sources.fingerprint(examples)})
+    lines = []
+    curriculum.load(out, {'a': examples}, edges=EDGES, log=lines.append)
+    self.assertFalse([l for l in lines if 'is not the one' in l], lines)
+    lines = []
+    curriculum.load(out, {'a': scripted.make_examples('a', 5)}, edges=EDGES,
+                    log=lines.append)
+    self.assertStartsWith(lines[0], "curriculum: dataset 'a' is not the one "
+                          f'its pass rates in {out} were measured on')
 
 
 if __name__ == '__main__':
