@@ -200,31 +200,26 @@ class CommandLineTest(absltest.TestCase):
     self.assertEqual(os.path.realpath(os.path.join(REPO, 'configs')),
                      os.path.join(REPO, 'jaxgrpo', 'configs'))
 
-  def test_config_files_that_give_no_config_are_named(self):
-    folder = self.create_tempdir().full_path
-    cases = {'no_get.py': ('X = 1\n', r'no_get.py defines no get_config\(\)'),
-             'plain.py': ('def get_config():\n  return None\n',
-                          r'get_config\(\) returned NoneType, not an '
-                          'ml_collections ConfigDict')}
-    for name, (text, reason) in cases.items():
-      with open(os.path.join(folder, name), 'w') as f:
-        f.write(text)
-      with self.assertRaisesRegex(common.UsageError, reason):
-        common.load_config('jaxgrpo-train', f'{folder}/{name}', [])
-    # A true/false argument takes nothing else (not False silently).
-    with self.assertRaisesRegex(common.UsageError, "runlocal='maybe': "
-                                'runlocal takes true/1/yes/on/false/0/no/off'):
-      common.load_config('jaxgrpo-train', 'configs/demo.py:runlocal=maybe',
-                         [])
-
   def test_config_mistakes_end_in_one_line_with_the_reason(self):
     workdir = self.create_tempdir().full_path
+    folder = self.create_tempdir().full_path
+    files = {'no_get.py': 'X = 1\n',
+             'plain.py': 'def get_config():\n  return None\n'}
+    for name, text in files.items():
+      with open(os.path.join(folder, name), 'w') as f:
+        f.write(text)
     cases = {
         # A misspelled config argument: the reason, not just "Error whilst
         # parsing config file".
         '--config=configs/demo.py:runlocl': "'runlocl' is not one of",
+        # A true/false argument takes nothing else (not False silently).
+        '--config=configs/demo.py:runlocal=maybe': (
+            "runlocal='maybe': runlocal takes true/1/yes/on/false/0/no/off"),
         '--config=configs/nope.py': 'configs/nope.py is not a file',
         '--config=configs/demo.py:runlocal --stray': 'unrecognized arguments',
+        f'--config={folder}/no_get.py': 'no_get.py defines no get_config()',
+        f'--config={folder}/plain.py': (
+            'get_config() returned NoneType, not an ml_collections ConfigDict'),
     }
     for args, reason in cases.items():
       out = self._run(*args.split(), f'--workdir={workdir}')
