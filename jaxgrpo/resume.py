@@ -17,7 +17,9 @@ compares it with this run's, key by key, under `POLICY`:
   silently.
 
 The longest key prefix listed decides; a key listed nowhere is refused, so
-that a new setting is checked until it is declared safe. Dataset entries
+that a new setting is checked until it is declared safe. A setting that
+only one mode reads is free while that mode is off on both sides
+(`USED_ONLY_WHEN`). Dataset entries
 are matched by name; what their records are (path, kind, fields, size) is
 checked by their size and fingerprint (`checkpoint.check_resumable`), so
 those keys are free here. docs/checkpoints.md has the same table.
@@ -73,6 +75,20 @@ POLICY = {
 # the model, the seed and the objective may not.
 FREE_AT_START = ('sampler', 'rollout', 'data', 'curriculum')
 
+# Settings that only one mode reads: while the mode is off in both the
+# checkpoint's config and this run's, a change computes nothing different
+# and is free. (The mode itself is a 'refuse' key.)
+_SNOOZING = ('snooze', 'snooze_prob')
+USED_ONLY_WHEN = {
+    'rollout.slots': ('rollout', 'engine', ('continuous',)),
+    'rollout.verify_overlap': ('rollout', 'collect', ('streaming',)),
+    'rollout.max_staleness': ('rollout', 'in_flight', ('keep',)),
+    'rollout.max_round_size': ('rollout', 'round_size', ('adaptive',)),
+    'sampler.w_min': ('sampler', 'policy', ('weighted',)),
+    'sampler.snooze_factor': ('sampler', 'policy', _SNOOZING),
+    'data.datasets[].snooze_factor': ('sampler', 'policy', _SNOOZING),
+}
+
 # What a resume with a changed 'notice' key does (longest listed prefix).
 _EFFECT = {
     'optim': 'the optimizer steps from here on use the new values',
@@ -102,6 +118,19 @@ def _longest(table: Mapping[str, str], key: str, default: str) -> str:
 def policy(key: str) -> str:
   """The policy of a flat key: that of its longest listed prefix."""
   return _longest(POLICY, key, REFUSE)
+
+
+def _unused(key: str, *configs: Mapping[str, Any]) -> bool:
+  """Whether no config of `configs` reads `key` (`USED_ONLY_WHEN`); a
+  config without the mode's key (an older one) counts as reading it."""
+  generic = key
+  if key.startswith('data.datasets['):
+    generic = 'data.datasets[]' + key[key.index(']') + 1:]
+  if generic not in USED_ONLY_WHEN:
+    return False
+  section, mode, values = USED_ONLY_WHEN[generic]
+  return all(c.get(section, {}).get(mode, values[0]) not in values
+             for c in configs)
 
 
 def _flat(config: Mapping[str, Any],
@@ -141,6 +170,23 @@ def changes(saved: Mapping[str, Any],
   return out
 
 
+def _reordered(saved: Mapping[str, Any], now: Mapping[str, Any],
+               step: int) -> list[str]:
+  """The notice of datasets listed in another order: state is matched by
+  name, but the mixture draws over its datasets in list order."""
+  order = lambda config: [d.get('name') for d in config.get('data', {}).get(
+      'datasets', [])]
+  then, here = order(saved), order(now)
+  both = set(then) & set(here)  # the order of the datasets on both sides
+  then, here = [n for n in then if n in both], [n for n in here if n in both]
+  if then == here:
+    return []
+  return [f'resumed with data.datasets in another order, {then} -> {here}: '
+          'each keeps its sampler state (matched by name), but the mixture '
+          'draws over the datasets in list order, so the draws differ from '
+          f'a run in the old order (step {step + 1} on)']
+
+
 def _show(key: str, a: Any, b: Any) -> str:
   def short(v):
     text = repr(v)
@@ -171,6 +217,7 @@ def check(saved: Mapping[str, Any] | None, now: Mapping[str, Any], *,
   found = changes(saved, now)
   if step == 0:
     found = [c for c in found if c[0].split('.')[0] not in FREE_AT_START]
+  found = [c for c in found if not _unused(c[0], saved, now)]
   refused = sorted((c for c in found if policy(c[0]) == REFUSE),
                    key=lambda c: not c[0].startswith('model.'))
   if refused:
@@ -184,7 +231,7 @@ def check(saved: Mapping[str, Any] | None, now: Mapping[str, Any], *,
         f'the {where} was trained with other settings: {shown}{more}; these '
         'cannot change on resume (docs/checkpoints.md, "What may change on '
         'resume"): use the values it was trained with, or a new --workdir')
-  lines = []
+  lines = [] if step == 0 else _reordered(saved, now, step)
   cosine = now.get('optim', {}).get('schedule') == 'cosine'
   for key, a, b in found:
     if policy(key) == NOTICE or (key == 'total_steps' and cosine):
@@ -206,8 +253,7 @@ def check_settings(directory: str, config: Mapping[str, Any]) -> None:
   directory = checkpoint_lib.absolute(directory)
   if not os.path.isdir(directory) and '://' not in directory:
     return
-  manager = ocp.CheckpointManager(
-      directory, options=ocp.CheckpointManagerOptions(create=False))
+  manager = checkpoint_lib.reader(directory)
   try:
     for step in sorted(manager.all_steps(), reverse=True):
       try:

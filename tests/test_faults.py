@@ -25,6 +25,7 @@ from jaxgrpo import errors
 from jaxgrpo import model_spec
 from jaxgrpo import resume
 from jaxgrpo.cli import export
+from jaxgrpo.configs import common
 from jaxgrpo.configs import demo
 from jaxgrpo.reporting import metrics as metrics_lib
 
@@ -138,10 +139,37 @@ class TrainedWorkdirTest(FaultTestCase):
     changed.model.remat = 'full'
     now = config_lib.to_dict(config_lib.from_config_dict(changed))
     self.assertEqual(resume.check(saved, now, where='x', step=4), [])
-    changed.rollout.slots = 8
-    now = config_lib.to_dict(config_lib.from_config_dict(changed))
+
+  def test_settings_of_a_mode_that_is_off_may_change(self):
+    def as_dict(**changes):
+      c = demo.get_config('runlocal')
+      for key, value in changes.items():
+        section, name = key.split('__')
+        c[section][name] = value
+      return config_lib.to_dict(config_lib.from_config_dict(c))
+
+    saved = as_dict()
+    self.assertEqual(saved['rollout']['engine'], 'static')
+    self.assertEqual(saved['sampler']['policy'], 'snooze')
+    unused = as_dict(rollout__slots=8, rollout__max_round_size=64,
+                     rollout__max_staleness=3, sampler__w_min=0.5)
+    self.assertEqual(resume.check(saved, unused, where='x', step=4), [])
+    # Read by the mode in force (the default's snooze), or once it is on.
+    for changed, shown in (
+        (as_dict(sampler__snooze_factor=4), 'sampler.snooze_factor: 3 -> 4'),
+        (as_dict(rollout__engine='continuous', rollout__slots=8),
+         'rollout.engine'),
+    ):
+      with self.assertRaisesRegex(errors.ResumeError, shown):
+        resume.check(saved, changed, where='x', step=4)
+    older = as_dict()  # written before rollout.engine existed
+    del older['rollout']['engine']
     with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
-      resume.check(saved, now, where='x', step=4)
+      resume.check(older, as_dict(rollout__slots=8), where='x', step=4)
+    continuous = as_dict(rollout__engine='continuous')
+    with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
+      resume.check(continuous, as_dict(rollout__engine='continuous',
+                                       rollout__slots=8), where='x', step=4)
 
   def test_notices_say_what_the_change_does(self):
     def as_dict(**changes):
@@ -167,6 +195,27 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertEqual(resume.check(saved, now, where='x', step=4), [
         'resumed with a changed setting, total_steps: 2 -> 9: the cosine '
         'learning-rate schedule spans the new total (step 5 on)'])
+
+  def test_reordered_datasets_get_a_notice(self):
+    # State is matched by name, but the mixture draws in list order.
+    def as_dict(*names):
+      c = demo.get_config('runlocal')
+      c.data.datasets = [common.arithmetic_dataset(n) for n in names]
+      return config_lib.to_dict(config_lib.from_config_dict(c))
+
+    saved = as_dict('a', 'b', 'c')
+    self.assertEqual(resume.check(saved, as_dict('a', 'b', 'c'), where='x',
+                                  step=4), [])
+    self.assertEqual(resume.check(saved, as_dict('a', 'b'), where='x',
+                                  step=4), [])  # one left out: no reorder
+    self.assertEqual(resume.check(saved, as_dict('c', 'a', 'b'), where='x',
+                                  step=4), [
+        "resumed with data.datasets in another order, ['a', 'b', 'c'] -> "
+        "['c', 'a', 'b']: each keeps its sampler state (matched by name), but "
+        'the mixture draws over the datasets in list order, so the draws '
+        'differ from a run in the old order (step 5 on)'])
+    self.assertEqual(resume.check(saved, as_dict('b', 'a'), where='x',
+                                  step=0), [])  # a start point: free
 
   def test_a_start_point_takes_other_sampler_and_rollout_settings(self):
     # resume.check on the config a checkpoint holds: from step 0 (a shared
