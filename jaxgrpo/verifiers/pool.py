@@ -12,7 +12,8 @@ Workers are started with the 'forkserver' method where it exists (else
 'spawn'): never by forking the trainer, whose JAX runtime threads do not
 survive a fork. They import only `jaxgrpo.verifiers` and what the verifiers
 need (no JAX), plus the modules named in `imports`, which is how verifiers
-registered by user code reach them. A pool starts all its workers, then
+registered by user code reach them; the main module, which imports JAX, is
+re-run in them only when a verifier is defined there (`_main_left_out`). A pool starts all its workers, then
 waits for each to report that it has (or a ConfigError naming the module).
 
 Workers ignore SIGINT and SIGTERM: a signal to the whole process group (Ctrl-C,
@@ -27,6 +28,7 @@ import contextlib
 import importlib
 import multiprocessing
 from multiprocessing import connection
+from multiprocessing import spawn
 import os
 import pickle
 import signal
@@ -136,6 +138,35 @@ def _await_start(workers: Sequence['_Worker'], imports: Sequence[str]):
         raise errors.ConfigError(failure)
 
 
+@contextlib.contextmanager
+def _main_left_out(leave_out: bool):
+  """Starts processes without re-running the main module in them, when
+  `leave_out` (the verifiers do not come from it).
+
+  A 'forkserver' or 'spawn' child runs the parent's `__main__` as
+  `__mp_main__` so that objects defined there unpickle. The trainer's main
+  module (`python -m jaxgrpo.main`, the `jaxgrpo-train` script, a user's
+  training script) imports JAX: about 150 MB and a second of start-up in
+  every worker, for nothing.
+  """
+  if not leave_out:
+    yield
+    return
+  prepare = spawn.get_preparation_data
+
+  def without_main(name):
+    data = prepare(name)
+    data.pop('init_main_from_name', None)
+    data.pop('init_main_from_path', None)
+    return data
+
+  spawn.get_preparation_data = without_main
+  try:
+    yield
+  finally:
+    spawn.get_preparation_data = prepare
+
+
 class _Worker:
   """One worker process, its pipe and the chunk it is working on."""
 
@@ -146,7 +177,8 @@ class _Worker:
         target=_worker_main,
         args=(child, self.progress, payload, tuple(imports), timeout_s),
         daemon=True, name='jaxgrpo-verifier')
-    self.process.start()
+    with _main_left_out(b'__main__' not in payload):
+      self.process.start()
     child.close()
     self.conn = parent
     self.pending: list[int] = []  # slots of the chunk being scored

@@ -3,6 +3,9 @@
 import importlib
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -15,6 +18,9 @@ from jaxgrpo.example import Example
 from jaxgrpo.verifiers import base
 from jaxgrpo.verifiers import pool
 from tests import flaky_verifiers
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 
 def _examples(n, dataset='d'):
@@ -146,6 +152,37 @@ class ScorerTest(parameterized.TestCase):
     np.testing.assert_array_equal(rewards, [1, 0.5, 1])
     self.assertEqual((stats.errors, stats.out_of_range, stats.timeouts),
                      (0, 0, 0))
+
+  def test_workers_run_the_main_module_only_for_verifiers_defined_there(self):
+    # Re-running the trainer's main module in every worker imports JAX in
+    # each; a verifier defined in a user's script still needs it.
+    script = textwrap.dedent('''
+        import os, sys
+        with open(sys.argv[1], 'a') as f:
+          f.write(f'{os.getpid()}\\n')  # each run of this module
+        from jaxgrpo.verifiers import pool
+        from tests import flaky_verifiers
+        from tests.verifiers.test_pool import _examples
+        def mine(completion, example):
+          return 0.25
+        if __name__ == '__main__':
+          verifier = mine if sys.argv[2] == 'mine' else flaky_verifiers.Flaky()
+          with pool.Scorer({'d': verifier}, workers=2) as scorer:
+            print(scorer.score(['ok'] * 4, _examples(4))[0].tolist())
+        ''')
+    folder = self.create_tempdir().full_path
+    with open(os.path.join(folder, 'train.py'), 'w') as f:
+      f.write(script)
+    for which, reward, runs in (('library', 1.0, 1), ('mine', 0.25, 3)):
+      marks = os.path.join(folder, f'{which}.txt')
+      out = subprocess.run(
+          [sys.executable, os.path.join(folder, 'train.py'), marks, which],
+          capture_output=True, text=True, timeout=120, cwd=folder,
+          env={**os.environ, 'PYTHONPATH': _REPO}, check=False)
+      self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+      self.assertEqual(out.stdout.strip(), str([reward] * 4))
+      with open(marks) as f:
+        self.assertLen(f.read().split(), runs, which)
 
   def test_an_import_that_fails_in_the_workers_is_a_config_error(self):
     module = 'tests.verifiers.fails_in_workers'
