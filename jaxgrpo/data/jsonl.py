@@ -26,6 +26,24 @@ _SPACE = np.frombuffer(b' \t\r\x0b\x0c', np.uint8)
 BadRecordError = formats.BadRecordError
 
 
+# The first bytes of compressed files, and how to decompress them.
+_COMPRESSED = ((b'\x1f\x8b', 'gzip', 'gunzip -k'), (b'BZh', 'bzip2', 'bunzip2 -k'),
+               (b'\xfd7zXZ\x00', 'xz', 'unxz -k'),
+               (b'\x28\xb5\x2f\xfd', 'zstd', 'unzstd'),
+               (b'PK\x03\x04', 'zip', 'unzip'))
+
+
+def check_not_compressed(path: str) -> None:
+  """Raises ValueError when `path` is a compressed file (JSONL records are
+  read by byte offset, from the file as it is)."""
+  with open(path, 'rb') as f:
+    head = f.read(6)
+  for magic, kind, command in _COMPRESSED:
+    if head.startswith(magic):
+      raise ValueError(f'{path}: is {kind}-compressed; decompress it first '
+                       f'({command} {path}) and give the decompressed file')
+
+
 def _index_lines(path: str) -> tuple[np.ndarray, int]:
   """Byte offsets of the non-blank lines of a file, and the blank-line count.
 
@@ -35,6 +53,7 @@ def _index_lines(path: str) -> tuple[np.ndarray, int]:
   size = os.path.getsize(path)
   if size == 0:
     return np.zeros(0, np.int64), 0
+  check_not_compressed(path)
   data = np.memmap(path, np.uint8, mode='r')
   newlines = np.concatenate([
       np.flatnonzero(data[a:a + _SCAN_BYTES] == ord('\n')) + a

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from jaxgrpo.data import formats
+from jaxgrpo.data import jsonl
 
 
 class Squad2File:
@@ -33,6 +34,7 @@ class Squad2File:
 
   def __init__(self, path: str):
     self.path = os.fspath(path)
+    jsonl.check_not_compressed(self.path)
     with open(self.path, 'rb') as f:
       raw = f.read()
     try:

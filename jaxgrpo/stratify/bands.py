@@ -23,8 +23,8 @@ def check_edges(edges: Sequence[float]) -> tuple[float, ...]:
   """The edges as floats, checked.
 
   Raises:
-    ValueError: an edge is not inside (0, 1), or the edges do not strictly
-      increase.
+    ValueError: an edge is not inside (0, 1), the edges do not strictly
+      increase, or two are too close to name their strata apart.
   """
   out = tuple(float(e) for e in edges)
   for e in out:
@@ -32,6 +32,11 @@ def check_edges(edges: Sequence[float]) -> tuple[float, ...]:
       raise ValueError(f'band edges {out}: {e:g} is not inside (0, 1)')
   if any(a >= b for a, b in zip(out, out[1:])):
     raise ValueError(f'band edges {out} must strictly increase')
+  for a, b in zip(out, out[1:]):
+    if f'{a:g}' == f'{b:g}':  # the names show 6 significant digits
+      raise ValueError(f'band edges {out}: {a!r} and {b!r} would give two '
+                       f'strata the same name ({a:g}); make them differ in '
+                       'the first 6 significant digits')
   return out
 
 

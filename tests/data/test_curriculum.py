@@ -190,6 +190,8 @@ class ConfigTest(absltest.TestCase):
         (dict(strata='s', stages=({'step': 0, 'weights': {'b/too_hard': 0}},)),
          "no dataset 'b' in data.datasets"),
         (dict(bands=(0.5, 0.25)), 'curriculum.bands'),
+        (dict(bands=(0.25, 0.2500001)),
+         r'curriculum.bands.*would give two strata the same name \(0.25\)'),
     ]
     for keys, pattern in cases:
       with self.subTest(keys=keys):

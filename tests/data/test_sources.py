@@ -1,8 +1,11 @@
 """Tests for the dataset sources: JSONL, ArrayRecord, TFDS and arithmetic."""
 
+import bz2
 import functools
+import gzip
 import importlib.util
 import json
+import lzma
 import os
 import pickle
 import sys
@@ -19,6 +22,7 @@ from jaxgrpo.data import arithmetic
 from jaxgrpo.data import formats
 from jaxgrpo.data import jsonl
 from jaxgrpo.data import sources
+from jaxgrpo.data import squad2_file
 from jaxgrpo.example import Example
 
 _HAS_TFDS = importlib.util.find_spec('tensorflow_datasets') is not None
@@ -116,6 +120,23 @@ class JsonlSourceTest(parameterized.TestCase):
       src[len(src) - 1]  # pylint: disable=pointless-statement
     if message:
       self.assertIn(message, str(e.exception))
+
+  def test_compressed_files_are_named_with_the_fix(self):
+    body = _jsonl(_RECORDS).encode()
+    folder = self.create_tempdir().full_path
+    for suffix, data, kind, command in (
+        ('gz', gzip.compress(body), 'gzip', 'gunzip -k'),
+        ('bz2', bz2.compress(body), 'bzip2', 'bunzip2 -k'),
+        ('xz', lzma.compress(body), 'xz', 'unxz -k')):
+      path = os.path.join(folder, f'x.jsonl.{suffix}')
+      with open(path, 'wb') as f:
+        f.write(data)
+      with self.assertRaisesRegex(
+          ValueError, f'^{path}: is {kind}-compressed; decompress it first '
+          rf'\({command} {path}\)'):
+        sources.JsonlSource(path)
+    with self.assertRaisesRegex(ValueError, 'is gzip-compressed'):
+      squad2_file.Squad2File(os.path.join(folder, 'x.jsonl.gz'))
 
   def test_long_lines_and_bom(self):
     records = [{'prompt': 'x' * 10_000, 'answer': str(i)} for i in range(3)]
