@@ -98,6 +98,12 @@ def load_pretrained(cfg: config_lib.Config, log: Log):
   log(f'loaded {model.source}: {model.cfg.num_layers} layers, '
       f'{model_config.param_count(model.cfg) / 1e6:.1f}M params, vocab '
       f'{model.cfg.vocab_size}, in {time.perf_counter() - t0:.1f}s')
+  ro = cfg.rollout
+  if model.context and ro.max_prompt_len + ro.max_new_tokens > model.context:
+    log(f'rollout.max_prompt_len + rollout.max_new_tokens = '
+        f'{ro.max_prompt_len + ro.max_new_tokens:,} positions, more than the '
+        f'{model.context:,} the model was trained for: positions past them '
+        'are extrapolated, which usually degrades what it writes there')
   return dataclasses.replace(model, tokenizer=tokenizer)
 
 

@@ -177,6 +177,17 @@ def config_from_gguf(source: Source) -> ModelConfig:
     ) from e
 
 
+def context_length(source: Source) -> int | None:
+  """The context length the model was trained for (`llama.context_length`),
+  or None when the file does not say (a value that is not a positive int
+  says nothing)."""
+  try:
+    return _typed(open_reader(source), f'{_ARCHITECTURE}.context_length',
+                  'a positive int', None)
+  except GGUFError:
+    return None
+
+
 def _config(reader: gguf.GGUFReader) -> ModelConfig:
   """`config_from_gguf` of an open file."""
   name = _name(reader)

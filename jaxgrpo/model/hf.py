@@ -363,6 +363,19 @@ def load(
   return cfg, graphdef, params
 
 
+def context_length(model_dir: str | os.PathLike[str]) -> int | None:
+  """The positions the model was trained for (config.json's
+  `max_position_embeddings`), or None when it does not say (a value that
+  is not a positive int says nothing)."""
+  try:
+    value = json.loads((pathlib.Path(model_dir) / _CONFIG).read_text()).get(
+        'max_position_embeddings')
+  except (OSError, ValueError, AttributeError):
+    return None
+  ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+  return value if ok else None
+
+
 def export(
     cfg: ModelConfig,
     params: nnx.State,

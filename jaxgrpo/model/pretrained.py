@@ -38,6 +38,9 @@ class Pretrained:
   params: nnx.State
   tokenizer: object  # jaxgrpo.data.hf_tokenizer.HFTokenizer
   source: str
+  # Positions the model was trained for (config.json's
+  # max_position_embeddings, GGUF's context_length); None if not stated.
+  context: int | None = None
 
 
 def resolve(path: str) -> str:
@@ -104,10 +107,13 @@ def load(path: str, *, dtype: str = 'float32',
           'Hugging Face model directory)')
     cfg, graphdef, params = hf.load(source, dtype=dtype,
                                     param_dtype=param_dtype)
+    context = hf.context_length(source)
   elif os.path.isfile(source) and source.endswith('.gguf'):
     from jaxgrpo.model import gguf
-    cfg, graphdef, params = gguf.load(source, dtype=dtype,
+    reader = gguf.open_reader(source)
+    cfg, graphdef, params = gguf.load(reader, dtype=dtype,
                                       param_dtype=param_dtype)
+    context = gguf.context_length(reader)
   elif os.path.exists(source):
     raise PretrainedError(
         f'model.path={path!r}: {source} is neither a model directory '
@@ -116,4 +122,4 @@ def load(path: str, *, dtype: str = 'float32',
     raise PretrainedError(f'model.path={path!r}: {source} does not exist')
   tokenizer = load_tokenizer(source, vocab_size=cfg.vocab_size)
   return Pretrained(cfg=cfg, graphdef=graphdef, params=params,
-                    tokenizer=tokenizer, source=source)
+                    tokenizer=tokenizer, source=source, context=context)

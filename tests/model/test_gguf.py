@@ -237,6 +237,12 @@ class TinyGGUFTest(parameterized.TestCase):
     self.assertEqual(gguf_loader.config_from_gguf(reader), self.cfg)
     gguf_loader.load(reader)
     gguf_loader.tokenizer_parts(reader)
+    self.assertEqual(gguf_loader.context_length(reader), 128)
+
+  def test_context_length_is_none_when_not_stated(self):
+    for value in (None, ('x', gguf.GGUFValueType.STRING)):
+      path = self.write(metadata={'llama.context_length': value})
+      self.assertIsNone(gguf_loader.context_length(path))
 
   def assert_load_error(self, path: str, *fragments: str):
     with self.assertRaises(gguf_loader.GGUFError) as ctx:

@@ -8,6 +8,8 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
+from jaxgrpo import build
+from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import train
 from jaxgrpo.cli import export
@@ -141,6 +143,24 @@ class HuggingFaceDirTest(absltest.TestCase):
         '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n'
         'What is 1+2?<|im_end|>\n<|im_start|>assistant\n')
     self.assertIn(tok.backend.token_to_id('<|im_end|>'), tok.stop_ids)
+
+  def test_sequences_past_the_trained_context_get_a_notice(self):
+    model_dir = _model_dir(self.create_tempdir().full_path)
+    self.assertIsNone(pretrained.load(model_dir).context)  # not stated
+    config_path = os.path.join(model_dir, 'config.json')
+    with open(config_path) as f:
+      entries = json.load(f)
+    for context, noticed in ((36, False), (35, True)):  # P + T = 32 + 4
+      with open(config_path, 'w') as f:
+        json.dump(entries | {'max_position_embeddings': context}, f)
+      lines = []
+      model = build.load_pretrained(
+          config_lib.from_config_dict(_config(model_dir)), lines.append)
+      self.assertEqual(model.context, context)
+      self.assertEqual(any(
+          'rollout.max_prompt_len + rollout.max_new_tokens = 36 positions, '
+          'more than the 35 the model was trained for' in line
+          for line in lines), noticed, lines)
 
   def test_bad_paths_and_tokenizers_are_config_errors(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')
