@@ -18,6 +18,7 @@ from jaxgrpo import errors
 from jaxgrpo import multihost
 from jaxgrpo import preemption
 from jaxgrpo import resume
+from jaxgrpo import resume_policy
 from jaxgrpo import sharding
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import warmstart
@@ -113,7 +114,7 @@ def _run(
   workdir_lib.check(workdir)
   resources.enter_context(workdir_lib.lock(workdir))
   stop = resources.enter_context(preemption.StopRequest())
-  resume.check_settings(os.path.join(workdir, 'checkpoints'),
+  resume_policy.check_settings(os.path.join(workdir, 'checkpoints'),
                                 config_lib.to_dict(cfg))
   parts = build.build_run(cfg, workdir, console, resources)
   # Whatever ends the run, a save in progress completes (or fails) first.

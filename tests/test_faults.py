@@ -23,7 +23,7 @@ from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import model_spec
-from jaxgrpo import resume
+from jaxgrpo import resume_policy
 from jaxgrpo.cli import export
 from jaxgrpo.configs import common
 from jaxgrpo.configs import demo
@@ -138,7 +138,7 @@ class TrainedWorkdirTest(FaultTestCase):
     changed.rollout.train_lengths = 1
     changed.model.remat = 'full'
     now = config_lib.to_dict(config_lib.from_config_dict(changed))
-    self.assertEqual(resume.check(saved, now, where='x', step=4), [])
+    self.assertEqual(resume_policy.check(saved, now, where='x', step=4), [])
 
   def test_settings_of_a_mode_that_is_off_may_change(self):
     def as_dict(**changes):
@@ -153,7 +153,7 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertEqual(saved['sampler']['policy'], 'snooze')
     unused = as_dict(rollout__slots=8, rollout__max_round_size=64,
                      rollout__max_staleness=3, sampler__w_min=0.5)
-    self.assertEqual(resume.check(saved, unused, where='x', step=4), [])
+    self.assertEqual(resume_policy.check(saved, unused, where='x', step=4), [])
     # Read by the mode in force (the default's snooze), or once it is on.
     for changed, shown in (
         (as_dict(sampler__snooze_factor=4), 'sampler.snooze_factor: 3 -> 4'),
@@ -161,14 +161,14 @@ class TrainedWorkdirTest(FaultTestCase):
          'rollout.engine'),
     ):
       with self.assertRaisesRegex(errors.ResumeError, shown):
-        resume.check(saved, changed, where='x', step=4)
+        resume_policy.check(saved, changed, where='x', step=4)
     older = as_dict()  # written before rollout.engine existed
     del older['rollout']['engine']
     with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
-      resume.check(older, as_dict(rollout__slots=8), where='x', step=4)
+      resume_policy.check(older, as_dict(rollout__slots=8), where='x', step=4)
     continuous = as_dict(rollout__engine='continuous')
     with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
-      resume.check(continuous, as_dict(rollout__engine='continuous',
+      resume_policy.check(continuous, as_dict(rollout__engine='continuous',
                                        rollout__slots=8), where='x', step=4)
 
   def test_notices_say_what_the_change_does(self):
@@ -181,18 +181,18 @@ class TrainedWorkdirTest(FaultTestCase):
 
     saved, now = as_dict(), as_dict()
     now['data']['datasets'][0]['verifier'] = 'math'
-    self.assertEqual(resume.check(saved, now, where='x', step=4), [
+    self.assertEqual(resume_policy.check(saved, now, where='x', step=4), [
         "resumed with a changed setting, data.datasets[0].verifier: "
         "'exact_match' -> 'math': completions are scored by the new verifier "
         'from here on (step 5 on)'])
     # total_steps is free, but a cosine schedule spans it.
     now = as_dict()
     now['total_steps'] = 9
-    self.assertEqual(resume.check(saved, now, where='x', step=4), [])
+    self.assertEqual(resume_policy.check(saved, now, where='x', step=4), [])
     saved, now = as_dict(optim__schedule='cosine'), as_dict(
         optim__schedule='cosine')
     now['total_steps'] = 9
-    self.assertEqual(resume.check(saved, now, where='x', step=4), [
+    self.assertEqual(resume_policy.check(saved, now, where='x', step=4), [
         'resumed with a changed setting, total_steps: 2 -> 9: the cosine '
         'learning-rate schedule spans the new total (step 5 on)'])
 
@@ -204,21 +204,21 @@ class TrainedWorkdirTest(FaultTestCase):
       return config_lib.to_dict(config_lib.from_config_dict(c))
 
     saved = as_dict('a', 'b', 'c')
-    self.assertEqual(resume.check(saved, as_dict('a', 'b', 'c'), where='x',
+    self.assertEqual(resume_policy.check(saved, as_dict('a', 'b', 'c'), where='x',
                                   step=4), [])
-    self.assertEqual(resume.check(saved, as_dict('a', 'b'), where='x',
+    self.assertEqual(resume_policy.check(saved, as_dict('a', 'b'), where='x',
                                   step=4), [])  # one left out: no reorder
-    self.assertEqual(resume.check(saved, as_dict('c', 'a', 'b'), where='x',
+    self.assertEqual(resume_policy.check(saved, as_dict('c', 'a', 'b'), where='x',
                                   step=4), [
         "resumed with data.datasets in another order, ['a', 'b', 'c'] -> "
         "['c', 'a', 'b']: each keeps its sampler state (matched by name), but "
         'the mixture draws over the datasets in list order, so the draws '
         'differ from a run in the old order (step 5 on)'])
-    self.assertEqual(resume.check(saved, as_dict('b', 'a'), where='x',
+    self.assertEqual(resume_policy.check(saved, as_dict('b', 'a'), where='x',
                                   step=0), [])  # a start point: free
 
   def test_a_start_point_takes_other_sampler_and_rollout_settings(self):
-    # resume.check on the config a checkpoint holds: from step 0 (a shared
+    # resume_policy.check on the config a checkpoint holds: from step 0 (a shared
     # warm start) the data side may change, the model and seed may not.
     saved = config_lib.to_dict(config_lib.from_config_dict(
         demo.get_config('runlocal')))
@@ -226,14 +226,14 @@ class TrainedWorkdirTest(FaultTestCase):
     changed.sampler.policy = 'none'
     changed.rollout.group_size = 4
     now = config_lib.to_dict(config_lib.from_config_dict(changed))
-    self.assertEqual(resume.check(saved, now, where='x', step=0), [])
+    self.assertEqual(resume_policy.check(saved, now, where='x', step=0), [])
     with self.assertRaisesRegex(errors.ResumeError,
                                 "sampler.policy: 'snooze' -> 'none'"):
-      resume.check(saved, now, where='x', step=4)
+      resume_policy.check(saved, now, where='x', step=4)
     changed.seed = 1
     now = config_lib.to_dict(config_lib.from_config_dict(changed))
     with self.assertRaisesRegex(errors.ResumeError, 'seed: 0 -> 1'):
-      resume.check(saved, now, where='x', step=0)
+      resume_policy.check(saved, now, where='x', step=0)
 
   def _damage_and_resume(self, damages: dict[int, callable]):
     workdir = self.copy()

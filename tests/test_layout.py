@@ -194,7 +194,7 @@ LAYERS = (
     ('train', {'config_lib', 'config_doc', 'build', 'checkpoint', 'evaluate',
                'optimizer', 'preemption', 'train', 'train_state',
                'train_step', 'warmstart', 'model_spec', 'sim', 'stratify',
-               'resume', 'workdir'}),
+               'resume', 'resume_policy', 'workdir'}),
     # The commands, and the experiment configs users start from.
     ('cli', {'cli', 'main', 'configs'}),
 )

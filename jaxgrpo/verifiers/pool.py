@@ -21,6 +21,9 @@ Workers ignore SIGINT and SIGTERM: a signal to the whole process group (Ctrl-C,
 OOM killer) is replaced when the parent next finds its pipe closed. SIGTERM
 does end the forkserver, after which multiprocessing takes its workers for
 dead: `_Worker.kill` asks the pipe.
+
+Size: one class, `Scorer`, and the worker processes it owns; their start,
+timeouts, deaths and replacement are one protocol over the same pipes.
 """
 
 from collections.abc import Mapping, Sequence
