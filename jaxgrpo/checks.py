@@ -12,9 +12,13 @@ message, and every message names the key.
 
 from collections.abc import Callable, Iterable, Iterator
 import dataclasses
+import numbers
 import operator
+import types
 import typing
 from typing import Any, ClassVar
+
+import numpy as np
 
 from jaxgrpo.errors import ConfigError
 
@@ -60,6 +64,30 @@ def names(message: str) -> Rule:
   """A list of non-empty strings."""
   return rule(lambda v: isinstance(v, (list, tuple)) and all(
       isinstance(x, str) and x for x in v), message)
+
+
+_TYPE_NAMES = {int: 'an int', float: 'a number', bool: 'a bool',
+               str: 'a string', dict: 'a dict', list: 'a list',
+               tuple: 'a list', type(None): 'None'}
+
+
+def type_error(value: Any, kind: Any) -> str | None:
+  """What is wrong with the type of `value` for a field declared `kind`
+  (`int`, `str | None`, ...); None when it fits, or when `kind` is not made
+  of plain types (a tuple of settings), which is not checked here."""
+  kinds = typing.get_args(kind) if isinstance(kind, types.UnionType) else (
+      kind,)
+  if not set(kinds) <= set(_TYPE_NAMES):
+    return None
+  flag = isinstance(value, (bool, np.bool_))  # an Integral, but no number
+  number = isinstance(value, numbers.Real) and not flag
+  fits = {int: number and isinstance(value, numbers.Integral), float: number,
+          bool: flag}
+  if any(fits.get(k, isinstance(value, k)) for k in kinds):
+    return None
+  names = list(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
+  return (f'must be {", ".join(names[:-1])}{" or " * (len(names) > 1)}'
+          f'{names[-1]}, not {type(value).__name__}')
 
 
 POSITIVE = rule(lambda v: v > 0, 'must be > 0')

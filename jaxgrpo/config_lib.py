@@ -92,8 +92,8 @@ class DataSection(Section, name='data'):
     yield 'datasets', names, 'needs at least one dataset'
     yield 'datasets', len(set(names)) == len(names), (
         f'dataset names must be unique, got {names}')
-    yield 'datasets', sum(d.weight for d in self.datasets) > 0, (
-        'weights must have a positive sum')
+    yield 'datasets', 0 < sum(d.weight for d in self.datasets) < math.inf, (
+        'weights must have a positive, finite sum')
 
 
 class RLSection(train_step.LossSection, name='rl'):
@@ -313,6 +313,8 @@ def _build(cls: type[Section], values: Any, where: str,
       values[key] = tuple(
           _build(entry_lib.DatasetSection, item, f'{where}{key}[{i}].', False)
           for i, item in enumerate(value))
+    elif message := checks.type_error(value, kind):
+      checks.fail(f'{where}{key}', value, message)
   try:
     return cls(**values)
   except ConfigError as e:

@@ -11,7 +11,7 @@ import argparse
 
 import numpy as np
 
-from jaxgrpo.reporting import metrics as metrics_lib
+from jaxgrpo.reporting import plot_panels
 
 
 def summarize(records: list[dict], window: int) -> list[tuple]:
@@ -37,12 +37,20 @@ def summarize(records: list[dict], window: int) -> list[tuple]:
   return rows
 
 
-def main():
+def main(argv: list[str] | None = None) -> None:
+  """Prints the table; a mistake ends with one line and exit code 2."""
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('workdir')
   parser.add_argument('--window', type=int, default=20)
-  args = parser.parse_args()
-  rows = summarize(metrics_lib.read_metrics(args.workdir), args.window)
+  args = parser.parse_args(argv)
+  if args.window < 1:
+    parser.error(f'--window={args.window}: must be >= 1')
+  try:  # a line cut short by a killed run, or no object, is left out
+    records = plot_panels.read_records(args.workdir)
+  except OSError as e:
+    parser.error(f'{args.workdir}: cannot read its metrics.jsonl '
+                 f'({e.strerror or e}); name a run workdir')
+  rows = summarize(records, args.window)
   print(f'{"steps":>11}  {"reward":>6}  {"gen/step":>8}  {"used/step":>9}  '
         f'{"eff":>5}  {"rounds":>6}  {"eval":>5}')
   for first, last, reward, gen, used, eff, rounds, acc in rows:

@@ -38,8 +38,11 @@ KNOWN_MODULES = {
 # the tables listing the options of a registry that the help leaves out,
 # 1057 with the dataset keys' rows read by config_lib.settings, 1061 with
 # rollout.train_lengths, 1062 with rollout.in_flight's `retry` in its help,
-# 1063 with the check that the min_fraction floors fit rollout.batch_size).
-KNOWN_CONFIG_LINES = 1063
+# 1063 with the check that the min_fraction floors fit rollout.batch_size,
+# 1094 with each value checked against its field's declared type: a dataset
+# entry is a plain dict, whose `weight='0.5'` reached its rule unchecked, a
+# TypeError traceback).
+KNOWN_CONFIG_LINES = 1094
 
 
 class CodeShapeTest(absltest.TestCase):

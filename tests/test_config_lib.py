@@ -66,6 +66,32 @@ class ConfigTest(parameterized.TestCase):
         r"\('error', 'skip'\)"):
       config_lib.from_config_dict(c)
 
+  def test_dataset_entry_values_of_the_wrong_type_are_named(self):
+    # A dataset entry is a plain dict: `weight='0.5'` was a TypeError
+    # traceback from its rule, `num_eval=2.5` and `weight=inf` accepted.
+    for keys, expected in (
+        (dict(weight='0.5'), r"weight='0.5': must be a number, not str"),
+        (dict(num_train=None), 'num_train=None: must be an int, not NoneType'),
+        (dict(num_eval=2.5), 'num_eval=2.5: must be an int, not float'),
+        (dict(snooze_factor='3'),
+         "snooze_factor='3': must be an int or None, not str"),
+        (dict(verifier=None),
+         'verifier=None: must be a string, a dict or a list, not NoneType'),
+        (dict(weight=float('inf')),
+         'weight=inf: must be a finite number >= 0'),
+    ):
+      c = common.base_config()
+      c.data.datasets = [common.arithmetic_dataset(**keys)]
+      with self.subTest(keys=keys), self.assertRaisesRegex(
+          config_lib.ConfigError, rf'^data\.datasets\[0\]\.{expected}'):
+        config_lib.from_config_dict(c)
+    c = common.base_config()
+    c.data.datasets = [common.arithmetic_dataset(
+        weight=1, verifier=[{'name': 'math', 'weight': 2}, 'format'],
+        unanswerable='missing')]
+    self.assertEqual(config_lib.from_config_dict(c).data.datasets[0].weight,
+                     1)
+
   def test_unknown_key_named(self):
     c = demo.get_config().to_dict()
     c['rollout']['gruop_size'] = 3

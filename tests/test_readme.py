@@ -3,12 +3,15 @@ load, links resolve, and the README stays short with every page reachable."""
 
 import glob
 import importlib
+import itertools
 import os
 import re
+from unittest import mock
 
 from absl.testing import absltest
 
 from jaxgrpo import config_lib
+from jaxgrpo.configs import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(REPO, 'README.md')
@@ -109,6 +112,26 @@ class ReadmeTest(absltest.TestCase):
         self.assertTrue(os.path.isfile(os.path.join(REPO, path)), path)
         module = importlib.import_module(f'jaxgrpo.configs.{name}')
         config_lib.from_config_dict(module.get_config(arg or None))
+
+  def test_every_combination_of_config_switches_validates(self):
+    # curriculum_demo.py:measure,runlocal was refused (stages without
+    # strata): each true/false argument must work with the others.
+    names = sorted(os.path.basename(p)[:-3] for p in glob.glob(
+        os.path.join(REPO, 'jaxgrpo', 'configs', '*.py')))
+    for name in names:
+      module = importlib.import_module(f'jaxgrpo.configs.{name}')
+      if not hasattr(module, 'get_config'):
+        continue
+      with mock.patch.object(common, 'parse_arg',
+                             wraps=common.parse_arg) as parse_arg:
+        module.get_config(None)
+      switches = [k for k, v in parse_arg.call_args.kwargs.items()
+                  if isinstance(v, bool)]
+      for n in range(len(switches) + 1):
+        for combo in itertools.combinations(switches, n):
+          with self.subTest(config=f'{name}.py:{",".join(combo)}'):
+            config_lib.from_config_dict(module.get_config(
+                ','.join(combo) or None))
 
   def test_paths_exist(self):
     for page, text in _pages().items():

@@ -1,8 +1,18 @@
-"""Tests for the end-of-run summary table."""
+"""Tests for the end-of-run summary table and scripts/summarize_run.py."""
+
+import contextlib
+import io
+import json
+import os
+import sys
 
 from absl.testing import absltest
 
 from jaxgrpo.reporting import summary as summary_lib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), 'scripts'))
+import summarize_run  # pylint: disable=wrong-import-position
 
 
 def _records():
@@ -68,6 +78,44 @@ class SummaryTest(absltest.TestCase):
     self.assertIn('7 (resumed at 5) (stopped by SIGTERM)', table)
     self.assertIn('held-out accuracy                       - -> -', table)
     self.assertNotIn('time in GRPO steps', table)
+
+
+class SummarizeRunScriptTest(absltest.TestCase):
+
+  def _main(self, *argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      try:
+        summarize_run.main(list(argv))
+      except SystemExit as e:
+        code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+  def test_rows_and_a_line_cut_short(self):
+    workdir = self.create_tempdir().full_path
+    lines = [json.dumps({'step': s, 'reward/mean': 0.5,
+                         'rollout/prompts_generated': 8,
+                         'rollout/groups_used': 4, 'rollout/rounds': 1})
+             for s in (1, 2)]
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.write('\n'.join(lines) + '\n{"step": 3, "rew')  # a run killed
+    code, out, _ = self._main(workdir, '--window', '1')
+    self.assertEqual(code, 0)
+    self.assertLen(out.splitlines(), 3)  # the header and two rows
+
+  def test_mistakes_end_in_one_line(self):
+    # Tracebacks before; --window=-1 printed an empty table.
+    missing = os.path.join(self.create_tempdir().full_path, 'nope')
+    code, _, err = self._main(missing)
+    self.assertEqual(code, 2)
+    self.assertIn(f'error: {missing}: cannot read its metrics.jsonl (No such '
+                  'file or directory)', err)
+    self.assertNotIn('Traceback', err)
+    for window in ('0', '-1'):
+      code, _, err = self._main(missing, '--window', window)
+      self.assertEqual(code, 2)
+      self.assertIn(f'error: --window={window}: must be >= 1', err)
 
 
 if __name__ == '__main__':

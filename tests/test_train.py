@@ -200,6 +200,47 @@ class CommandLineTest(absltest.TestCase):
     self.assertEqual(os.path.realpath(os.path.join(REPO, 'configs')),
                      os.path.join(REPO, 'jaxgrpo', 'configs'))
 
+  def test_overrides_of_none_lists_and_dataset_entry_keys(self):
+    # `=None` read as the string 'None' (a system turn saying "None") or
+    # failed to parse ('could not convert string to float'); a dataset
+    # entry's key that its dict leaves out was an "unknown config key";
+    # data.datasets could not be given at all.
+    load = lambda *overrides: config_lib.from_config_dict(common.load_config(
+        'jaxgrpo-train', 'configs/qa_mixture.py:runlocal', list(overrides)))
+    cfg = load('--config.model.system_prompt=Be brief.',
+               '--config.model.system_prompt=None',
+               '--config.mesh.memory_limit_gib', 'None',
+               '--config.data.datasets[0].template=None',
+               '--config.data.datasets[1].verifier=math',
+               '--config.data.datasets[1].min_fraction=0.25',
+               '--config.data.datasets[0].weight=2',
+               '--config.data.datasets[0].snooze_factor=3')
+    self.assertIsNone(cfg.model.system_prompt)
+    self.assertIsNone(cfg.mesh.memory_limit_gib)
+    first, second = cfg.data.datasets
+    self.assertIsNone(first.template)
+    self.assertEqual((first.weight, first.snooze_factor), (2.0, 3))
+    self.assertEqual((second.verifier, second.min_fraction), ('math', 0.25))
+    cfg = load("--config.data.datasets=[{'name': 'a', 'kind': 'arithmetic'}]",
+               "--config.data.datasets[0].verifier=['math', 'format']",
+               '--config.data.datasets[0].num_train=50')
+    (entry,) = cfg.data.datasets
+    self.assertEqual((entry.name, entry.num_train, entry.verifier),
+                     ('a', 50, ['math', 'format']))
+    for overrides, message in (
+        (['--config.data.datasets[2].weight=1'],
+         r'datasets\[2\]\.weight=1: the config has 2 datasets'),
+        (['--config.data.datasets[0].num_train=abc'],
+         r"datasets\[0\]\.num_train='abc': must be an int, not str"),
+        (['--config.data.datasets[0].wieght=1'],
+         r'unknown config key data\.datasets\[0\]\.wieght'),
+        (['--config.data.datasets=arithmetic'],
+         'expected a list of dataset dicts'),
+    ):
+      with self.subTest(overrides=overrides), self.assertRaisesRegex(
+          (common.UsageError, config_lib.ConfigError), message):
+        load(*overrides)
+
   def test_config_mistakes_end_in_one_line_with_the_reason(self):
     workdir = self.create_tempdir().full_path
     folder = self.create_tempdir().full_path

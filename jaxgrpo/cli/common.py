@@ -9,10 +9,15 @@ with its `--config.KEY=VALUE` overrides as `jaxgrpo-train` does.
 """
 
 import argparse
+import ast
 from collections.abc import Callable
+import dataclasses
 import logging
 import os
+import re
 import sys
+import typing
+from typing import Any
 
 from absl import flags
 import ml_collections
@@ -111,14 +116,139 @@ def shipped_config(path: str) -> str | None:
   return shipped if os.path.isfile(shipped) else None
 
 
+# A dataset entry's key, which ml_collections cannot override when the
+# entry's dict leaves it out (at its default).
+_ENTRY_KEY = re.compile(r'data\.datasets\[(\d+)\]\.(\w+)')
+
+
+def _pairs(overrides: list[str]) -> list[tuple[str, str | None, list[str]]]:
+  """(key, value or None for a bare flag, its arguments) of each override
+  (`--config.KEY=VALUE` or `--config.KEY VALUE`, as `config_overrides`
+  keeps them)."""
+  out, i = [], 0
+  while i < len(overrides):
+    key, sep, value = overrides[i][len(CONFIG_PREFIX):].partition('=')
+    if sep:
+      out.append((key, value, overrides[i:i + 1]))
+    elif i + 1 < len(overrides) and not overrides[i + 1].startswith('--'):
+      out.append((key, overrides[i + 1], overrides[i:i + 2]))
+      i += 1
+    else:
+      out.append((key, None, overrides[i:i + 1]))
+    i += 1
+  return out
+
+
+def _field_of(key: str) -> Any:
+  """The schema's field of a config key (`model.path`, or a dataset entry's
+  as `data.datasets[0].template`); None when the schema has no such key."""
+  # pylint: disable=g-import-not-at-top
+  from jaxgrpo import checks, config_lib
+  from jaxgrpo.data import entry
+  cls, path = config_lib.Config, key.split('.')
+  if _ENTRY_KEY.fullmatch(key):
+    cls, path = entry.DatasetSection, path[2:]
+  for name in path:
+    f = {f.name: f for f in dataclasses.fields(cls)}.get(name)
+    if f is None or name == path[-1]:
+      return f
+    if not (isinstance(f.type, type) and issubclass(f.type, checks.Section)):
+      return None
+    cls = f.type
+  return None
+
+
+def _literal(text: str) -> Any:
+  """`text` as a Python literal (true/false as bools), else the text."""
+  try:
+    return ast.literal_eval(
+        text.capitalize() if text in ('true', 'false') else text)
+  except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+    return text
+
+
+def _value_of(key: str, text: str) -> Any:
+  """An override's text as the value of the schema's field `key`: None for
+  `None` where the key may be None, else of the field's type where the
+  text reads as one (the config's check names anything else)."""
+  # pylint: disable-next=g-import-not-at-top
+  from jaxgrpo import checks
+  f = _field_of(key)
+  kinds = (typing.get_args(f.type) or (f.type,)) if f else ()
+  if text == 'None' and type(None) in kinds:
+    return None
+  if set(kinds) <= {str, type(None)}:  # a string, as ml_collections reads it
+    return text
+  value = _literal(text)
+  if (float in kinds and isinstance(value, int)
+      and not isinstance(value, bool)):
+    value = float(value)
+  return value if checks.type_error(value, f.type) is None else text
+
+
+def _apply_later(config: ml_collections.ConfigDict,
+                 later: list[tuple[str, str]]) -> None:
+  """Applies the overrides that ml_collections cannot: `None` for a key that
+  may be None, `data.datasets` as a list, and a dataset entry's key that
+  its dict leaves out."""
+  for key, text in later:
+    where = f'{CONFIG_PREFIX}{key}={text}'
+    if key == 'data.datasets':
+      value = _literal(text)
+      if not isinstance(value, (list, tuple)):
+        raise UsageError(f"{where}: expected a list of dataset dicts, e.g. "
+                         "\"[{'name': 'a', 'kind': 'arithmetic'}]\"")
+      config.data.datasets = list(value)
+    elif match := _ENTRY_KEY.fullmatch(key):
+      entries = config.data.datasets
+      index = int(match.group(1))
+      if not isinstance(entries, list) or index >= len(entries):
+        count = len(entries) if isinstance(entries, list) else 0
+        raise UsageError(f'{where}: the config has {count} dataset'
+                         f'{"s" * (count != 1)} (data.datasets[0] to '
+                         f'[{count - 1}])')
+      if not isinstance(entries[index], dict):
+        raise UsageError(f'{where}: data.datasets[{index}] is no dict')
+      entries[index][match.group(2)] = _value_of(key, text)
+    else:  # None, for a key that may be None
+      *parents, name = key.split('.')
+      section = config
+      for part in parents:
+        section = section[part]
+      section[name] = None
+
+
 def load_config(prog: str, config: str,
                 overrides: list[str]) -> ml_collections.ConfigDict:
   """The ConfigDict of `--config` with `--config.KEY` overrides applied.
+
+  ml_collections applies most overrides; `--config.KEY=None` of a key that
+  may be None (it read the string 'None'), `--config.data.datasets=[...]`
+  (a list it cannot parse) and a dataset entry's key,
+  `--config.data.datasets[0].KEY=VALUE` (it knows only the keys that the
+  entry's dict names), are applied here, after them, in their order.
 
   Raises:
     UsageError: the file does not exist or load, or an override names an
       unknown key or a bad value.
   """
+  kept, later = [], []
+  for key, text, args in _pairs(overrides):
+    if text is not None and (
+        key == 'data.datasets' or _ENTRY_KEY.fullmatch(key)
+        or (text == 'None' and type(None) in typing.get_args(
+            getattr(_field_of(key), 'type', None)))):
+      later.append((key, text))
+    else:
+      kept += args
+  result = _load(prog, config, kept)
+  _apply_later(result, later)
+  return result
+
+
+def _load(prog: str, config: str,
+          overrides: list[str]) -> ml_collections.ConfigDict:
+  """`load_config` with the overrides that ml_collections applies."""
   path, sep, arg = config.partition(':')
   if not os.path.isfile(path):
     shipped = shipped_config(path)

@@ -25,7 +25,7 @@ measured rate. Each stratum's batch share is in metrics.jsonl as
 
 `:measure` is the same run without strata or stages: the model and data that
 steps 1 and 2 measure (20,000 1-3 digit sums, warm start to a sampled pass
-rate of 0.3).
+rate of 0.3); `:measure,runlocal` is its 2-step CPU smoke run.
 """
 
 from jaxgrpo.configs import common
@@ -48,9 +48,10 @@ def get_config(arg: str | None = None):
     c.curriculum.stages = ()
   if args.runlocal:
     common.shrink_for_runlocal(c)
-    # A stage per step of the 2-step run.
-    c.curriculum.stages = (
-        {'step': 1, 'weights': {'too_hard': 0.0}},
-        {'step': 2, 'weights': {'too_easy': 0.0}},
-    )
+    if not args.measure:  # `measure,runlocal`: a small run to measure
+      # A stage per step of the 2-step run.
+      c.curriculum.stages = (
+          {'step': 1, 'weights': {'too_hard': 0.0}},
+          {'step': 2, 'weights': {'too_easy': 0.0}},
+      )
   return c

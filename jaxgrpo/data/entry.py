@@ -23,15 +23,16 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
           "must be non-empty without '/' (metric names use it)")))
   kind: str = field(help='where the examples come from',
                     check=checks.one_of(sources.KINDS))
-  weight: float = field(1.0, "the dataset's share of the mixture",
-                        checks.NON_NEGATIVE)
+  weight: float = field(
+      1.0, "the dataset's share of the mixture", checks.rule(
+          lambda w: 0 <= w < float('inf'), 'must be a finite number >= 0'))
   min_fraction: float = field(
       0.0, 'share of each batch it keeps at least (see [the sampler]'
       '(sampler.md))', checks.in_range(0.0, 1.0))
   snooze_factor: int | None = field(
       None, "its own `sampler.snooze_factor` (None: the sampler's)",
       checks.optional(snooze.SNOOZE_FACTOR, "the sampler's"))
-  verifier: str = field(
+  verifier: str | dict | list | tuple = field(
       'exact_match', 'a verifier name, a dict with options or a list to '
       'combine (see [Verifiers](data.md#verifiers))')
   num_eval: int = field(256, 'held-out examples evaluated',

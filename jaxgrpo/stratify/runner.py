@@ -89,6 +89,9 @@ class Settings:
           f'{self.num_shards})')
     if self.limit is not None and self.limit < 1:
       raise errors.ConfigError(f'--limit={self.limit}: must be >= 1')
+    if not 0 < self.threshold <= 1:  # rewards lie in [0, 1]
+      raise errors.ConfigError(f'--threshold={self.threshold}: must be in '
+                               '(0, 1] (rewards lie in [0, 1])')
 
 
 @dataclasses.dataclass

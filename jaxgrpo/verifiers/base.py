@@ -19,11 +19,16 @@ out-of-range result into reward 0 and counts it, so one bad call never stops
 a training run. `score_batch` scores in the calling process;
 `jaxgrpo.verifiers.pool.Scorer` adds worker processes and per-call timeouts
 on top of it.
+
+Size: the registry, the combination and the scoring share `Verdict` and
+its checks, and user code finds them in one place (`base.register`,
+`base.Verdict`, docs/data.md).
 """
 
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import logging
+import math
 import numbers
 import reprlib
 import signal
@@ -206,12 +211,18 @@ def _combine(parts: Any, combine: str, key: str) -> Verifier:
     if not isinstance(part, Mapping):
       raise ValueError(f'{where}={part!r}: expected a name or a dict')
     part = dict(part)
+    if combine == 'product' and 'weight' in part:
+      raise ValueError(
+          f"{where}.weight={part['weight']!r}: a product takes no weights "
+          "(it multiplies the parts' rewards); drop it, or combine='mean'")
     weight = part.pop('weight', 1.0)
-    if not isinstance(weight, (int, float)) or not weight >= 0:
-      raise ValueError(f'{where}.weight={weight!r}: must be a number >= 0')
+    if (isinstance(weight, bool) or not isinstance(weight, (int, float))
+        or not 0 <= weight < math.inf):
+      raise ValueError(
+          f'{where}.weight={weight!r}: must be a finite number >= 0')
     built.append((part.get('name'), float(weight), _one(part, where)))
-  if combine == 'mean' and sum(w for _, w, _ in built) <= 0:
-    raise ValueError(f'{key}: weights must have a positive sum')
+  if combine == 'mean' and not 0 < sum(w for _, w, _ in built) < math.inf:
+    raise ValueError(f'{key}: weights must have a positive, finite sum')
   names_ = [n for n, _, _ in built]
   if len(set(names_)) != len(names_):  # details are keyed by name
     built = [(f'{n}[{i}]', w, v) for i, (n, w, v) in enumerate(built)]

@@ -168,6 +168,11 @@ class ShardTest(absltest.TestCase):
                             (dict(limit=0), '--limit=0')):
       with self.assertRaisesRegex(errors.ConfigError, pattern):
         runner.Settings(seed=0, threshold=1.0, max_prompt_len=8, **kwargs)
+    # Accepted before: every pass rate 0 (or 1), silently.
+    for threshold in (1.5, 0.0, -1.0, float('nan')):
+      with self.assertRaisesRegex(errors.ConfigError,
+                                  rf'--threshold={threshold}: must be in'):
+        runner.Settings(seed=0, threshold=threshold, max_prompt_len=8)
 
   def test_chunks_of_a_shard(self):
     settings = runner.Settings(seed=0, threshold=1.0, max_prompt_len=8,

@@ -235,6 +235,24 @@ class FromConfigTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'combine'):
       base.from_config({'combine': 'max', 'parts': ['exact_match']})
 
+  def test_weights_that_would_be_ignored_or_overflow(self):
+    # An infinite weight, or weights whose sum overflows, scored every
+    # completion 0 (NaN); a bool passed as a number, and weights in a
+    # product were silently ignored.
+    for weight in (float('inf'), True, '0.5'):
+      with self.assertRaisesRegex(
+          ValueError, r'verifier\[0\]\.weight=.*finite number >= 0'):
+        base.from_config([{'name': 'exact_match', 'weight': weight},
+                          'exact_match'])
+    with self.assertRaisesRegex(
+        ValueError, r'verifier\.parts\[1\]\.weight=0\.1: a product takes no '
+        'weights'):
+      base.from_config({'combine': 'product', 'parts': [
+          'exact_match', {'name': 'exact_match', 'weight': 0.1}]})
+    with self.assertRaisesRegex(ValueError, 'positive, finite sum'):
+      base.from_config([{'name': 'exact_match', 'weight': 1e308},
+                        {'name': 'exact_match', 'weight': 1e308}])
+
 
 if __name__ == '__main__':
   absltest.main()
