@@ -15,6 +15,7 @@ rejects; `Config._validate` and `mesh_shape` hold the checks across sections.
 """
 
 import dataclasses
+import difflib
 import math
 import types
 import typing
@@ -38,6 +39,7 @@ from jaxgrpo.errors import ConfigError
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import lora as lora_lib
+from jaxgrpo.model import pretrained
 from jaxgrpo.rl import advantages
 from jaxgrpo.rl import rollout as rollout_lib
 
@@ -73,6 +75,14 @@ class ModelSection(Section, name='model'):
       'the same gradients up to float rounding; generation never recomputes',
       one_of(decoder.REMAT_POLICIES))
   lora: lora_lib.LoraSection = field(lora_lib.LoraSection)
+
+  def __post_init__(self):
+    # A relative path names the model under the folder the run starts in;
+    # it is kept absolute (and so saved in checkpoints), so that a resume,
+    # jaxgrpo-eval or jaxgrpo-export from another folder reads that model.
+    if isinstance(self.path, str) and self.path:
+      object.__setattr__(self, 'path', pretrained.absolute(self.path))
+    super().__post_init__()
 
   def _validate(self):
     yield 'tokenizer', self.path is not None or self.tokenizer != 'model', (
@@ -295,8 +305,10 @@ def _build(cls: type[Section], values: Any, where: str,
   fields = {f.name: f for f in dataclasses.fields(cls)}
   unknown = sorted(set(values) - set(fields))
   if unknown:
+    near = difflib.get_close_matches(unknown[0], fields, 1)
     raise ConfigError(
-        f'unknown config key {where}{unknown[0]} (known in '
+        f'unknown config key {where}{unknown[0]} ('
+        f'{"".join(f"did you mean {where}{n}? " for n in near)}known in '
         f'{where[:-1] or "the top level"}: {", ".join(sorted(fields))})')
   for key, f in fields.items():
     if key not in values and (strict or f.default is dataclasses.MISSING):

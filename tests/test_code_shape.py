@@ -41,8 +41,9 @@ KNOWN_MODULES = {
 # 1063 with the check that the min_fraction floors fit rollout.batch_size,
 # 1094 with each value checked against its field's declared type: a dataset
 # entry is a plain dict, whose `weight='0.5'` reached its rule unchecked, a
-# TypeError traceback).
-KNOWN_CONFIG_LINES = 1094
+# TypeError traceback), 1098 with the nearest key suggested for an
+# unknown one).
+KNOWN_CONFIG_LINES = 1098
 
 
 class CodeShapeTest(absltest.TestCase):

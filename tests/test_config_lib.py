@@ -95,12 +95,24 @@ class ConfigTest(parameterized.TestCase):
   def test_unknown_key_named(self):
     c = demo.get_config().to_dict()
     c['rollout']['gruop_size'] = 3
-    with self.assertRaisesRegex(config_lib.ConfigError,
-                                'unknown config key rollout.gruop_size'):
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r'^unknown config key rollout.gruop_size '
+        r'\(did you mean rollout.group_size\? known in rollout: '):
       config_lib.from_config_dict(c)
     c = demo.get_config().to_dict()
     c['totl_steps'] = 3
-    with self.assertRaisesRegex(config_lib.ConfigError, 'totl_steps'):
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                r'totl_steps \(did you mean total_steps\?'):
+      config_lib.from_config_dict(c)
+    c = demo.get_config().to_dict()
+    c['data']['datasets'][0]['wieght'] = 2
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r'data.datasets\[0\].wieght \(did you mean '
+        r'data.datasets\[0\].weight\?'):
+      config_lib.from_config_dict(c)
+    c['data']['datasets'][0] = {'name': 'a', 'kind': 'arithmetic', 'zzz': 1}
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                r'datasets\[0\].zzz \(known in'):
       config_lib.from_config_dict(c)
 
   def test_missing_key_named(self):
