@@ -211,8 +211,11 @@ class CommandLineTest(absltest.TestCase):
     _write_run(with_records, steps=2)
     blank = self.create_tempdir().full_path
     open(os.path.join(blank, 'metrics.jsonl'), 'w').close()
+    folder = self.create_tempdir().full_path
+    os.mkdir(os.path.join(folder, 'metrics.jsonl'))
     cases = (
         ((empty,), 1, 'metrics.jsonl: no such file'),
+        ((folder,), 1, 'metrics.jsonl: is a folder'),
         ((with_records, '--window=0'), 2, '--window=0: must be >= 1'),
         ((with_records, '--bogus'), 2, 'unrecognized arguments'),
         ((), 2, 'required: workdir'),

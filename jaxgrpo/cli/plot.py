@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     return common.fail(PROG, f'--window={args.window}: must be >= 1', 2)
   path = os.path.join(args.workdir, 'metrics.jsonl')
   if not os.path.isfile(path):
-    return common.fail(PROG, f'{path}: no such file (WORKDIR is a run workdir: '
-                    'where the run wrote metrics.jsonl)', 1)
+    what = 'is a folder' if os.path.isdir(path) else 'no such file'
+    return common.fail(PROG, f'{path}: {what} (WORKDIR is a run workdir: '
+                       'where the run wrote metrics.jsonl)', 1)
   failed = []  # one error line each
   paths = plot.plot_run(args.workdir, args.out, args.window, log=failed.append)
   for p in paths:
