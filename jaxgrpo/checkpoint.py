@@ -335,7 +335,8 @@ def read_meta(directory: str, step: int) -> dict[str, Any]:
 
 def load_state_arrays(directory: str, step: int | None = None) -> dict:
   """The train state of a checkpoint as nested numpy arrays, no target
-  structure needed (inspection, comparisons). Latest step by default.
+  structure needed (inspection, comparisons, jaxgrpo-export). Latest step
+  by default. It reads on any devices, whatever mesh the run saved from.
 
   Raises:
     ResumeError: there is no checkpoint.
@@ -348,9 +349,18 @@ def load_state_arrays(directory: str, step: int | None = None) -> dict:
     step = manager.latest_step() if step is None else step
     if step is None:
       raise errors.ResumeError(f'no checkpoint in {directory}')
+    # Without a target orbax places arrays as saved, and refuses a
+    # checkpoint of more devices than this process has; as numpy arrays
+    # they read anywhere.
+    tree = ocp.StandardCheckpointHandler().metadata(
+        epath.Path(absolute(directory)) / str(step) / 'state')
+    as_numpy = jax.tree.map(
+        lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
+        getattr(tree, 'tree', tree))
     out = manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
-                                      meta=ocp.args.JsonRestore()))
+        step, args=ocp.args.Composite(
+            state=ocp.args.PyTreeRestore(restore_args=as_numpy),
+            meta=ocp.args.JsonRestore()))
   finally:
     manager.close()
   state = jax.tree.map(np.asarray, out.state)

@@ -76,10 +76,7 @@ class ModelSection(Section, name='model'):
       one_of(decoder.REMAT_POLICIES))
   lora: lora_lib.LoraSection = field(lora_lib.LoraSection)
 
-  def __post_init__(self):
-    # A relative path names the model under the folder the run starts in;
-    # it is kept absolute (and so saved in checkpoints), so that a resume,
-    # jaxgrpo-eval or jaxgrpo-export from another folder reads that model.
+  def __post_init__(self):  # absolute, as saved: read from any folder
     if isinstance(self.path, str) and self.path:
       object.__setattr__(self, 'path', pretrained.absolute(self.path))
     super().__post_init__()

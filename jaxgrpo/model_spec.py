@@ -290,7 +290,25 @@ def lora_section(meta: dict[str, Any]) -> lora.LoraSection | None:
 def run_base(meta: dict[str, Any], log: Log = _ignore) -> LoadedModel:
   """The base model a LoRA run's adapter sits on, rebuilt as the run built
   it: its `model.path` loaded, or its preset initialised from its seed."""
-  return load(INIT, config_lib.from_config_dict(meta['config']), log=log)
+  return load(INIT, _model_config(meta['config']), log=log)
+
+
+def _model_config(saved: dict[str, Any]) -> config_lib.Config:
+  """The default config with a saved config's model section and seed, all
+  that rebuilding its model reads. The rest is left out: it may hold keys
+  of another version's schema, or names (a custom rl.advantage) that the
+  run's own imports registered and this process has not."""
+  c = config_lib.base_config()
+  c.seed = saved.get('seed', c.seed)
+  c.warmstart.enabled = False  # as under LoRA; the base reads none of it
+  for key, value in saved.get('model', {}).items():
+    if key == 'lora' and isinstance(value, dict):
+      for name, setting in value.items():
+        if name in c.model.lora:
+          c.model.lora[name] = setting
+    elif key in c.model:
+      c.model[key] = value
+  return config_lib.from_config_dict(c)
 
 
 def load_adapter(workdir: str, step: int, log: Log = _ignore

@@ -37,6 +37,12 @@ Log = Callable[[str], None]
 INITIALIZE = ('auto', 'always', 'never')
 
 
+def _is_host_port(value) -> bool:
+  """Whether `value` is 'host:port' with a host and a port number."""
+  host, _, port = value.rpartition(':') if isinstance(value, str) else ('',) * 3
+  return bool(host.strip()) and port.isdigit() and 0 < int(port) < 65536
+
+
 class DistributedSection(checks.Section, name='distributed'):
   """The config's `distributed`: several processes in one run."""
 
@@ -48,8 +54,9 @@ class DistributedSection(checks.Section, name='distributed'):
   coordinator: str | None = field(
       None, "an explicit cluster (GPU nodes without a manager): process 0's "
       '`host:port`; with `num_processes` and `process_id`, all three or none',
-      checks.rule(lambda c: c is None or (isinstance(c, str) and ':' in c),
-                  "must be 'host:port' (process 0's host), or None"))
+      checks.rule(lambda c: c is None or _is_host_port(c),
+                  "must be 'host:port' (process 0's host, a port in 1-65535),"
+                  ' or None'))
   num_processes: int | None = field(
       None, 'an explicit cluster: the number of processes',
       checks.optional(checks.rule(lambda n: n >= 1, 'must be >= 1'),
@@ -130,6 +137,11 @@ def initialize(
                   num_processes=num_processes, process_id=process_id)
   try:
     jax.distributed.initialize(**kwargs)
+  except ValueError as e:  # 'always' where jax detects no cluster
+    raise errors.ConfigError(
+        f'distributed.initialize={mode!r}: jax finds no cluster to join ({e}); '
+        'give distributed.coordinator, num_processes and process_id, or set '
+        "distributed.initialize='never' for a single process") from None
   except RuntimeError as e:
     raise errors.ConfigError(
         f'distributed: cannot start jax.distributed ({e}); check '

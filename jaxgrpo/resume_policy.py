@@ -30,6 +30,7 @@ import orbax.checkpoint as ocp
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
+from jaxgrpo.model import pretrained
 
 REFUSE, NOTICE, FREE = 'refuse', 'notice', 'free'
 
@@ -148,12 +149,21 @@ def _flat(config: Mapping[str, Any],
       yield key, value
 
 
+def _absolute_model_path(config: dict[str, Any]) -> dict[str, Any]:
+  """`config` with its model.path absolute, as runs save it now (earlier
+  ones saved a relative path as given, resolved from the current folder)."""
+  model = config.get('model')
+  if isinstance(model, Mapping) and isinstance(model.get('path'), str):
+    config['model'] = {**model, 'path': pretrained.absolute(model['path'])}
+  return config
+
+
 def changes(saved: Mapping[str, Any],
             now: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
   """(key, saved value, this run's value) of every key whose value
   differs; keys one side lacks (a setting added since) are skipped, and so
   are datasets only one side has (`check_resumable` decides on those)."""
-  saved = checkpoint_lib.as_saved(dict(saved))
+  saved = _absolute_model_path(checkpoint_lib.as_saved(dict(saved)))
   now = checkpoint_lib.as_saved(dict(now))
   names = [d.get('name') for d in now.get('data', {}).get('datasets', [])]
   then = dict(_flat(saved, names))

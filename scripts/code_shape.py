@@ -42,6 +42,7 @@ CONFIG_FILES = ('configs/common.py', 'jaxgrpo/config_lib.py',
                 'jaxgrpo/data/entry.py')
 CONFIG_PARTS = (
     ('MeshSection', ('_PAIRS', 'mesh_shape')),
+    ('DistributedSection', ('_is_host_port',)),
     ('ArithmeticSpec', ('ArithmeticSpec.__post_init__', 'spec_checks')),
     ('PolicyConfig', ('PolicyConfig.__post_init__',)),
     ('LossConfig', ('LossConfig.__post_init__',)),

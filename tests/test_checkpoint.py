@@ -1,6 +1,8 @@
 """Tests for the orbax checkpointer."""
 
 import os
+import subprocess
+import sys
 
 from absl.testing import absltest
 import chex
@@ -79,6 +81,34 @@ class CheckpointTest(absltest.TestCase):
     ckpt.close()
     chex.assert_trees_all_equal(restored.opt_state,
                                 jax.device_get(state.opt_state))
+
+  def test_state_saved_over_more_devices_reads_here(self):
+    # A run on 4 devices, read by jaxgrpo-export on 1: orbax refused it
+    # without a target ("Topology mismatch detected").
+    directory = self.create_tempdir().full_path
+    script = '''
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+import jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from jaxgrpo import checkpoint
+mesh = jax.make_mesh((2, 2), ("a", "b"))
+w = jax.device_put(np.arange(24.0, dtype=np.float32).reshape(4, 6),
+                   NamedSharding(mesh, P("a", "b")))
+ckpt = checkpoint.Checkpointer(sys.argv[1], every=1, max_to_keep=1)
+ckpt.save(3, {"params": {"w": w}}, {"x": np.zeros(1)}, {})
+ckpt.close()
+'''
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, '-c', script, directory], cwd=repo,
+        env={**os.environ, 'PYTHONPATH': repo}, capture_output=True,
+        text=True, timeout=120)
+    self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+    self.assertLess(jax.device_count(), 4)
+    state = checkpoint.load_state_arrays(directory, 3)
+    np.testing.assert_array_equal(
+        state['params']['w'], np.arange(24.0, dtype=np.float32).reshape(4, 6))
 
 
 def optax_apply(params, updates):

@@ -42,8 +42,9 @@ KNOWN_MODULES = {
 # 1094 with each value checked against its field's declared type: a dataset
 # entry is a plain dict, whose `weight='0.5'` reached its rule unchecked, a
 # TypeError traceback), 1098 with the nearest key suggested for an
-# unknown one).
-KNOWN_CONFIG_LINES = 1098
+# unknown one, 1110 with model.path kept absolute and
+# distributed.coordinator's host and port checked, both counted).
+KNOWN_CONFIG_LINES = 1110
 
 
 class CodeShapeTest(absltest.TestCase):

@@ -140,6 +140,30 @@ class TrainedWorkdirTest(FaultTestCase):
     now = config_lib.to_dict(config_lib.from_config_dict(changed))
     self.assertEqual(resume_policy.check(saved, now, where='x', step=4), [])
 
+  def test_a_relative_model_path_is_saved_absolute(self):
+    # It was saved as given: jaxgrpo-export, jaxgrpo-eval and resumes from
+    # another folder looked for the model (and a LoRA run's base) there.
+    folder = self.create_tempdir().full_path
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+      c = demo.get_config('runlocal')
+      c.model.path = 'models/qwen'
+      now = config_lib.to_dict(config_lib.from_config_dict(c))
+      self.assertEqual(now['model']['path'],
+                       os.path.join(folder, 'models', 'qwen'))
+      # A checkpoint that holds it relative resumes from the same folder.
+      older = config_lib.to_dict(config_lib.from_config_dict(c))
+      older['model']['path'] = 'models/qwen'
+      self.assertEqual(resume_policy.check(older, now, where='x', step=4), [])
+      c.model.path = 'smollm2'  # a name, not a path
+      self.assertEqual(config_lib.from_config_dict(c).model.path, 'smollm2')
+    finally:
+      os.chdir(cwd)
+    c.model.path = '~/models/qwen'
+    self.assertEqual(config_lib.from_config_dict(c).model.path,
+                     os.path.expanduser('~/models/qwen'))
+
   def test_settings_of_a_mode_that_is_off_may_change(self):
     def as_dict(**changes):
       c = demo.get_config('runlocal')

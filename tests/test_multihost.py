@@ -91,6 +91,36 @@ class SingleProcessTest(absltest.TestCase):
       multihost.initialize('sometimes')
     with self.assertRaisesRegex(errors.ConfigError, 'num_processes'):
       multihost.initialize('auto', coordinator='localhost:1')
+    # No host, or no port number: checked before jax waits on it (':1234'
+    # waited forever).
+    for bad in (':1234', 'localhost:', 'localhost:http', 'host:70000'):
+      with self.assertRaisesRegex(
+          errors.ConfigError,
+          f"^distributed.coordinator='{bad}': must be 'host:port'"):
+        multihost.initialize('auto', coordinator=bad, num_processes=1,
+                             process_id=0)
+
+  def test_always_without_a_cluster_names_the_key(self):
+    # jax's ValueError ('coordinator_address should be defined') was a
+    # traceback. A process of its own: jax must not have run anything yet.
+    script = (
+        'from jaxgrpo import errors, multihost\n'
+        'try:\n'
+        "  multihost.initialize('always')\n"
+        'except errors.ConfigError as e:\n'
+        '  print(e)\n')
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE',
+                        'TPU_WORKER_HOSTNAMES')}
+    done = subprocess.run([sys.executable, '-c', script], cwd=repo,
+                          env={**env, 'PYTHONPATH': repo},
+                          capture_output=True, text=True, timeout=120)
+    self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+    self.assertRegex(
+        done.stdout,
+        r"^distributed.initialize='always': jax finds no cluster to join "
+        r'\(.*\); give distributed.coordinator')
 
 
 class TwoProcessTest(absltest.TestCase):

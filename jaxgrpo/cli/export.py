@@ -163,7 +163,8 @@ def _write_peft(out: str, adapter, section: lora.LoraSection,
   os.makedirs(out, exist_ok=True)
   model = meta.get('config', {}).get('model', {})
   config = lora.peft_config(adapter, section,
-                            base_model=model.get('path') or model.get('preset'))
+                            base_model=model.get('path') or model.get('preset'),
+                            num_layers=meta['model']['num_layers'])
   with open(os.path.join(out, 'adapter_config.json'), 'w') as f:
     json.dump(config, f, indent=2)
   safetensors_numpy.save_file(lora.peft_tensors(adapter),

@@ -218,16 +218,18 @@ def hf_module(path: tuple) -> str:
 
 
 def peft_config(adapter: nnx.State, lora: LoraSection, *,
-                base_model: str | None) -> dict:
+                base_model: str | None, num_layers: int | None = None) -> dict:
   """adapter_config.json of PEFT for `adapter`.
 
   `target_modules` lists the projections' short names when every layer
-  adapts the same ones, else each module's full name.
+  (of the `num_layers`, when given) adapts the same ones, else each
+  module's full name: PEFT adapts every module a short name matches.
   """
   modules = [hf_module(path) for path in pairs(adapter)]
   short = sorted({m.rsplit('.', 1)[1] for m in modules})
   layers = {int(m.split('.')[2]) for m in modules}
-  uniform = len(modules) == len(short) * len(layers)
+  uniform = len(modules) == len(short) * len(layers) and (
+      num_layers is None or len(layers) == num_layers)
   return {
       'peft_type': 'LORA',
       'task_type': 'CAUSAL_LM',

@@ -43,11 +43,18 @@ class Pretrained:
   context: int | None = None
 
 
+def absolute(path: str) -> str:
+  """`path` made absolute (`~` expanded); 'smollm2' is kept as a name."""
+  if path == SMOLLM2:
+    return path
+  return os.path.abspath(os.path.expanduser(path))
+
+
 def resolve(path: str) -> str:
   """The file or directory `path` names ('smollm2' is the packaged GGUF)."""
   if path == SMOLLM2:
     return smollm2_path()
-  return os.path.abspath(os.path.expanduser(path))
+  return absolute(path)
 
 
 def smollm2_path() -> str:

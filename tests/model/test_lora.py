@@ -167,6 +167,18 @@ class AttachTest(absltest.TestCase):
          'down_proj']))
     self.assertEqual((peft['r'], peft['lora_alpha'], peft['peft_type']),
                      (4, 8.0, 'LORA'))
+    self.assertEqual(lora.peft_config(
+        self.adapter, self.section, base_model='m',
+        num_layers=cfg.num_layers)['target_modules'], peft['target_modules'])
+    # The same projections of some layers only: short names would make
+    # PEFT adapt them in every layer (adapters without saved weights).
+    section = lora.LoraSection(rank=4, modules=r'blocks/0/attn/(q|v)')
+    _, adapter = lora.attach(self.graphdef, self.params, section,
+                             jax.random.key(1))
+    peft = lora.peft_config(adapter, section, base_model='m',
+                            num_layers=cfg.num_layers)
+    self.assertEqual(peft['target_modules'], [
+        'model.layers.0.self_attn.q_proj', 'model.layers.0.self_attn.v_proj'])
 
 
 def _batch(graphdef, params) -> TrainBatch:
