@@ -8,6 +8,7 @@ workdir is copied for each case that needs checkpoints.
 import contextlib
 import functools
 import glob
+import importlib.util
 import io
 import os
 import shutil
@@ -25,7 +26,9 @@ from jaxgrpo import errors
 from jaxgrpo import model_spec
 from jaxgrpo import resume_policy
 from jaxgrpo.cli import export
+from jaxgrpo.model import pretrained
 from jaxgrpo.configs import common
+from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.configs import demo
 from jaxgrpo.reporting import metrics as metrics_lib
 
@@ -338,6 +341,28 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertIn('the checkpoint of step 4 is damaged', out.stderr)
     self.assertIn('export an earlier one with --step', out.stderr)
     self.assertNotIn('Traceback', out.stderr)
+
+  def test_a_preset_run_exports_its_tokenizer_and_reads_back(self):
+    # The demo's built-in char tokenizer goes with the weights, so that the
+    # export loads as model.path (and in transformers) with the same ids.
+    out = os.path.join(self.create_tempdir().full_path, 'hf')
+    export.export_run(self.copy(), out)
+    char = tokenizer_lib.make_tokenizer('char')
+    tok = pretrained.load(out).tokenizer.with_prompts(chat=True)
+    for text in ('12+345=', 'what is 7*8? ok.'):
+      self.assertEqual(tokenizer_lib.prompt_ids(tok, text),
+                       tokenizer_lib.prompt_ids(char, text))
+    self.assertEqual(tok.decode(char.encode('12+3=') + [char.EOS, 7]),
+                     '12+3=')
+    if importlib.util.find_spec('transformers') is None:
+      return
+    import transformers  # pylint: disable=g-import-not-at-top
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    self.assertEqual(hf_tok('12+3=')['input_ids'],
+                     [char.BOS] + char.encode('12+3='))
+    self.assertEqual(hf_tok.apply_chat_template(
+        [{'role': 'user', 'content': '12+3='}], tokenize=False,
+        add_generation_prompt=True), '12+3=')
 
   def test_export_only_reads_the_workdir_and_names_its_mistakes(self):
     workdir = self.copy()

@@ -8,8 +8,11 @@ Writes config.json and safetensors weights (see `jaxgrpo.model.hf.export`)
 from the run's latest (or `--step`) checkpoint, and the tokenizer next to
 them: the source directory's tokenizer files when the run started from one
 (`model.path` a directory), or tokenizer.json and tokenizer_config.json
-(chat template included) built from a GGUF file's metadata. The result loads
-with `model.path=DIR` here and with transformers' `from_pretrained`.
+(chat template included) built from a GGUF file's metadata, or for a
+built-in preset its `char` or `byte` tokenizer with the same ids (and a
+chat template that leaves prompts as they are, as the run saw them). The
+result loads with `model.path=DIR` here and with transformers'
+`from_pretrained`.
 
 A LoRA run (model.lora.rank > 0) exports its base model, rebuilt from the
 run's model, with the adapter merged into the weights; with `--peft` it
@@ -29,6 +32,7 @@ from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
 from jaxgrpo import model_spec
 from jaxgrpo.cli import common
+from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import decoder
 from jaxgrpo.model import hf
 from jaxgrpo.model import lora
@@ -94,18 +98,20 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
         lambda x: x['value'] if isinstance(x, dict) and 'value' in x else x,
         arrays, is_leaf=lambda x: isinstance(x, dict) and 'value' in x)
     params = _fill(abstract, pure)
-  extra = {}
-  tokenizer = None
   if source:
     tokenizer = pretrained.load_tokenizer(source, vocab_size=cfg.vocab_size)
-    extra = {'bos_token_id': tokenizer.bos_id, 'eos_token_id': tokenizer.eos_id,
-             'pad_token_id': tokenizer.pad_id}
+  else:  # a preset's built-in tokenizer, with the same ids
+    name = meta.get('config', {}).get('model', {}).get('tokenizer', 'auto')
+    tokenizer = tokenizer_lib.to_hf(tokenizer_lib.make_tokenizer(
+        'char' if name == 'auto' else name))
+  extra = {'bos_token_id': tokenizer.bos_id, 'eos_token_id': tokenizer.eos_id,
+           'pad_token_id': tokenizer.pad_id}
   out_dir = hf.export(cfg, params, out, hf_config_extra=extra)
   if source and os.path.isdir(source):
     for name in _TOKENIZER_FILES:
       if os.path.exists(os.path.join(source, name)):
         shutil.copy(os.path.join(source, name), os.path.join(out_dir, name))
-  elif tokenizer is not None:
+  else:
     _write_tokenizer(tokenizer, str(out_dir))
   return str(out_dir)
 

@@ -1,7 +1,7 @@
 """Tokenizers and batch encoding of prompts into left-padded arrays."""
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -108,6 +108,61 @@ class ByteTokenizer:
 
 
 TOKENIZERS = ('char', 'byte')
+
+# The chat template of a model trained on prompts as they are: the user's
+# text, nothing around it (a system turn goes before it, on its own line).
+PLAIN_TEMPLATE = (
+    "{% for m in messages %}{{ m['content'] }}"
+    "{% if not loop.last %}{{ '\\n' }}{% endif %}{% endfor %}")
+
+
+def _byte_chars() -> list[str]:
+  """The 256 printable characters that byte-level BPE writes bytes 0-255 as
+  (GPT-2's table), in byte order."""
+  kept = [*range(33, 127), *range(161, 173), *range(174, 256)]
+  extra = iter(range(256, 512))
+  return [chr(b if b in kept else next(extra)) for b in range(256)]
+
+
+def to_hf(tokenizer: 'CharTokenizer | ByteTokenizer') -> Any:
+  """A built-in tokenizer as an `HFTokenizer` with the same ids: what
+  `jaxgrpo-export` writes next to a preset's weights, so that the export
+  reads back (`model.path`, transformers). Its chat template is
+  `PLAIN_TEMPLATE`: prompts as they were trained on.
+
+  Needs the `tokenizers` package (the `hf` extra).
+  """
+  # pylint: disable=g-import-not-at-top
+  import tokenizers
+  from tokenizers import decoders, models, pre_tokenizers, processors
+  from jaxgrpo.data import hf_tokenizer
+  specials = ['<pad>', '<s>', '</s>']  # ids PAD, BOS, EOS
+  if isinstance(tokenizer, CharTokenizer):
+    chars = list(tokenizer.alphabet)
+    backend = tokenizers.Tokenizer(models.WordLevel(
+        {c: i for i, c in enumerate(specials + chars)}, unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.Split(
+        tokenizers.Regex('(?m).'), behavior='isolated')
+    backend.decoder = decoders.Fuse()
+  elif isinstance(tokenizer, ByteTokenizer):
+    chars = _byte_chars()
+    backend = tokenizers.Tokenizer(models.BPE(
+        {c: i for i, c in enumerate(specials + chars)}, []))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(
+        add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+  else:
+    raise TypeError(f'not a built-in tokenizer: {tokenizer!r}')
+  backend.add_special_tokens(specials)
+  backend.post_processor = processors.TemplateProcessing(
+      single='<s> $A', special_tokens=[('<s>', tokenizer.BOS)])
+  return hf_tokenizer.HFTokenizer(
+      backend, bos_id=tokenizer.BOS, eos_id=tokenizer.EOS,
+      pad_id=tokenizer.PAD, chat_template=PLAIN_TEMPLATE, add_bos=True,
+      vocab_size=tokenizer.vocab_size,
+      template_tokens=dict(zip(('pad_token', 'bos_token', 'eos_token'),
+                               specials)),
+      source=f'the built-in {type(tokenizer).__name__}')
 
 
 def make_tokenizer(name: str) -> Tokenizer:

@@ -1,5 +1,7 @@
 """Tests for the character tokenizer and prompt batching."""
 
+import importlib.util
+
 from absl.testing import absltest
 import numpy as np
 
@@ -145,6 +147,32 @@ class ByteTokenizerTest(absltest.TestCase):
   def test_unknown_name(self):
     with self.assertRaisesRegex(ValueError, "'byte'"):
       tokenizer_lib.make_tokenizer('bpe')
+
+
+
+@absltest.skipUnless(importlib.util.find_spec('tokenizers'),
+                     "needs tokenizers: pip install -e '.[hf]'")
+class AsHuggingFaceTest(absltest.TestCase):
+  """`to_hf`: the built-in tokenizers as tokenizer.json, the same ids."""
+
+  def test_same_ids_both_ways(self):
+    for name, texts in (
+        ('char', ['12+345=', 'what is 7*8? ok.', '(1-2)=', '']),
+        ('byte', ['héllo wörld\n', '日本 語', ' lead', 'a\tb\x00c', '\U0001F600'])):
+      ours = tokenizer_lib.make_tokenizer(name)
+      hf = tokenizer_lib.to_hf(ours)
+      self.assertEqual((hf.vocab_size, hf.bos_id, hf.eos_id, hf.pad_id),
+                       (ours.vocab_size, ours.bos_id, ours.eos_id, ours.pad_id))
+      for text in texts:
+        with self.subTest(name=name, text=text):
+          self.assertEqual(tokenizer_lib.prompt_ids(hf, text),
+                           tokenizer_lib.prompt_ids(ours, text))
+          ids = ours.encode(text) + [ours.eos_id, 5]
+          self.assertEqual(hf.decode(ids), ours.decode(ids))
+      chat = hf.with_prompts(chat=True, system='Be brief.')
+      self.assertEqual(chat.prompt_text('1+2='), 'Be brief.\n1+2=')
+    with self.assertRaisesRegex(Exception, 'UNK'):  # not in the alphabet
+      tokenizer_lib.to_hf(tokenizer_lib.make_tokenizer('char')).encode('A')
 
 
 if __name__ == '__main__':
