@@ -200,15 +200,17 @@ def regime_checks(runs) -> str:
   base = runs.get('none', {})
   if not base:
     return '_No `none` runs yet._\n'
-  rows = []
+  rows, raw = [], []  # the bars read the values, not their rounded text
   for seed, r in sorted(base.items()):
     n = len(r.steps)
     late = r.steps[3 * n // 4:]
     easy = sum(x.get('rollout/groups_easy', 0) for x in late)
     hard = sum(x.get('rollout/groups_hard', 0) for x in late)
     epochs = r.total('rollout/prompts_generated') / r.num_train
-    rows.append((seed, _fmt(r.evals[0][1]), _fmt(r.final()),
-                 _fmt(easy / max(easy + hard, 1), 2), f'{epochs:.1f}'))
+    share = easy / max(easy + hard, 1)
+    raw.append((r.final(), share, epochs))
+    rows.append((seed, _fmt(r.evals[0][1]), _fmt(r.final()), _fmt(share, 2),
+                 f'{epochs:.1f}'))
   # Every run's steps left short, and how many of those at the round cap.
   fills, lines, capped_steps, others = [], [], 0, []
   for v, seeds in runs.items():
@@ -232,10 +234,10 @@ def regime_checks(runs) -> str:
                  'training-set passes'), rows)
   n = len(rows)
   bars = (
-      ('final held-out accuracy >= 0.8', sum(float(r[2]) >= 0.8 for r in rows)),
+      ('final held-out accuracy >= 0.8', sum(a >= 0.8 for a, _, _ in raw)),
       ('too-easy share of degenerate groups >= 0.7 in the last quarter',
-       sum(float(r[3]) >= 0.7 for r in rows)),
-      ('training set passed >= 5 times', sum(float(r[4]) >= 5 for r in rows)),
+       sum(s >= 0.7 for _, s, _ in raw)),
+      ('training set passed >= 5 times', sum(e >= 5 for _, _, e in raw)),
   )
   text += '\nThe regime\'s bars under `none`, seeds meeting each:\n\n'
   text += ''.join(f'- {what}: {k} of {n}\n' for what, k in bars)
@@ -351,14 +353,17 @@ def regime_need(experiments: dict[str, dict]) -> str:
       step = cost[3] if cost else r.steps[-1]['step']
       prompts = r.cum[step][0]
       passes.append(prompts / r.num_train)
-      easy.append(sum(x.get('rollout/groups_easy', 0) for x in r.steps
-                      if x['step'] <= step) / max(prompts, 1))
+      if prompts:  # a target reached at step 0 has no share: left out
+        easy.append(sum(x.get('rollout/groups_easy', 0) for x in r.steps
+                        if x['step'] <= step) / prompts)
     ratios = policy_stats({'none': base, 'snooze3': runs['snooze3']})[
         'snooze3']['ratios'][0]
     rows.append((f'`{name}`', f'{next(iter(base.values())).num_train:,}',
                  len(base), _ci([r.evals[0][1] for r in base.values()]),
                  _ci([r.final() for r in base.values()]),
-                 _ci(passes, 2), _ci(easy, 2), _ratio(ratios)))
+                 _ci(passes, 2), _ci(easy, 2) + (
+                     f' ({len(easy)} seeds)' if len(easy) < len(base) else ''),
+                 _ratio(ratios)))
   return _table(('experiment', 'training problems', 'seeds',
                  'held-out accuracy, step 0', 'none\'s final accuracy',
                  'passes over the training set before none\'s target',
