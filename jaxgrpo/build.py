@@ -344,7 +344,8 @@ def build_run(
   evaluator = evaluate.Evaluator(
       eval_generator, tokenizer, eval_examples, scorer, eval_rng,
       max_prompt_len=ro.max_prompt_len,
-      truncate=ro.long_prompts == 'truncate', console=console)
+      truncate=ro.long_prompts == 'truncate', console=console,
+      threshold=ro.easy_threshold)
   ckpt = checkpoint_lib.Checkpointer(
       os.path.join(workdir, 'checkpoints'),
       every=cfg.checkpoint.every, max_to_keep=cfg.checkpoint.max_to_keep,

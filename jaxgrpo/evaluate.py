@@ -53,11 +53,15 @@ def sample_rewards(
 
 
 def accuracy_metrics(
-    examples: Sequence[Example], rewards_EK: np.ndarray, prefix: str = 'eval'
+    examples: Sequence[Example], rewards_EK: np.ndarray, prefix: str = 'eval',
+    threshold: float = 1.0,
 ) -> dict[str, float]:
   """`{prefix}/accuracy/<dataset>` and per-subset `.../<dataset>/<subset>`.
 
-  Also `{prefix}/accuracy` over all examples and `{prefix}/pass_at_k`.
+  Also `{prefix}/accuracy` over all examples and `{prefix}/pass_at_k`, the
+  share of examples with a completion whose reward is >= `threshold`
+  (`rollout.easy_threshold`, as `jaxgrpo-eval` counts a success): a partial
+  reward (`qa` with `metric='f1'`, a weighted format part) is no pass.
   """
   per_example = rewards_EK.mean(axis=1)
   groups: dict[str, list[float]] = defaultdict(list)
@@ -67,7 +71,8 @@ def accuracy_metrics(
       groups[f'{ex.dataset}/{ex.subset}'].append(acc)
   metrics = {f'{prefix}/accuracy/{k}': float(np.mean(v)) for k, v in sorted(groups.items())}
   metrics[f'{prefix}/accuracy'] = float(per_example.mean())
-  metrics[f'{prefix}/pass_at_k'] = float((rewards_EK.max(axis=1) > 0).mean())
+  metrics[f'{prefix}/pass_at_k'] = float(
+      (rewards_EK.max(axis=1) >= threshold).mean())
   return metrics
 
 
@@ -131,6 +136,7 @@ class Evaluator:
   max_prompt_len: int
   truncate: bool
   console: console_lib.Console
+  threshold: float = 1.0  # a completion passes at this reward or more
 
   def __call__(self, params: PyTree, step: int) -> dict[str, float]:
     if not self.examples:  # no dataset holds examples out: nothing to report
@@ -143,4 +149,5 @@ class Evaluator:
           max_prompt_len=self.max_prompt_len,
           truncate=self.truncate, on_chunk=bar.update,
       )
-    return accuracy_metrics(self.examples, rewards)
+    return accuracy_metrics(self.examples, rewards,
+                            threshold=self.threshold)

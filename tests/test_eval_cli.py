@@ -108,6 +108,19 @@ class PassMetricsTest(absltest.TestCase):
                      {'examples': 4, 'pass@1': 0.75, 'mean@k': 7.5 / 12,
                       'pass@k': 1.0})
 
+  def test_training_eval_pass_at_k_counts_what_jaxgrpo_eval_counts(self):
+    # A partial reward (qa with metric='f1', a format part) is no pass:
+    # eval/pass_at_k was 1.0 here, any reward > 0 passing.
+    a, b = _known_examples()
+    rewards = np.array([[0.5, 0, 0], [0, 0.5, 1], [1, 1, 1], [0.5, 1, 1]])
+    for threshold in (1.0, 0.5):
+      metrics = evaluate.accuracy_metrics(a + b, rewards, threshold=threshold)
+      self.assertEqual(
+          metrics['eval/pass_at_k'],
+          evaluate.pass_metrics(rewards, threshold)['pass@k'])
+    self.assertEqual(evaluate.accuracy_metrics(a + b, rewards)[
+        'eval/pass_at_k'], 0.75)
+
   def test_scripted_completions_through_the_verifier(self):
     a, b = _known_examples()
     tok = tokenizer_lib.CharTokenizer(alphabet=fixtures.ALPHABET)

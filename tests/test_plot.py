@@ -113,6 +113,20 @@ class PlotRunTest(absltest.TestCase):
          'qa/unanswerable'])
     np.testing.assert_array_equal(panel.lines[0].x, [0, 10, 20, 30, 40])
 
+  def test_a_subset_label_with_a_slash_is_drawn(self):
+    # verl's Parquet files label rows 'openai/gsm8k' (subset_field=
+    # 'data_source'); such subsets were left out of reward.png and
+    # accuracy.png.
+    records = [{'step': s, 'eval/accuracy': 0.5, 'eval/accuracy/gsm8k': 0.5,
+                'eval/accuracy/gsm8k/openai/gsm8k': 0.5,
+                'reward/mean': 0.25, 'reward/mean/gsm8k': 0.25,
+                'reward/mean/gsm8k/openai/gsm8k': 0.25} for s in (1, 2)]
+    (panel,) = plot_panels.accuracy_panels(records, 1)
+    self.assertEqual([line.label for line in panel.lines],
+                     ['all', 'gsm8k', 'gsm8k/openai/gsm8k'])
+    (panel,) = plot_panels.reward_panels(records, 1)
+    self.assertIn('gsm8k/openai/gsm8k', [line.label for line in panel.lines])
+
   def test_cumulative_ratio_and_smoothing(self):
     records = [{'step': 0, 'eval/accuracy': 0.1}] + [
         {'step': s, 'rollout/prompts_generated': g, 'rollout/groups_used': 4.0,

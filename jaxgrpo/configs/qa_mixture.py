@@ -3,8 +3,8 @@ r"""Word problems and grounded QA with refusal, in one balanced mixture.
 Two datasets, weight 0.5 each: GSM8K-format word problems scored by the
 `math` verifier, and SQuAD 2.0 questions scored by the `qa` verifier (exact
 match against any gold answer, or 1 for a refusal of an unanswerable one).
-Rewards, held-out accuracy and sampler counts of SQuAD are also reported per
-subset (`.../squad2/answerable`, `.../squad2/unanswerable`).
+Rewards and held-out accuracy of SQuAD are also reported per subset
+(`.../squad2/answerable`, `.../squad2/unanswerable`).
 
 `post_filter` gives each dataset half of every batch, so the dataset whose
 groups are dropped more often does not shrink in it; a dataset that cannot

@@ -5,8 +5,8 @@ the CS224N half of the official dev set: 2,910 answerable and 3,168
 unanswerable questions) and scores with the `qa` verifier: an answerable
 question earns normalised exact match (`metric=f1` for token F1) against
 any gold answer, an unanswerable one earns 1 only for a refusal such as
-"unanswerable". Rewards, held-out accuracy and sampler counts are reported
-per subset (`.../squad2/answerable`, `.../squad2/unanswerable`).
+"unanswerable". Rewards and held-out accuracy are reported per subset
+(`.../squad2/answerable`, `.../squad2/unanswerable`).
 
 The tiny byte-level model trained from scratch learns to refuse long before
 it learns to answer, which is the conflict the sampler's balancing is for;

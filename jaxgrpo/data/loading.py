@@ -195,12 +195,19 @@ def load_dataset(
   else:
     record_format = _record_format(entry)
     if entry.kind == 'tfds':
-      def load(split):
-        return sources.make_dataset(
-            'tfds', name=entry.name, record_format=record_format,
-            tfds_name=entry.tfds_name, split=split, data_dir=entry.data_dir)
-      train = load(entry.split)
-      held = load(entry.eval_split) if entry.eval_split else None
+      def load(split, key):
+        try:
+          return sources.make_dataset(
+              'tfds', name=entry.name, record_format=record_format,
+              tfds_name=entry.tfds_name, split=split, data_dir=entry.data_dir)
+        except errors.UserError:
+          raise
+        except (OSError, ValueError) as e:  # one line naming the key
+          if not isinstance(e, sources.TfdsSplitError):
+            key, split = 'tfds_name', entry.tfds_name
+          raise _file_error(cfg, entry, key, split, e) from None
+      train = load(entry.split, 'split')
+      held = load(entry.eval_split, 'eval_split') if entry.eval_split else None
     else:
       def load(path, key):
         try:

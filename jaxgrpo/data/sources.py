@@ -106,6 +106,10 @@ def write_array_record(path: str, records: Iterable[Mapping[str, Any]]) -> int:
   return count
 
 
+class TfdsSplitError(ValueError):
+  """A TFDS split that the prepared dataset cannot serve."""
+
+
 def _tfds_source(name: str, split: str, data_dir: str | None) -> Any:
   """A prepared TFDS split as a random-access source; never downloads."""
   # pylint: disable=g-import-not-at-top
@@ -119,7 +123,10 @@ def _tfds_source(name: str, split: str, data_dir: str | None) -> Any:
   # pylint: enable=g-import-not-at-top
   # Registers the local builders (jaxgrpo_gsm8k, jaxgrpo_squad2).
   importlib.import_module('jaxgrpo.data.tfds_builders')
-  builder = tfds.builder(name, data_dir=data_dir)
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+  except (AssertionError, ValueError) as e:  # TFDS: unknown name or version
+    raise ValueError(f'no such tfds dataset ({_first_line(e)})') from None
   if not builder.is_prepared():
     local = formats.TFDS_BUILDERS.get(builder.name)
     how = (f'python -m jaxgrpo.data.tfds_builders {local} --manual_dir DIR '
@@ -129,7 +136,11 @@ def _tfds_source(name: str, split: str, data_dir: str | None) -> Any:
         f'tfds dataset {name!r} is not prepared under {builder.data_dir}; '
         f'build it first with {how} (training never downloads)'
     )
-  return builder.as_data_source(split=split)
+  try:
+    return builder.as_data_source(split=split)
+  except ValueError as e:  # an unknown split, a bad slice, an empty one
+    raise TfdsSplitError(f'tfds dataset {name!r} cannot serve this split '
+                         f'({_first_line(e)})') from None
 
 
 def _arithmetic_example(

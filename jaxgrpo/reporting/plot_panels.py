@@ -91,9 +91,11 @@ def smooth(y: np.ndarray, window: int) -> np.ndarray:
 
 
 def _keys(records: Records, prefix: str, depth: int) -> list[str]:
-  """Keys `prefix<a>` (depth 1) or `prefix<a>/<b>` (depth 2), sorted."""
-  found = {k for r in records for k in r
-           if k.startswith(prefix) and k[len(prefix):].count('/') == depth - 1}
+  """Keys `prefix<a>` (depth 1) or `prefix<a>/<b>` (depth 2), sorted; <b>
+  may hold '/' (a subset label such as verl's `data_source`,
+  'openai/gsm8k')."""
+  found = {k for r in records for k in r if k.startswith(prefix)
+           and ('/' in k[len(prefix):]) == (depth == 2)}
   return sorted(found)
 
 

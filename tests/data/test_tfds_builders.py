@@ -11,6 +11,7 @@ import tempfile
 from absl.testing import absltest
 
 from jaxgrpo import config_lib
+from jaxgrpo import errors
 from jaxgrpo.configs import demo
 from jaxgrpo.data import loading
 from jaxgrpo.data import sources
@@ -104,6 +105,32 @@ class TfdsBuildersTest(absltest.TestCase):
     self.assertTrue(held[0].prompt.endswith('"#### <number>".'))
     self.assertEmpty({ds[i].id for i in range(len(ds))}
                      & {ex.id for ex in held})
+
+  def test_a_split_or_name_tfds_cannot_serve_names_the_key(self):
+    # Each was a TFDS traceback (ValueError, AssertionError) before.
+    self._needs(_GSM8K)
+    c = demo.get_config('runlocal')
+    for keys, message in (
+        (dict(eval_split='valid'), r"^data\.datasets\[0\]\.eval_split='valid' "
+         r"\(dataset 'gsm8k'\): tfds dataset 'jaxgrpo_gsm8k' cannot serve "
+         r"this split \(Unknown split 'valid'. Should be one of \['train', "
+         r"'test'\]\.\)$"),
+        (dict(split='train[:abc]'), r"\.split='train\[:abc\]' .* cannot "
+         r'serve this split \(Error parsing split'),
+        (dict(tfds_name='jaxgrpo_gsm8k:9.9.9'), r"\.tfds_name='jaxgrpo_gsm8k:"
+         r"9.9.9' .*no such tfds dataset .*only: 1\.0\.0"),
+        (dict(tfds_name='no_such_one'), r"\.tfds_name='no_such_one' .*no such "
+         r'tfds dataset \(Dataset no_such_one not found\.\)$'),
+        (dict(data_dir=self.create_tempdir().full_path), r"\.tfds_name="
+         r"'jaxgrpo_gsm8k' .*is not prepared under .*tfds_builders gsm8k")):
+      c.data.datasets = [dict(name='gsm8k', kind='tfds', **{
+          'split': 'test', 'tfds_name': 'jaxgrpo_gsm8k',
+          'data_dir': self.data_dir, **keys})]
+      cfg = config_lib.from_config_dict(c)
+      with self.subTest(keys=keys), self.assertRaisesRegex(
+          errors.DataError, message):
+        loading.load_dataset(cfg, cfg.data.datasets[0],
+                             tokenizer_lib.CharTokenizer())
 
   def test_bad_record_stops_preparation_naming_file_and_line(self):
     manual = self.create_tempdir()
