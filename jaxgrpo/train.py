@@ -137,6 +137,8 @@ def _run(
   else:
     state = state.replace(base=parts.base)
   writer = _metrics_writer(cfg, workdir, start.resumed_from, console)
+  # Closed however the run ends: a notebook keeps a failed run's frames.
+  resources.callback(writer.close)
   if start.resumed_from is None:
     _first_eval(parts, state, meta, writer, console)
   loop = _Loop(cfg, parts, console, writer, state, meta, stop)
@@ -245,6 +247,7 @@ class _Loop:
     self.waiting = False  # whether the last step held a short batch
     self.nonfinite_run = 0  # steps in a row with NaN/inf loss or gradients
     self.start_step = self.loop_start = self.last_save = 0
+    self.saved_step = -1  # the step of the last save started
 
   def run(self, start_step: int,
           on_step: Callable[[StepInfo], None] | None) -> tuple[int, str | None]:
@@ -273,6 +276,8 @@ class _Loop:
           on_step(StepInfo(step, self.state, metrics, parts.data_state))
         self.check_finite(step, metrics)
         if stop.signal is not None:
+          # One that came during on_step: the step is saved all the same.
+          self.save_if_due(step, stopping=True)
           console.notice(
               f'{stop.signal} received: saved the checkpoint of step {step} '
               f'in {parts.ckpt.directory} and stopped; run the same command '
@@ -341,9 +346,11 @@ class _Loop:
     # A save that failed in the background stops the run at the next step.
     self.parts.ckpt.check_for_errors()
     minutes = (time.monotonic() - self.last_save) / 60
-    if (self.parts.ckpt.should_save(step) or step == cfg.total_steps
+    if step != self.saved_step and (
+        self.parts.ckpt.should_save(step) or step == cfg.total_steps
         or stopping or 0 < cfg.checkpoint.every_minutes <= minutes):
       self.parts.save(step, self.state, self.meta)
+      self.saved_step = step
       # An object-store workdir gets the metrics with each save.
       self.writer.sync()
       self.last_save = time.monotonic()

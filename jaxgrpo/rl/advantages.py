@@ -13,11 +13,21 @@ _ESTIMATORS: dict[str, Estimator] = {}
 
 
 def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
-  """Registers an advantage estimator under `name` (a decorator)."""
+  """Registers an advantage estimator under `name` (a decorator).
+
+  Registering the same definition again (a notebook cell run again, a
+  module reloaded: the same module and qualified name) replaces it.
+  """
 
   def register(fn: Estimator) -> Estimator:
-    if name in _ESTIMATORS:
-      raise ValueError(f'advantage estimator {name!r} is already registered')
+    old = _ESTIMATORS.get(name)
+    where = lambda f: (getattr(f, '__module__', None),
+                       getattr(f, '__qualname__', None) or id(f))
+    if old is not None and old is not fn:
+      if where(old) != where(fn):
+        raise ValueError(
+            f'advantage estimator {name!r} is already registered')
+      compute_advantages.clear_cache()  # it traced the old one
     _ESTIMATORS[name] = fn
     return fn
 

@@ -63,16 +63,26 @@ def register(name: str) -> Callable[[Any], Any]:
   """Registers a verifier class or function under `name` (decorator).
 
   A class is built with the config's options as keyword arguments and must
-  raise ValueError on a bad one; a function takes no options.
+  raise ValueError on a bad one; a function takes no options. Registering
+  the same definition again (a notebook cell run again, a module reloaded:
+  the same module and qualified name) replaces it.
   """
 
   def wrap(obj):
-    if name in _REGISTRY and _REGISTRY[name] is not obj:
+    if name in _REGISTRY and not same_definition(_REGISTRY[name], obj):
       raise ValueError(f'verifier {name!r} is already registered')
     _REGISTRY[name] = obj
     return obj
 
   return wrap
+
+
+def same_definition(old: Any, new: Any) -> bool:
+  """Whether `new` is `old` or defines it again: the same module and
+  qualified name (a notebook cell run again, a module reloaded)."""
+  key = lambda obj: (getattr(obj, '__module__', None),
+                     getattr(obj, '__qualname__', None))
+  return old is new or (key(old)[1] is not None and key(old) == key(new))
 
 
 def names() -> list[str]:
@@ -247,10 +257,16 @@ _logged_kinds: set[tuple[str, str]] = set()
 
 
 def log_once(kind: str, name: str, message: str) -> None:
-  """Logs `message` the first time (kind, name) is seen in this process."""
+  """Logs `message` the first time (kind, name) is seen since the last
+  `forget_logged` (each `pool.Scorer`, so each run, starts afresh)."""
   if (kind, name) not in _logged_kinds:
     _logged_kinds.add((kind, name))
     logging.warning('%s (logged once per verifier and kind)', message)
+
+
+def forget_logged() -> None:
+  """Lets `log_once` log each message again (a new run in this process)."""
+  _logged_kinds.clear()
 
 
 class VerifierTimeout(BaseException):

@@ -13,8 +13,10 @@ Workers are started with the 'forkserver' method where it exists (else
 survive a fork. They import only `jaxgrpo.verifiers` and what the verifiers
 need (no JAX), plus the modules named in `imports`, which is how verifiers
 registered by user code reach them; the main module, which imports JAX, is
-re-run in them only when a verifier is defined there (`_main_left_out`). A pool starts all its workers, then
-waits for each to report that it has (or a ConfigError naming the module).
+re-run in them only when a verifier is defined there (`_main_left_out`);
+one defined in a notebook, whose main module cannot run again, is sent by
+value (`_dumps`). A pool starts all its workers, then waits for each to
+report that it has (or a ConfigError naming the module).
 
 Workers ignore SIGINT and SIGTERM: a signal to the whole process group (Ctrl-C,
 `timeout`, a scheduler) is the trainer's to act on. One that dies anyway (the
@@ -35,6 +37,7 @@ from multiprocessing import spawn
 import os
 import pickle
 import signal
+import sys
 import time
 from typing import Any
 
@@ -170,17 +173,47 @@ def _main_left_out(leave_out: bool):
     spawn.get_preparation_data = prepare
 
 
+def _main_runs_again() -> bool:
+  """Whether a worker can run the main module again (by name, or from its
+  file); not that of a notebook, `python -c` or an interactive session."""
+  main = sys.modules['__main__']
+  path = getattr(main, '__file__', None)
+  return (getattr(getattr(main, '__spec__', None), 'name', None) is not None
+          or (path is not None and os.path.isfile(path)))
+
+
+def _dumps(verifiers) -> tuple[bytes, bool]:
+  """The verifiers pickled for the workers, and whether the workers may
+  leave the main module out (`_main_left_out`).
+
+  Where the main module cannot run again in a worker (a notebook), those
+  defined in it (or lambdas) are pickled by value, with cloudpickle (a
+  dependency of grain); the workers then import what they use.
+  """
+  try:
+    payload = pickle.dumps(verifiers)
+    if b'__main__' not in payload:
+      return payload, True
+    if _main_runs_again():
+      return payload, False  # re-run in each worker, as `__mp_main__`
+  except (pickle.PicklingError, TypeError, AttributeError):
+    if _main_runs_again():
+      raise
+  import cloudpickle  # pylint: disable=g-import-not-at-top
+  return cloudpickle.dumps(verifiers), True
+
+
 class _Worker:
   """One worker process, its pipe and the chunk it is working on."""
 
-  def __init__(self, ctx, payload, imports, timeout_s):
+  def __init__(self, ctx, payload, imports, timeout_s, leave_main):
     parent, child = ctx.Pipe()
     self.progress = ctx.RawArray('d', 2)  # [position in chunk, start time]
     self.process = ctx.Process(
         target=_worker_main,
         args=(child, self.progress, payload, tuple(imports), timeout_s),
         daemon=True, name='jaxgrpo-verifier')
-    with _main_left_out(b'__main__' not in payload):
+    with _main_left_out(leave_main):
       self.process.start()
     child.close()
     self.conn = parent
@@ -246,9 +279,10 @@ class Scorer:
     self.imports = tuple(imports)
     self.restarts = 0
     self._workers: list[_Worker] = []
+    base.forget_logged()  # a new run logs each failure kind again
     if workers:
       try:
-        self._payload = pickle.dumps(self.verifiers)
+        self._payload, self._leave_main = _dumps(self.verifiers)
       except (pickle.PicklingError, TypeError, AttributeError) as e:
         raise ValueError(
             'verifiers must pickle to run in worker processes (define them '
@@ -266,7 +300,8 @@ class Scorer:
         raise
 
   def _new_worker(self) -> _Worker:
-    return _Worker(self._ctx, self._payload, self.imports, self.timeout_s)
+    return _Worker(self._ctx, self._payload, self.imports, self.timeout_s,
+                   self._leave_main)
 
   def _restart(self, w: _Worker) -> _Worker:
     """Kills `w` and puts a started new worker in its place."""

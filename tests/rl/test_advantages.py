@@ -78,6 +78,27 @@ class AdvantagesTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'at least 2'):
       advantages.compute_advantages(jnp.zeros((2, 1)), method='rloo')
 
+  def test_a_notebook_cell_run_again_replaces_its_estimator(self):
+    # The same definition again (same module and name) replaces the old,
+    # and the next call uses it, not the one traced before (it was `already
+    # registered`); another definition under a taken name is refused.
+    name = 'test_advantages_cell'
+    # pylint: disable-next=protected-access
+    self.addCleanup(advantages._ESTIMATORS.pop, name)
+    rewards = jnp.ones((1, 2))
+    for value in (1.0, 2.0):
+
+      def cell(rewards_BG, eps, value=value):
+        del eps
+        return rewards_BG * 0 + value
+
+      advantages.register_estimator(name)(cell)
+      chex.assert_trees_all_close(
+          advantages.compute_advantages(rewards, method=name),
+          jnp.full((1, 2), value))
+    with self.assertRaisesRegex(ValueError, 'already registered'):
+      advantages.register_estimator('grpo')(cell)
+
   def test_names(self):
     self.assertEqual(
         advantages.estimator_names(), ('dr_grpo', 'grpo', 'rloo')

@@ -23,6 +23,24 @@ class VerifierTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'exact_match'):
       verifiers.get('nope')
 
+  def test_a_notebook_cell_run_again_replaces_its_verifier(self):
+    # The same definition again (same module and name) replaces the old (it
+    # was `verifier 'cell' is already registered`); another definition under
+    # a taken name is refused.
+    name = 'test_base_cell'
+    # pylint: disable-next=protected-access
+    self.addCleanup(base._REGISTRY.pop, name)
+    for value in (0.25, 0.5):
+
+      def cell(text, example, value=value):
+        del text, example
+        return value
+
+      verifiers.register(name)(cell)
+      self.assertEqual(verifiers.get(name)('x', _EX), value)
+    with self.assertRaisesRegex(ValueError, "'exact_match' is already"):
+      verifiers.register('exact_match')(cell)
+
   def test_errors_and_out_of_range_score_zero_and_are_counted(self):
     def flaky(text, example):
       if text == 'boom':

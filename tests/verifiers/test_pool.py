@@ -8,6 +8,8 @@ import sys
 import textwrap
 import threading
 import time
+import types
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -184,6 +186,41 @@ class ScorerTest(parameterized.TestCase):
       with open(marks) as f:
         self.assertLen(f.read().split(), runs, which)
 
+  def test_verifiers_defined_in_a_notebook_reach_the_workers(self):
+    # A notebook's main module has no file that the workers could run again
+    # (it was `Can't get attribute 'mine' on <module '__main__'>`).
+    notebook = types.ModuleType('__main__')
+    with mock.patch.dict(sys.modules, {'__main__': notebook}):
+      exec(textwrap.dedent('''
+          import dataclasses
+          def mine(completion, example):
+            return 0.25
+          @dataclasses.dataclass(frozen=True)
+          class Scaled:
+            factor: float = 0.5
+            def __call__(self, completion, example):
+              return self.factor
+          anonymous = lambda completion, example: 0.75
+          '''), notebook.__dict__)  # pylint: disable=exec-used
+      verifiers = {'a': notebook.mine, 'b': notebook.Scaled(),
+                   'c': notebook.anonymous}
+      with pool.Scorer(verifiers, workers=1) as scorer:
+        rewards, stats = scorer.score(
+            ['ok'] * 3, _examples(1, 'a') + _examples(1, 'b')
+            + _examples(1, 'c'))
+    np.testing.assert_array_equal(rewards, [0.25, 0.5, 0.75])
+    self.assertEqual(stats.errors, 0)
+
+  def test_each_scorer_logs_its_failures(self):
+    # A second run in one process (a notebook) logs its verifier's errors
+    # too; they were logged once per process.
+    for _ in range(2):
+      with self.assertLogs(level='WARNING') as logs:
+        with pool.Scorer({'d': flaky_verifiers.Flaky()}) as scorer:
+          scorer.score(['raise', 'raise'], _examples(2))
+      self.assertLen(logs.output, 1)
+      self.assertIn('verifier d raised on example d/0', logs.output[0])
+
   def test_an_import_that_fails_in_the_workers_is_a_config_error(self):
     module = 'tests.verifiers.fails_in_workers'
     importlib.import_module(module)  # fine here, in the trainer
@@ -210,8 +247,11 @@ class ScorerTest(parameterized.TestCase):
         scorer.score(['x'], _examples(1, 'zz'))
 
   def test_unpicklable_verifier_is_a_clear_error(self):
-    with self.assertRaisesRegex(ValueError, 'verify.workers=0'):
-      pool.Scorer({'d': lambda text, example: 1.0}, workers=1)
+    # Under a main module that runs again in the workers (a script); a
+    # notebook's lambdas go by value (below).
+    with mock.patch.object(pool, '_main_runs_again', lambda: True):
+      with self.assertRaisesRegex(ValueError, 'verify.workers=0'):
+        pool.Scorer({'d': lambda text, example: 1.0}, workers=1)
 
 
 class FromConfigTest(absltest.TestCase):
