@@ -297,10 +297,13 @@ def build_run(
   eval_examples = [ex for _, _, held_out in datasets for ex in held_out]
   for entry, (_, _, held_out) in zip(cfg.data.datasets, datasets):
     if not held_out:
+      screened = entry.num_eval and (entry.kind == 'arithmetic' or any(
+          (entry.eval_path, entry.eval_split, entry.holdout)))
       console.notice(
-          f'dataset {entry.name!r} has no held-out examples (num_eval=0, or '
-          'a file without eval_path, eval_split or holdout): it is not '
-          'evaluated')
+          f'dataset {entry.name!r} has no held-out examples (' + (
+              'each was dropped as too long or skipped as a bad record'
+              if screened else 'num_eval=0, or a file without eval_path, '
+              'eval_split or holdout') + '): it is not evaluated')
   # The first examples of each training set: checked here, and what the
   # warm start trains on (read once: records may come from large files).
   head_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]

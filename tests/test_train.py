@@ -332,6 +332,16 @@ class BadInputTest(absltest.TestCase):
     self.assertEqual([r['step'] for r in records], [0, 1, 2])
     self.assertFalse([k for r in records for k in r if k.startswith('eval/')])
     self.assertIsNone(summary.eval_accuracy_end)
+    # Every held-out prompt dropped as too long: the notice says so.
+    long = self._jsonl(['{"id": "x", "prompt": "123456789+1=", "answer": "1"}'])
+    c = self._config(path, long)
+    c.rollout.long_prompts = 'drop'
+    c.total_steps = 0
+    lines = []
+    train.run(c, self.create_tempdir().full_path, log=lines.append)
+    self.assertIn("dataset 'qa' has no held-out examples (each was dropped "
+                  'as too long or skipped as a bad record): it is not '
+                  'evaluated', lines)
 
   def test_different_examples_sharing_an_id_stop_the_run(self):
     record = '{{"id": "{}", "prompt": "{}", "answer": "1"}}'.format
