@@ -84,6 +84,15 @@ class FaultTestCase(absltest.TestCase):
     return lines[0]
 
 
+def _demo_dict(**changes):
+  """The resolved runlocal demo config with `section__key=value` changes."""
+  c = demo.get_config('runlocal')
+  for key, value in changes.items():
+    section, name = key.split('__')
+    c[section][name] = value
+  return config_lib.to_dict(config_lib.from_config_dict(c))
+
+
 class TrainedWorkdirTest(FaultTestCase):
   """Resumes of one trained workdir (checkpoints 0..4), copied per case."""
 
@@ -168,13 +177,7 @@ class TrainedWorkdirTest(FaultTestCase):
                      os.path.expanduser('~/models/qwen'))
 
   def test_settings_of_a_mode_that_is_off_may_change(self):
-    def as_dict(**changes):
-      c = demo.get_config('runlocal')
-      for key, value in changes.items():
-        section, name = key.split('__')
-        c[section][name] = value
-      return config_lib.to_dict(config_lib.from_config_dict(c))
-
+    as_dict = _demo_dict
     saved = as_dict()
     self.assertEqual(saved['rollout']['engine'], 'static')
     self.assertEqual(saved['sampler']['policy'], 'snooze')
@@ -195,17 +198,11 @@ class TrainedWorkdirTest(FaultTestCase):
       resume_policy.check(older, as_dict(rollout__slots=8), where='x', step=4)
     continuous = as_dict(rollout__engine='continuous')
     with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
-      resume_policy.check(continuous, as_dict(rollout__engine='continuous',
-                                       rollout__slots=8), where='x', step=4)
+      resume_policy.check(continuous, as_dict(
+          rollout__engine='continuous', rollout__slots=8), where='x', step=4)
 
   def test_notices_say_what_the_change_does(self):
-    def as_dict(**changes):
-      c = demo.get_config('runlocal')
-      for key, value in changes.items():
-        section, name = key.split('__')
-        c[section][name] = value
-      return config_lib.to_dict(config_lib.from_config_dict(c))
-
+    as_dict = _demo_dict
     saved, now = as_dict(), as_dict()
     now['data']['datasets'][0]['verifier'] = 'math'
     self.assertEqual(resume_policy.check(saved, now, where='x', step=4), [
