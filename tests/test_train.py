@@ -3,6 +3,7 @@
 import dataclasses
 import importlib.util
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import train
 from jaxgrpo.cli import common
+from jaxgrpo.cli import train as cli_train
 from jaxgrpo.configs import demo
 from jaxgrpo.configs import squad_qa
 from jaxgrpo.data import loading
@@ -147,6 +149,22 @@ class TrainTest(absltest.TestCase):
 
 
 class CommandLineTest(absltest.TestCase):
+
+  def test_quiet_logs_stack_nothing_and_come_off(self):
+    # jaxgrpo-train's main run twice in one process (a notebook): its
+    # filters and hook are not stacked, and `-v N` the second time shows
+    # the records again.
+    hook, absl = sys.unraisablehook, logging.getLogger('absl')
+    try:
+      for _ in range(3):
+        cli_train._quiet_logs(True)
+      self.assertEqual(absl.filters.count(cli_train._quiet_libraries), 1)
+      self.assertIs(sys.unraisablehook.unquiet, hook)
+      cli_train._quiet_logs(False)
+      self.assertNotIn(cli_train._quiet_libraries, absl.filters)
+      self.assertIs(sys.unraisablehook, hook)
+    finally:
+      cli_train._quiet_logs(False)
 
   def _run(self, *args):
     return subprocess.run(

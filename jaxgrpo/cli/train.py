@@ -73,7 +73,22 @@ def _quiet_closed_loops(hook):
       return
     hook(unraisable)
 
+  quiet.unquiet = hook
   return quiet
+
+
+def _quiet_logs(on: bool) -> None:
+  """Hides libraries' records and orbax's late errors (`on`), or shows
+  them again; calling it again (a second run in one process) stacks
+  nothing."""
+  for name in ('absl', 'asyncio'):  # on the loggers: before any handler
+    logger = logging.getLogger(name)
+    (logger.addFilter if on else logger.removeFilter)(_quiet_libraries)
+  unquiet = getattr(sys.unraisablehook, 'unquiet', None)
+  if on and unquiet is None:
+    sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
+  elif not on and unquiet is not None:
+    sys.unraisablehook = unquiet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,11 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     flags.FLAGS.mark_as_parsed()
     absl_logging.set_verbosity(
         absl_logging.WARNING if args.verbosity is None else args.verbosity)
-    if args.verbosity is None:
-      # On the loggers: records are filtered before any handler sees them.
-      for name in ('absl', 'asyncio'):
-        logging.getLogger(name).addFilter(_quiet_libraries)
-      sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
+    _quiet_logs(args.verbosity is None)
     progress = not args.quiet and (args.progress == 'on' or (
         args.progress == 'auto' and sys.stderr.isatty()))
     try:
