@@ -354,6 +354,7 @@ class EarlyStopTest(absltest.TestCase):
         os.kill(os.getpid(), signal.SIGINT)
 
     lines = []
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN in a background job
     summary = train.run(_config(total_steps=3, **{'eval.every': 0}), workdir,
                         log=lines.append, on_step=interrupt)
     self.assertEqual((summary.steps, summary.stopped_by), (1, 'SIGINT'))
@@ -362,7 +363,7 @@ class EarlyStopTest(absltest.TestCase):
                   'to resume', lines)
     self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),
                      ['0', '1'])
-    self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
+    self.assertIs(signal.getsignal(signal.SIGINT), before)  # restored
 
   def test_an_error_waits_for_the_save_in_progress(self):
     workdir = self.create_tempdir().full_path
