@@ -13,7 +13,14 @@ rows of a global batch each process touches:
     index holding it), so that each process runs its verifiers on its own
     completions, and `sum_over_processes` gathers the results for all.
   * `check_agree` compares a digest of host state across processes and
-    stops the run with the first differing process named (host drift).
+    stops the run with the first differing process named (host drift);
+    `check_same_run` compares the config and the data files' fingerprints
+    at start, naming the keys that differ.
+  * `agree_on_signal` and `agree_on_step` make every process act alike on
+    what one process alone saw: a stop signal, the checkpoint it resumes.
+  * `lost_contact` turns a collective's error when another process is gone
+    into one line; `exit_now` ends a failed process without waiting at
+    jax's shutdown barrier.
 
 Single-process runs take the same path: every helper degenerates to the
 identity and costs nothing.
@@ -22,6 +29,8 @@ identity and costs nothing.
 from collections.abc import Callable, Mapping
 import hashlib
 import os
+import signal
+import sys
 from typing import Any
 
 import jax
@@ -201,6 +210,114 @@ def check_agree(value: bytes, *, what: str, step: int) -> None:
         f'{every.shape[0]} processes differ): processes must run the same '
         'code, config and data files; check that every host reads '
         'identical files (paths, versions) and runs the same commit')
+
+
+def _leaves(tree: Any, path: str = '') -> dict[str, Any]:
+  """`tree`'s leaves by dotted path (`data.datasets[0].path`)."""
+  if isinstance(tree, Mapping):
+    out = {}
+    for key in tree:
+      out.update(_leaves(tree[key], f'{path}.{key}' if path else str(key)))
+    return out
+  if isinstance(tree, (list, tuple)) and tree:
+    out = {}
+    for i, item in enumerate(tree):
+      out.update(_leaves(item, f'{path}[{i}]'))
+    return out
+  return {path: tree}
+
+
+def check_same(tree: Any, *, what: str, hint: str) -> None:
+  """Raises HostDriftError, naming the keys that differ, unless every
+  process passes the same `tree` (nested dicts and lists, e.g. a config).
+
+  Every process must call this at the same point (it is a collective).
+  """
+  if jax.process_count() == 1:
+    return
+  leaves = _leaves(tree)
+  names = sorted(leaves)
+  table = np.zeros((len(names), 32), np.uint8)
+  for i, name in enumerate(names):
+    table[i] = np.frombuffer(digest(leaves[name]), np.uint8)
+  head = np.frombuffer(digest(names) + digest(table), np.uint8)
+  every = np.asarray(multihost_utils.process_allgather(head))
+  differ = [p for p in range(every.shape[0])
+            if not np.array_equal(every[p], every[0])]
+  if not differ:
+    return
+  p = differ[0]
+  if not np.array_equal(every[p][:32], every[0][:32]):
+    keys = 'other keys (the processes run different code)'
+  else:  # the same keys: the tables have one shape, and can be gathered
+    tables = np.asarray(multihost_utils.process_allgather(table))
+    bad = [n for i, n in enumerate(names)
+           if not np.array_equal(tables[p][i], tables[0][i])]
+    keys = ', '.join(bad[:5]) + ', ...' * (len(bad) > 5)
+  raise HostDriftError(
+      f'{what} differs between process 0 and process {p} ({keys}; '
+      f'{len(differ)} of {every.shape[0]} processes differ): {hint}')
+
+
+def check_same_run(meta: Mapping[str, Any]) -> None:
+  """Raises HostDriftError unless every process runs the same config (its
+  `distributed` section aside) on the same model and data files, as the
+  checkpoint notes `meta` describe them (a collective)."""
+  config = {k: v for k, v in meta['config'].items() if k != 'distributed'}
+  check_same(
+      {**meta, 'config': config}, what='the run (config, model or data)',
+      hint='every process must run the same command on the same files; '
+      'check the flags, the config file and that every host reads identical '
+      'data files (paths, versions)')
+
+
+def agree_on_step(step: int) -> list[int]:
+  """Every process's `step` (in process order): a collective."""
+  if jax.process_count() == 1:
+    return [step]
+  every = multihost_utils.process_allgather(np.asarray([step], np.int64))
+  return [int(v) for v in np.asarray(every).reshape(-1)]
+
+
+def agree_on_signal(name: str | None) -> str | None:
+  """The stop signal one process received (the lowest such process's), on
+  every process; None when none did. A collective, like `check_agree`."""
+  if jax.process_count() == 1:
+    return name
+  mine = np.asarray([signal.Signals[name].value if name else 0], np.int32)
+  every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1)
+  got = [int(v) for v in every if v]
+  return signal.Signals(got[0]).name if got else None
+
+
+# What a collective or the coordination service raises when another
+# process of the run is gone (killed, or exited on an error).
+_LOST = ('Gloo', 'DEADLINE_EXCEEDED', 'heartbeat', 'Connection reset',
+         'Connection closed', 'UNAVAILABLE', 'Barrier')
+
+
+def lost_contact(e: BaseException) -> errors.TrainingError | None:
+  """The one-line error for `e` when it says that another process of a
+  multi-process run is gone; None for any other error."""
+  text = ' '.join(str(e).split())
+  if (not jax.distributed.is_initialized() or isinstance(e, errors.UserError)
+      or not any(marker in text for marker in _LOST)):
+    return None
+  return errors.TrainingError(
+      f'process {jax.process_index()} of {jax.process_count()}: lost contact '
+      f'with the other processes ({type(e).__name__}: {text[:160]}): one of '
+      'them failed, stopped or was killed (its log says why); run the same '
+      'command on every host to resume from the last checkpoint')
+
+
+def exit_now(code: int) -> None:
+  """Ends a multi-process run that failed at once (streams flushed), not
+  at jax's shutdown barrier, which waits up to 5 minutes for the other
+  processes and then aborts; they see this one gone and stop too."""
+  if code and jax.distributed.is_initialized():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
 
 
 def owned_rows(array: jax.Array) -> np.ndarray:

@@ -6,10 +6,16 @@ checkpoint and returns; running the same command again resumes there. The
 request is recorded from the moment the run holds its workdir: a signal
 while it builds and compiles, or during the warm start (which is not
 saved), stops it there with `Stopped`.
+
+Over several processes a signal may reach one of them only, or each at
+another step: `agree` (and `check`) make every process act on the same
+signal at the same point, so that all save the same step and stop.
 """
 
 import signal
 import threading
+
+from jaxgrpo import multihost
 
 
 class Stopped(Exception):
@@ -31,10 +37,18 @@ class StopRequest:
     elif signum == signal.SIGINT:
       raise KeyboardInterrupt  # a second Ctrl-C stops at once
 
+  def agree(self) -> str | None:
+    """The signal to act on now, the same on every process (a collective
+    over several processes: each calls it at the same point); None while
+    no process received one."""
+    return multihost.agree_on_signal(self.signal)
+
   def check(self, when: str) -> None:
-    """Raises Stopped if a signal arrived; `when` says where the run was."""
-    if self.signal is not None:
-      raise Stopped(f'{self.signal} received {when}: stopped before anything '
+    """Raises Stopped if a signal arrived (at any process); `when` says
+    where the run was."""
+    name = self.agree()
+    if name is not None:
+      raise Stopped(f'{name} received {when}: stopped before anything '
                     'new was saved; run the same command to go on')
 
   def __enter__(self) -> 'StopRequest':

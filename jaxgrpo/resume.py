@@ -12,6 +12,7 @@ from typing import Any
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
+from jaxgrpo import multihost
 from jaxgrpo import resume_policy
 from jaxgrpo import sharding
 from jaxgrpo.typing import PyTree
@@ -65,7 +66,9 @@ def restore_or_start(
   differ from their saved checksums) is passed over
   for the next older one; once one restores, the newer ones are set aside
   as `<step>.damaged-<time>` (on the main process; nothing is deleted)
-  and named in a notice. When none restores, nothing is renamed.
+  and named in a notice. When none restores, nothing is renamed. Over
+  several processes, all must choose the same checkpoint (or none), else
+  ResumeError names each one's choice before anything is set aside.
 
   Args:
     ckpt: the run's checkpointer.
@@ -87,9 +90,7 @@ def restore_or_start(
     ResumeError: the checkpoint does not fit this run, or none restores.
   """
   steps = ckpt.all_steps()
-  if not steps:
-    return Start(resumed_from=None, state=None, meta=dict(meta))
-  damaged = []
+  damaged, start = [], None
   for step in steps:
     try:
       saved_meta = ckpt.read_meta(step)
@@ -101,7 +102,10 @@ def restore_or_start(
                     remap=remap, notice=notice, damaged=damaged)
     if start is not None:
       break
-  else:
+  _check_same_choice(ckpt, -1 if not steps else start.step if start else -2)
+  if not steps:
+    return Start(resumed_from=None, state=None, meta=dict(meta))
+  if start is None:
     folders = ', '.join(f'{s} ({why})' for s, why in damaged)
     raise errors.ResumeError(
         f'no checkpoint in {ckpt.directory} can be restored: {folders}; move '
@@ -113,6 +117,23 @@ def restore_or_start(
            f'{aside}')
   notice(f'resumed from {workdir} at step {start.step}')
   return start
+
+
+def _check_same_choice(ckpt: checkpoint_lib.Checkpointer, mine: int) -> None:
+  """Raises ResumeError unless every process chose the same checkpoint
+  (`mine`: its step, -1 for none there, -2 for none that restores); a
+  collective, before anything is set aside."""
+  every = multihost.agree_on_step(mine)
+  if len(set(every)) == 1:
+    return
+  said = {-1: 'no checkpoint, a fresh start', -2: 'none restores'}
+  chose = ', '.join(f'process {p}: {said.get(v, f"step {v}")}'
+                    for p, v in enumerate(every))
+  raise errors.ResumeError(
+      f'the processes disagree on the checkpoint to resume from in '
+      f'{ckpt.directory} ({chose}): every process must reach the same '
+      'workdir (a shared file system or gs://) and read the same files; '
+      'nothing was set aside')
 
 
 def _damage(e: Exception) -> str:

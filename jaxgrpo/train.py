@@ -117,6 +117,7 @@ def _run(
   resume_policy.check_settings(os.path.join(workdir, 'checkpoints'),
                                 config_lib.to_dict(cfg))
   parts = build.build_run(cfg, workdir, console, resources)
+  multihost.check_same_run(parts.meta)  # before anything diverges
   # Whatever ends the run, a save in progress completes (or fails) first.
   resources.callback(parts.ckpt.close_after_error)
   # A checkpoint holds no base params under an adapter: the run's are used.
@@ -261,28 +262,31 @@ class _Loop:
         f'({model_config.param_count(parts.model_cfg) / 1e6:.2f}M params)')
     step, self.start_step, stop = start_step, start_step, self.stop
     self.last_save = self.loop_start = time.monotonic()
-    if stop.signal is not None:  # in the first evaluation: step 0 is saved
-      console.notice(f'{stop.signal} received: stopped at step {step}, whose '
+    signal = stop.agree()
+    if signal is not None:  # in the first evaluation: step 0 is saved
+      console.notice(f'{signal} received: stopped at step {step}, whose '
                      'checkpoint is saved; run the same command to resume')
-      return step, stop.signal
+      return step, signal
     with console.bar(
         cfg.total_steps, initial=start_step, desc='GRPO', unit='step') as bar:
       for step in range(start_step + 1, cfg.total_steps + 1):
         metrics = self.step(step)
         self.check_hosts(step)
         self.log(step, metrics, bar)
-        self.save_if_due(step, stopping=stop.signal is not None)
+        # Over several processes, a signal any one received stops all.
+        self.save_if_due(step, stopping=stop.agree() is not None)
         if on_step is not None:
           on_step(StepInfo(step, self.state, metrics, parts.data_state))
         self.check_finite(step, metrics)
-        if stop.signal is not None:
+        signal = stop.agree()
+        if signal is not None:
           # One that came during on_step: the step is saved all the same.
           self.save_if_due(step, stopping=True)
           console.notice(
-              f'{stop.signal} received: saved the checkpoint of step {step} '
+              f'{signal} received: saved the checkpoint of step {step} '
               f'in {parts.ckpt.directory} and stopped; run the same command '
               'to resume')
-          return step, stop.signal
+          return step, signal
     return step, None
 
   def step(self, step: int) -> dict[str, float]:

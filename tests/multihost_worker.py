@@ -13,6 +13,7 @@ applied to the `train` job's config after its own settings.
 import json
 import os
 import sys
+import types
 
 
 def primitives(out: dict) -> None:
@@ -20,7 +21,10 @@ def primitives(out: dict) -> None:
   # pylint: disable=g-import-not-at-top
   import jax
   import numpy as np
+  from jaxgrpo import errors
   from jaxgrpo import multihost
+  from jaxgrpo import preemption
+  from jaxgrpo import resume
   from jaxgrpo import sharding
   mesh = sharding.make_mesh(data=-1)
   with sharding.use_mesh(mesh):
@@ -42,6 +46,33 @@ def primitives(out: dict) -> None:
     out['drift_error'] = None
   except multihost.HostDriftError as e:
     out['drift_error'] = str(e)
+  # A signal that reached one process only stops every process.
+  stop = preemption.StopRequest()
+  out['no_signal'] = stop.agree()
+  stop.signal = 'SIGTERM' if jax.process_index() == 1 else None
+  out['agreed_signal'] = stop.agree()
+  try:
+    stop.check('while testing')
+  except preemption.Stopped as e:
+    out['stopped'] = str(e)
+  # A config key that differs is named; the chosen checkpoints compared.
+  config = {'config': {'seed': jax.process_index(), 'distributed': {
+      'process_id': jax.process_index()}}, 'datasets': {'d': 1}}
+  multihost.check_same_run({**config, 'config': {'distributed': {
+      'process_id': jax.process_index()}}})
+  try:
+    multihost.check_same_run(config)
+  except multihost.HostDriftError as e:
+    out['run_differs'] = str(e)
+  out['lost'] = str(multihost.lost_contact(ValueError(
+      'UNKNOWN: Gloo AllGather failed: [pair.cc:538] Read error: Connection '
+      'reset by peer')))
+  out['not_lost'] = multihost.lost_contact(ValueError('a bug'))
+  try:  # process 0 would resume from step 4, process 1 from step 2
+    resume._check_same_choice(  # pylint: disable=protected-access
+        types.SimpleNamespace(directory='W'), 4 - 2 * jax.process_index())
+  except errors.ResumeError as e:
+    out['resume_differs'] = str(e)
 
 
 def train(out: dict, workdir: str, overrides: dict) -> None:

@@ -137,6 +137,20 @@ class TwoProcessTest(absltest.TestCase):
       self.assertIn('step 2: sampler state differs between process 0',
                     p['drift_error'])
       self.assertIn('process 1', p['drift_error'])
+      # SIGTERM to process 1 alone: both act on it at the same point.
+      self.assertIsNone(p['no_signal'])
+      self.assertEqual(p['agreed_signal'], 'SIGTERM')
+      self.assertRegex(p['stopped'], '^SIGTERM received while testing')
+      self.assertRegex(p['run_differs'],
+                       r'^the run \(config, model or data\) differs between '
+                       r'process 0 and process 1 \(config.seed; ')
+      # A peer gone mid-collective (SIGKILL): one line, not a traceback.
+      self.assertRegex(p['lost'], r'^process [01] of 2: lost contact with the '
+                       r'other processes \(ValueError: UNKNOWN: Gloo ')
+      self.assertIsNone(p['not_lost'])
+      self.assertRegex(p['resume_differs'],
+                       r'^the processes disagree on the checkpoint to resume '
+                       r'from in W \(process 0: step 4, process 1: step 2\)')
 
   def assert_lockstep(self, p0: dict, p1: dict, one: dict) -> None:
     """Steps 1-3 (a resume after step 2), each updating the params, and
@@ -156,6 +170,36 @@ class TwoProcessTest(absltest.TestCase):
                   p0['log'])
     self.assertIn('resumed from', '\n'.join(p0['log']))
     self.assertEqual(p1['log'], [])  # only process 0 logs
+
+  def test_a_process_with_another_config_stops_both_at_start(self):
+    # Process 1 given another seed: a sampler and params of their own, and
+    # nothing compared before step distributed.check_every (silent over a
+    # shorter run). Now both stop at start naming the key, with one line.
+    workdir, port = self.create_tempdir().full_path, _free_port()
+    env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+    env.pop('XLA_FLAGS', None)
+    procs = [subprocess.Popen(
+        [sys.executable, '-m', 'jaxgrpo.main',
+         '--config=configs/demo.py:runlocal', f'--workdir={workdir}',
+         '--config.warmstart.enabled=False', '--config.eval.every=0',
+         '--config.plots=False', '--config.tensorboard=False', '--quiet',
+         f'--config.distributed.coordinator=localhost:{port}',
+         '--config.distributed.num_processes=2',
+         f'--config.distributed.process_id={i}', f'--config.seed={i}'],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True) for i in range(2)]
+    try:
+      done = [p.communicate(timeout=120) for p in procs]
+    finally:
+      for p in procs:
+        p.kill()
+    for p, (_, err) in zip(procs, done):
+      self.assertEqual(p.returncode, 1, err[-3000:])
+      self.assertRegex(
+          err, r'^jaxgrpo-train: error: the run \(config, model or data\) '
+          r'differs between process 0 and process 1 \(config.seed; 1 of 2 '
+          r'processes differ\): every process must run the same command\b')
+      self.assertEqual(len(err.splitlines()), 1, err[-3000:])
 
   def test_two_processes_train_and_resume_in_lockstep(self):
     p0, p1, one = run_job(self, 'train', also_one_process=True)

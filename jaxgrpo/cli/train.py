@@ -18,6 +18,7 @@ from absl import flags
 from absl import logging as absl_logging
 
 from jaxgrpo import config_lib
+from jaxgrpo import multihost
 from jaxgrpo import preemption
 from jaxgrpo import train
 from jaxgrpo.cli import common
@@ -116,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
       train.run(cfg, args.workdir, progress=progress, quiet=args.quiet)
     except preemption.Stopped as e:  # a clean stop, with nothing to save
       print(e, flush=True)
+    except Exception as e:  # pylint: disable=broad-except
+      lost = multihost.lost_contact(e)  # another process is gone
+      if lost is None:
+        raise
+      raise lost from None
     return 0
 
   return common.run_main(PROG, body)
@@ -123,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_cli() -> None:
   """The `jaxgrpo-train` entry point."""
-  sys.exit(main())
+  code = main()
+  multihost.exit_now(code)  # several processes: not at the shutdown barrier
+  sys.exit(code)
 
 
 if __name__ == '__main__':
