@@ -32,6 +32,7 @@ import orbax.checkpoint as ocp
 
 from jaxgrpo import errors
 from jaxgrpo import integrity
+from jaxgrpo import orbax_patch
 from jaxgrpo.model.config import ModelConfig
 from jaxgrpo.typing import PyTree
 
@@ -42,6 +43,8 @@ from jaxgrpo.typing import PyTree
 warnings.filterwarnings(
     'ignore', message="coroutine '_read_array_index_and_device_put' was never "
     'awaited', category=RuntimeWarning)
+# Each save leaked memory through tensorstore's metric reader (orbax_patch).
+orbax_patch.install()
 
 
 def absolute(path: str) -> str:

@@ -191,9 +191,9 @@ LAYERS = (
     ('data', {'data', 'verifiers'}),
     ('rl', {'rl', 'scoring'}),
     # A run: its config, parts, loop and checkpoints; tools built on them.
-    ('train', {'config_lib', 'config_doc', 'build', 'checkpoint', 'evaluate',
-               'optimizer', 'preemption', 'train', 'train_state',
-               'train_step', 'warmstart', 'model_spec', 'sim', 'stratify',
+    ('train', {'config_lib', 'config_doc', 'build', 'checkpoint',
+               'orbax_patch', 'evaluate', 'optimizer', 'preemption', 'train',
+               'train_state', 'train_step', 'warmstart', 'model_spec', 'sim', 'stratify',
                'resume', 'resume_policy', 'workdir'}),
     # The commands, and the experiment configs users start from.
     ('cli', {'cli', 'main', 'configs'}),
