@@ -4,7 +4,7 @@ Each orbax save (and restore) of arrays asks tensorstore how many bytes its
 kvstores wrote (read), before and after, for orbax's throughput log lines
 (`tensorstore_utils.get_tensorstore_raw_bytes`). It reads them with
 `tensorstore.experimental_collect_matching_metrics`, which (tensorstore
-0.1.86) leaks a reference to each value it returns: about 3 KB and 24
+0.1.86) leaks a reference to each value it returns: about 12 KB and 24
 Python objects per save of a run, never freed, so a run of days that saves
 often grows for as long as it runs. `install` points orbax at `raw_bytes`,
 the same number read from tensorstore's Prometheus text export, which
