@@ -154,6 +154,7 @@ class CommandLineTest(absltest.TestCase):
     # jaxgrpo-train's main run twice in one process (a notebook): its
     # filters and hook are not stacked, and `-v N` the second time shows
     # the records again.
+    cli_train._quiet_logs(False)  # as in a new process (a test ran main)
     hook, absl = sys.unraisablehook, logging.getLogger('absl')
     try:
       for _ in range(3):
