@@ -51,6 +51,18 @@ class MetricsWriterTest(absltest.TestCase):
     with open(os.path.join(workdir, 'metrics.jsonl.damaged')) as f:
       self.assertEqual(f.read(), '{"step": 1, "a"\n[3]\n')  # not the cut one
 
+  def test_reading_leaves_out_a_cut_last_line_and_names_a_bad_one(self):
+    # A run killed mid-write (or one writing now) ends in an unended line.
+    workdir = self.create_tempdir().full_path
+    self._file(workdir, '{"step": 0, "a": 1}\n\n{"step": 1, "a": 2}\n'
+               '{"step": 2, "cu')
+    self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
+                     [0, 1])
+    self._file(workdir, '{"step": 0, "a": 1}\n[3]\n{"step": 1, "a": 2}\n')
+    with self.assertRaisesRegex(
+        ValueError, f'^{workdir}/metrics.jsonl:2: not a JSON object'):
+      metrics_lib.read_metrics(workdir)
+
   def test_a_fresh_start_keeps_an_earlier_runs_steps_aside(self):
     workdir = self.create_tempdir().full_path
     earlier = '{"step": 0, "a": 1}\n{"step": 7, "a": 2}\n'

@@ -179,9 +179,22 @@ class MetricsWriter:
 
 
 def read_metrics(workdir: str) -> list[dict]:
-  """All records of a run's `metrics.jsonl`, in order."""
-  text = (epath.Path(workdir) / METRICS).read_text(encoding='utf-8')
-  return [json.loads(line) for line in text.splitlines() if line.strip()]
+  """All records of a run's `metrics.jsonl`, in order; an unended last line
+  (a run killed mid-write, or one writing now) is left out.
+
+  Raises:
+    ValueError: another line is not a JSON object (named by file and line).
+  """
+  path = epath.Path(workdir) / METRICS
+  lines = path.read_text(encoding='utf-8').splitlines(keepends=True)
+  out = []
+  for n, line in enumerate(lines, 1):
+    record = records_lib.record(line) if line.strip() else {}
+    if record is None and (n < len(lines) or line.endswith('\n')):
+      raise ValueError(f'{path}:{n}: not a JSON object: {line[:80]!r}')
+    if record:
+      out.append(record)
+  return out
 
 
 class ConsoleWindow:

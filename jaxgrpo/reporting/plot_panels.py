@@ -9,7 +9,6 @@ comes out empty and is skipped.
 
 from collections.abc import Callable, Sequence
 import dataclasses
-import json
 import os
 
 import numpy as np
@@ -57,8 +56,8 @@ def read_records(workdir: str) -> list[dict]:
   # pylint: disable-next=g-import-not-at-top
   from jaxgrpo.reporting import metrics as metrics_lib
   try:
-    return [r for r in metrics_lib.read_metrics(workdir) if isinstance(r, dict)]
-  except json.JSONDecodeError:
+    return metrics_lib.read_metrics(workdir)
+  except ValueError:  # a damaged line: the others are drawn
     pass
   with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
     return [r for r in map(record, f) if r is not None]
