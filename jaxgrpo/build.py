@@ -290,8 +290,7 @@ def build_run(
   if pretrained_model is not None:
     tokenizer = pretrained_model.tokenizer
   else:
-    tokenizer = tokenizer_lib.make_tokenizer(
-        'char' if cfg.model.tokenizer == 'auto' else cfg.model.tokenizer)
+    tokenizer = tokenizer_lib.make_tokenizer(cfg.model.tokenizer)
   datasets = [loading.load_dataset(cfg, entry, tokenizer)
               for entry in cfg.data.datasets]
   eval_examples = [ex for _, _, held_out in datasets for ex in held_out]

@@ -172,8 +172,7 @@ def load(spec: str, cfg: config_lib.Config, *, log: Log = _ignore) -> LoadedMode
 
 def _init(cfg: config_lib.Config, log: Log) -> LoadedModel:
   """The config's preset, initialised as train.py does."""
-  tokenizer = tokenizer_lib.make_tokenizer(
-      'char' if cfg.model.tokenizer == 'auto' else cfg.model.tokenizer)
+  tokenizer = tokenizer_lib.make_tokenizer(cfg.model.tokenizer)
   try:
     model_cfg = model_config.preset(
         cfg.model.preset, vocab_size=tokenizer.vocab_size,
@@ -344,9 +343,8 @@ def _run_tokenizer(where: str, model: dict[str, Any],
   """The tokenizer a run trained with, from its saved model section."""
   path = model.get('path')
   if not path:
-    name = model.get('tokenizer', 'auto')
     try:
-      return tokenizer_lib.make_tokenizer('char' if name == 'auto' else name)
+      return tokenizer_lib.make_tokenizer(model.get('tokenizer', 'auto'))
     except ValueError as e:
       raise ModelSpecError(f'{where}: {e}') from None
   try:

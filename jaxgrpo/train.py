@@ -115,7 +115,7 @@ def _run(
   resources.enter_context(workdir_lib.lock(workdir))
   stop = resources.enter_context(preemption.StopRequest())
   resume_policy.check_settings(os.path.join(workdir, 'checkpoints'),
-                                config_lib.to_dict(cfg))
+                               config_lib.to_dict(cfg))
   parts = build.build_run(cfg, workdir, console, resources)
   multihost.check_same_run(parts.meta)  # before anything diverges
   # Whatever ends the run, a save in progress completes (or fails) first.

@@ -101,9 +101,8 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
   if source:
     tokenizer = pretrained.load_tokenizer(source, vocab_size=cfg.vocab_size)
   else:  # a preset's built-in tokenizer, with the same ids
-    name = meta.get('config', {}).get('model', {}).get('tokenizer', 'auto')
     tokenizer = tokenizer_lib.to_hf(tokenizer_lib.make_tokenizer(
-        'char' if name == 'auto' else name))
+        meta.get('config', {}).get('model', {}).get('tokenizer', 'auto')))
   extra = {'bos_token_id': tokenizer.bos_id, 'eos_token_id': tokenizer.eos_id,
            'pad_token_id': tokenizer.pad_id}
   out_dir = hf.export(cfg, params, out, hf_config_extra=extra)

@@ -167,8 +167,9 @@ def to_hf(tokenizer: 'CharTokenizer | ByteTokenizer') -> Any:
 
 def make_tokenizer(name: str) -> Tokenizer:
   """The built-in tokenizer `name`: 'char' (the arithmetic alphabet) or
-  'byte' (any UTF-8 text)."""
-  if name == 'char':
+  'byte' (any UTF-8 text); 'auto' (`model.tokenizer`'s default, for a
+  preset) is 'char'."""
+  if name in ('char', 'auto'):
     return CharTokenizer()
   if name == 'byte':
     return ByteTokenizer()

@@ -6,6 +6,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxgrpo.verifiers import base as verifier_base
+
 # An estimator maps (rewards_BG, eps) to advantages_BG.
 Estimator = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -21,10 +23,8 @@ def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
 
   def register(fn: Estimator) -> Estimator:
     old = _ESTIMATORS.get(name)
-    where = lambda f: (getattr(f, '__module__', None),
-                       getattr(f, '__qualname__', None) or id(f))
     if old is not None and old is not fn:
-      if where(old) != where(fn):
+      if not verifier_base.same_definition(old, fn):
         raise ValueError(
             f'advantage estimator {name!r} is already registered')
       compute_advantages.clear_cache()  # it traced the old one

@@ -148,6 +148,10 @@ class ByteTokenizerTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "'byte'"):
       tokenizer_lib.make_tokenizer('bpe')
 
+  def test_auto_is_the_presets_char_tokenizer(self):
+    self.assertIsInstance(tokenizer_lib.make_tokenizer('auto'),
+                          tokenizer_lib.CharTokenizer)
+
 
 
 @absltest.skipUnless(importlib.util.find_spec('tokenizers'),
