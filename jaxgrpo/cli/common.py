@@ -60,19 +60,29 @@ def run_main(prog: str, body: Callable[[], int], *,
     return fail(prog, interrupted, 130)
 
 
+def _flags(args: list[str]):
+  """(index, flag, its value or None, the arguments it spans) of each
+  `--flag=VALUE`, `--flag VALUE` or bare `--flag` in `args`."""
+  i = 0
+  while i < len(args):
+    flag, sep, value = args[i].partition('=')
+    if sep:
+      yield i, flag, value, args[i:i + 1]
+    elif i + 1 < len(args) and not args[i + 1].startswith('--'):
+      yield i, flag, args[i + 1], args[i:i + 2]
+      i += 1
+    else:
+      yield i, flag, None, args[i:i + 1]
+    i += 1
+
+
 def config_overrides(extra: list[str]) -> list[str]:
   """The --config.KEY[=]VALUE arguments; anything else is an error."""
-  out, i = [], 0
-  while i < len(extra):
-    arg = extra[i]
-    if not arg.startswith(CONFIG_PREFIX):
+  out = []
+  for i, flag, _, spanned in _flags(extra):
+    if not flag.startswith(CONFIG_PREFIX):
       raise UsageError(f'unrecognized arguments: {" ".join(extra[i:])}')
-    out.append(arg)
-    if ('=' not in arg and i + 1 < len(extra)
-        and not extra[i + 1].startswith('--')):
-      out.append(extra[i + 1])
-      i += 1
-    i += 1
+    out += spanned
   return out
 
 
@@ -119,24 +129,6 @@ def shipped_config(path: str) -> str | None:
 # A dataset entry's key, which ml_collections cannot override when the
 # entry's dict leaves it out (at its default).
 _ENTRY_KEY = re.compile(r'data\.datasets\[(\d+)\]\.(\w+)')
-
-
-def _pairs(overrides: list[str]) -> list[tuple[str, str | None, list[str]]]:
-  """(key, value or None for a bare flag, its arguments) of each override
-  (`--config.KEY=VALUE` or `--config.KEY VALUE`, as `config_overrides`
-  keeps them)."""
-  out, i = [], 0
-  while i < len(overrides):
-    key, sep, value = overrides[i][len(CONFIG_PREFIX):].partition('=')
-    if sep:
-      out.append((key, value, overrides[i:i + 1]))
-    elif i + 1 < len(overrides) and not overrides[i + 1].startswith('--'):
-      out.append((key, overrides[i + 1], overrides[i:i + 2]))
-      i += 1
-    else:
-      out.append((key, None, overrides[i:i + 1]))
-    i += 1
-  return out
 
 
 def _field_of(key: str) -> Any:
@@ -233,7 +225,8 @@ def load_config(prog: str, config: str,
       unknown key or a bad value.
   """
   kept, later = [], []
-  for key, text, args in _pairs(overrides):
+  for _, flag, text, args in _flags(overrides):
+    key = flag[len(CONFIG_PREFIX):]
     if text is not None and (
         key == 'data.datasets' or _ENTRY_KEY.fullmatch(key)
         or (text == 'None' and type(None) in typing.get_args(
