@@ -198,10 +198,9 @@ def layout(out_dir: str) -> dict[str, list[str]]:
 
 def fingerprints(out_dir: str, dataset: str) -> set[str]:
   """The fingerprints of the records `dataset`'s parts were measured on."""
-  return {str(part_info(path)['fingerprint'])
-          for tag in layout(out_dir).get(dataset, ())
-          for path in list_parts(out_dir, dataset, tag).values()
-          if 'fingerprint' in part_info(path)}
+  infos = [part_info(path) for tag in layout(out_dir).get(dataset, ())
+           for path in list_parts(out_dir, dataset, tag).values()]
+  return {str(info['fingerprint']) for info in infos if 'fingerprint' in info}
 
 
 def tags(out_dir: str) -> list[str]:
