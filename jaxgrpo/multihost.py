@@ -31,6 +31,7 @@ import hashlib
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 import jax
@@ -310,6 +311,12 @@ def lost_contact(e: BaseException) -> errors.TrainingError | None:
       'command on every host to resume from the last checkpoint')
 
 
+# How long process 0, which hosts jax's coordination service, outlives a
+# failure: processes that failed at the same point (a check every process
+# makes) exit first, not aborted by their service client when it vanishes.
+_COORDINATOR_GRACE_S = 5.0
+
+
 def exit_now(code: int) -> None:
   """Ends a multi-process run that failed at once (streams flushed), not
   at jax's shutdown barrier, which waits up to 5 minutes for the other
@@ -317,6 +324,8 @@ def exit_now(code: int) -> None:
   if code and jax.distributed.is_initialized():
     sys.stdout.flush()
     sys.stderr.flush()
+    if jax.process_index() == 0:
+      time.sleep(_COORDINATOR_GRACE_S)
     os._exit(code)  # pylint: disable=protected-access
 
 
