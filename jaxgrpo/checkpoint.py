@@ -18,7 +18,6 @@ damage checks.
 from collections.abc import Mapping
 import dataclasses
 import json
-import logging
 import os
 import time
 from typing import Any
@@ -303,15 +302,10 @@ def reader(directory: str) -> ocp.CheckpointManager:
   folders of a save in progress by a run still training there. Orbax warns
   that the directory is read-only, as asked; those lines are muted.
   """
-  absl_logger = logging.getLogger('absl')
-  level = absl_logger.level
-  absl_logger.setLevel(logging.ERROR)
-  try:
+  with errors.absl_warnings_muted():
     return ocp.CheckpointManager(
         absolute(directory),
         options=ocp.CheckpointManagerOptions(read_only=True, create=False))
-  finally:
-    absl_logger.setLevel(level)
 
 
 def saved_steps(directory: str) -> list[int]:

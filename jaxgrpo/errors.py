@@ -1,5 +1,8 @@
 """Errors a user can fix; the command line prints them in one line."""
 
+import contextlib
+import logging
+
 
 class UserError(Exception):
   """A mistake in the config, the data or the workdir, with what to do."""
@@ -21,3 +24,17 @@ class ResumeError(UserError):
 
 class TrainingError(UserError):
   """Training cannot go on (e.g. NaN after NaN, no disk space)."""
+
+
+@contextlib.contextmanager
+def absl_warnings_muted():
+  """Mutes absl's warnings (orbax, TFDS, config_flags log through it) inside
+  the block, where the error raised, or the state asked for, already says
+  what they would."""
+  absl_logger = logging.getLogger('absl')
+  level = absl_logger.level
+  absl_logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    absl_logger.setLevel(level)

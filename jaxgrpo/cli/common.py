@@ -12,7 +12,6 @@ import argparse
 import ast
 from collections.abc import Callable
 import dataclasses
-import logging
 import os
 import re
 import sys
@@ -254,29 +253,26 @@ def _load(prog: str, config: str,
   holder = config_flags.DEFINE_config_file(
       'config', None, 'Config file.', flag_values=values, lock_config=True,
       sys_argv=argv)
-  absl_logger = logging.getLogger('absl')
-  level = absl_logger.level
-  absl_logger.setLevel(logging.ERROR)  # its warning repeats the error below
-  try:
-    values(argv)
-    result = holder.value
-    if not isinstance(result, ml_collections.ConfigDict) and hasattr(
-        result, 'to_dict'):
-      result.to_dict()  # an unloadable file: raises its error
-  except flags.Error as e:
-    raise UsageError(_one_line(e)) from None
-  except AttributeError as e:
-    if "has no attribute 'get_config'" in str(e):
-      raise UsageError(f'--config={config}: {path} defines no get_config() '
-                       '(it returns the ConfigDict)') from None
-    raise UsageError(unknown_key(e, overrides)) from None
-  except KeyError as e:  # an override of an unknown key
-    raise UsageError(unknown_key(e, overrides)) from None
-  except Exception as e:  # pylint: disable=broad-except
-    raise UsageError(f'cannot load --config={config}: {_one_line(e)}'
-                     ) from None
-  finally:
-    absl_logger.setLevel(level)
+  # Its warnings repeat the errors below.
+  with errors.absl_warnings_muted():
+    try:
+      values(argv)
+      result = holder.value
+      if not isinstance(result, ml_collections.ConfigDict) and hasattr(
+          result, 'to_dict'):
+        result.to_dict()  # an unloadable file: raises its error
+    except flags.Error as e:
+      raise UsageError(_one_line(e)) from None
+    except AttributeError as e:
+      if "has no attribute 'get_config'" in str(e):
+        raise UsageError(f'--config={config}: {path} defines no get_config() '
+                         '(it returns the ConfigDict)') from None
+      raise UsageError(unknown_key(e, overrides)) from None
+    except KeyError as e:  # an override of an unknown key
+      raise UsageError(unknown_key(e, overrides)) from None
+    except Exception as e:  # pylint: disable=broad-except
+      raise UsageError(f'cannot load --config={config}: {_one_line(e)}'
+                       ) from None
   if not isinstance(result, ml_collections.ConfigDict):
     raise UsageError(f'--config={config}: get_config() returned '
                      f'{type(result).__name__}, not an ml_collections '

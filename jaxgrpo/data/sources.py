@@ -18,6 +18,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from jaxgrpo import errors
 from jaxgrpo.data import arithmetic as arithmetic_lib
 from jaxgrpo.data import formats
 from jaxgrpo.data import jsonl
@@ -124,10 +125,12 @@ def _tfds_source(name: str, split: str, data_dir: str | None) -> Any:
   # Registers the local builders (jaxgrpo_gsm8k, jaxgrpo_squad2).
   importlib.import_module('jaxgrpo.data.tfds_builders')
   try:
-    builder = tfds.builder(name, data_dir=data_dir)
+    with errors.absl_warnings_muted():  # 'has no dataset_info.json': below
+      builder = tfds.builder(name, data_dir=data_dir)
+      prepared = builder.is_prepared()
   except (AssertionError, ValueError) as e:  # TFDS: unknown name or version
     raise ValueError(f'no such tfds dataset ({_first_line(e)})') from None
-  if not builder.is_prepared():
+  if not prepared:
     local = formats.TFDS_BUILDERS.get(builder.name)
     how = (f'python -m jaxgrpo.data.tfds_builders {local} --manual_dir DIR '
            f'--data_dir {data_dir or "DIR"}' if local else

@@ -132,6 +132,18 @@ class TfdsBuildersTest(absltest.TestCase):
         loading.load_dataset(cfg, cfg.data.datasets[0],
                              tokenizer_lib.CharTokenizer())
 
+  def test_a_folder_not_prepared_gives_the_error_alone(self):
+    # TFDS logged 'Variant folder ... has no dataset_info.json' on stderr
+    # before the error (in a process that had not built the dataset yet).
+    code = ('import sys; from jaxgrpo.data import sources\n'
+            'try: sources._tfds_source("jaxgrpo_gsm8k", "test", sys.argv[1])\n'
+            'except ValueError as e: print(e)')
+    run = subprocess.run(
+        [sys.executable, '-c', code, self.create_tempdir().full_path],
+        capture_output=True, text=True, check=True, cwd=_REPO, timeout=300)
+    self.assertIn("'jaxgrpo_gsm8k' is not prepared under", run.stdout)
+    self.assertNotIn('dataset_info.json', run.stderr)
+
   def test_bad_record_stops_preparation_naming_file_and_line(self):
     manual = self.create_tempdir()
     manual.create_file('test.jsonl', content=(
