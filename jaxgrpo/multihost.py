@@ -153,6 +153,12 @@ def initialize(
         'give distributed.coordinator, num_processes and process_id, or set '
         "distributed.initialize='never' for a single process") from None
   except RuntimeError as e:
+    if 'Failed to start RPC server' in str(e) and process_id == 0:
+      raise errors.ConfigError(
+          f'distributed.coordinator={coordinator!r}: process 0 cannot serve '
+          f'on port {coordinator.rsplit(":", 1)[1]} ({e}): another program, '
+          "or another run's coordinator, holds it; give a free port (the "
+          'same on every process)') from None
     raise errors.ConfigError(
         f'distributed: cannot start jax.distributed ({e}); check '
         'distributed.coordinator / num_processes / process_id, or set '

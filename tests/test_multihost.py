@@ -122,6 +122,28 @@ class SingleProcessTest(absltest.TestCase):
         r"^distributed.initialize='always': jax finds no cluster to join "
         r'\(.*\); give distributed.coordinator')
 
+  def test_a_coordinator_port_in_use_is_named(self):
+    # It said only 'cannot start jax.distributed (UNKNOWN: Failed to start
+    # RPC server)'. A process of its own, as above; the port is held here.
+    with socket.socket() as held:
+      held.bind(('localhost', 0))
+      held.listen()
+      port = held.getsockname()[1]
+      script = (
+          'import sys\nfrom jaxgrpo import errors, multihost\ntry:\n'
+          "  multihost.initialize('auto', coordinator=sys.argv[1], "
+          'num_processes=1, process_id=0)\n'
+          'except errors.ConfigError as e:\n  print(e)\n')
+      done = subprocess.run(
+          [sys.executable, '-c', script, f'localhost:{port}'], cwd=REPO,
+          env={**os.environ, 'PYTHONPATH': REPO, 'JAX_PLATFORMS': 'cpu'},
+          capture_output=True, text=True, timeout=120)
+    self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+    self.assertRegex(
+        done.stdout, rf"^distributed.coordinator='localhost:{port}': process "
+        rf'0 cannot serve on port {port} \(.*Failed to start RPC server\): '
+        'another program')
+
 
 class TwoProcessTest(absltest.TestCase):
 
