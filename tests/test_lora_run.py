@@ -12,6 +12,7 @@ JAXGRPO_SLOW_TESTS=1 (see docs/testing.md).
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -176,6 +177,21 @@ class _LoraRun:
     export.export_run(self.workdir, out)
     np.testing.assert_allclose(_hf_logits(_load_hf(out), self.tokens),
                                self.logits, atol=2e-3)
+
+  def test_export_in_bfloat16_says_what_the_merge_rounding_lost(self):
+    out, lines = self.create_tempdir().full_path, []
+    export.export_run(self.workdir, out, dtype='bfloat16', log=lines.append)
+    self.assertLen(lines, 1)
+    lost = re.fullmatch(r'merged the adapter into bfloat16 weights: rounding '
+                        r'lost (\d+\.\d)% of its change .*--dtype=float32.*',
+                        lines[0])
+    self.assertBetween(float(lost[1]), 0.1, 100.0, lines[0])
+    with open(os.path.join(out, 'config.json')) as f:
+      self.assertEqual(json.load(f)['torch_dtype'], 'bfloat16')
+    export.export_run(self.workdir, out, log=lines.append)  # float32: kept
+    self.assertLen(lines, 1)
+    with self.assertRaisesRegex(export.common.UsageError, '^--dtype: a --peft'):
+      export.export_run(self.workdir, out, peft=True, dtype='float32')
 
   def test_peft_layout(self):
     out = self.create_tempdir().full_path

@@ -20,6 +20,7 @@ writes the adapter alone in PEFT's layout instead (adapter_config.json and
 adapter_model.safetensors), for `peft.PeftModel.from_pretrained` on the base.
 """
 
+from collections.abc import Callable
 import importlib
 import json
 import os
@@ -27,6 +28,7 @@ import shutil
 import sys
 
 import jax
+import jax.numpy as jnp
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
@@ -35,6 +37,7 @@ from jaxgrpo.cli import common
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import decoder
 from jaxgrpo.model import hf
+from jaxgrpo.model import config as model_config
 from jaxgrpo.model import lora
 from jaxgrpo.model import pretrained
 from jaxgrpo.model.config import ModelConfig
@@ -46,7 +49,8 @@ _TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json',
 
 
 def export_run(workdir: str, out: str, *, step: int | None = None,
-               peft: bool = False) -> str:
+               peft: bool = False, dtype: str | None = None,
+               log: Callable[[str], None] = print) -> str:
   """Exports checkpoint `step` (latest: None) of `workdir` to `out`.
 
   The workdir is only read: a run may still be training there.
@@ -56,18 +60,26 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
     out: the directory to write (created if missing).
     step: the checkpoint's step; None: the latest.
     peft: a LoRA run's adapter alone, in PEFT's layout.
+    dtype: the weights' dtype in the export ('float32', 'bfloat16'); None:
+      the run's `model.param_dtype`. A LoRA adapter is merged in float32
+      and stored in it; below float32, `log` gets the share of the
+      adapter's change that rounding lost.
+    log: receives that line.
 
   Returns:
     The output directory.
 
   Raises:
-    common.UsageError: `workdir` holds no checkpoint (of `step`), or `out`
+    common.UsageError: `workdir` holds no checkpoint (of `step`), `out`
       cannot be written or is the run's own model.path (checked before
-      anything is written).
+      anything is written), or `dtype` is given with `peft`.
     errors.UserError: a damaged checkpoint, `peft` for a run without an
       adapter, a run whose model.path is gone, or a model without a Hugging
       Face equivalent (a built-in preset exports too: a llama config).
   """
+  if peft and dtype is not None:
+    raise common.UsageError('--dtype: a --peft export writes the adapter as '
+                            'trained; --dtype sets the merged weights\' dtype')
   workdir = os.path.abspath(os.path.expanduser(workdir))
   directory, step = _checkpoint(workdir, step)
   meta = checkpoint_lib.read_meta(directory, step)
@@ -82,22 +94,12 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
     base, section, _, adapter = model_spec.load_adapter(workdir, step)
     if peft:
       return _write_peft(out, adapter, section, meta)
-    params = lora.merge(base.params, adapter, alpha=section.alpha)
+    params = _merged(base.params, adapter, section.alpha, dtype, log)
   elif peft:
     raise errors.UserError(f'--peft: the run in {workdir} trained every '
                            'weight (model.lora.rank = 0): it has no adapter')
   else:
-    try:
-      arrays = checkpoint_lib.load_state_arrays(directory, step)['params']
-    except checkpoint_lib.DamagedError as e:
-      raise errors.UserError(
-          f'--workdir {workdir}: the checkpoint of step {step} is damaged '
-          f'({e}); export an earlier one with --step') from None
-    _, abstract = decoder.abstract_params(cfg)
-    pure = jax.tree.map(
-        lambda x: x['value'] if isinstance(x, dict) and 'value' in x else x,
-        arrays, is_leaf=lambda x: isinstance(x, dict) and 'value' in x)
-    params = _fill(abstract, pure)
+    params = _cast(_trained(workdir, directory, step, cfg), dtype)
   if source:
     tokenizer = pretrained.load_tokenizer(source, vocab_size=cfg.vocab_size)
   else:  # a preset's built-in tokenizer, with the same ids
@@ -178,6 +180,40 @@ def _write_peft(out: str, adapter, section: lora.LoraSection,
   return out
 
 
+def _merged(params, adapter, alpha: float, dtype: str | None, log):
+  """The base `params` (in `dtype`) with the adapter merged; `log` gets the
+  share of its change that rounding below float32 lost."""
+  params = _cast(params, dtype)
+  merged = lora.merge(params, adapter, alpha=alpha)
+  dtype = str(jax.tree.leaves(merged)[0].dtype)
+  loss = lora.merge_loss(params, merged, adapter, alpha=alpha)
+  if dtype != 'float32' and loss:  # 0: B = 0, nothing to lose
+    log(f'merged the adapter into {dtype} weights: rounding lost {loss:.1%}'
+        " of its change (its norm); --dtype=float32 keeps all of it, and "
+        '--peft writes the adapter apart')
+  return merged
+
+
+def _trained(workdir: str, directory: str, step: int, cfg: ModelConfig):
+  """The params of a run that trained every weight, from its checkpoint."""
+  try:
+    arrays = checkpoint_lib.load_state_arrays(directory, step)['params']
+  except checkpoint_lib.DamagedError as e:
+    raise errors.UserError(
+        f'--workdir {workdir}: the checkpoint of step {step} is damaged '
+        f'({e}); export an earlier one with --step') from None
+  _, abstract = decoder.abstract_params(cfg)
+  pure = jax.tree.map(
+      lambda x: x['value'] if isinstance(x, dict) and 'value' in x else x,
+      arrays, is_leaf=lambda x: isinstance(x, dict) and 'value' in x)
+  return _fill(abstract, pure)
+
+
+def _cast(params, dtype: str | None):
+  return params if dtype is None else jax.tree.map(
+      lambda x: x.astype(jnp.dtype(dtype)), params)
+
+
 def _fill(abstract, pure):
   """The abstract nnx.State with its leaves taken from nested dict `pure`."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -218,11 +254,15 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--peft', action='store_true',
                       help="a LoRA run: write the adapter alone, in PEFT's "
                       'layout, instead of merging it into the weights')
+  parser.add_argument('--dtype', choices=model_config.DTYPES, default=None,
+                      help="the weights' dtype (default: the run's "
+                      'model.param_dtype)')
 
   def body() -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-      out = export_run(args.workdir, args.out, step=args.step, peft=args.peft)
+      out = export_run(args.workdir, args.out, step=args.step, peft=args.peft,
+                       dtype=args.dtype)
     except errors.UserError:
       raise
     except ValueError as e:  # a model without a Hugging Face equivalent

@@ -119,6 +119,21 @@ class AttachTest(absltest.TestCase):
     merged = lora.merge(self.params, adapter, alpha=self.section.alpha)
     np.testing.assert_allclose(base(merged), adapted, atol=2e-5)
 
+  def test_merge_loss_measures_what_rounding_took(self):
+    alpha = self.section.alpha
+    for scale, dtype, lo, hi in ((1.0, jnp.float32, 0.0, 1e-6),
+                                 (1e-3, jnp.bfloat16, 0.5, 1.0),
+                                 (1.0, jnp.bfloat16, 1e-3, 0.1)):
+      params = jax.tree.map(lambda x, d=dtype: x.astype(d), self.params)
+      adapter = jax.tree.map(lambda x, k=scale: x * k,
+                             _randomized(self.adapter))
+      merged = lora.merge(params, adapter, alpha=alpha)
+      loss = lora.merge_loss(params, merged, adapter, alpha=alpha)
+      with self.subTest(scale=scale, dtype=dtype):
+        self.assertBetween(loss, lo, hi)
+    self.assertEqual(lora.merge_loss(self.params, self.params, self.adapter,
+                                     alpha=alpha), 0.0)  # B = 0: no change
+
   def test_runs_only_under_a_trace(self):
     # Eagerly qwix could not tie the reshaped q/k/v/o weights to their
     # adapters; the adapted decoder says so instead of leaving them out.

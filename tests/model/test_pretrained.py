@@ -6,6 +6,7 @@ import os
 
 from absl.testing import absltest
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxgrpo import build
@@ -133,6 +134,14 @@ class HuggingFaceDirTest(absltest.TestCase):
     moved = [np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in zip(
         jax.tree_util.tree_leaves(first.params), exported)]
     self.assertGreater(max(moved), 0)  # training changed the weights
+    # --dtype=bfloat16: the same weights, rounded once.
+    export.export_run(workdir, out, dtype='bfloat16')
+    half = pretrained.load(out)
+    self.assertEqual(half.cfg.param_dtype, 'bfloat16')
+    for a, b in zip(jax.tree_util.tree_leaves(half.params), trained,
+                    strict=True):
+      np.testing.assert_array_equal(
+          np.asarray(a), np.asarray(jnp.asarray(b, jnp.bfloat16)))
 
   def test_prompts_go_through_the_chat_template(self):
     model_dir = _model_dir(self.create_tempdir().full_path)
