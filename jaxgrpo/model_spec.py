@@ -9,7 +9,9 @@ A spec is one of
     latest checkpoint, or of step STEP with `WORKDIR@STEP`; the model config
     and tokenizer are those the run trained with. A LoRA run's checkpoints
     hold its adapter: the base is rebuilt from the run's model (its
-    `model.path`, or its preset from its seed) and the adapter merged in;
+    `model.path`, or its preset from its seed) and the adapter attached, as
+    the run computed it (merged into bfloat16 weights, most of a small
+    update would round away; `lora.merge` merges it for an eager run);
   * a pretrained model `jaxgrpo.model.pretrained.load` reads: a Hugging Face
     directory, a .gguf file, or 'smollm2'; its tokenizer is set up per the
     config's model.chat_template and model.system_prompt.
@@ -243,9 +245,8 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
   finally:
     manager.close()
   params = jax.device_put(state)
-  if section is not None:
-    graphdef = base.graphdef
-    params = lora.merge(base.params, params, alpha=section.alpha)
+  if section is not None:  # As the run computed it: W x + B A x, not merged.
+    params = nnx.merge_state(base.params, params)
   tokenizer = _run_tokenizer(where, meta.get('config', {}).get('model', {}),
                              model_cfg)
   log(f'loaded {workdir} step {step}: {model_cfg.num_layers} layers, '

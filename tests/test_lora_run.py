@@ -162,14 +162,17 @@ class _LoraRun:
     for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
       np.testing.assert_array_equal(a, b)
 
-  def test_eval_loads_the_run_with_its_adapter_merged(self):
+  def test_eval_loads_the_run_as_it_computed(self):
+    # The adapter is attached, not merged: merged into bfloat16 weights,
+    # most of its change rounded away and jaxgrpo-eval scored nearly the
+    # base model.
     loaded = model_spec.load(f'{self.workdir}@2',
                              config_lib.from_config_dict(self.config()))
     t = len(self.tokens)
-    logits, _ = decoder.forward(
+    logits, _ = jax.jit(decoder.forward, static_argnums=0)(
         loaded.graphdef, loaded.params, jnp.asarray([self.tokens]),
         jnp.arange(t)[None], jnp.tril(jnp.ones((t, t), bool))[None])
-    np.testing.assert_allclose(logits[0], self.logits, atol=2e-3)
+    np.testing.assert_array_equal(logits[0], self.logits)
 
   @absltest.skipUnless(_HAS_TORCH, 'needs torch, transformers, safetensors')
   def test_merged_export_reads_back_in_transformers(self):
