@@ -411,6 +411,8 @@ def _optimizer(cfg: config_lib.Config) -> optax.GradientTransformation:
       max_grad_norm=cfg.optim.max_grad_norm,
       weight_decay=cfg.optim.weight_decay,
       schedule=cfg.optim.schedule,
+      param_dtype=cfg.model.param_dtype,
+      seed=cfg.seed,
   )
 
 

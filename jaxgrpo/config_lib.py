@@ -66,7 +66,8 @@ class ModelSection(Section, name='model'):
       None, 'with `chat_template`: a system turn before each prompt (None: '
       'none)')
   dtype: str = field('float32', 'compute dtype', one_of(model_config.DTYPES))
-  param_dtype: str = field('float32', 'storage dtype of the params',
+  param_dtype: str = field('float32', 'storage dtype of the params ([how '
+                           'bfloat16 trains](models.md#bfloat16-params))',
                            one_of(model_config.DTYPES))
   remat: str = field(
       'none', "recompute activations of each decoder block in the learner's "

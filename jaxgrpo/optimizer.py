@@ -7,9 +7,16 @@ computation: on the CPU the demo's weights then differ in the last bits from
 the sixth step on and its 100-step run ends elsewhere. The train step's
 select (`jnp.where` over params and state) keeps every run bit for bit what
 it was.
+
+Params stored in bfloat16 (`model.param_dtype`) train through
+`low_precision`: float32 moments and stochastically rounded updates, so that
+updates below a weight's rounding step are not lost.
 """
 
+from typing import NamedTuple
+
 import jax
+import jax.numpy as jnp
 import optax
 
 SCHEDULES = ('constant', 'cosine')
@@ -70,6 +77,73 @@ def _decay_mask(params: optax.Params) -> optax.Params:
   return jax.tree.map(lambda p: p.ndim > 1, params)
 
 
+class LowPrecisionState(NamedTuple):
+  """`low_precision`'s state: the inner optimizer's (float32) and the count
+  of updates, which picks each update's rounding noise."""
+  inner: optax.OptState
+  count: jax.Array
+
+
+def _float32(tree):
+  return jax.tree.map(lambda x: x.astype(jnp.float32), tree)
+
+
+def stochastic_round(x: jax.Array, key: jax.Array) -> jax.Array:
+  """float32 `x` rounded to bfloat16 up or down at random, with the
+  probability that makes the mean exact (E[round(x)] = x).
+
+  The 16 bits bfloat16 drops get uniform noise added before they are cut:
+  the magnitude rounds up with probability (its dropped part) / 2^16.
+  """
+  bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+  noise = jax.random.bits(key, x.shape, jnp.uint32) & jnp.uint32(0xFFFF)
+  cut = (bits + noise) & jnp.uint32(0xFFFF0000)
+  return jax.lax.bitcast_convert_type(cut, jnp.float32).astype(jnp.bfloat16)
+
+
+def low_precision(inner: optax.GradientTransformation, seed: int = 0
+                  ) -> optax.GradientTransformation:
+  """`inner` for params stored in bfloat16.
+
+  With bfloat16 params, AdamW's moments and its additions are rounded to 8
+  bits: an update below half a weight's rounding step (|w| / 256 or so)
+  is lost, so at RL's learning rates (1e-6) nearly no weight moves, and the
+  second moment stops growing once (1 - b2) g^2 falls below its step. Here
+  `inner` sees float32 gradients and params (its moments are float32) and
+  each bfloat16 param's new value is rounded stochastically, unbiased: a
+  weight moves by one step with the probability its update asks for. The
+  noise comes from `seed` and the update count in the state, so a resumed
+  run rounds as an uninterrupted one. Float32 params pass as `inner` has
+  them.
+  """
+
+  def init(params):
+    return LowPrecisionState(inner.init(_float32(params)),
+                             jnp.zeros((), jnp.uint32))
+
+  def update(updates, state, params=None):
+    if params is None:
+      raise ValueError('low_precision needs the params')
+    updates, inner_state = inner.update(_float32(updates), state.inner,
+                                        _float32(params))
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(
+        jax.random.fold_in(jax.random.key(seed), state.count), len(leaves))
+
+    def rounded(p, u, key):  # float32: p + it is the rounded value exactly
+      if p.dtype != jnp.bfloat16:
+        return u
+      p32 = p.astype(jnp.float32)
+      return stochastic_round(p32 + u, key).astype(jnp.float32) - p32
+
+    updates = jax.tree.unflatten(tree, [
+        rounded(p, u, k) for p, u, k in zip(
+            leaves, tree.flatten_up_to(updates), keys)])
+    return updates, LowPrecisionState(inner_state, state.count + 1)
+
+  return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(
     *,
     learning_rate: float,
@@ -80,6 +154,8 @@ def make_optimizer(
     b1: float = 0.9,
     b2: float = 0.999,
     schedule: str = 'constant',
+    param_dtype: str = 'float32',
+    seed: int = 0,
 ) -> optax.GradientTransformation:
   """Clip by global norm, then AdamW on a warmup schedule.
 
@@ -95,6 +171,9 @@ def make_optimizer(
     b1: Adam's first-moment decay.
     b2: Adam's second-moment decay.
     schedule: 'constant' or 'cosine' after the warmup.
+    param_dtype: the params' dtype; 'bfloat16' trains through
+      `low_precision` (float32 moments, stochastic rounding).
+    seed: the rounding noise's seed (with bfloat16 params).
 
   Returns:
     The optax transformation.
@@ -108,6 +187,6 @@ def make_optimizer(
   adamw = optax.adamw(
       lr_schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=_decay_mask
   )
-  if not max_grad_norm:
-    return adamw
-  return optax.chain(optax.clip_by_global_norm(max_grad_norm), adamw)
+  if max_grad_norm:
+    adamw = optax.chain(optax.clip_by_global_norm(max_grad_norm), adamw)
+  return adamw if param_dtype == 'float32' else low_precision(adamw, seed)

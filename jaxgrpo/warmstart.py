@@ -21,6 +21,7 @@ import optax
 
 from jaxgrpo import evaluate
 from jaxgrpo import example as example_lib
+from jaxgrpo import optimizer as optimizer_lib
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate.generator import Generator
@@ -178,6 +179,8 @@ def warm_start(
   # The step donates its params; work on a copy so the caller's stay valid.
   params = jax.tree.map(jnp.copy, params)
   optimizer = optax.adam(learning_rate)
+  if any(p.dtype == jnp.bfloat16 for p in jax.tree.leaves(params)):
+    optimizer = optimizer_lib.low_precision(optimizer)
   opt_state = optimizer.init(params)
   np_rng = np.random.default_rng(np.asarray(jax.random.key_data(rng)).ravel())
   check_set = [train_examples[i] for i in np_rng.choice(

@@ -43,8 +43,9 @@ KNOWN_MODULES = {
 # entry is a plain dict, whose `weight='0.5'` reached its rule unchecked, a
 # TypeError traceback), 1098 with the nearest key suggested for an
 # unknown one, 1110 with model.path kept absolute and
-# distributed.coordinator's host and port checked, both counted).
-KNOWN_CONFIG_LINES = 1110
+# distributed.coordinator's host and port checked, both counted, 1111 with
+# model.param_dtype's help naming how bfloat16 params train).
+KNOWN_CONFIG_LINES = 1111
 
 
 class CodeShapeTest(absltest.TestCase):

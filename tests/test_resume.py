@@ -157,6 +157,40 @@ class LeftOutDatasetTest(absltest.TestCase):
                      [0, 1, 2])
 
 
+class Bfloat16ParamsTest(absltest.TestCase):
+
+  def test_bfloat16_params_move_and_resume_exactly(self):
+    # At learning rate 1e-5, AdamW's updates are below bfloat16's rounding
+    # step for nearly every weight: plain bfloat16 params lost them (3% of
+    # the weights moved in 3 steps, 0.8% at 1e-6). Stochastic rounding moves
+    # each with the probability its update asks for, and the noise follows
+    # the seed and the update count, so a resume is exact.
+    keys = {'model.param_dtype': 'bfloat16', 'optim.learning_rate': 1e-5,
+            'optim.warmup_steps': 0, 'rollout.short_batch': 'train',
+            'eval.every': 0, 'checkpoint.max_to_keep': 5}
+    runs = {}
+    for name, stops in (('stopped', (2, 4)), ('straight', (4,))):
+      workdir = self.create_tempdir().full_path
+      for total in stops:
+        train.run(_config(total_steps=total, **keys), workdir,
+                  log=lambda _: None)
+      runs[name] = checkpoint_lib.load_state_arrays(
+          os.path.join(workdir, 'checkpoints'))
+    first = jax.tree.leaves(checkpoint_lib.load_state_arrays(
+        os.path.join(workdir, 'checkpoints'), 0)['params'])
+    last = jax.tree.leaves(runs['straight']['params'])
+    self.assertEqual({str(x.dtype) for x in last}, {'bfloat16'})
+    moved = sum(int((np.asarray(a) != np.asarray(b)).sum())
+                for a, b in zip(first, last))
+    self.assertGreater(moved / sum(x.size for x in last), 0.1)
+    moments = [x for x in jax.tree.leaves(runs['straight']['opt_state'])
+               if np.ndim(x) > 1]
+    self.assertEqual({str(x.dtype) for x in moments}, {'float32'})
+    for a, b in zip(jax.tree.leaves(runs['stopped']),
+                    jax.tree.leaves(runs['straight']), strict=True):
+      np.testing.assert_array_equal(a, b)
+
+
 class InFlightResumeTest(parameterized.TestCase):
 
   @parameterized.parameters('keep', 'retry')

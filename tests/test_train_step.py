@@ -253,6 +253,58 @@ class OptimizerTest(parameterized.TestCase):
     np.testing.assert_allclose(updates['w'], -0.5)
     np.testing.assert_allclose(updates['b'], 0.0)
 
+  def _descend(self, param_dtype, steps=1000):
+    """1024 weights at 1.0 after `steps` AdamW updates of about 1e-4 each
+    (a constant gradient), as the train step applies them."""
+    opt = optimizer_lib.make_optimizer(
+        learning_rate=1e-4, warmup_steps=0, total_steps=steps,
+        max_grad_norm=1.0, param_dtype=param_dtype, seed=3)
+    params = {'w': jnp.ones((1024,), jnp.dtype(param_dtype))}
+    grads = jax.tree.map(jnp.ones_like, params)
+
+    def step(carry, _):
+      params, state = carry
+      updates, state = opt.update(grads, state, params)
+      return (optax.apply_updates(params, updates), state), None
+
+    (params, state), _ = jax.jit(lambda c: jax.lax.scan(
+        step, c, None, length=steps))((params, opt.init(params)))
+    return params['w'], state
+
+  def test_bfloat16_params_keep_updates_below_their_rounding_step(self):
+    # 1e-4 is 1/78 of bfloat16's step at 1.0 (2^-7): plain AdamW on
+    # bfloat16 params rounded every update away and nothing moved.
+    want, _ = self._descend('float32')
+    np.testing.assert_allclose(want, 0.9, atol=1e-4)
+    got, state = self._descend('bfloat16')
+    self.assertEqual(got.dtype, jnp.bfloat16)
+    self.assertAlmostEqual(float(got.astype(jnp.float32).mean()), 0.9,
+                           delta=0.003)
+    self.assertGreater(len(np.unique(np.asarray(got, np.float32))), 1)
+    moments = [x for x in jax.tree.leaves(state.inner) if x.ndim]
+    self.assertTrue(all(x.dtype == jnp.float32 for x in moments), moments)
+    self.assertEqual(int(state.count), 1000)
+    # The noise is a function of the seed and the count: the same again.
+    np.testing.assert_array_equal(got, self._descend('bfloat16')[0])
+    plain = optax.adamw(1e-4)
+    p = {'w': jnp.ones((4,), jnp.bfloat16)}
+    u, _ = plain.update(jax.tree.map(jnp.ones_like, p), plain.init(p), p)
+    np.testing.assert_array_equal(optax.apply_updates(p, u)['w'], 1.0)
+
+  def test_stochastic_round_is_unbiased_and_exact_on_bfloat16_values(self):
+    x = jnp.full((100_000,), 1.0 + 2.0**-9, jnp.float32)  # 1/4 of a step
+    r = optimizer_lib.stochastic_round(x, jax.random.key(0))
+    self.assertEqual(set(np.unique(np.asarray(r, np.float32))),
+                     {1.0, 1.0 + 2.0**-7})
+    self.assertAlmostEqual(float(jnp.mean(r.astype(jnp.float32) == 1.0)),
+                           0.75, delta=0.01)
+    exact = jnp.asarray([-3.5, 0.0, 1.0, 2.0**-20], jnp.bfloat16)
+    np.testing.assert_array_equal(optimizer_lib.stochastic_round(
+        exact.astype(jnp.float32), jax.random.key(1)), exact)
+    neg = optimizer_lib.stochastic_round(-x, jax.random.key(2))
+    self.assertAlmostEqual(float(neg.astype(jnp.float32).mean()),
+                           -float(x[0]), delta=1e-4)
+
   def test_unknown_schedule_raises(self):
     with self.assertRaisesRegex(ValueError, 'unknown schedule'):
       optimizer_lib.make_schedule(
