@@ -14,6 +14,12 @@ import numpy as np
 from jaxgrpo.reporting import plot_panels
 
 
+def _mean(values: list[float]) -> float:
+  """The mean, or nan for none (a step whose batch was all carried in
+  generated nothing, and has no reward/mean)."""
+  return float(np.mean(values)) if values else float('nan')
+
+
 def summarize(records: list[dict], window: int) -> list[tuple]:
   """Rows (first step, last step, reward, generated/step, used/step,
   efficiency, rounds/step, eval accuracy or None)."""
@@ -28,7 +34,7 @@ def summarize(records: list[dict], window: int) -> list[tuple]:
     seen = [s for s in evals if s <= last]
     rows.append((
         chunk[0]['step'], last,
-        float(np.mean([r.get('reward/mean', np.nan) for r in chunk])),
+        _mean([r['reward/mean'] for r in chunk if 'reward/mean' in r]),
         generated / len(chunk), used / len(chunk),
         used / generated if generated else float('nan'),
         float(np.mean([r['rollout/rounds'] for r in chunk])),

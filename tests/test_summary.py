@@ -69,6 +69,18 @@ class SummaryTest(absltest.TestCase):
     self.assertEqual(rows['b: accuracy, batch share'], '0.300 -> 0.600, 0.750')
     self.assertEqual(rows['written to'], '/runs/x: metrics.jsonl, checkpoints/')
 
+  def test_a_step_that_generated_nothing_counts(self):
+    # A step whose batch was all carried in has no reward/mean; it was left
+    # out of the steps, their time and the reward windows.
+    records = _records()
+    del records[3]['reward/mean']
+    s = summary_lib.summarize(
+        records, steps=10, resumed_from=None, stopped_by=None, warmstart={},
+        cum_prompts_generated=200, cum_groups_used=80, seconds=31.0,
+        dataset_names=['a', 'b'])
+    self.assertEqual((s.window, s.step_seconds), (1, 20.0))
+    self.assertEqual((s.verify_errors, s.verify_timeouts), (1, 2))
+
   def test_resumed_and_stopped_runs_say_so(self):
     s = summary_lib.summarize(
         [], steps=7, resumed_from=5, stopped_by='SIGTERM', warmstart={},
@@ -103,6 +115,19 @@ class SummarizeRunScriptTest(absltest.TestCase):
     code, out, _ = self._main(workdir, '--window', '1')
     self.assertEqual(code, 0)
     self.assertLen(out.splitlines(), 3)  # the header and two rows
+
+  def test_a_step_that_generated_nothing_keeps_the_reward(self):
+    # Its batch was all carried in, so it has no reward/mean; the window's
+    # reward printed nan.
+    workdir = self.create_tempdir().full_path
+    records = [{'step': s, 'reward/mean': 0.5, 'rollout/prompts_generated': 8,
+                'rollout/groups_used': 4, 'rollout/rounds': 1} for s in (1, 2)]
+    del records[1]['reward/mean']
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.write(''.join(json.dumps(r) + '\n' for r in records))
+    code, out, _ = self._main(workdir, '--window', '2')
+    self.assertEqual(code, 0)
+    self.assertEqual(out.splitlines()[1].split()[1], '0.500')
 
   def test_mistakes_end_in_one_line(self):
     # Tracebacks before; --window=-1 printed an empty table.

@@ -62,7 +62,9 @@ def summarize(
     workdir: str | None = None,
 ) -> RunSummary:
   """Summarizes a run from its metrics records (first and last tenth)."""
-  train_records = [r for r in records if 'reward/mean' in r]
+  # Every GRPO step, also one that generated nothing (its batch was carried
+  # in) and so has no reward/mean.
+  train_records = [r for r in records if 'perf/step_s' in r]
   window = max(1, len(train_records) // 10)
   evals = [r for r in records if 'eval/accuracy' in r]
   last = train_records[-1] if train_records else {}
