@@ -182,6 +182,26 @@ class ReadmeTest(absltest.TestCase):
                      'nor docs/README.md')
 
 
+class PythonVersionTest(absltest.TestCase):
+  """The Python the package says it runs on is one its dependencies run on
+  (docs/scale-out.md: "jax needs 3.11 or newer")."""
+
+  def test_requires_python_is_what_jax_requires(self):
+    # pyproject.toml said >=3.10, so pip on 3.10 went looking for a jax it
+    # could not find instead of naming the Python version.
+    import importlib.metadata  # pylint: disable=g-import-not-at-top
+    import tomllib  # pylint: disable=g-import-not-at-top
+    with open(os.path.join(REPO, 'pyproject.toml'), 'rb') as f:
+      ours = tomllib.load(f)['project']['requires-python']
+    version = lambda spec: tuple(  # '>=3.11' -> (3, 11)
+        int(part) for part in spec.strip().lstrip('>=').split('.')[:2])
+    for dist in ('jax', 'jaxlib', 'flax', 'orbax-checkpoint', 'grain'):
+      theirs = importlib.metadata.metadata(dist).get('Requires-Python')
+      if theirs:
+        self.assertGreaterEqual(version(ours), version(theirs),
+                                f'{dist} requires Python {theirs}')
+
+
 class DemoSizeTest(absltest.TestCase):
   """The demo model's size is written one way, the one the code computes."""
 
