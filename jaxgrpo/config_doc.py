@@ -12,14 +12,13 @@ tests/test_config_doc.py fails when a table of the page is stale.
 
 import argparse
 import dataclasses
-import os
+import pathlib
 import sys
 
 from jaxgrpo import config_lib
 from jaxgrpo.data import entry as entry_lib
 
-PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), 'docs', 'configuration.md')
+PAGE = pathlib.Path(__file__).resolve().parents[1] / 'docs/configuration.md'
 
 
 def _show(value) -> str:
@@ -81,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--write', action='store_true',
                       help='rewrite the tables in docs/configuration.md')
   args = parser.parse_args(argv)
+  if args.write and not PAGE.is_file():  # an installed package has no docs/
+    parser.error(f'--write works in a clone only: {PAGE} is missing')
   try:
     new = tables()
   except ValueError as e:
@@ -89,12 +90,10 @@ def main(argv: list[str] | None = None) -> int:
   if not args.write:
     print('\n\n'.join(new.values()))
     return 0
-  with open(PAGE, encoding='utf-8') as f:
-    text = f.read()
+  text = PAGE.read_text(encoding='utf-8')
   for name, new_table in new.items():
     text = replace_in(text, name, new_table)
-  with open(PAGE, 'w', encoding='utf-8') as f:
-    f.write(text)
+  PAGE.write_text(text, encoding='utf-8')
   print(f'wrote the configuration tables of {PAGE}')
   return 0
 

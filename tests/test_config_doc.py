@@ -1,7 +1,11 @@
 """The configuration table of docs/configuration.md is the one the config
 schema generates, and every setting has its help text."""
 
+import contextlib
 import dataclasses
+import io
+import pathlib
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -73,6 +77,17 @@ class ConfigDocTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'rollout.new_knob'):
       config_doc.table(config_lib.settings(Knobs(), 'rollout.'))
 
+  def test_write_outside_a_clone_says_so(self):
+    # An installed package has no docs/: --write names that, no traceback.
+    page = pathlib.Path(self.create_tempdir().full_path) / 'docs/c.md'
+    err = io.StringIO()
+    with mock.patch.object(config_doc, 'PAGE', page), \
+        contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as e:
+      config_doc.main(['--write'])
+    self.assertEqual(e.exception.code, 2)
+    self.assertIn(f'error: --write works in a clone only: {page} is missing',
+                  err.getvalue())
+    self.assertFalse(page.exists())
 
 if __name__ == '__main__':
   absltest.main()
