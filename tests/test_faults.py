@@ -361,6 +361,23 @@ class TrainedWorkdirTest(FaultTestCase):
         [{'role': 'user', 'content': '12+3='}], tokenize=False,
         add_generation_prompt=True), '12+3=')
 
+  def test_export_replaces_an_earlier_exports_files(self):
+    # Another model's export in --out: its chat template, generation
+    # settings and adapter would be read with these weights.
+    out = self.create_tempdir().full_path
+    earlier = ('chat_template.jinja', 'generation_config.json',
+               'special_tokens_map.json', 'adapter_config.json',
+               'adapter_model.safetensors', 'model-00001-of-00002.safetensors',
+               'model.safetensors.index.json', 'notes.txt')
+    for name in earlier:
+      with open(os.path.join(out, name), 'w') as f:
+        f.write('{}')
+    os.mkdir(os.path.join(out, 'config.json.d'))
+    export.export_run(self.copy(), out)
+    self.assertCountEqual(os.listdir(out), [
+        'config.json', 'model.safetensors', 'tokenizer.json',
+        'tokenizer_config.json', 'notes.txt', 'config.json.d'])
+
   def test_export_only_reads_the_workdir_and_names_its_mistakes(self):
     workdir = self.copy()
     # A save in progress by a run still training there: export leaves it.

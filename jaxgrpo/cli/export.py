@@ -12,7 +12,8 @@ them: the source directory's tokenizer files when the run started from one
 built-in preset its `char` or `byte` tokenizer with the same ids (and a
 chat template that leaves prompts as they are, as the run saw them). The
 result loads with `model.path=DIR` here and with transformers'
-`from_pretrained`.
+`from_pretrained`. The files of an earlier export to DIR are replaced
+(other files stay), so none of another model's is read with this one.
 
 A LoRA run (model.lora.rank > 0) exports its base model, rebuilt from the
 run's model, with the adapter merged into the weights; with `--peft` it
@@ -46,6 +47,9 @@ PROG = 'jaxgrpo-export'
 _TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json',
                     'special_tokens_map.json', 'generation_config.json',
                     'chat_template.jinja')
+# What an export writes besides the weights, in one layout or the other.
+_EXPORT_FILES = ('config.json', 'adapter_config.json',
+                 'adapter_model.safetensors', *_TOKENIZER_FILES)
 
 
 def export_run(workdir: str, out: str, *, step: int | None = None,
@@ -93,6 +97,7 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
   if model_spec.lora_section(meta) is not None:
     base, section, _, adapter = model_spec.load_adapter(workdir, step)
     if peft:
+      _clear(out)
       return _write_peft(out, adapter, section, meta)
     params = _merged(base.params, adapter, section.alpha, dtype, log)
   elif peft:
@@ -107,6 +112,7 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
         meta.get('config', {}).get('model', {}).get('tokenizer', 'auto')))
   extra = {'bos_token_id': tokenizer.bos_id, 'eos_token_id': tokenizer.eos_id,
            'pad_token_id': tokenizer.pad_id}
+  _clear(out)
   out_dir = hf.export(cfg, params, out, hf_config_extra=extra)
   if source and os.path.isdir(source):
     for name in _TOKENIZER_FILES:
@@ -161,6 +167,17 @@ def _out_dir(out: str, source: str | None, workdir: str) -> str:
     raise common.UsageError(f'--out={out}: cannot write there (Permission '
                             'denied)')
   return path
+
+
+def _clear(out: str) -> None:
+  """Removes the files of an earlier export from `out`, so that none of
+  another model's (a chat template, generation settings, an adapter or
+  merged weights) is read with this one's; other files stay."""
+  for name in os.listdir(out):
+    path = os.path.join(out, name)
+    if os.path.isfile(path) and (name in _EXPORT_FILES
+                                 or hf.WEIGHT_FILES.fullmatch(name)):
+      os.remove(path)
 
 
 def _write_peft(out: str, adapter, section: lora.LoraSection,

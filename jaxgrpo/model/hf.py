@@ -49,7 +49,8 @@ _CONFIG = 'config.json'
 _SINGLE = 'model.safetensors'
 _INDEX = 'model.safetensors.index.json'
 _SHARD = 'model-{:05d}-of-{:05d}.safetensors'
-_OWN_FILES = re.compile(
+# The weight files an export writes (and replaces).
+WEIGHT_FILES = re.compile(
     r'model(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?'
 )
 _SAFETENSORS_DTYPES = {'F32': 'float32', 'BF16': 'bfloat16'}
@@ -459,7 +460,7 @@ def export(
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   for old in out_dir.iterdir():
-    if _OWN_FILES.fullmatch(old.name):
+    if WEIGHT_FILES.fullmatch(old.name):
       old.unlink()
   weight_map, total = {}, 0
   umask = os.umask(0)
