@@ -295,6 +295,10 @@ def _reason(e: Exception) -> str:
   return text.splitlines()[0][:200]
 
 
+# Listings of a checkpoint folder tried while a run removes step folders.
+_LISTINGS = 5
+
+
 def reader(directory: str) -> ocp.CheckpointManager:
   """A manager that only reads the checkpoints in `directory`.
 
@@ -303,9 +307,37 @@ def reader(directory: str) -> ocp.CheckpointManager:
   that the directory is read-only, as asked; those lines are muted.
   """
   with errors.absl_warnings_muted():
-    return ocp.CheckpointManager(
-        absolute(directory),
-        options=ocp.CheckpointManagerOptions(read_only=True, create=False))
+    for attempt in range(_LISTINGS):
+      try:
+        return ocp.CheckpointManager(
+            absolute(directory),
+            options=ocp.CheckpointManagerOptions(read_only=True, create=False))
+      except FileNotFoundError:
+        # A run training there removed a step folder while orbax listed
+        # them (it keeps checkpoint.max_to_keep): list them again.
+        if attempt == _LISTINGS - 1:
+          raise
+
+
+def removed(directory: str, step: int, wait_s: float = 1.0) -> bool:
+  """Whether checkpoint `step` in `directory` is gone or going: its folder
+  is missing now, or `wait_s` later (a run training there removes all but
+  its latest checkpoint.max_to_keep as it saves, one file at a time). A
+  reader that failed asks, to tell that from damage."""
+  path = os.path.join(absolute(directory), str(step))
+  if not os.path.isdir(path):
+    return True
+  time.sleep(wait_s)
+  return not os.path.isdir(path)
+
+
+def removed_message(directory: str, step: int) -> str:
+  """What to say of checkpoint `step`, removed while it was read."""
+  steps = saved_steps(directory)
+  return (f'it was removed while it was read: the run training there keeps '
+          f'its latest checkpoint.max_to_keep checkpoints (steps there now: '
+          f'{", ".join(map(str, steps)) or "none"}); name one of those, or '
+          'the workdir alone for its latest')
 
 
 def saved_steps(directory: str) -> list[int]:

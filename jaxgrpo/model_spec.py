@@ -172,6 +172,32 @@ def load(spec: str, cfg: config_lib.Config, *, log: Log = _ignore) -> LoadedMode
                           name=name_of(spec))
 
 
+def load_resolved(spec: str, name: str, cfg: config_lib.Config, *,
+                  log: Log = _ignore) -> LoadedModel:
+  """Loads `name`, what `name_of(spec)` gave earlier; a workdir `spec`
+  (its latest step) whose step a run training there removed since loads
+  its latest now (up to 3 times), with a line to `log`.
+
+  Raises:
+    ModelSpecError: as `load`.
+  """
+  for _ in range(3):
+    try:
+      return load(name, cfg, log=log)
+    except ModelSpecError as e:
+      error = e
+      try:
+        latest = name_of(spec)
+      except ModelSpecError:
+        latest = name
+      if latest == name:
+        raise error from None
+    log(f'{name} was removed by the run training there: its latest, '
+        f'{latest}, is loaded instead')
+    name = latest
+  raise error
+
+
 def _init(cfg: config_lib.Config, log: Log) -> LoadedModel:
   """The config's preset, initialised as train.py does."""
   tokenizer = tokenizer_lib.make_tokenizer(cfg.model.tokenizer)
@@ -234,12 +260,15 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
       graphdef, state = lora.attach(base.graphdef, base.params, section,
                                     jax.random.key(0))
     _restore_params(manager, step, state, meta)
-  except checkpoint_lib.DamagedError as e:
-    raise ModelSpecError(f'{where}: {e}') from None
   except (ModelSpecError, errors.ConfigError):
     raise
   except Exception as e:  # pylint: disable=broad-except
     # Orbax reports missing or mismatched arrays with assorted types.
+    if checkpoint_lib.removed(directory, step):
+      raise ModelSpecError(f'{where}: ' + checkpoint_lib.removed_message(
+          directory, step)) from None
+    if isinstance(e, checkpoint_lib.DamagedError):
+      raise ModelSpecError(f'{where}: {e}') from None
     raise ModelSpecError(f'{where}: cannot read its params '
                       f'({str(e).splitlines()[0][:300]})') from None
   finally:

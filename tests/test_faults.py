@@ -11,12 +11,15 @@ import glob
 import importlib.util
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -338,6 +341,62 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertIn('the checkpoint of step 4 is damaged', out.stderr)
     self.assertIn('export an earlier one with --step', out.stderr)
     self.assertNotIn('Traceback', out.stderr)
+
+  def test_readers_name_a_checkpoint_removed_while_read(self):
+    # A run training in the workdir removes all but its latest
+    # checkpoint.max_to_keep as it saves: a step resolved before that is
+    # gone, or going file by file, when its params are read.
+    workdir = self.copy()
+    listed = checkpoint_lib.saved_steps
+    def listed_then_removed(directory):
+      steps = listed(directory)
+      shutil.rmtree(self.ckpt(workdir, 3), ignore_errors=True)
+      return steps
+    cfg = config_lib.from_config_dict(demo.get_config('runlocal'))
+    removed = ('it was removed while it was read: the run training there '
+               'keeps its latest checkpoint.max_to_keep checkpoints (steps '
+               'there now: ')
+    with mock.patch.object(checkpoint_lib, 'saved_steps',
+                           side_effect=listed_then_removed):
+      with self.assertRaisesRegex(model_spec.ModelSpecError,
+                                  r'\(step 3 in .*\): ' + re.escape(removed + '0, 1, 2, 4)')):
+        model_spec.load(f'{workdir}@3', cfg)
+    with self.assertRaisesRegex(errors.UserError, re.escape(
+        f'--workdir {workdir}: the checkpoint of step 2: {removed}0, 1, 4)')):
+      remove_item('meta')(self.ckpt(workdir, 2))  # its first files gone
+      threading.Timer(0.2, shutil.rmtree, [self.ckpt(workdir, 2)]).start()
+      export.export_run(workdir, self.create_tempdir().full_path, step=2)
+
+  def test_eval_of_a_workdir_takes_its_latest_again_when_removed(self):
+    # jaxgrpo-eval resolves every spec before the first model loads; a run
+    # training there may remove that step before its turn comes.
+    workdir = self.copy()
+    cfg = config_lib.from_config_dict(demo.get_config('runlocal'))
+    name = model_spec.name_of(workdir)
+    self.assertEqual(name, f'{workdir}@4')
+    shutil.rmtree(self.ckpt(workdir, 4))
+    lines = []
+    model = model_spec.load_resolved(workdir, name, cfg, log=lines.append)
+    self.assertEqual(model.name, f'{workdir}@3')
+    self.assertIn(f'{workdir}@4 was removed by the run training there: its '
+                  f'latest, {workdir}@3, is loaded instead', lines)
+    with self.assertRaisesRegex(model_spec.ModelSpecError, 'no step 4'):
+      model_spec.load_resolved(name, name, cfg)  # a step named: that one
+
+  def test_a_listing_that_races_a_removal_is_taken_again(self):
+    manager = checkpoint_lib.ocp.CheckpointManager
+    calls = []
+    def vanishing_once(*args, **kwargs):
+      calls.append(args)
+      if len(calls) == 1:  # a step folder removed while orbax listed it
+        raise FileNotFoundError(2, 'No such file or directory')
+      return manager(*args, **kwargs)
+    workdir = self.copy()
+    with mock.patch.object(checkpoint_lib.ocp, 'CheckpointManager',
+                           side_effect=vanishing_once):
+      self.assertEqual(checkpoint_lib.saved_steps(
+          os.path.join(workdir, 'checkpoints')), [0, 1, 2, 3, 4])
+    self.assertLen(calls, 2)
 
   def test_a_preset_run_exports_its_tokenizer_and_reads_back(self):
     # The demo's built-in char tokenizer goes with the weights, so that the

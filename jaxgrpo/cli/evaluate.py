@@ -253,7 +253,7 @@ def evaluate_checkpoints(
   with build.build_scorer(cfg) as scorer:
     for spec, name in zip(specs, names):
       t0 = time.perf_counter()
-      model = model_spec.load(name, cfg, log=log)
+      model = model_spec.load_resolved(spec, name, cfg, log=log)
       loaded = _examples(cfg, model.tokenizer, selected, split, limit, log)
       examples = [ex for _, members in loaded for ex in members]
       generator = dataclasses.replace(

@@ -21,7 +21,8 @@ writes the adapter alone in PEFT's layout instead (adapter_config.json and
 adapter_model.safetensors), for `peft.PeftModel.from_pretrained` on the base.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+import contextlib
 import importlib
 import json
 import os
@@ -86,7 +87,8 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
                             'trained; --dtype sets the merged weights\' dtype')
   workdir = os.path.abspath(os.path.expanduser(workdir))
   directory, step = _checkpoint(workdir, step)
-  meta = checkpoint_lib.read_meta(directory, step)
+  with _reading(workdir, directory, step):
+    meta = checkpoint_lib.read_meta(directory, step)
   model_path = meta.get('config', {}).get('model', {}).get('path')
   source = pretrained.resolve(model_path) if model_path else None
   if source and not os.path.exists(source):
@@ -95,7 +97,8 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
   out = _out_dir(out, source, workdir)
   cfg = ModelConfig(**meta['model'])
   if model_spec.lora_section(meta) is not None:
-    base, section, _, adapter = model_spec.load_adapter(workdir, step)
+    with _reading(workdir, directory, step):
+      base, section, _, adapter = model_spec.load_adapter(workdir, step)
     if peft:
       _clear(out)
       return _write_peft(out, adapter, section, meta)
@@ -140,6 +143,23 @@ def _checkpoint(workdir: str, step: int | None) -> tuple[str, int]:
         f'--step={step}: no checkpoint of step {step} in {directory} (steps '
         f'there: {", ".join(map(str, steps))})')
   return directory, steps[-1] if step is None else step
+
+
+@contextlib.contextmanager
+def _reading(workdir: str, directory: str, step: int) -> Iterator[None]:
+  """Names a failed read of checkpoint `step`: removed meanwhile by a run
+  training in `workdir`, or damaged."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    where = f'--workdir {workdir}: the checkpoint of step {step}'
+    if checkpoint_lib.removed(directory, step):
+      raise errors.UserError(f'{where}: ' + checkpoint_lib.removed_message(
+          directory, step)) from None
+    if isinstance(e, checkpoint_lib.DamagedError):
+      raise errors.UserError(f'{where} is damaged ({e}); export an earlier '
+                             'one with --step') from None
+    raise
 
 
 def _out_dir(out: str, source: str | None, workdir: str) -> str:
@@ -213,12 +233,8 @@ def _merged(params, adapter, alpha: float, dtype: str | None, log):
 
 def _trained(workdir: str, directory: str, step: int, cfg: ModelConfig):
   """The params of a run that trained every weight, from its checkpoint."""
-  try:
+  with _reading(workdir, directory, step):
     arrays = checkpoint_lib.load_state_arrays(directory, step)['params']
-  except checkpoint_lib.DamagedError as e:
-    raise errors.UserError(
-        f'--workdir {workdir}: the checkpoint of step {step} is damaged '
-        f'({e}); export an earlier one with --step') from None
   _, abstract = decoder.abstract_params(cfg)
   pure = jax.tree.map(
       lambda x: x['value'] if isinstance(x, dict) and 'value' in x else x,
