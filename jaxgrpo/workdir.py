@@ -107,3 +107,24 @@ def lock(workdir: str, process_index: int | None = None) -> Iterator[None]:
       yield
     finally:
       fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def holder(workdir: str) -> str | None:
+  """The run training in `workdir` now, as its lock file names it ('pid N
+  on HOST, started ...'); None when no run holds the lock (or it cannot be
+  told: an object store, a file system without flock).
+
+  Probes with a shared lock, released at once.
+  """
+  try:
+    with open(lock_path(workdir, 0), encoding='utf-8') as f:
+      try:
+        fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+      except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+          return ' '.join(f.read().split()) or 'unknown'
+        return None
+      fcntl.flock(f, fcntl.LOCK_UN)
+  except OSError:  # no lock file: no run started there
+    return None
+  return None

@@ -3,6 +3,7 @@
 import contextlib
 import io
 import os
+import socket
 import subprocess
 import sys
 from unittest import mock
@@ -10,6 +11,7 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
+from jaxgrpo import workdir as workdir_lib
 from jaxgrpo.cli import plot as plot_cli
 from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.reporting import plot
@@ -278,6 +280,35 @@ class TensorBoardTest(absltest.TestCase):
                   if k != 'step'}
       np.testing.assert_equal(by_step[record['step']], expected)
     self.assertTrue(np.isnan(by_step[3]['train/loss']))
+
+  def test_the_events_of_a_run_training_there_are_left(self):
+    # The run appends to its open event file: deleting it would lose every
+    # event from then on (written to a file no longer in the folder).
+    if tensorboard_events.missing():
+      self.skipTest(tensorboard_events.missing())
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir, steps=3)
+    logdir = os.path.join(workdir, 'tensorboard')
+    os.makedirs(logdir)
+    other = os.path.join(logdir, 'events.out.tfevents.1.otherhost.1.0.v2')
+    open(other, 'w').close()
+    with workdir_lib.lock(workdir, process_index=0):
+      code, stdout, _ = _main(workdir, '--tensorboard')
+      self.assertEqual(code, 0)
+      # A run that writes no events (tensorboard=False): rewritten.
+      self.assertFalse(os.path.exists(other))
+      own = os.path.join(logdir, f'events.out.tfevents.1.'
+                         f'{socket.gethostname()}.{os.getpid()}.0.v2')
+      open(own, 'w').close()
+      code, stdout, _ = _main(workdir, '--tensorboard')
+      self.assertEqual(code, 0)
+      self.assertTrue(os.path.exists(own))
+      self.assertIn(f'{logdir}: left as it is: the run training in {workdir} '
+                    f'(pid {os.getpid()} on {socket.gethostname()}, started ',
+                    stdout)
+    self.assertIsNone(workdir_lib.holder(workdir))
+    self.assertEqual(_main(workdir, '--tensorboard')[0], 0)  # after it ends
+    self.assertFalse(os.path.exists(own))
 
   def test_without_tensorboardx_names_the_extra(self):
     workdir = self.create_tempdir().full_path

@@ -8,6 +8,7 @@ What each figure shows: `jaxgrpo.reporting.plot`.
 
 import argparse
 import os
+import re
 import sys
 
 from jaxgrpo.cli import common
@@ -27,6 +28,21 @@ def _parser() -> argparse.ArgumentParser:
                       help='also write every scalar as TensorBoard events '
                       'under WORKDIR/tensorboard')
   return parser
+
+
+def _live_events(workdir: str) -> str | None:
+  """The run training in `workdir` (its lock's holder) when it writes
+  TensorBoard events there (a file named with its pid and host), which a
+  rewrite would delete from under it; else None."""
+  from jaxgrpo import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  held = workdir_lib.holder(workdir)
+  found = re.match(r'pid (\d+) on (\S+),', held or '')
+  logdir = os.path.join(workdir, 'tensorboard')
+  if not found or not os.path.isdir(logdir):
+    return None
+  pid, host = found.groups()
+  events = [name for name in os.listdir(logdir) if f'.{host}.{pid}.' in name]
+  return held if events else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     print(p, flush=True)
   if not paths and not failed:
     failed.append(f'{path} holds no metrics to plot')
-  if args.tensorboard:
+  if args.tensorboard and (held := _live_events(args.workdir)):
+    print(f'{os.path.join(args.workdir, "tensorboard")}: left as it is: the '
+          f'run training in {args.workdir} ({held}) writes its events there '
+          'as it goes (--tensorboard rewrites them after it ends)',
+          flush=True)
+  elif args.tensorboard:
     try:
       logdir = plot.write_tensorboard(args.workdir)
     except OSError as e:
