@@ -2,11 +2,13 @@
 
 import contextlib
 import io
+import json
 import os
 import socket
 import subprocess
 import sys
 from unittest import mock
+import warnings
 
 from absl.testing import absltest
 import numpy as np
@@ -128,6 +130,21 @@ class PlotRunTest(absltest.TestCase):
                      ['all', 'gsm8k', 'gsm8k/openai/gsm8k'])
     (panel,) = plot_panels.reward_panels(records, 1)
     self.assertIn('gsm8k/openai/gsm8k', [line.label for line in panel.lines])
+
+  def test_a_dataset_named_in_glyphs_the_font_lacks_warns_nothing(self):
+    # The run draws its plots at its end: a warning per missing glyph went
+    # to its stderr.
+    workdir = self.create_tempdir().full_path
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w',
+              encoding='utf-8') as f:
+      for step in (1, 2):
+        f.write(json.dumps({'step': step, 'reward/mean': 0.5,
+                            'reward/mean/数学': 0.5}) + '\n')
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter('always')
+      paths = plot.plot_run(workdir, window=1)
+    self.assertLen(paths, 1)
+    self.assertEqual([str(w.message) for w in caught], [])
 
   def test_cumulative_ratio_and_smoothing(self):
     records = [{'step': 0, 'eval/accuracy': 0.1}] + [

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 import dataclasses
 import importlib
 import os
+import warnings
 
 import numpy as np
 
@@ -98,9 +99,13 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
     if any(line.label for line in panel.lines) or panel.hlines:
       ax.legend(fontsize=6)
   fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
   tmp = path + '.tmp'
-  fig.savefig(tmp, format='png')
+  with warnings.catch_warnings():
+    # A label the font lacks (a dataset named in CJK) is drawn as boxes:
+    # matplotlib's warning per glyph would reach the run's stderr.
+    warnings.filterwarnings('ignore', 'Glyph .* missing from font')
+    fig.tight_layout()
+    fig.savefig(tmp, format='png')
   os.replace(tmp, path)
 
 
