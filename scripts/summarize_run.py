@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.error(f'{args.workdir}: cannot read its metrics.jsonl '
                  f'({e.strerror or e}); name a run workdir')
   rows = summarize(records, args.window)
+  if not rows:  # stopped at step 0 (a warm start alone), or not started
+    evals = [r['eval/accuracy'] for r in records if 'eval/accuracy' in r]
+    print(f'{args.workdir}: no GRPO step in its metrics.jsonl yet'
+          + (f' (held-out accuracy {evals[-1]:.3f})' if evals else ''))
+    return
   print(f'{"steps":>11}  {"reward":>6}  {"gen/step":>8}  {"used/step":>9}  '
         f'{"eff":>5}  {"rounds":>6}  {"eval":>5}')
   for first, last, reward, gen, used, eff, rounds, acc in rows:

@@ -129,6 +129,16 @@ class SummarizeRunScriptTest(absltest.TestCase):
     self.assertEqual(code, 0)
     self.assertEqual(out.splitlines()[1].split()[1], '0.500')
 
+  def test_a_run_stopped_at_step_0_says_so(self):
+    # A warm start alone (total_steps=0) printed the table's header only.
+    workdir = self.create_tempdir().full_path
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.write(json.dumps({'step': 0, 'eval/accuracy': 0.25}) + '\n')
+    code, out, _ = self._main(workdir)
+    self.assertEqual(code, 0)
+    self.assertEqual(out, f'{workdir}: no GRPO step in its metrics.jsonl yet '
+                     '(held-out accuracy 0.250)\n')
+
   def test_mistakes_end_in_one_line(self):
     # Tracebacks before; --window=-1 printed an empty table.
     missing = os.path.join(self.create_tempdir().full_path, 'nope')
