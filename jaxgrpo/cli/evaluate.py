@@ -6,7 +6,7 @@ r"""Command line: pass@1, mean@k and pass@k of checkpoints on held-out data.
       [--json=PATH] [--quiet] [--config.KEY=VALUE ...]
   python -m jaxgrpo.cli.evaluate ...
 
-A checkpoint is 'init' (the config's model as a run starts it), a run
+A checkpoint is 'init' (the config's model before any warm start), a run
 workdir (its latest checkpoint) or WORKDIR@STEP, a Hugging Face model
 directory, a .gguf file or 'smollm2' (see `jaxgrpo.model_spec`). Each is
 evaluated on the examples of the config's datasets, loaded as training

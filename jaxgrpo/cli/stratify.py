@@ -9,7 +9,7 @@ r"""Command line: measure pass rates (`run`) and stratify them (`report`).
       [--checkpoint=TAG ...] [--no_plot]
   python -m jaxgrpo.stratify run ...
 
-A checkpoint is 'init' (the config's model as a run starts it), a run
+A checkpoint is 'init' (the config's model before any warm start), a run
 workdir (its latest checkpoint) or WORKDIR@STEP, a Hugging Face model
 directory, a .gguf file or 'smollm2' (see `jaxgrpo.model_spec`); its pass rates
 go under a tag, e.g. 'warm-step100' (summary.json maps tags to specs).
