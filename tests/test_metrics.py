@@ -8,6 +8,7 @@ from absl.testing import absltest
 import numpy as np
 
 from jaxgrpo.reporting import metrics as metrics_lib
+from jaxgrpo.reporting import plot_panels
 from jaxgrpo.reporting import tensorboard
 from tests import tensorboard_events
 
@@ -62,6 +63,26 @@ class MetricsWriterTest(absltest.TestCase):
     with self.assertRaisesRegex(
         ValueError, f'^{workdir}/metrics.jsonl:2: not a JSON object'):
       metrics_lib.read_metrics(workdir)
+
+  def test_a_line_that_is_not_utf8_is_a_damaged_line(self):
+    # Bytes a disk fault left (a run writes ASCII): a UnicodeDecodeError
+    # traceback in the resume, jaxgrpo-plot and summarize_run.py before.
+    workdir = self.create_tempdir().full_path
+    path = os.path.join(workdir, 'metrics.jsonl')
+    with open(path, 'wb') as f:
+      f.write(b'{"step": 0, "a": 1}\n\xff\xfe{"step"\n{"step": 1, "a": 2}\n')
+    with self.assertRaisesRegex(ValueError, f'^{path}:2: not a JSON object'):
+      metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in plot_panels.read_records(workdir)],
+                     [0, 1])
+    metrics_lib.MetricsWriter(workdir, resume_step=1).close()
+    with open(path, 'ab') as f:
+      f.write(b'\xff\n{"step": 2}\n')
+    metrics_lib.MetricsWriter(workdir, resume_step=2).close()  # appends
+    with open(path + '.damaged', 'rb') as f:
+      self.assertEqual(f.read(), b'\xff\xfe{"step"\n\xff\n')
+    self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
+                     [0, 1, 2])
 
   def test_a_fresh_start_keeps_an_earlier_runs_steps_aside(self):
     workdir = self.create_tempdir().full_path

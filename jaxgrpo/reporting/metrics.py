@@ -88,9 +88,9 @@ class MetricsWriter:
     os.makedirs(os.path.dirname(self.path), exist_ok=True)
     if self.remote is not None:
       # The object store holds the truth; the cache starts from it.
-      text = self.remote.read_text() if self.remote.exists() else ''
-      with open(self.path, 'w', encoding='utf-8') as f:
-        f.write(text)
+      data = self.remote.read_bytes() if self.remote.exists() else b''
+      with open(self.path, 'wb') as f:
+        f.write(data)
     kept = self._truncate_after(resume_step)
     self._file = open(self.path, 'a', encoding='utf-8')
     if tensorboard and tensorboard_lib.available():
@@ -116,7 +116,8 @@ class MetricsWriter:
     """Keeps the lines of steps <= `step`; returns their records."""
     if not os.path.exists(self.path):
       return []
-    with open(self.path, encoding='utf-8') as f:
+    # A damaged line may not be UTF-8: its bytes are kept as they are.
+    with open(self.path, encoding='utf-8', errors='surrogateescape') as f:
       lines = f.readlines()
     parsed = [records_lib.record(line) for line in lines]
     # Not JSON, but for the last line unended: a crash cut that one short.
@@ -147,8 +148,8 @@ class MetricsWriter:
   def _keep_aside(self, name: str, lines: list[str], append: bool = False):
     """Writes `lines` to WORKDIR/`name` (after what it holds, `append`)."""
     path = self._workdir / name
-    text = path.read_text(encoding='utf-8') if append and path.exists() else ''
-    path.write_text(text + ''.join(lines), encoding='utf-8')
+    data = path.read_bytes() if append and path.exists() else b''
+    path.write_bytes(data + ''.join(lines).encode('utf-8', 'surrogateescape'))
 
   def write(self, step: int, metrics: Mapping[str, object]) -> None:
     if self._file is None:
@@ -186,7 +187,9 @@ def read_metrics(workdir: str) -> list[dict]:
     ValueError: another line is not a JSON object (named by file and line).
   """
   path = epath.Path(workdir) / METRICS
-  lines = path.read_text(encoding='utf-8').splitlines(keepends=True)
+  # A damaged line that is not UTF-8 is named as any other.
+  lines = path.read_bytes().decode('utf-8', 'replace').splitlines(
+      keepends=True)
   out = []
   for n, line in enumerate(lines, 1):
     record = records_lib.record(line) if line.strip() else {}

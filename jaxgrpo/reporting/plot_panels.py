@@ -59,7 +59,8 @@ def read_records(workdir: str) -> list[dict]:
     return metrics_lib.read_metrics(workdir)
   except ValueError:  # a damaged line: the others are drawn
     pass
-  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8',
+            errors='replace') as f:
     return [r for r in map(record, f) if r is not None]
 
 
