@@ -9,8 +9,11 @@ where (id_hi, id_lo) are the two 32-bit halves of the example id's BLAKE2b
 hash. Nothing in it depends on the sample's row, slot or batch-mates, so
 the static and continuous generators draw the same tokens for the same
 sample, whatever the batch it lands in, and a resumed run redraws exactly.
+An example offered twice in one call (a dataset smaller than the round)
+is keyed apart by its `repeats` count, passed as the epoch.
 """
 
+import collections
 from collections.abc import Sequence
 import hashlib
 
@@ -27,23 +30,39 @@ def id_hash(example_id: str) -> tuple[int, int]:
 
 
 def prompt_keys(
-    seed_key: jax.Array, example_ids: Sequence[str], epoch: int
+    seed_key: jax.Array, example_ids: Sequence[str],
+    epoch: int | Sequence[int]
 ) -> jax.Array:
   """One key per prompt from (seed, example id, epoch).
 
   Args:
     seed_key: the run's PRNG key (not folded with the step).
     example_ids: B example ids, one per prompt row.
-    epoch: the examples' epoch (a repeated example draws anew).
+    epoch: the examples' epoch, or B of them (a repeated example draws
+      anew; `repeats` numbers the offers of one call).
 
   Returns:
     [B] keys.
   """
   halves = np.array([id_hash(i) for i in example_ids], np.uint32)
   halves = halves.reshape(len(example_ids), 2)
-  fold = lambda hi, lo: jax.random.fold_in(
-      jax.random.fold_in(jax.random.fold_in(seed_key, hi), lo), epoch)
-  return jax.vmap(fold)(jnp.asarray(halves[:, 0]), jnp.asarray(halves[:, 1]))
+  epoch_B = np.broadcast_to(np.asarray(epoch, np.uint32), len(example_ids))
+  fold = lambda hi, lo, e: jax.random.fold_in(
+      jax.random.fold_in(jax.random.fold_in(seed_key, hi), lo), e)
+  return jax.vmap(fold)(jnp.asarray(halves[:, 0]), jnp.asarray(halves[:, 1]),
+                        jnp.asarray(epoch_B))
+
+
+def repeats(example_ids: Sequence[str]) -> list[int]:
+  """How often each id occurred before it in `example_ids` (0 for its
+  first offer): as `prompt_keys`' epochs, they give an example that a draw
+  offers twice other samples the second time, instead of the same ones."""
+  seen = collections.Counter()
+  out = []
+  for i in example_ids:
+    out.append(seen[i])
+    seen[i] += 1
+  return out
 
 
 def row_prompt_keys(rng: jax.Array, num_prompts: int) -> jax.Array:

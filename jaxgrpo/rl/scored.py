@@ -115,11 +115,15 @@ def generate_and_score(
   )
   t0 = time.perf_counter()
   if isinstance(generator, continuous.ContinuousGenerator):
-    # A sample's draws depend on (rng, its example's id, its index), not
-    # on its row, slot or batch-mates.
+    # A sample's draws depend on (rng, its example's id and offer, its
+    # index), not on its row, slot or batch-mates; padding rows repeat
+    # their example's keys.
+    offers = keys.repeats([ex.id for ex in examples])
     generated = generator.generate(
         params, tokens, mask, rng,
-        prompt_keys=keys.prompt_keys(rng, [ex.id for ex in padded], 0))
+        prompt_keys=keys.prompt_keys(
+            rng, [ex.id for ex in padded],
+            [offers[i % n] for i in range(len(padded))]))
   else:
     generated = generator.generate(params, tokens, mask, rng)
   # Every process holds every row (gathered across processes).

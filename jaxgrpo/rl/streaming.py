@@ -306,8 +306,9 @@ class _Step:
     tokens, mask, truncated = tokenizer_lib.encode_prompts(
         fn.tokenizer, [ex.prompt for ex in examples], fn.max_prompt_len,
         truncate=fn.truncate, names=[ex.id for ex in examples])
+    ids = [ex.id for ex in examples]
     keys_NG2 = stream_lib.sample_key_data(
-        keys_lib.prompt_keys(key, [ex.id for ex in examples], 0),
+        keys_lib.prompt_keys(key, ids, keys_lib.repeats(ids)),
         fn.engine.num_samples)
     stop_NG = (np.zeros(keys_NG2.shape[:2], np.int32) if fn.stop_at is None
                else np.asarray(fn.stop_at(tokens), np.int32))

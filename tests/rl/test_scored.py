@@ -10,10 +10,15 @@ from jaxgrpo import evaluate
 from jaxgrpo import verifiers
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
+from jaxgrpo.generate import continuous
 from jaxgrpo.generate.generator import Completions
+from jaxgrpo.generate.generator import Generator
+from jaxgrpo.generate.sampling import Sampling
+from jaxgrpo.model import config
 from jaxgrpo.rl import scored as scored_lib
 from jaxgrpo.verifiers import pool as verifier_pool
 from tests import scripted
+from tests import tiny
 
 
 class _EchoGenerator:
@@ -95,6 +100,26 @@ class GenerateAndScoreTest(absltest.TestCase):
       scored_lib.generate_and_score(
           self.gen, None, self.tok, examples, self.scorer, jax.random.key(0),
           max_prompt_len=6)
+
+  def test_an_example_offered_twice_is_sampled_twice(self):
+    # A dataset smaller than the round offers an example twice; the
+    # continuous engine keys samples by example, so the second offer must
+    # draw its own samples, not repeat the first's (a duplicate group).
+    graphdef, params = tiny.random_model(self.tok.vocab_size)
+    engine = continuous.ContinuousGenerator(generator=Generator(
+        graphdef=graphdef,
+        model_cfg=config.ModelConfig.tiny(vocab_size=self.tok.vocab_size),
+        sampling=Sampling(temperature=1.0), max_new_tokens=8,
+        num_samples=3, stop_tokens=(self.tok.eos_id,),
+        pad_id=self.tok.pad_id), slots=4)
+    one, other = _examples(['1+2=', '3+4='])
+    run = lambda exs: scored_lib.generate_and_score(
+        engine, params, self.tok, exs, self.scorer, jax.random.key(0),
+        max_prompt_len=6, rows=4, gather=True).completions.tokens
+    twice = run([one, other, one])
+    self.assertFalse(np.array_equal(twice[:3], twice[6:9]))
+    # The first offer draws as it does alone.
+    np.testing.assert_array_equal(run([one, other])[:6], twice[:6])
 
   def test_needs_an_example(self):
     with self.assertRaisesRegex(ValueError, 'at least one example'):

@@ -309,6 +309,17 @@ class StreamingTest(parameterized.TestCase):
     self.assertEqual(collections.Counter(sampler.drawn),
                      observed + in_flight)
 
+  def test_an_example_drawn_twice_at_once_is_sampled_twice(self):
+    # One example a dataset: a draw for three prompts offers one twice.
+    # Samples are keyed by example, so the offers must be keyed apart.
+    ro, sampler = self._rollout(size=1)
+    ro.collect(self.params, jax.random.key(0), 0)
+    self.assertLess(len(set(sampler.drawn)), len(sampler.drawn))
+    completions = [g.completion_tokens.tobytes()
+                   for g in ro.accumulator.scored]
+    self.assertGreater(len(completions), 2)
+    self.assertLen(set(completions), len(completions))
+
   def test_staleness_cap_expires_kept_groups(self):
     # max_staleness 0: a group with a token sampled this step cannot wait
     # for the next; only groups that never reached a slot are kept.
