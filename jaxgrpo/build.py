@@ -283,6 +283,9 @@ def build_run(
     ConfigError: naming the config key at fault.
   """
   log = console.info
+  # Checks the rollouts' settings before anything is loaded.
+  rollout_cfg = rollout_lib.RolloutConfig.from_section(cfg.rollout,
+                                                       cfg.rl.advantage)
   enter_mesh(cfg, log, resources)
   init_rng, warm_rng, run_rng, eval_rng = jax.random.split(
       jax.random.key(cfg.seed), 4)
@@ -338,8 +341,7 @@ def build_run(
   check_memory(cfg, step_fn, abstract_state, batch_spec, log)
   source = _source(cfg, datasets, log)
   rollout = rollout_lib.Rollout.for_model(
-      rollout_lib.RolloutConfig.from_section(ro, cfg.rl.advantage),
-      source, tokenizer, generator if ro.engine == 'static' else
+      rollout_cfg, source, tokenizer, generator if ro.engine == 'static' else
       continuous.ContinuousGenerator(generator=generator, slots=ro.slots),
       scorer,
   )

@@ -46,6 +46,7 @@ CONFIG_PARTS = (
     ('ArithmeticSpec', ('ArithmeticSpec.__post_init__', 'spec_checks')),
     ('PolicyConfig', ('PolicyConfig.__post_init__',)),
     ('LossConfig', ('LossConfig.__post_init__',)),
+    ('RolloutConfig', ('RolloutConfig._validate',)),
 )
 # configs/common.py 233 + jaxgrpo/config_lib.py 659 + jaxgrpo/config_doc.py
 # 236 lines, and ~50 lines of library dataclass checks repeating them.

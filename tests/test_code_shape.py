@@ -44,8 +44,9 @@ KNOWN_MODULES = {
 # TypeError traceback), 1098 with the nearest key suggested for an
 # unknown one, 1110 with model.path kept absolute and
 # distributed.coordinator's host and port checked, both counted, 1111 with
-# model.param_dtype's help naming how bfloat16 params train).
-KNOWN_CONFIG_LINES = 1111
+# model.param_dtype's help naming how bfloat16 params train, 1118 with
+# greedy rollouts refused by the training's RolloutConfig, counted).
+KNOWN_CONFIG_LINES = 1118
 
 
 class CodeShapeTest(absltest.TestCase):

@@ -509,6 +509,16 @@ class VerifierFailuresTest(absltest.TestCase):
     with self.assertRaisesRegex(errors.ConfigError, r'verify.imports\[0\]'):
       train.run(c, self.create_tempdir().full_path, log=lambda _: None)
 
+  def test_greedy_rollouts_are_refused(self):
+    # A greedy group's completions are all the same: never informative.
+    for key, value in (('temperature', 0.0), ('top_k', 1)):
+      c = _config()
+      c.rollout[key] = value
+      with self.assertRaisesRegex(
+          errors.ConfigError, rf'rollout.{key}={value}: .*the same, so no '
+          'group is informative'):
+        train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -170,14 +170,23 @@ class RolloutConfig(RolloutSection):
   """What `Rollout` reads: the rollout section and the advantage estimator
   (`rl.advantage`, one of `advantages.estimator_names()`).
 
-  A short step under `short_batch='wait'` takes no update, so the policy
-  does not change while its groups wait and they stay on-policy; `scale`
+  Rollouts sample (temperature > 0, top_k != 1): greedy completions of a
+  prompt are all the same, and such a group teaches nothing. A short step
+  under `short_batch='wait'` takes no update, so the policy does not
+  change while its groups wait and they stay on-policy; `scale`
   weighs each group as it weighs in a full batch (under Adam this shrinks
   the step less than n / B). A prompt dropped as too long when its dataset
   was loaded that still reaches a round is an error.
   """
 
   advantage: str = 'grpo'
+
+  def _validate(self):
+    yield from super()._validate()
+    same = ('the G completions of a prompt are then the same, so no group is '
+            'informative and no update is ever taken')
+    yield 'temperature', self.temperature > 0, f'greedy: {same}'
+    yield 'top_k', self.top_k != 1, f'only the top token is drawn: {same}'
 
   @classmethod
   def from_section(cls, rollout: RolloutSection,
