@@ -7,6 +7,7 @@ from unittest import mock
 from absl.testing import absltest
 
 from jaxgrpo.reporting import console as console_lib
+from jaxgrpo.rl import rollout as rollout_lib
 
 
 class ConsoleTest(absltest.TestCase):
@@ -57,6 +58,27 @@ class ConsoleTest(absltest.TestCase):
     self.assertEqual(stderr.getvalue(), '')
     self.assertEqual(lines, ['done'])
     self.assertEqual(bar.n, 2)
+
+  def test_a_streaming_step_counts_draws_not_rounds(self):
+    # A streaming step makes more draws than max_rounds: each is a few
+    # prompts, and the budget is max_rounds rounds' worth of them.
+    lines = []
+    console = console_lib.Console(lines.append)
+    metrics = {'rollout/rounds': 29.0, 'rollout/held': 1.0}
+    for collect, spent in (
+        ('rounds', '29 rounds (rollout.max_rounds=8)'),
+        ('streaming', "29 draws (at most rollout.max_rounds=8 rounds' "
+         'worth of prompts)')):
+      ro = rollout_lib.RolloutSection(max_rounds=8, collect=collect,
+                                      engine='continuous')
+      console_lib.explain_no_update(3, metrics, ro, console, waiting=False)
+      console_lib.explain_no_update(3, {'rollout/rounds': 29.0}, ro, console,
+                                    waiting=False)
+      self.assertEqual(lines[-2:], [
+          f'step 3: 1 of 16 informative groups after {spent}; no update '
+          "until the batch is full (rollout.short_batch='wait'; "
+          'train/skipped counts the steps)',
+          f'step 3: no informative group in {spent}; update skipped'])
 
   def test_format_seconds(self):
     for seconds, text in ((0.4, '0s'), (45, '45s'), (725, '12m05s'),

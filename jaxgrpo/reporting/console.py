@@ -123,15 +123,19 @@ def explain_no_update(step: int, metrics: dict[str, float], ro,
   waiting, not on every step it goes on waiting)."""
   rounds = int(metrics.get('rollout/rounds', 0))
   held = int(metrics.get('rollout/held', 0))
+  # A streaming step counts its draws, each of a few prompts.
+  spent = (f'{rounds} rounds (rollout.max_rounds={ro.max_rounds})'
+           if ro.collect == 'rounds' else
+           f'{rounds} draws (at most rollout.max_rounds={ro.max_rounds} '
+           "rounds' worth of prompts)")
   if held:
     if not waiting:
       console.notice(
           f'step {step}: {held} of {ro.batch_size} informative groups after '
-          f'{rounds} rounds (rollout.max_rounds={ro.max_rounds}); no update '
-          "until the batch is full (rollout.short_batch='wait'; train/skipped "
-          'counts the steps)')
+          f'{spent}; no update until the batch is full '
+          "(rollout.short_batch='wait'; train/skipped counts the steps)")
   elif rounds:
-    console.notice(f'step {step}: no informative group in {rounds} rounds; '
+    console.notice(f'step {step}: no informative group in {spent}; '
                    'update skipped')
   else:
     console.notice(
