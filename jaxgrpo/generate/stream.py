@@ -202,8 +202,7 @@ class SlotStream:
     if resumed:
       self._resume(free[:len(resumed)], resumed)
       free = free[len(resumed):]
-    admitted = [self._waiting.popleft()
-                for _ in range(min(len(free), len(self._waiting)))]
+    admitted = self._next_waiting(len(free))
     self._prefill({pid for pid, _ in admitted} - set(self._entry_of))
     n = self.slots
     source = np.full(n, -1, np.int32)
@@ -238,6 +237,21 @@ class SlotStream:
                         logps=np.array(logps[slot]),
                         length=int(lengths[slot])))
       self._slot_sample[slot] = -1
+    return out
+
+  def _next_waiting(self, n: int) -> list[tuple[int, int]]:
+    """Up to `n` waiting samples, in order, whose prompts the stash holds
+    or has a free entry for (prompts of fewer than G waiting samples, from
+    `add_group`, can need more entries than a slot-full of whole groups);
+    the next stop where a new prompt would find none."""
+    out, new = [], set()
+    while self._waiting and len(out) < n:
+      pid = self._waiting[0][0]
+      if pid not in self._entry_of and pid not in new:
+        if len(new) == len(self._free_entries):
+          break
+        new.add(pid)
+      out.append(self._waiting.popleft())
     return out
 
   def _admitted(self, pid: int) -> None:

@@ -140,6 +140,33 @@ class SlotStreamTest(parameterized.TestCase):
     else:
       self.assertLess(min(widths), tc.T - 1, widths)
 
+  def test_groups_of_a_few_samples_wait_for_stash_entries(self):
+    # Kept groups come back with some of their G samples: a slot-full of
+    # them spans more prompts than the stash has entries (S / G + 1), so
+    # admission waits for entries instead of running out of them.
+    gen = self.generator(1.0)
+    want = self.static(gen)
+    engine = continuous.ContinuousGenerator(
+        generator=gen, slots=tc.G, chunk=3, buckets=(4,))
+    keys_R = np.asarray(jax.random.key_data(
+        keys.sample_keys(self.prompt_keys, tc.G))).reshape(tc.B, tc.G, -1)
+    stop = self.stop_at.reshape(tc.B, tc.G)
+    s = stream_lib.SlotStream(engine, self.params, tc.P)
+    row_of = {}
+    for b in range(tc.B):
+      g = b % tc.G
+      pid = s.add_group(self.tokens[b], self.mask[b], keys_R[b], stop[b],
+                        {g: None})
+      row_of[pid] = b * tc.G + g
+    done = {}
+    while not s.idle:
+      for sample in s.step():
+        done[row_of[sample.prompt]] = sample
+    self.assertEqual(sorted(done), sorted(row_of.values()))
+    for row, sample in done.items():
+      np.testing.assert_array_equal(sample.tokens, want.tokens[row])
+      self.assertEqual(sample.length, want.lengths[row])
+
 
 if __name__ == '__main__':
   absltest.main()
