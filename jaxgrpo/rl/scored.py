@@ -6,7 +6,9 @@ pad the examples by repetition to a fixed row count, encode their prompts,
 sample K = generator.num_samples completions of each and score the real
 rows' completions with the verifiers. A fixed row count keeps the compiled
 generator to one shape; under a mesh it is rounded up to a multiple of the
-batch devices, so the rows shard evenly. Padding rows are never scored.
+batch devices, so the rows shard evenly. Padding rows are never scored,
+and the continuous engine (whose decode steps take any row count) does
+not decode them.
 """
 
 from collections.abc import Sequence
@@ -40,8 +42,10 @@ class Scored:
     prompt_tokens: [E', P] int32, the left-padded prompts, E' >= E rows.
     prompt_mask: [E', P] bool, True on real prompt tokens.
     truncated: [E'] bool, prompts cut to fit P (`truncate`).
-    completions: the E' * K completions (row r * K + k), gathered to the
-      host on every process; None unless asked for (`gather`).
+    completions: the E' * K completions (row r * K + k; a continuous
+      engine decodes no padding row: its E'' rows are the E examples'
+      rounded up to the batch devices), gathered to the host on every
+      process; None unless asked for (`gather`).
     rewards: [E, K] float32, the same on every process.
     stats: the verifiers' failures.
     gen_s: seconds generating (and gathering).
@@ -115,15 +119,17 @@ def generate_and_score(
   )
   t0 = time.perf_counter()
   if isinstance(generator, continuous.ContinuousGenerator):
-    # A sample's draws depend on (rng, its example's id and offer, its
-    # index), not on its row, slot or batch-mates; padding rows repeat
-    # their example's keys.
+    # Slots would decode each padding row in full (the static batch only
+    # keeps its shape with them): the examples' rows go, rounded up to the
+    # batch devices. A sample's draws depend on (rng, its example's id and
+    # offer, its index), not on its row, slot or batch-mates.
+    m = padded_rows(n)
     offers = keys.repeats([ex.id for ex in examples])
     generated = generator.generate(
-        params, tokens, mask, rng,
+        params, tokens[:m], mask[:m], rng,
         prompt_keys=keys.prompt_keys(
-            rng, [ex.id for ex in padded],
-            [offers[i % n] for i in range(len(padded))]))
+            rng, [ex.id for ex in padded[:m]],
+            [offers[i % n] for i in range(m)]))
   else:
     generated = generator.generate(params, tokens, mask, rng)
   # Every process holds every row (gathered across processes).

@@ -121,6 +121,31 @@ class GenerateAndScoreTest(absltest.TestCase):
     # The first offer draws as it does alone.
     np.testing.assert_array_equal(run([one, other])[:6], twice[:6])
 
+  def test_the_continuous_engine_decodes_no_padding_row(self):
+    # A round short of examples is padded to its size; the static batch
+    # keeps its shape with the padding, but slots would decode it in full.
+    graphdef, params = tiny.random_model(self.tok.vocab_size)
+    engine = continuous.ContinuousGenerator(generator=Generator(
+        graphdef=graphdef,
+        model_cfg=config.ModelConfig.tiny(vocab_size=self.tok.vocab_size),
+        sampling=Sampling(temperature=1.0), max_new_tokens=8,
+        num_samples=3, stop_tokens=(self.tok.eos_id,),
+        pad_id=self.tok.pad_id), slots=4)
+    examples = _examples(['1+2=', '3+4='])
+    run = lambda rows: scored_lib.generate_and_score(
+        engine, params, self.tok, examples, self.scorer, jax.random.key(0),
+        max_prompt_len=6, rows=rows, gather=True)
+    cls = continuous.ContinuousGenerator
+    with mock.patch.object(cls, 'generate_with_stats', autospec=True,
+                           side_effect=cls.generate_with_stats) as spy:
+      short = run(8)
+    self.assertEqual(spy.call_args.args[2].shape, (2, 6))  # the prompts
+    full = run(2)
+    np.testing.assert_array_equal(short.completions.tokens,
+                                  full.completions.tokens)
+    np.testing.assert_array_equal(short.rewards, full.rewards)
+    self.assertLen(short.prompt_tokens, 8)
+
   def test_needs_an_example(self):
     with self.assertRaisesRegex(ValueError, 'at least one example'):
       scored_lib.generate_and_score(
