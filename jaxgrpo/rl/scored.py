@@ -7,8 +7,8 @@ sample K = generator.num_samples completions of each and score the real
 rows' completions with the verifiers. A fixed row count keeps the compiled
 generator to one shape; under a mesh it is rounded up to a multiple of the
 batch devices, so the rows shard evenly. Padding rows are never scored,
-and the continuous engine (whose decode steps take any row count) does
-not decode them.
+and the continuous engine (whose decode steps take any row count)
+decodes only those that round the examples up to a power of two.
 """
 
 from collections.abc import Sequence
@@ -43,9 +43,9 @@ class Scored:
     prompt_mask: [E', P] bool, True on real prompt tokens.
     truncated: [E'] bool, prompts cut to fit P (`truncate`).
     completions: the E' * K completions (row r * K + k; a continuous
-      engine decodes no padding row: its E'' rows are the E examples'
-      rounded up to the batch devices), gathered to the host on every
-      process; None unless asked for (`gather`).
+      engine decodes fewer padding rows: E rounded up to a power of two
+      and the batch devices), gathered to the host on every process; None
+      unless asked for (`gather`).
     rewards: [E, K] float32, the same on every process.
     stats: the verifiers' failures.
     gen_s: seconds generating (and gathering).
@@ -120,10 +120,11 @@ def generate_and_score(
   t0 = time.perf_counter()
   if isinstance(generator, continuous.ContinuousGenerator):
     # Slots would decode each padding row in full (the static batch only
-    # keeps its shape with them): the examples' rows go, rounded up to the
-    # batch devices. A sample's draws depend on (rng, its example's id and
-    # offer, its index), not on its row, slot or batch-mates.
-    m = padded_rows(n)
+    # keeps its shape with them): the examples' rows go, rounded up to a
+    # power of two (the output's few shapes) and the batch devices. A
+    # sample's draws depend on (rng, its example's id and offer, its
+    # index), not on its row, slot or batch-mates.
+    m = min(len(padded), padded_rows(1 << (n - 1).bit_length()))
     offers = keys.repeats([ex.id for ex in examples])
     generated = generator.generate(
         params, tokens[:m], mask[:m], rng,

@@ -131,20 +131,21 @@ class GenerateAndScoreTest(absltest.TestCase):
         sampling=Sampling(temperature=1.0), max_new_tokens=8,
         num_samples=3, stop_tokens=(self.tok.eos_id,),
         pad_id=self.tok.pad_id), slots=4)
-    examples = _examples(['1+2=', '3+4='])
+    examples = _examples(['1+2=', '3+4=', '5+6='])
     run = lambda rows: scored_lib.generate_and_score(
         engine, params, self.tok, examples, self.scorer, jax.random.key(0),
         max_prompt_len=6, rows=rows, gather=True)
     cls = continuous.ContinuousGenerator
     with mock.patch.object(cls, 'generate_with_stats', autospec=True,
                            side_effect=cls.generate_with_stats) as spy:
-      short = run(8)
-    self.assertEqual(spy.call_args.args[2].shape, (2, 6))  # the prompts
-    full = run(2)
+      short = run(16)
+    # Three examples of a round of 16: 4 rows (a power of two) decoded.
+    self.assertEqual(spy.call_args.args[2].shape, (4, 6))  # the prompts
+    full = run(4)
     np.testing.assert_array_equal(short.completions.tokens,
                                   full.completions.tokens)
     np.testing.assert_array_equal(short.rewards, full.rewards)
-    self.assertLen(short.prompt_tokens, 8)
+    self.assertLen(short.prompt_tokens, 16)
 
   def test_needs_an_example(self):
     with self.assertRaisesRegex(ValueError, 'at least one example'):
