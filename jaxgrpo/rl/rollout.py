@@ -80,8 +80,8 @@ class RolloutSection(checks.Section, name='rollout'):
   max_new_tokens: int = field(
       6, 'T: generated tokens at most', rule(lambda t: t >= 1, 'must be >= 1'))
   temperature: float = field(
-      1.0, 'sampling temperature (0 is greedy)', NON_NEGATIVE)
-  top_k: int = field(0, 'top-k sampling (0: off)', NON_NEGATIVE)
+      1.0, 'sampling temperature (0, greedy, trains nothing)', NON_NEGATIVE)
+  top_k: int = field(0, 'top-k sampling (0: off; 1 is greedy)', NON_NEGATIVE)
   top_p: float = field(
       1.0, 'top-p sampling (1.0: off)', in_range(0.0, 1.0, '(]'))
   engine: str = field(
