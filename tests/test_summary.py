@@ -81,6 +81,22 @@ class SummaryTest(absltest.TestCase):
     self.assertEqual((s.window, s.step_seconds), (1, 20.0))
     self.assertEqual((s.verify_errors, s.verify_timeouts), (1, 2))
 
+  def test_steps_that_offered_no_prompt_count_as_skipped(self):
+    # A curriculum stage that postpones every stratum: the step records no
+    # reward, and its skipped update was left out of the count.
+    records = _records() + [
+        {'step': step, 'train/skipped': 1.0, 'rollout/prompts_generated': 0.0,
+         'data/batch_share/a': 0.0, 'data/snoozed/a': 0.0,
+         'perf/step_s': 0.5} for step in (11, 12)]
+    s = summary_lib.summarize(
+        records, steps=12, resumed_from=None, stopped_by=None, warmstart={},
+        cum_prompts_generated=200, cum_groups_used=80, seconds=31.0,
+        dataset_names=['a', 'b'])
+    self.assertEqual(s.skipped_updates, 4)
+    self.assertEqual(s.step_seconds, 21.0)
+    self.assertEqual((s.reward_first, s.reward_last), (0.05, 0.5))
+    self.assertEqual(s.datasets['a'][3], 0.0)  # snoozed at the last step
+
   def test_resumed_and_stopped_runs_say_so(self):
     s = summary_lib.summarize(
         [], steps=7, resumed_from=5, stopped_by='SIGTERM', warmstart={},

@@ -62,10 +62,11 @@ def summarize(
     workdir: str | None = None,
 ) -> RunSummary:
   """Summarizes a run from its metrics records (first and last tenth)."""
-  # Every GRPO step, also one that generated nothing (its batch was carried
-  # in) and so has no reward/mean.
+  # Every GRPO step (each times itself); one that offered no prompt (a
+  # curriculum stage that postpones every stratum) records no reward.
   train_records = [r for r in records if 'perf/step_s' in r]
-  window = max(1, len(train_records) // 10)
+  rewarded = [r for r in train_records if 'reward/mean' in r]
+  window = max(1, len(rewarded) // 10)
   evals = [r for r in records if 'eval/accuracy' in r]
   last = train_records[-1] if train_records else {}
   # A batch share is a share of the steps that trained (a step without an
@@ -79,8 +80,8 @@ def summarize(
       warmstart_pass_rate=warmstart.get('pass_rate'),
       eval_accuracy_start=evals[0]['eval/accuracy'] if evals else None,
       eval_accuracy_end=evals[-1]['eval/accuracy'] if evals else None,
-      reward_first=_mean_of(train_records[:window], 'reward/mean'),
-      reward_last=_mean_of(train_records[-window:], 'reward/mean'),
+      reward_first=_mean_of(rewarded[:window], 'reward/mean'),
+      reward_last=_mean_of(rewarded[-window:], 'reward/mean'),
       cum_prompts_generated=cum_prompts_generated,
       cum_groups_used=cum_groups_used,
       seconds=seconds,
