@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from unittest import mock
 import warnings
 
@@ -145,6 +146,37 @@ class PlotRunTest(absltest.TestCase):
       paths = plot.plot_run(workdir, window=1)
     self.assertLen(paths, 1)
     self.assertEqual([str(w.message) for w in caught], [])
+
+  def test_two_draws_of_one_figure_at_once(self):
+    # A run that ends while jaxgrpo-plot draws its figures: the second
+    # rename found the shared temporary file gone (FileNotFoundError).
+    from matplotlib import figure  # pylint: disable=g-import-not-at-top
+    out = self.create_tempdir().full_path
+    panel = plot_panels.Panel('t', 'y', (plot_panels.Line(
+        None, np.arange(3.0), np.arange(3.0)),))
+    both_saved = threading.Barrier(2, timeout=30)
+    save = figure.Figure.savefig
+
+    def save_then_wait(fig, *args, **kwargs):
+      save(fig, *args, **kwargs)
+      both_saved.wait()
+
+    errors = []
+    def draw():
+      try:
+        plot.draw(os.path.join(out, 'reward.png'), 'run', [panel])
+      except OSError as e:
+        errors.append(e)
+
+    with mock.patch.object(figure.Figure, 'savefig', save_then_wait):
+      threads = [threading.Thread(target=draw) for _ in range(2)]
+      for t in threads:
+        t.start()
+      for t in threads:
+        t.join()
+    self.assertEqual(errors, [])
+    self.assertEqual(os.listdir(out), ['reward.png'])
+    _check_png(self, os.path.join(out, 'reward.png'))
 
   def test_cumulative_ratio_and_smoothing(self):
     records = [{'step': 0, 'eval/accuracy': 0.1}] + [

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 import dataclasses
 import importlib
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -99,7 +100,10 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
     if any(line.label for line in panel.lines) or panel.hlines:
       ax.legend(fontsize=6)
   fig.suptitle(title, fontsize=10)
-  tmp = path + '.tmp'
+  # Its own temporary file: a run ending while jaxgrpo-plot draws the same
+  # figure would otherwise write into one file, and rename it away from the
+  # other.
+  tmp = f'{path}.{os.getpid()}-{threading.get_ident()}.tmp'
   with warnings.catch_warnings():
     # A label the font lacks (a dataset named in CJK) is drawn as boxes:
     # matplotlib's warning per glyph would reach the run's stderr.
