@@ -186,12 +186,16 @@ def load_resolved(spec: str, name: str, cfg: config_lib.Config, *,
       return load(name, cfg, log=log)
     except ModelSpecError as e:
       error = e
+    try:
+      name_of(name)  # still there: damaged, not removed
+      latest = name
+    except ModelSpecError:  # removed
       try:
         latest = name_of(spec)
-      except ModelSpecError:
+      except ModelSpecError:  # WORKDIR@STEP: that step is gone
         latest = name
-      if latest == name:
-        raise error from None
+    if latest == name:
+      raise error
     log(f'{name} was removed by the run training there: its latest, '
         f'{latest}, is loaded instead')
     name = latest

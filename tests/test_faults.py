@@ -382,6 +382,10 @@ class TrainedWorkdirTest(FaultTestCase):
                   f'latest, {workdir}@3, is loaded instead', lines)
     with self.assertRaisesRegex(model_spec.ModelSpecError, 'no step 4'):
       model_spec.load_resolved(name, name, cfg)  # a step named: that one
+    # A damaged step, not removed: named, not replaced by the latest.
+    remove_item('meta')(self.ckpt(workdir, 2))
+    with self.assertRaisesRegex(model_spec.ModelSpecError, 'step 2 in '):
+      model_spec.load_resolved(workdir, f'{workdir}@2', cfg)
 
   def test_a_listing_that_races_a_removal_is_taken_again(self):
     manager = checkpoint_lib.ocp.CheckpointManager
