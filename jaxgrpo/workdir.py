@@ -114,7 +114,8 @@ def holder(workdir: str) -> str | None:
   on HOST, started ...'); None when no run holds the lock (or it cannot be
   told: an object store, a file system without flock).
 
-  Probes with a shared lock, released at once.
+  Probes with a shared lock, released at once (a run starting in that
+  instant would find the workdir in use).
   """
   try:
     with open(lock_path(workdir, 0), encoding='utf-8') as f:

@@ -64,7 +64,8 @@ def summarize(
   """Summarizes a run from its metrics records (first and last tenth)."""
   # Every GRPO step (each times itself); one that offered no prompt (a
   # curriculum stage that postpones every stratum) records no reward.
-  train_records = [r for r in records if 'perf/step_s' in r]
+  train_records = [r for r in records
+                   if 'perf/step_s' in r or 'reward/mean' in r]
   rewarded = [r for r in train_records if 'reward/mean' in r]
   window = max(1, len(rewarded) // 10)
   evals = [r for r in records if 'eval/accuracy' in r]
