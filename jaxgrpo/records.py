@@ -29,6 +29,6 @@ def record(line: str) -> dict | None:
   (cut short by a crash or a live write, or damaged)."""
   try:
     value = json.loads(line)
-  except json.JSONDecodeError:
+  except (ValueError, RecursionError):  # an integer of 5,000 digits too
     return None
   return value if isinstance(value, dict) else None

@@ -84,6 +84,22 @@ class MetricsWriterTest(absltest.TestCase):
     self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
                      [0, 1, 2])
 
+  def test_lines_json_itself_refuses_are_damaged_lines(self):
+    # An integer of 5,000 digits, arrays nested 100,000 deep: a ValueError
+    # or RecursionError traceback in the resume and every reader before.
+    workdir = self.create_tempdir().full_path
+    self._file(workdir, '{"step": 0}\n{"a": ' + '1' * 5000 + '}\n'
+               + '[' * 100_000 + '\n{"step": 1}\n')
+    with self.assertRaisesRegex(ValueError, 'metrics.jsonl:2: not a JSON'):
+      metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in plot_panels.read_records(workdir)],
+                     [0, 1])
+    writer = metrics_lib.MetricsWriter(workdir, resume_step=1)
+    writer.close()
+    self.assertIn('2 lines not JSON (line 2, 3)', writer.notes[0])
+    self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
+                     [0, 1])
+
   def test_a_fresh_start_keeps_an_earlier_runs_steps_aside(self):
     workdir = self.create_tempdir().full_path
     earlier = '{"step": 0, "a": 1}\n{"step": 7, "a": 2}\n'
