@@ -20,7 +20,7 @@ def as_float(v: object) -> float | None:
     return None
   try:
     return float(v)
-  except ValueError:
+  except (ValueError, OverflowError):  # an integer past float's range too
     return None
 
 

@@ -359,6 +359,19 @@ class TensorBoardTest(absltest.TestCase):
     self.assertEqual(_main(workdir, '--tensorboard')[0], 0)  # after it ends
     self.assertFalse(os.path.exists(own))
 
+  def test_an_integer_past_floats_range_is_left_out(self):
+    # A damaged count (400 digits): an OverflowError traceback before.
+    if tensorboard_events.missing():
+      self.skipTest(tensorboard_events.missing())
+    workdir = self.create_tempdir().full_path
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.write('{"step": 1, "reward/mean": ' + '9' * 400 + '}\n'
+              '{"step": 2, "reward/mean": 0.5}\n')
+    code, _, stderr = _main(workdir, '--tensorboard', '--window=1')
+    self.assertEqual((code, stderr), (0, ''))
+    events = tensorboard_events.scalars(os.path.join(workdir, 'tensorboard'))
+    self.assertEqual(events['reward/mean'], [(2, 0.5)])
+
   def test_without_tensorboardx_names_the_extra(self):
     workdir = self.create_tempdir().full_path
     _write_run(workdir, steps=2)
