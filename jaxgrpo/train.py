@@ -391,6 +391,6 @@ def _finish(cfg: config_lib.Config, workdir: str,
   if cfg.plots and multihost.is_main():
     written = plot_lib.plot_run(workdir, log=lambda _: None)
     if written:
-      console.info(f'plots: {len(written)} PNGs in '
+      console.info(f'plots: {len(written)} PNG{"s" * (len(written) > 1)} in '
                    f'{os.path.dirname(written[0])} (jaxgrpo-plot redraws them)')
   return summary

@@ -247,6 +247,9 @@ class CommandLineTest(absltest.TestCase):
         ((*base, '--checkpoint=init', '--split=test'), 2, 'invalid choice'),
         ((*base, '--checkpoint=init', '--temperature=-1'), 2,
          '--temperature=-1.0'),
+        # It sampled uniformly over the vocabulary.
+        ((*base, '--checkpoint=init', '--temperature=inf'), 2,
+         '--temperature=inf: must be >= 0, finite'),
         ((*base, '--checkpoint=init', '--bogus'), 2, 'unrecognized'),
         (base, 2, '--checkpoint'),
         (('--checkpoint=init', '--config=nope.py'), 2, 'is not a file'),

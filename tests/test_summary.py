@@ -55,7 +55,7 @@ class SummaryTest(absltest.TestCase):
     self.assertEqual(rows['warm start steps'], '40')
     self.assertEqual(rows['held-out accuracy'], '0.250 -> 0.500')
     # First and last tenth of the steps (1 step each).
-    self.assertEqual(rows['sampled reward (first/last 1 steps)'],
+    self.assertEqual(rows['sampled reward (first/last 1 step)'],
                      '0.050 -> 0.500')
     self.assertEqual(rows['efficiency (used / generated)'], '0.400')
     self.assertEqual(rows['updates skipped (short or empty batch)'], '2')

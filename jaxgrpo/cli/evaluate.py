@@ -132,8 +132,8 @@ def _check(cfg: 'config_lib.Config', specs: Sequence[str],
                            ('batch', batch, 1)):
     if value is not None and value < low:
       raise errors.ConfigError(f'--{name}={value}: must be >= {low}')
-  if temperature is not None and not temperature >= 0:
-    raise errors.ConfigError(f'--temperature={temperature}: must be >= 0')
+  if temperature is not None and not 0 <= temperature < float('inf'):
+    raise errors.ConfigError(f'--temperature={temperature}: must be >= 0, finite')
   if split not in SPLITS:
     raise errors.ConfigError(
         f'--split={split!r}: must be one of {", ".join(SPLITS)}')

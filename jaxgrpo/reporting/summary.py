@@ -121,7 +121,7 @@ def format_summary(s: RunSummary) -> str:
       ('warm start steps', str(s.warmstart_steps)),
       ('held-out accuracy', f'{fmt(s.eval_accuracy_start)} -> '
                             f'{fmt(s.eval_accuracy_end)}'),
-      (f'sampled reward (first/last {s.window} steps)',
+      (f'sampled reward (first/last {s.window} step{"s" * (s.window > 1)})',
        f'{fmt(s.reward_first)} -> {fmt(s.reward_last)}'),
       ('prompts generated', str(s.cum_prompts_generated)),
       ('groups used', str(s.cum_groups_used)),
