@@ -101,17 +101,21 @@ class GenerateAndScoreTest(absltest.TestCase):
           self.gen, None, self.tok, examples, self.scorer, jax.random.key(0),
           max_prompt_len=6)
 
-  def test_an_example_offered_twice_is_sampled_twice(self):
-    # A dataset smaller than the round offers an example twice; the
-    # continuous engine keys samples by example, so the second offer must
-    # draw its own samples, not repeat the first's (a duplicate group).
+  def _continuous(self):
+    """A continuous engine of 4 slots on a tiny random model, G = 3."""
     graphdef, params = tiny.random_model(self.tok.vocab_size)
-    engine = continuous.ContinuousGenerator(generator=Generator(
+    return continuous.ContinuousGenerator(generator=Generator(
         graphdef=graphdef,
         model_cfg=config.ModelConfig.tiny(vocab_size=self.tok.vocab_size),
         sampling=Sampling(temperature=1.0), max_new_tokens=8,
         num_samples=3, stop_tokens=(self.tok.eos_id,),
-        pad_id=self.tok.pad_id), slots=4)
+        pad_id=self.tok.pad_id), slots=4), params
+
+  def test_an_example_offered_twice_is_sampled_twice(self):
+    # A dataset smaller than the round offers an example twice; the
+    # continuous engine keys samples by example, so the second offer must
+    # draw its own samples, not repeat the first's (a duplicate group).
+    engine, params = self._continuous()
     one, other = _examples(['1+2=', '3+4='])
     run = lambda exs: scored_lib.generate_and_score(
         engine, params, self.tok, exs, self.scorer, jax.random.key(0),
@@ -124,13 +128,7 @@ class GenerateAndScoreTest(absltest.TestCase):
   def test_the_continuous_engine_decodes_no_padding_row(self):
     # A round short of examples is padded to its size; the static batch
     # keeps its shape with the padding, but slots would decode it in full.
-    graphdef, params = tiny.random_model(self.tok.vocab_size)
-    engine = continuous.ContinuousGenerator(generator=Generator(
-        graphdef=graphdef,
-        model_cfg=config.ModelConfig.tiny(vocab_size=self.tok.vocab_size),
-        sampling=Sampling(temperature=1.0), max_new_tokens=8,
-        num_samples=3, stop_tokens=(self.tok.eos_id,),
-        pad_id=self.tok.pad_id), slots=4)
+    engine, params = self._continuous()
     examples = _examples(['1+2=', '3+4=', '5+6='])
     run = lambda rows: scored_lib.generate_and_score(
         engine, params, self.tok, examples, self.scorer, jax.random.key(0),
