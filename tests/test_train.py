@@ -167,6 +167,22 @@ class CommandLineTest(absltest.TestCase):
     finally:
       cli_train._quiet_logs(False)
 
+  def test_the_projects_warnings_read_as_the_command_says_them(self):
+    # They were `WARNING:root:...` (logging's default format, on the root
+    # logger); after the command they go back to the root as before.
+    def body():
+      logging.getLogger('jaxgrpo.data.screening').warning(
+          'dataset %s: 1 of 5 records skipped as bad', 'q')
+      return 0
+    err = io.StringIO()
+    with mock.patch.object(sys, 'stderr', err):
+      self.assertEqual(common.run_main('jaxgrpo-train', body), 0)
+    self.assertEqual(err.getvalue(), 'jaxgrpo-train: warning: dataset q: 1 of '
+                     '5 records skipped as bad\n')
+    with self.assertLogs(level='WARNING') as logs:
+      logging.getLogger('jaxgrpo.data.screening').warning('after')
+    self.assertEqual(logs.output, ['WARNING:jaxgrpo.data.screening:after'])
+
   def _run(self, *args):
     return subprocess.run(
         [sys.executable, '-m', 'jaxgrpo.main', *args],

@@ -12,6 +12,7 @@ import argparse
 import ast
 from collections.abc import Callable
 import dataclasses
+import logging
 import os
 import re
 import sys
@@ -46,9 +47,28 @@ def fail(prog: str, message: str, code: int) -> int:
   return code
 
 
+class _Warnings(logging.Formatter):
+  """`PROG: warning: ...`, as the error line reads."""
+
+  def __init__(self, prog: str):
+    super().__init__()
+    self.prog = prog
+
+  def format(self, record: logging.LogRecord) -> str:
+    return f'{self.prog}: {record.levelname.lower()}: {record.getMessage()}'
+
+
 def run_main(prog: str, body: Callable[[], int], *,
              interrupted: str = 'interrupted') -> int:
-  """Runs `body` and turns the project's errors into one line and a code."""
+  """Runs `body` and turns the project's errors into one line and a code;
+  the project's warnings (records skipped, a verifier that raised) read
+  `PROG: warning: ...` on stderr meanwhile."""
+  logger = logging.getLogger('jaxgrpo')
+  handler = logging.StreamHandler(sys.stderr)
+  handler.setLevel(logging.WARNING)
+  handler.setFormatter(_Warnings(prog))
+  logger.addHandler(handler)
+  propagate, logger.propagate = logger.propagate, False
   try:
     return body()
   except (UsageError, errors.ConfigError) as e:
@@ -57,6 +77,9 @@ def run_main(prog: str, body: Callable[[], int], *,
     return fail(prog, str(e), 1)
   except KeyboardInterrupt:
     return fail(prog, interrupted, 130)
+  finally:
+    logger.removeHandler(handler)
+    logger.propagate = propagate
 
 
 def _flags(args: list[str]):

@@ -26,6 +26,8 @@ from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 
+_LOG = logging.getLogger(__name__)  # `jaxgrpo.*`: the CLIs show them
+
 
 def check_lengths(
     cfg: config_lib.Config,
@@ -80,7 +82,7 @@ def check_lengths(
         'more'
     )
   if too_long.any():
-    logging.warning(
+    _LOG.warning(
         'rollout.max_new_tokens=%d: %d of the %d examples checked (%.1f%%) '
         'have no answer that fits; they can score only 0 (under %.0f%% '
         'is allowed)', limit, int(too_long.sum()), len(examples),

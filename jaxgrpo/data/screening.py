@@ -10,6 +10,8 @@ import numpy as np
 from jaxgrpo.data import sources
 from jaxgrpo.example import Example
 
+_LOG = logging.getLogger(__name__)  # `jaxgrpo.*`: the CLIs show them
+
 # Reasons quoted in the log per kind of removal; the counts cover the rest.
 _SHOWN = 3
 
@@ -124,7 +126,7 @@ def screen(
       (dropped, 'examples dropped', report.dropped_first),
   ):
     if count:
-      logging.warning(
+      _LOG.warning(
           'dataset %s: %d of %d %s: %s%s', name, count, scanned, what,
           '; '.join(first), '; ...' if count > len(first) else '')
   source = _Kept(ds, np.flatnonzero(keep))

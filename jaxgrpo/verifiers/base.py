@@ -39,6 +39,8 @@ import numpy as np
 
 from jaxgrpo.example import Example
 
+_LOG = logging.getLogger(__name__)  # `jaxgrpo.*`: the CLIs show them
+
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
@@ -261,7 +263,7 @@ def log_once(kind: str, name: str, message: str) -> None:
   `forget_logged` (each `pool.Scorer`, so each run, starts afresh)."""
   if (kind, name) not in _logged_kinds:
     _logged_kinds.add((kind, name))
-    logging.warning('%s (logged once per verifier and kind)', message)
+    _LOG.warning('%s (logged once per verifier and kind)', message)
 
 
 def forget_logged() -> None:
