@@ -29,6 +29,8 @@ from jaxgrpo.model import decoder
 from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import pool as verifier_pool
 
+_LOG = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WarmStartResult:
@@ -132,7 +134,7 @@ def warm_start(
     max_prompt_len: int,
     seq_len: int,
     truncate_prompts: bool = False,
-    progress: Callable[[str], None] = logging.info,
+    progress: Callable[[str], None] = _LOG.info,
     on_step: Callable[[int, float | None], None] | None = None,
 ) -> WarmStartResult:
   """Trains with teacher forcing until the sampled pass rate hits the target.

@@ -40,6 +40,8 @@ from jaxgrpo.data import sources
 from jaxgrpo.stratify import bands as bands_lib
 from jaxgrpo.stratify import passrates
 
+_LOG = logging.getLogger(__name__)
+
 UNRATED = 'unrated'
 
 
@@ -193,7 +195,7 @@ def load(
     edges: Sequence[float],
     checkpoints: Sequence[str] = (),
     prior: bool = True,
-    log=logging.info,
+    log=_LOG.info,
 ) -> dict[str, Strata]:
   """Strata of the datasets that have pass rates in `path`.
 

@@ -37,6 +37,8 @@ from jaxgrpo.data import curriculum as curriculum_lib
 from jaxgrpo.data import snooze
 from jaxgrpo.example import Example
 
+_LOG = logging.getLogger(__name__)
+
 BALANCES = ('pre_filter', 'post_filter')
 
 
@@ -95,7 +97,7 @@ class MixtureSampler:
       seed: int,
       strata: Mapping[str, curriculum_lib.Strata] | None = None,
       curriculum: curriculum_lib.Curriculum | None = None,
-      log: Callable[[str], None] = logging.info,
+      log: Callable[[str], None] = _LOG.info,
   ):
     if balance not in BALANCES:
       raise ValueError(f'balance must be one of {BALANCES}, got {balance!r}')
@@ -256,7 +258,7 @@ class MixtureSampler:
         picked.extend((d, int(i)) for i in got)
         if len(got) < want:
           if not self._exhausted[d]:
-            logging.info('dataset %s offered only %d of %d prompts this round '
+            _LOG.info('dataset %s offered only %d of %d prompts this round '
                          '(its epoch has no more active examples)',
                          self.names[d], len(got), want)
           self._exhausted[d] = True
@@ -397,7 +399,7 @@ class MixtureSampler:
       self._step_counts['handover_out'] += short
       self._step_counts['handover_in'] += extra
       if short.sum():
-        logging.info(
+        _LOG.info(
             'step %d: %s could not fill their quotas; %d slots handed to %s',
             self.step,
             {n: int(s) for n, s in zip(self.names, short) if s},
