@@ -82,6 +82,18 @@ def run_main(prog: str, body: Callable[[], int], *,
     logger.propagate = propagate
 
 
+def exit_with(code: int) -> None:
+  """Ends a command with `code`. After an interrupt (130) the process ends
+  at once, streams flushed: XLA's threads, stopped mid-computation, could
+  crash the interpreter's teardown (a segfault after the error line, 1
+  interrupted jaxgrpo-eval in 5)."""
+  if code == 130:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
+  sys.exit(code)
+
+
 def _flags(args: list[str]):
   """(index, flag, its value or None, the arguments it spans) of each
   `--flag=VALUE`, `--flag VALUE` or bare `--flag` in `args`."""

@@ -396,5 +396,11 @@ def main(argv: list[str] | None = None) -> int:
   return common.run_main(PROG, body)
 
 
+
+def run_cli() -> None:
+  """The `jaxgrpo-eval` entry point."""
+  common.exit_with(main())
+
+
 if __name__ == '__main__':
-  sys.exit(main())
+  run_cli()

@@ -306,5 +306,11 @@ def main(argv: list[str] | None = None) -> int:
   return common.run_main(PROG, body)
 
 
+
+def run_cli() -> None:
+  """The `jaxgrpo-export` entry point."""
+  common.exit_with(main())
+
+
 if __name__ == '__main__':
-  sys.exit(main())
+  run_cli()

@@ -85,5 +85,11 @@ def main(argv: list[str] | None = None) -> int:
   return 1 if failed else 0
 
 
+
+def run_cli() -> None:
+  """The `jaxgrpo-plot` entry point."""
+  common.exit_with(main())
+
+
 if __name__ == '__main__':
-  sys.exit(main())
+  run_cli()

@@ -123,5 +123,11 @@ def main(argv: list[str] | None = None) -> int:
       'kept: run the same command to resume')
 
 
+
+def run_cli() -> None:
+  """The `jaxgrpo-stratify` entry point."""
+  common.exit_with(main())
+
+
 if __name__ == '__main__':
-  sys.exit(main())
+  run_cli()

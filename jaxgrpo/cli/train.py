@@ -131,7 +131,7 @@ def run_cli() -> None:
   """The `jaxgrpo-train` entry point."""
   code = main()
   multihost.exit_now(code)  # several processes: not at the shutdown barrier
-  sys.exit(code)
+  common.exit_with(code)
 
 
 if __name__ == '__main__':
