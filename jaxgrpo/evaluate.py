@@ -151,3 +151,57 @@ class Evaluator:
       )
     return accuracy_metrics(self.examples, rewards,
                             threshold=self.threshold)
+
+
+def evaluate_model(
+    generator: Generator,
+    params: PyTree,
+    tokenizer: tokenizer_lib.Tokenizer,
+    scorer: verifier_pool.Scorer,
+    datasets: Sequence[tuple[int, Sequence[Example]]],
+    *,
+    key: jax.Array,
+    threshold: float,
+    max_prompt_len: int,
+    truncate: bool = False,
+    batch: int = 64,
+    bar: Any = None,
+) -> dict[str, dict[str, float]]:
+  """pass@1, mean@k and pass@k of one model (`grouped_pass_metrics`), as
+  jaxgrpo-eval reports them.
+
+  Args:
+    generator: samples `generator.num_samples` = k completions per prompt
+      (a `Generator`, or a stand-in with `generate(params, tokens, mask,
+      rng)`).
+    params: the model params passed to the generator.
+    tokenizer: encodes prompts and decodes completions.
+    scorer: scores completions against their examples.
+    datasets: (config index, examples) of each dataset; the examples of
+      index d are sampled in chunks of `batch`, chunk c with the key
+      fold_in(fold_in(key, d), c).
+    key: the sampling key.
+    threshold: a completion succeeds when its reward is >= this.
+    max_prompt_len: P, the padded prompt length.
+    truncate: cut longer prompts as rollouts do instead of failing.
+    batch: prompts per generator call (every call has this size).
+    bar: a tqdm bar advanced by the examples done, or None.
+
+  Returns:
+    Group ('all', '<dataset>', '<dataset>/<subset>') -> metrics.
+  """
+  examples, rewards = [], []
+  for index, members in datasets:
+    dataset_key = jax.random.fold_in(key, index)
+    for c, start in enumerate(range(0, len(members), batch)):
+      chunk = list(members[start:start + batch])
+      if bar is not None:
+        bar.set_postfix_str(chunk[0].dataset, refresh=False)
+      rewards.append(sample_rewards(
+          generator, params, tokenizer, chunk, scorer,
+          jax.random.fold_in(dataset_key, c), max_prompt_len=max_prompt_len,
+          truncate=truncate, chunk_size=batch))
+      examples += chunk
+      if bar is not None:
+        bar.update(len(chunk))
+  return grouped_pass_metrics(examples, np.concatenate(rewards), threshold)

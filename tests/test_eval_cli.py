@@ -127,7 +127,7 @@ class PassMetricsTest(absltest.TestCase):
     scorer = verifier_pool.Scorer(flaky_verifiers.Flaky())
     for batch in (1, 3, 8):  # chunks of one size, the last one padded
       with self.subTest(batch=batch):
-        metrics = evaluate_cli.evaluate_model(
+        metrics = evaluate.evaluate_model(
             TextGenerator(tok, a + b), None, tok, scorer, [(0, a), (1, b)],
             key=jax.random.key(0), threshold=1.0, max_prompt_len=8,
             batch=batch)

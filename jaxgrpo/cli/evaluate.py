@@ -39,86 +39,20 @@ from typing import Any, TYPE_CHECKING
 
 from jaxgrpo import errors
 from jaxgrpo.cli import common
-from jaxgrpo.example import Example
 from jaxgrpo.reporting import console
 
 if TYPE_CHECKING:
   # The modules behind these import jax; `--help` and mistakes on the
   # command line should not wait for it.
   # pylint: disable=g-bad-import-order
-  import jax
   import ml_collections
-  import tqdm
   from jaxgrpo import config_lib
-  from jaxgrpo.data import tokenizer as tokenizer_lib
-  from jaxgrpo.stratify import runner
-  from jaxgrpo.typing import PyTree
-  from jaxgrpo.verifiers import pool as verifier_pool
 
 PROG = 'jaxgrpo-eval'
 SPLITS = ('eval', 'train')
 METRICS = ('pass@1', 'mean@k', 'pass@k')
 
 Log = Callable[[str], None]
-
-
-def evaluate_model(
-    generator: 'runner.SampleGenerator',
-    params: 'PyTree',
-    tokenizer: 'tokenizer_lib.Tokenizer',
-    scorer: 'verifier_pool.Scorer',
-    datasets: Sequence[tuple[int, Sequence[Example]]],
-    *,
-    key: 'jax.Array',
-    threshold: float,
-    max_prompt_len: int,
-    truncate: bool = False,
-    batch: int = 64,
-    bar: 'tqdm.tqdm | None' = None,
-) -> dict[str, dict[str, float]]:
-  """pass@1, mean@k and pass@k of one model (`evaluate.grouped_pass_metrics`).
-
-  Args:
-    generator: samples `generator.num_samples` = k completions per prompt
-      (a `Generator`, or a stand-in with `generate(params, tokens, mask,
-      rng)`).
-    params: the model params passed to the generator.
-    tokenizer: encodes prompts and decodes completions.
-    scorer: scores completions against their examples.
-    datasets: (config index, examples) of each dataset; the examples of
-      index d are sampled in chunks of `batch`, chunk c with the key
-      fold_in(fold_in(key, d), c).
-    key: the sampling key.
-    threshold: a completion succeeds when its reward is >= this.
-    max_prompt_len: P, the padded prompt length.
-    truncate: cut longer prompts as rollouts do instead of failing.
-    batch: prompts per generator call (every call has this size).
-    bar: a tqdm bar advanced by the examples done, or None.
-
-  Returns:
-    Group ('all', '<dataset>', '<dataset>/<subset>') -> metrics.
-  """
-  # pylint: disable=g-import-not-at-top
-  import jax
-  import numpy as np
-  from jaxgrpo import evaluate
-  # pylint: enable=g-import-not-at-top
-  examples, rewards = [], []
-  for index, members in datasets:
-    dataset_key = jax.random.fold_in(key, index)
-    for c, start in enumerate(range(0, len(members), batch)):
-      chunk = list(members[start:start + batch])
-      if bar is not None:
-        bar.set_postfix_str(chunk[0].dataset, refresh=False)
-      rewards.append(evaluate.sample_rewards(
-          generator, params, tokenizer, chunk, scorer,
-          jax.random.fold_in(dataset_key, c), max_prompt_len=max_prompt_len,
-          truncate=truncate, chunk_size=batch))
-      examples += chunk
-      if bar is not None:
-        bar.update(len(chunk))
-  return evaluate.grouped_pass_metrics(examples, np.concatenate(rewards),
-                                       threshold)
 
 
 def _check(cfg: 'config_lib.Config', specs: Sequence[str],
@@ -226,6 +160,7 @@ def evaluate_checkpoints(
   from jaxgrpo import config_lib
   from jaxgrpo import model_spec
   from jaxgrpo import build
+  from jaxgrpo import evaluate
   from jaxgrpo.generate import sampling as sampling_lib
   from jaxgrpo.stratify import runner
   # pylint: enable=g-import-not-at-top
@@ -262,7 +197,7 @@ def evaluate_checkpoints(
       tag = runner.tag_of(model.name)
       with tqdm.tqdm(total=len(examples), desc=tag, unit='ex',
                      disable=not progress, dynamic_ncols=True) as bar:
-        metrics = evaluate_model(
+        metrics = evaluate.evaluate_model(
             generator, model.params, model.tokenizer, scorer, loaded,
             key=key, threshold=threshold,
             max_prompt_len=cfg.rollout.max_prompt_len,
