@@ -68,7 +68,8 @@ _NUMBER_RE = re.compile(
     r'(?: ?/ ?(?P<b>' + _NUM + r')'                       # 3/4
     r'| (?P<n>\d+) ?/ ?(?P<d>\d+))?'                      # 2 1/2
     r' ?(?:%|[\u20ac\u00a3\u00a5\u20b9\u00a2])?'          # 25%, 5€
-    r"(?:(?: | ?/ ?)[^\W\d_](?:[^\W\d_]|[ ./'\u2019\u00b2\u00b3()])*)?")
+    r"(?:(?: | ?/ ?|(?![kKMB]\b|bn\b))"                # 5 km, 5km; not 5k
+    r"[^\W\d_](?:[^\W\d_]|[ ./'\u2019\u00b2\u00b3()])*)?")
 
 
 def _hashes(text: str) -> str | None:
@@ -167,8 +168,9 @@ def _clean(text: str) -> str:
 def _number(text: str) -> float | None:
   """The value of a cleaned number such as '-1,000.5', '3/4', '2 1/2', '25%'.
 
-  Unit words after the number are dropped without conversion ('50 cents' is
-  50, '25 percent' is 25).
+  Unit words after the number, spaced or not, are dropped without conversion
+  ('50 cents' is 50, '25 percent' is 25, '5km' is 5, '2nd' is 2); a scale
+  letter glued to it ('18k', '2M', '3B', '1bn') makes it no number.
   """
   m = _NUMBER_RE.fullmatch(text)
   if m is None or (m['s1'] and m['s2']):
@@ -234,9 +236,11 @@ class MathAnswer:
   (`$..$`, `\\(..\\)`, `\\text{}`, `\\boxed{}`, spacing commands), `**bold**`,
   currency symbols, thousands separators ('1,000', '1{,}000', thin spaces;
   '1 000' only within a marked answer), unicode minus, a trailing period, '%'
-  and unit words go, without unit conversion ('25%' and '25 percent' are 25,
-  '50 cents' is 50); '3/4', '\\frac{3}{4}', '\\dfrac34' and '2 1/2' become
-  numbers, while '1,5' is ambiguous and no number. When both sides are
+  and unit words go, spaced or not, without unit conversion ('25%' and '25
+  percent' are 25, '50 cents' is 50, '5km/h' is 5, '2nd' is 2, and a scale
+  word too: '18 thousand' is 18); '3/4', '\\frac{3}{4}', '\\dfrac34' and
+  '2 1/2' become numbers, while '1,5' is ambiguous, '1.080' is 1.08, and
+  '18k', '1.5M' and '3:30' are no numbers. When both sides are
   numbers they are compared as numbers: exactly when the gold is an integer
   (so 1000001 never passes for 1000000), else within `rel_tol`. Otherwise the
   cleaned texts must be equal, ignoring whitespace, so a non-numeric gold such
