@@ -70,6 +70,11 @@ _NUMBER_RE = re.compile(
     r' ?(?:%|[\u20ac\u00a3\u00a5\u20b9\u00a2])?'          # 25%, 5€
     r"(?:(?: | ?/ ?|(?![kKMB]\b|bn\b))"                # 5 km, 5km; not 5k
     r"[^\W\d_](?:[^\W\d_]|[ ./'\u2019\u00b2\u00b3()])*)?")
+# An answer that is no number alone may still state one: the number before a
+# comment ('18 (9 x 2)', '18 dollars, since ...', '18 \u2014 her pay'), or the
+# result of an equation ('20 - 2 = 18'). Commas before digits group them.
+_LEAD_RE = re.compile(
+    r'((?:[^(,\u2014]|,(?=\d))*)(?:\(|, *(?=[^\W\d_])|\u2014)')
 
 
 def _hashes(text: str) -> str | None:
@@ -191,6 +196,16 @@ def _number(text: str) -> float | None:
   return value if math.isfinite(value) else None
 
 
+def _stated_number(text: str) -> float | None:
+  """The number stated by an answer that is no number alone, or None."""
+  lead = _LEAD_RE.match(text)
+  head = lead.group(1) if lead else text
+  value = _normalise(head)[0] if lead else None
+  if value is None and '=' in head:
+    value = _normalise(head.rsplit('=', 1)[1])[0]
+  return value
+
+
 def _normalise_uncached(text: str) -> tuple[float | None, str]:
   """(numeric value or None, whitespace-free cleaned text) of an answer."""
   cleaned = _clean(text)
@@ -240,11 +255,15 @@ class MathAnswer:
   percent' are 25, '50 cents' is 50, '5km/h' is 5, '2nd' is 2, and a scale
   word too: '18 thousand' is 18); '3/4', '\\frac{3}{4}', '\\dfrac34' and
   '2 1/2' become numbers, while '1,5' is ambiguous, '1.080' is 1.08, and
-  '18k', '1.5M' and '3:30' are no numbers. When both sides are
-  numbers they are compared as numbers: exactly when the gold is an integer
-  (so 1000001 never passes for 1000000), else within `rel_tol`. Otherwise the
-  cleaned texts must be equal, ignoring whitespace, so a non-numeric gold such
-  as 'x+1' can still match.
+  '18k', '1.5M' and '3:30' are no numbers. An answer that is no number
+  alone may state one: the number before a comment ('18 (9 x 2)', '18
+  dollars, since ...', '18, not 20', '18 \u2014 her pay') or, failing that,
+  an equation's result ('20 - 2 = 18'); so the first of '18, or 20' counts,
+  while '18 or 20' is none. When both sides are numbers (or the answer
+  states one and the gold is one) they are compared as numbers: exactly
+  when the gold is an integer (so 1000001 never passes for 1000000), else
+  within `rel_tol`. Otherwise the cleaned texts must be equal, ignoring
+  whitespace, so a non-numeric gold such as 'x+1' can still match.
 
   With symbolic=True a failed comparison is retried with math_verify (sympy),
   e.g. 'x^2+2x+1' for '(x+1)^2', for answers up to 500 characters after
@@ -323,6 +342,8 @@ class MathAnswer:
     """Whether an extracted answer equals the gold (see the class doc)."""
     value, text = _normalise(answer)
     gold_value, gold_text = _normalise(gold)
+    if value is None and gold_value is not None:
+      value = _stated_number(answer)
     if value is not None and gold_value is not None:
       if gold_value.is_integer():
         equal = value == gold_value

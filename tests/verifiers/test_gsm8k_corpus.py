@@ -53,6 +53,14 @@ _FORMS = (
     ('unit_last', 'So she makes {v} dollars.', 1, 0, 'last number'),
     ('check_line_after', 'The answer is {v}.\nCheck: {v} - {a} = {b}.', 1, 1,
      'a check line after the answer does not replace it'),
+    ('equation', 'The answer is {a} + {b} = {v}.', 1, 1,
+     "the result of the answer's equation"),
+    ('equation_hashes', '#### {a} + {b} = {v}', 1, 1,
+     "the result of the marker's equation"),
+    ('comment_in_parens', 'The answer is {v} (from {a} + {b}).', 1, 1,
+     'a number before a parenthetical'),
+    ('comment_after_comma', 'The answer is {v} dollars, since {a} + {b} = {v}.',
+     1, 1, 'a number before an explaining clause'),
     ('long_output', 'We add step by step. ' * 600 + '#### {v}', 1, 1,
      '12 KB of reasoning first'),
     # Wrong answers.
@@ -70,6 +78,11 @@ _FORMS = (
     ('hedge', 'The answer is {v} or {w}.', 0, 0, 'two answers are none'),
     ('not_the_gold', 'The answer is {w}, not {v}.', 0, 0,
      'the number the sentence gives is the wrong one'),
+    ('comment_wrong_first', 'The answer is {w} (not {v}).', 0, 0,
+     'the number before the comment is the answer'),
+    ('comment_then_gold_equation',
+     'The answer is {w}, since {a} + {b} = {v}.', 0, 0,
+     'an equation in the comment is no answer'),
     ('equation_wrong_result', 'The answer is {v} + 1 = {w}.', 0, 0,
      'the result, not an operand'),
     ('question_number_last', 'She makes {v} in all. She started with {q}.', 0,
@@ -105,6 +118,8 @@ _SINGLE = (
     ('scale_suffix_other_way', 'The answer is 18k.', '18000', 0,
      "'18k' is not read as 18000 either"),
     ('partial_number', 'She has 180 apples.', '18', 0, '18 inside 180'),
+    ('em_dash_comment', 'The answer is 18\u2014her pay for the day.', '18', 1,
+     'a number before a dash'),
 )
 
 

@@ -225,6 +225,9 @@ class MathAnswerTest(absltest.TestCase):
         'latex thousands': '1{,}' * 2500,
         'open fracs': '\\frac{1}{' * 1100,
         'open text': '\\text{' * 1600,
+        'equations': 'The answer is ' + '1 = ' * 2500,
+        'comment after digits': '#### ' + '1,000' * 1800 + ' (',
+        'commas before a word': 'Answer: ' + '1, ' * 3000 + 'x',
     }
     for name, text in inputs.items():
       with self.subTest(name):
