@@ -13,7 +13,8 @@ The model's answer is extracted from the completion, then:
 Answers are compared after SQuAD normalisation: lowercase, punctuation
 removed, the articles a/an/the dropped, whitespace collapsed. Refusals are
 matched on the same normalisation with typographic apostrophes also
-removed, so "don't", "don’t" and "dont" are one word.
+removed and negations in full, so "doesn't", "doesn’t", "doesnt" and "does
+not" are alike (as are "can't", "cannot" and "can not").
 """
 
 import collections
@@ -76,6 +77,11 @@ _MARKER_LEAD = ' \t*_:-"\'`'
 _PUNCT = str.maketrans('', '', string.punctuation)
 _REFUSAL_PUNCT = str.maketrans(
     '', '', string.punctuation + '\u2018\u2019\u02bc')
+# Negations once apostrophes are gone: "doesn't" and "doesnt" are "does not".
+_CONTRACTION = re.compile(
+    r'\b(?:(do|does|did|is|are|was|were|has|have|had|could|would|should)nt'
+    r'|(ca)nt|(can)not|(wo)nt)\b')
+_LONG_FORM = {'ca': 'can', 'wo': 'will'}
 
 
 def normalize_answer(text: str) -> str:
@@ -85,8 +91,13 @@ def normalize_answer(text: str) -> str:
 
 
 def _normalize_refusal(text: str) -> str:
-  text = text.lower().translate(_REFUSAL_PUNCT)
+  text = _CONTRACTION.sub(_long_form, text.lower().translate(_REFUSAL_PUNCT))
   return ' '.join(_ARTICLES.sub(' ', text).split())
+
+
+def _long_form(m: re.Match[str]) -> str:
+  verb = next(g for g in m.groups() if g)
+  return f'{_LONG_FORM.get(verb, verb)} not'
 
 
 def exact_score(prediction: str, gold: str) -> float:
