@@ -71,10 +71,15 @@ _NUMBER_RE = re.compile(
     r"(?:(?: | ?/ ?|(?![kKMB]\b|bn\b))"                # 5 km, 5km; not 5k
     r"[^\W\d_](?:[^\W\d_]|[ ./'\u2019\u00b2\u00b3()])*)?")
 # An answer that is no number alone may still state one: the number before a
-# comment ('18 (9 x 2)', '18 dollars, since ...', '18 \u2014 her pay'), or the
-# result of an equation ('20 - 2 = 18'). Commas before digits group them.
+# comment ('18 (9 x 2)', '18 dollars, since ...', '18 because ...', '18 \u2014
+# her pay'), or the result of arithmetic ('20 - 2 = 18'). Commas before
+# digits group them.
 _LEAD_RE = re.compile(
-    r'((?:[^(,\u2014]|,(?=\d))*)(?:\(|, *(?=[^\W\d_])|\u2014)')
+    r'((?:(?!\s(?:because|since)\b)[^(,\u2014]|,(?=\d))*)'
+    r'(?:\(|, *(?=[^\W\d_])|\u2014|\s(?:because|since)\b)')
+_ARITHMETIC_RE = re.compile(
+    r'(?:[\d\s.,+\-*/xX\u00d7\u00f7\u00b7()\[\]{}$%^=]'
+    r'|\\(?:times|cdot|div|left|right)(?![A-Za-z]))*')
 
 
 def _hashes(text: str) -> str | None:
@@ -202,7 +207,9 @@ def _stated_number(text: str) -> float | None:
   head = lead.group(1) if lead else text
   value = _normalise(head)[0] if lead else None
   if value is None and '=' in head:
-    value = _normalise(head.rsplit('=', 1)[1])[0]
+    left, right = head.rsplit('=', 1)
+    if _ARITHMETIC_RE.fullmatch(left):
+      value = _normalise(right)[0]
   return value
 
 
@@ -257,9 +264,10 @@ class MathAnswer:
   '2 1/2' become numbers, while '1,5' is ambiguous, '1.080' is 1.08, and
   '18k', '1.5M' and '3:30' are no numbers. An answer that is no number
   alone may state one: the number before a comment ('18 (9 x 2)', '18
-  dollars, since ...', '18, not 20', '18 \u2014 her pay') or, failing that,
-  an equation's result ('20 - 2 = 18'); so the first of '18, or 20' counts,
-  while '18 or 20' is none. When both sides are numbers (or the answer
+  dollars, since ...', '18 because ...', '18, not 20', '18 \u2014 her pay')
+  or, failing that, the result of arithmetic ('20 - 2 = 18', not '20 because
+  9 x 2 = 18'); so the first of '18, or 20' counts, while '18 or 20' is
+  none. When both sides are numbers (or the answer
   states one and the gold is one) they are compared as numbers: exactly
   when the gold is an integer (so 1000001 never passes for 1000000), else
   within `rel_tol`. Otherwise the cleaned texts must be equal, ignoring

@@ -228,6 +228,7 @@ class MathAnswerTest(absltest.TestCase):
         'equations': 'The answer is ' + '1 = ' * 2500,
         'comment after digits': '#### ' + '1,000' * 1800 + ' (',
         'commas before a word': 'Answer: ' + '1, ' * 3000 + 'x',
+        'near comments': 'Answer: ' + '1 becaus x ' * 1000 + '= 1',
     }
     for name, text in inputs.items():
       with self.subTest(name):
