@@ -21,6 +21,7 @@ _SYMBOLIC_MAX_CHARS = 500
 # Every pattern below runs in time linear in its input: no nested or adjacent
 # quantifiers over the same characters, so 10 KB of adversarial text is safe.
 _HASHES_RE = re.compile(r'#{4,}([^\n]*)')
+_NUMBERED_HEADING_RE = re.compile(r'\d+[.)]\s+[^\W\d_]')  # '#### 2. Total'
 _BOXED_RE = re.compile(r'\\(?:boxed|fbox)(?![A-Za-z])\s*')
 _BOXED_TOKEN_RE = re.compile(r'[^\s{}$\\]+')
 _BRACE_RE = re.compile(r'\\[\\{}]|[{}]')  # escaped braces do not group
@@ -89,7 +90,8 @@ def _hashes(text: str) -> str | None:
   for m in reversed(list(_HASHES_RE.finditer(text))):
     content = m.group(1).rsplit('####', 1)[-1].strip()
     head = content.lstrip('*_ \t')
-    if head and not head[0].isalpha():  # '#### Step 2' is a heading
+    if (head and not head[0].isalpha()  # '#### Step 2' is a heading
+        and not _NUMBERED_HEADING_RE.match(head)):
       return content
   return None
 
@@ -245,7 +247,8 @@ class MathAnswer:
 
   The answer is taken by the first rule of `extract` that finds one:
     'hashes': text after the last GSM8K `#### ` marker (a line such as
-      '#### Step 2', which starts with a letter, is a markdown heading);
+      '#### Step 2' or '#### 2. Total', which starts with a letter or a
+      numbered title, is a markdown heading);
     'boxed': content of the last `\\boxed{...}` or `\\fbox{...}`, braces
       nested;
     'answer_tag': content of the last `<answer>...</answer>`;

@@ -66,6 +66,11 @@ _FORMS = (
      "a number before 'because'"),
     ('equation_latex', 'The answer is ${a} \\times 1 + {b} = {v}$.', 1, 1,
      "the result of LaTeX arithmetic"),
+    ('numbered_headings',
+     '#### 1. Eggs\nShe has {a}.\n#### 2. Money\nSo $\\boxed{{{v}}}$.', 1, 1,
+     "'#### 2. Money' is a markdown heading, not GSM8K's marker"),
+    ('numbered_headings_no_box', '#### 1) Eggs\n{a} + {b} = {v}', 1, 0,
+     'headings alone: the last number'),
     ('long_output', 'We add step by step. ' * 600 + '#### {v}', 1, 1,
      '12 KB of reasoning first'),
     # Wrong answers.
