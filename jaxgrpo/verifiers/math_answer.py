@@ -17,6 +17,9 @@ FALLBACKS = ('last_number', 'none')
 
 # Longest normalised answer handed to sympy; a longer one is no final answer.
 _SYMBOLIC_MAX_CHARS = 500
+# A word of two letters or more, not a LaTeX command: prose, which math_verify
+# would search for an expression of its own ('19 because 9 + 9 = 18' is 18).
+_PROSE_RE = re.compile(r'(?<![\\A-Za-z])[A-Za-z]{2,}')
 
 # Every pattern below runs in time linear in its input: no nested or adjacent
 # quantifiers over the same characters, so 10 KB of adversarial text is safe.
@@ -278,7 +281,9 @@ class MathAnswer:
 
   With symbolic=True a failed comparison is retried with math_verify (sympy),
   e.g. 'x^2+2x+1' for '(x+1)^2', for answers up to 500 characters after
-  normalisation. math_verify's own SIGALRM timeouts are disabled because they
+  normalisation that are mathematics, not prose (no word of two letters or
+  more outside a LaTeX command: math_verify would pick an expression out of
+  '19 because 9 + 9 = 18' or '18 or 20'). math_verify's own SIGALRM timeouts are disabled because they
   would replace the trainer's timer: the trainer runs verifiers in worker
   processes with a per-call timeout (and kills a worker stuck in C code), and
   that is what keeps sympy from stalling training. Unpickling rebuilds the
@@ -376,7 +381,8 @@ class MathAnswer:
 
 def _symbolic_equal(answer: str, gold: str) -> bool:
   """math_verify equivalence of two cleaned answers, without its timers."""
-  if not answer or not gold or len(answer) > _SYMBOLIC_MAX_CHARS:
+  if (not answer or not gold or len(answer) > _SYMBOLIC_MAX_CHARS
+      or _PROSE_RE.search(answer)):
     return False
   mv = _load_math_verify()
   parsed_gold = mv.parse(f'${gold}$', parsing_timeout=None)

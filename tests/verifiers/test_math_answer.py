@@ -299,6 +299,9 @@ class SymbolicTest(parameterized.TestCase):
       ('\\boxed{x^2+2x+1}', '(x+1)^2', 1, 0),
       ('The answer is 1 + x.', 'x+1', 1, 0),
       ('\\boxed{x^2+2x+2}', '(x+1)^2', 0, 0),
+      ('The answer is 19 because 9 + 9 = 18.', '18', 0, 0),
+      ('\\boxed{19 \\text{ or } 18}', '18', 0, 0),
+      ('The answer is $2^3$.', '8', 1, 0),
       ('\\boxed{\\frac{2}{3}}', '0.5', 0, 0),
       ('\\boxed{\\sqrt{3}}', '\\frac{1}{\\sqrt{2}}', 0, 0),
   )
