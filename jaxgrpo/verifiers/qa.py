@@ -11,10 +11,12 @@ The model's answer is extracted from the completion, then:
   official SQuAD v2 exact match against any gold, or the best token F1.
 
 Answers are compared after SQuAD normalisation: lowercase, punctuation
-removed, the articles a/an/the dropped, whitespace collapsed. Refusals are
-matched on the same normalisation with typographic apostrophes also
-removed and negations in full, so "doesn't", "doesn’t", "doesnt" and "does
-not" are alike (as are "can't", "cannot" and "can not").
+removed, the articles a/an/the dropped, whitespace collapsed. Unlike the
+official script, which removes ASCII punctuation only, typographic quotes
+and apostrophes go too, so '“Normandy”' is 'Normandy'. Refusals are
+matched on the same normalisation with negations in full, so "doesn't",
+"doesn’t", "doesnt" and "does not" are alike (as are "can't", "cannot"
+and "can not").
 """
 
 import collections
@@ -74,9 +76,9 @@ _ARTICLES = re.compile(r'\b(?:a|an|the)\b')
 # 'answer isn't' is not a marker.
 _MARKER = re.compile(r"\banswer\s*(?::|is(?![\w'\u2019]))", re.IGNORECASE)
 _MARKER_LEAD = ' \t*_:-"\'`'
-_PUNCT = str.maketrans('', '', string.punctuation)
-_REFUSAL_PUNCT = str.maketrans(
-    '', '', string.punctuation + '\u2018\u2019\u02bc')
+# Typographic quotes and apostrophes count as their ASCII forms do.
+_QUOTES = '\u2018\u2019\u201c\u201d\u00ab\u00bb\u2039\u203a\u02bc'
+_PUNCT = str.maketrans('', '', string.punctuation + _QUOTES)
 # Negations once apostrophes are gone: "doesn't" and "doesnt" are "does not".
 _CONTRACTION = re.compile(
     r'\b(?:(do|does|did|is|are|was|were|has|have|had|could|would|should)nt'
@@ -85,13 +87,17 @@ _LONG_FORM = {'ca': 'can', 'wo': 'will'}
 
 
 def normalize_answer(text: str) -> str:
-  """The official SQuAD normalisation: lowercase, no punctuation or articles."""
+  """The official SQuAD normalisation: lowercase, no punctuation or articles.
+
+  Typographic quotes and apostrophes ('\u201cNormandy\u201d') are punctuation
+  too, as their ASCII forms are in the official script.
+  """
   text = text.lower().translate(_PUNCT)
   return ' '.join(_ARTICLES.sub(' ', text).split())
 
 
 def _normalize_refusal(text: str) -> str:
-  text = _CONTRACTION.sub(_long_form, text.lower().translate(_REFUSAL_PUNCT))
+  text = _CONTRACTION.sub(_long_form, text.lower().translate(_PUNCT))
   return ' '.join(_ARTICLES.sub(' ', text).split())
 
 

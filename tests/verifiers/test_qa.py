@@ -37,6 +37,7 @@ class NormalizeTest(parameterized.TestCase):
       ('The  French Republic.', 'french republic'),
       ('An apple, a pear', 'apple pear'),
       ("Don't", 'dont'),
+      ('\u201cNormandy\u2019s\u201d', 'normandys'),  # typographic quotes
       ('thea theatre', 'thea theatre'),  # articles only as whole words
       ('  ', ''),
       ('.', ''),
@@ -91,6 +92,8 @@ class QaTest(parameterized.TestCase):
       ('answer_field', '10th and 11th Centuries.', 'plain', {}, 1.0,
        '10th and 11th Centuries.'),
       ('wrong', 'Spain', 'ans', {}, 0.0, 'Spain'),
+      ('curly_quotes', 'The answer is \u201cFrance\u201d.', 'ans', {}, 1.0,
+       '\u201cFrance\u201d.'),
       # Refusals.
       ('refusal_unanswerable', 'unanswerable', 'unans', {}, 1.0,
        'unanswerable'),
