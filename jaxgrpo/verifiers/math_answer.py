@@ -1,4 +1,9 @@
-"""Math final-answer verifier: extracts a completion's answer, checks it."""
+"""Math final-answer verifier: extracts a completion's answer, checks it.
+
+Size: the extraction rules, the number grammar and the reading of a marked
+answer that is no bare number are one reading of a completion, tuned
+against each other on one table (tests/verifiers/test_gsm8k_corpus.py).
+"""
 
 from collections.abc import Callable
 import dataclasses
@@ -81,6 +86,9 @@ _NUMBER_RE = re.compile(
 _LEAD_RE = re.compile(
     r'((?:(?!\s(?:because|since)\b)[^(,\u2014]|,(?=\d))*)'
     r'(?:\(|, *(?=[^\W\d_])|\u2014|\s(?:because|since)\b)')
+_NEGATION_RE = re.compile(
+    r"\b(?:not|no|never|none|neither|nor)\b|n['\u2019]t\b", re.I)
+_SCALE_AFTER_RE = re.compile(r'(?:[kKMB]|bn)(?![A-Za-z])|:\d')  # 18k, 3:30
 _ARITHMETIC_RE = re.compile(
     r'(?:[\d\s.,+\-*/xX\u00d7\u00f7\u00b7()\[\]{}$%^=]'
     r'|\\(?:times|cdot|div|left|right)(?![A-Za-z]))*')
@@ -174,7 +182,7 @@ def _clean(text: str) -> str:
       text = inner
     for pattern, repl in _LATEX_SUBS:
       text = pattern.sub(repl, text)
-  text = text.replace('{,}', ',')
+  text = text.replace('{,}', ',').replace('**', '')
   text = _THIN_SPACE_RE.sub('', text).translate(_CHAR_MAP)
   text = ' '.join(text.split())  # one space at most: keeps _NUMBER_RE linear
   return text.lstrip(' *_:').rstrip(' *_.,;')
@@ -215,7 +223,23 @@ def _stated_number(text: str) -> float | None:
     left, right = head.rsplit('=', 1)
     if _ARITHMETIC_RE.fullmatch(left):
       value = _normalise(right)[0]
-  return value
+  return _only_number(head) if value is None else value
+
+
+def _only_number(text: str) -> float | None:
+  """The value of the one number in a phrase ('She makes $18 a day'), or
+  None when it holds none, several or a negation ('not 18')."""
+  cleaned = _clean(text)
+  if _NEGATION_RE.search(cleaned):
+    return None
+  numbers = list(_NUMBER_TOKEN_RE.finditer(cleaned))
+  if len(numbers) != 1:
+    return None
+  start, end = numbers[0].span()
+  if (cleaned[start - 1:start] in ('-', '+')  # '--10' is no -10
+      or _SCALE_AFTER_RE.match(cleaned, end)):
+    return None
+  return _normalise(numbers[0].group())[0]
 
 
 def _normalise_uncached(text: str) -> tuple[float | None, str]:
@@ -272,8 +296,9 @@ class MathAnswer:
   alone may state one: the number before a comment ('18 (9 x 2)', '18
   dollars, since ...', '18 because ...', '18, not 20', '18 \u2014 her pay')
   or, failing that, the result of arithmetic ('20 - 2 = 18', not '20 because
-  9 x 2 = 18'); so the first of '18, or 20' counts, while '18 or 20' is
-  none. When both sides are numbers (or the answer
+  9 x 2 = 18'), or else its one number ('She makes $18 a day', not 'not 18'
+  or '18 in 2 days'); so the first of '18, or 20' counts, while '18 or 20'
+  is none. When both sides are numbers (or the answer
   states one and the gold is one) they are compared as numbers: exactly
   when the gold is an integer (so 1000001 never passes for 1000000), else
   within `rel_tol`. Otherwise the cleaned texts must be equal, ignoring
