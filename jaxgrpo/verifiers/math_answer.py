@@ -62,6 +62,7 @@ _LATEX_SUBS = tuple((re.compile(p), r) for p, r in (
     (r'\^\s*\{?\s*\\circ\s*\}?|\\(?:circ|degree)(?![A-Za-z])', ''),
     (r'\\[()\[\]]', ''),
 ))
+_BOLD_RE = re.compile(r'(?<!\d)\*\*|\*\*(?!\d)')  # not the power in 9**2
 _THIN_SPACE_RE = re.compile(r'(?<=\d)[\u00a0\u2009\u202f](?=\d{3})')
 _CHAR_MAP = str.maketrans({
     '$': '', '\u00b0': '', '\u2212': '-', '\ufe63': '-', '\uff0d': '-',
@@ -182,7 +183,7 @@ def _clean(text: str) -> str:
       text = inner
     for pattern, repl in _LATEX_SUBS:
       text = pattern.sub(repl, text)
-  text = text.replace('{,}', ',').replace('**', '')
+  text = _BOLD_RE.sub('', text.replace('{,}', ','))
   text = _THIN_SPACE_RE.sub('', text).translate(_CHAR_MAP)
   text = ' '.join(text.split())  # one space at most: keeps _NUMBER_RE linear
   return text.lstrip(' *_:').rstrip(' *_.,;')

@@ -144,6 +144,8 @@ _SINGLE = (
     ('scale_suffix_other_way', 'The answer is 18k.', '18000', 0,
      "'18k' is not read as 18000 either"),
     ('partial_number', 'She has 180 apples.', '18', 0, '18 inside 180'),
+    ('power_is_no_bold', 'The answer is 9**2.', '92', 0,
+     "'**' between digits is a power (81), not bold"),
     ('em_dash_comment', 'The answer is 18\u2014her pay for the day.', '18', 1,
      'a number before a dash'),
 )
