@@ -229,6 +229,8 @@ class MathAnswerTest(absltest.TestCase):
         'comment after digits': '#### ' + '1,000' * 1800 + ' (',
         'commas before a word': 'Answer: ' + '1, ' * 3000 + 'x',
         'near comments': 'Answer: ' + '1 becaus x ' * 1000 + '= 1',
+        'numbers in a sentence': 'Answer: ' + 'a 1 ' * 2500,
+        'bold runs': 'Answer: ' + '1**' * 3000,
     }
     for name, text in inputs.items():
       with self.subTest(name):
