@@ -309,12 +309,13 @@ class MathAnswer:
   e.g. 'x^2+2x+1' for '(x+1)^2', for answers up to 500 characters after
   normalisation that are mathematics, not prose (no word of two letters or
   more outside a LaTeX command: math_verify would pick an expression out of
-  '19 because 9 + 9 = 18' or '18 or 20'). math_verify's own SIGALRM timeouts are disabled because they
-  would replace the trainer's timer: the trainer runs verifiers in worker
-  processes with a per-call timeout (and kills a worker stuck in C code), and
-  that is what keeps sympy from stalling training. Unpickling rebuilds the
-  verifier through its constructor, so a worker imports math_verify when it
-  receives the verifier rather than inside its first timed call.
+  '19 because 9 + 9 = 18' or '18 or 20'). math_verify's own SIGALRM
+  timeouts are disabled because they would replace the trainer's timer: the
+  trainer runs verifiers in worker processes with a per-call timeout (and
+  kills a worker stuck in C code), and that is what keeps sympy from
+  stalling training. Unpickling rebuilds the verifier through its
+  constructor, so a worker imports math_verify when it receives the
+  verifier rather than inside its first timed call.
 
   Details: {'extracted': the answer text or None, 'how': the rule that found
   it, 'last_number', or 'none'}.
