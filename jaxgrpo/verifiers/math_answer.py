@@ -87,8 +87,13 @@ _NUMBER_RE = re.compile(
 _LEAD_RE = re.compile(
     r'((?:(?!\s(?:because|since)\b)[^(,\u2014]|,(?=\d))*)'
     r'(?:\(|, *(?=[^\W\d_])|\u2014|\s(?:because|since)\b)')
-_NEGATION_RE = re.compile(
-    r"\b(?:not|no|never|none|neither|nor)\b|n['\u2019]t\b", re.I)
+# Words after which a phrase's number is not its value ('not 18', 'half of
+# 36', 'about 18', 'more than 18').
+_NOT_VALUE_RE = re.compile(
+    r"\b(?:not|no|never|none|neither|nor|half|twice|double|triple|times"
+    r"|minus|plus|less|more|fewer|than|divided|multiplied|least|most|about"
+    r"|around|approximately|roughly|nearly|almost|over|under)\b|n['\u2019]t\b",
+    re.I)
 _SCALE_AFTER_RE = re.compile(r'(?:[kKMB]|bn)(?![A-Za-z])|:\d')  # 18k, 3:30
 _ARITHMETIC_RE = re.compile(
     r'(?:[\d\s.,+\-*/xX\u00d7\u00f7\u00b7()\[\]{}$%^=]'
@@ -229,9 +234,10 @@ def _stated_number(text: str) -> float | None:
 
 def _only_number(text: str) -> float | None:
   """The value of the one number in a phrase ('She makes $18 a day'), or
-  None when it holds none, several or a negation ('not 18')."""
+  None when it holds none, several, or a word that makes it no value ('not
+  18', 'half of 36', 'about 18', 'more than 18')."""
   cleaned = _clean(text)
-  if _NEGATION_RE.search(cleaned):
+  if _NOT_VALUE_RE.search(cleaned):
     return None
   numbers = list(_NUMBER_TOKEN_RE.finditer(cleaned))
   if len(numbers) != 1:
@@ -297,13 +303,14 @@ class MathAnswer:
   alone may state one: the number before a comment ('18 (9 x 2)', '18
   dollars, since ...', '18 because ...', '18, not 20', '18 \u2014 her pay')
   or, failing that, the result of arithmetic ('20 - 2 = 18', not '20 because
-  9 x 2 = 18'), or else its one number ('She makes $18 a day', not 'not 18'
-  or '18 in 2 days'); so the first of '18, or 20' counts, while '18 or 20'
-  is none. When both sides are numbers (or the answer
-  states one and the gold is one) they are compared as numbers: exactly
-  when the gold is an integer (so 1000001 never passes for 1000000), else
-  within `rel_tol`. Otherwise the cleaned texts must be equal, ignoring
-  whitespace, so a non-numeric gold such as 'x+1' can still match.
+  9 x 2 = 18'), or else its one number ('She makes $18 a day', not 'not
+  18', 'half of 36', 'about 18' or '18 in 2 days'); so the first of '18, or
+  20' counts, while '18 or 20' is none. When both sides are numbers (or the
+  answer states one and the gold is one) they are compared as numbers:
+  exactly when the gold is an integer (so 1000001 never passes for
+  1000000), else within `rel_tol`. Otherwise the cleaned texts must be
+  equal, ignoring whitespace, so a non-numeric gold such as 'x+1' can still
+  match.
 
   With symbolic=True a failed comparison is retried with math_verify (sympy),
   e.g. 'x^2+2x+1' for '(x+1)^2', for answers up to 500 characters after
