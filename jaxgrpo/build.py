@@ -310,7 +310,10 @@ def build_run(
   # warm start trains on (read once: records may come from large files).
   head_examples = [ex for _, train, _ in datasets for ex in loading.peek(train)]
   loading.check_lengths(cfg, tokenizer, head_examples + eval_examples)
-  loading.check_ids(head_examples + eval_examples)
+  # Apart: an eval_path file's ids may repeat the training file's (index
+  # ids, or verl's extra_info.index, both count from 0).
+  loading.check_ids(head_examples)
+  loading.check_ids(eval_examples)
   scorer = resources.enter_context(build_scorer(cfg))
   model_cfg, graphdef, params, model_name = _model(
       cfg, pretrained_model, tokenizer, init_rng)

@@ -422,6 +422,21 @@ class BadInputTest(absltest.TestCase):
     first = self._load(self._config(path))[1][0]
     loading.check_ids([first, dataclasses.replace(first)])
 
+  def test_an_eval_file_may_reuse_the_training_files_ids(self):
+    # Index ids (no id_field), or verl's extra_info.index: both files count
+    # from 0, so held-out ids repeat training ones for other prompts.
+    record = '{{"id": "{}", "prompt": "{}+0=", "answer": "{}"}}'.format
+    path = self._jsonl([record(i, i, i) for i in range(4)])
+    eval_path = self._jsonl([record(i, i + 5, i + 5) for i in range(2)])
+    for id_field in ('id', None):
+      c = self._config(path, eval_path, num_eval=2)
+      c.data.datasets[0]['id_field'] = id_field
+      c.total_steps = 0
+      workdir = self.create_tempdir().full_path
+      train.run(c, workdir, log=lambda _: None)
+      records = metrics_lib.read_metrics(workdir)
+      self.assertIn('eval/accuracy/qa', records[0])
+
   def test_nothing_left_is_an_error(self):
     path = self._jsonl(['{"prompt": "", "answer": "1"}'])
     with self.assertRaisesRegex(errors.DataError,  # exit 2: the input's
