@@ -480,6 +480,26 @@ def make_format(name: str, *, template: str | None = None,
   return (Gsm8kFormat if name == 'gsm8k' else Squad2Format)(**kwargs)
 
 
+def fields_read(record_format: RecordFormat) -> tuple[str, ...] | None:
+  """The record fields (dotted for nested ones) that `record_format` reads,
+  or None when it may read any: a columnar file reads only these.
+
+  For 'fields', its field keys and the other fields its template names;
+  for 'gsm8k', `question`, `answer` and those of its template; 'squad2'
+  reads optional fields too, so None.
+  """
+  template = _template_fields(record_format.template)
+  if isinstance(record_format, RecordFields):
+    keys = {record_format.answer, *template - {'prompt'}}
+    keys |= {record_format.prompt} if 'prompt' in template else set()
+    keys |= {k for k in (record_format.id, record_format.subset) if k}
+  elif isinstance(record_format, Gsm8kFormat):
+    keys = {'question', 'answer', *template}
+  else:
+    return None
+  return tuple(sorted(keys))
+
+
 def default_format(kind: str, tfds_name: str | None = None) -> str:
   """The format of a dataset kind when its config names none.
 

@@ -8,8 +8,11 @@
     Arrow stream files, `data-00000-of-00001.arrow`, with its `state.json`).
 
 Rows are read on access, never all at once: Parquet files are read one
-row group at a time (the last few kept), Arrow files are memory-mapped.
-Memory is bounded by the cached row groups, not the file size. A row
+row group at a time (the last few kept), and only the columns the record
+format reads (`formats.fields_read`); Arrow files are memory-mapped.
+Memory is bounded by the cached row groups, not the file size (a file
+written as one row group, pyarrow's and pandas' default up to 1M rows, is
+read whole at its first row). A row
 becomes a plain dict (nested structs as dicts, lists as lists), which the
 record formats (`formats.RecordFields`) turn into Examples; errors name the
 file and the row (`train.parquet:row 12`, counted from 0 within the file).
@@ -64,10 +67,26 @@ def find_files(path: str) -> list[str]:
   return files
 
 
+def _columns(file: pq.ParquetFile, fields: tuple[str, ...] | None
+             ) -> list[str] | None:
+  """The columns of `file` holding `fields` (a dotted field: that nested
+  column alone), or None to read them all: when `fields` is None, or names
+  a field the file lacks (so that the error lists every column)."""
+  if fields is None:
+    return None
+  names = set(file.schema_arrow.names)
+  paths = [file.schema.column(i).path for i in range(len(file.schema))]
+  for key in fields:
+    if key not in names and not any(
+        p == key or p.startswith(key + '.') for p in paths):
+      return None
+  return list(fields)
+
+
 class _File:
   """One file's rows: Parquet row groups, or a memory-mapped Arrow table."""
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, fields: tuple[str, ...] | None):
     self.path = path
     if path.endswith('.arrow'):
       try:
@@ -84,6 +103,7 @@ class _File:
         self.parquet = pq.ParquetFile(path)
       except (pa.ArrowInvalid, OSError) as e:
         raise ParquetError(f'{path}: not a Parquet file ({e})') from None
+      self.columns = _columns(self.parquet, fields)
       meta = self.parquet.metadata
       sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
       self.starts = [sum(sizes[:g]) for g in range(len(sizes))]
@@ -96,15 +116,18 @@ class ParquetSource:
   Attributes:
     path: what the config named (a file, a glob or a folder).
     files: the files read, in order.
+    fields: the fields (dotted for nested ones) read of each row, or None
+      for all; a Parquet file lacking one of them is read whole.
   """
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, fields: tuple[str, ...] | None = None):
     self.path = os.fspath(path)
     self.files = find_files(self.path)
+    self.fields = fields
     self._open()
 
   def _open(self) -> None:
-    self._files = [_File(f) for f in self.files]
+    self._files = [_File(f, self.fields) for f in self.files]
     self._starts = []
     total = 0
     for f in self._files:
@@ -115,7 +138,7 @@ class ParquetSource:
     self._lock = threading.Lock()  # grain may read from several threads
 
   def __getstate__(self) -> dict[str, Any]:
-    return {'path': self.path, 'files': self.files}
+    return {'path': self.path, 'files': self.files, 'fields': self.fields}
 
   def __setstate__(self, state: dict[str, Any]) -> None:
     self.__dict__.update(state)
@@ -146,7 +169,8 @@ class ParquetSource:
     key = (k, g)
     with self._lock:
       if key not in self._groups:
-        self._groups[key] = self._files[k].parquet.read_row_group(g)
+        f = self._files[k]
+        self._groups[key] = f.parquet.read_row_group(g, columns=f.columns)
         if len(self._groups) > _CACHED_GROUPS:
           self._groups.popitem(last=False)
       self._groups.move_to_end(key)

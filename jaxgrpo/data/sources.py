@@ -153,9 +153,11 @@ def _arithmetic_example(
 
 
 def _open_source(kind: str, name: str, path: str | None,
-                 tfds_name: str | None, split: str, data_dir: str | None):
+                 tfds_name: str | None, split: str, data_dir: str | None,
+                 record_format: formats.RecordFormat):
   """(record source, origin for messages, record describer) of a dataset
-  read from files or TFDS."""
+  read from files or TFDS; a Parquet file's columns are read only when
+  `record_format` reads them."""
   if kind == 'tfds':
     if not tfds_name:
       raise ValueError(f'tfds dataset {name!r} needs tfds_name')
@@ -166,7 +168,7 @@ def _open_source(kind: str, name: str, path: str | None,
     raise ValueError(f'{kind} dataset {name!r} needs a path')
   path = os.path.expanduser(path)
   if kind == 'parquet':
-    source = parquet.ParquetSource(path)
+    source = parquet.ParquetSource(path, formats.fields_read(record_format))
     return source, path, source.describe
   paths = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
   if not paths:
@@ -327,7 +329,7 @@ def make_dataset(
         f'got {record_format.FORMAT!r}'
     )
   source, origin, describe = _open_source(kind, name, path, tfds_name,
-                                          split, data_dir)
+                                          split, data_dir, record_format)
   if len(source) == 0:
     raise ValueError(f'dataset {name!r}: {origin} has no records')
   ds = grain.MapDataset.source(source)

@@ -105,6 +105,35 @@ class ParquetSourceTest(absltest.TestCase):
         source[row]  # pylint: disable=pointless-statement
     self.assertEqual(source[8]['extra_info']['index'], 8)
 
+  def test_only_the_columns_the_format_reads_are_read(self):
+    # verl's extra_info.answer (the worked solution) is no field of the
+    # Example: left unread, a damaged page of it stops nothing.
+    path = write_parquet(os.path.join(self.create_tempdir().full_path,
+                                      'train.parquet'), verl_rows(10))
+    meta = pq.ParquetFile(path).metadata.row_group(1)
+    chunk = next(meta.column(i) for i in range(meta.num_columns)
+                 if meta.column(i).path_in_schema == 'extra_info.answer')
+    with open(path, 'r+b') as f:
+      f.seek(chunk.data_page_offset)
+      f.write(b'\xff' * chunk.total_compressed_size)
+    fields = formats.fields_read(formats.RecordFields(
+        prompt='prompt', answer='reward_model.ground_truth',
+        id='extra_info.index', template='Q: {prompt} ({ability})'))
+    self.assertEqual(fields, ('ability', 'extra_info.index', 'prompt',
+                              'reward_model.ground_truth'))
+    row = parquet.ParquetSource(path, fields)[5]
+    self.assertEqual(row['extra_info'], {'index': 5})
+    self.assertEqual(sorted(row), ['ability', 'extra_info', 'prompt',
+                                   'reward_model'])
+    # A field the file lacks: every column is read, so the error lists them.
+    row = parquet.ParquetSource(path, ('prompt', 'answer'))[1]
+    self.assertIn('data_source', row)
+    with self.assertRaisesRegex(formats.BadRecordError, 'cannot be read'):
+      parquet.ParquetSource(path, ('prompt', 'answer'))[5]  # pylint: disable=expression-not-assigned
+    self.assertIsNone(formats.fields_read(formats.make_format('squad2')))
+    self.assertEqual(formats.fields_read(formats.make_format('gsm8k')),
+                     ('answer', 'question'))
+
 
 class VerlLayoutTest(absltest.TestCase):
 
