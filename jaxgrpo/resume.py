@@ -15,6 +15,7 @@ from jaxgrpo import errors
 from jaxgrpo import multihost
 from jaxgrpo import resume_policy
 from jaxgrpo import sharding
+from jaxgrpo.data import formats
 from jaxgrpo.typing import PyTree
 
 
@@ -158,6 +159,25 @@ def _damage(e: Exception) -> str:
   return f'{type(e).__name__}: {text[:120]}'
 
 
+def _by_position(entry: Mapping[str, Any] | None) -> str:
+  """What a changed file's positional ids or held-out split mean for the
+  remapped state: '; ...' clauses for the notice, or ''."""
+  if not entry or entry.get('kind') == 'arithmetic':
+    return ''
+  fmt = entry.get('format') or formats.default_format(
+      entry.get('kind', ''), entry.get('tfds_name'))
+  clauses = []
+  if fmt == 'fields' and not entry.get('id_field'):
+    clauses.append('its ids are record positions (no id_field): a record '
+                   'that moved took the state of the one that was there; '
+                   'set id_field for ids that follow the records')
+  if entry.get('holdout'):
+    clauses.append(f'holdout={entry["holdout"]} holds out records by '
+                   'position: the held-out set changed too, and may hold '
+                   'records trained on before')
+  return ''.join(f'; {c}' for c in clauses)
+
+
 def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
             saved_meta: Mapping[str, Any],
             target_state: PyTree, shardings: PyTree, *,
@@ -197,10 +217,12 @@ def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
   except Exception as e:  # pylint: disable=broad-except
     damaged.append((step, _damage(e)))
     return None
+  entries = {d['name']: d for d in
+             meta.get('config', {}).get('data', {}).get('datasets', ())}
   for name, counts in report.items():
     notice(f'dataset {name!r} changed: sampler state kept for '
            f'{counts["kept"]} examples by id, {counts["new"]} new, '
-           f'{counts["removed"]} removed')
+           f'{counts["removed"]} removed{_by_position(entries.get(name))}')
   if gone:
     notice(f'left out of this run: {", ".join(map(repr, gone))}, in the '
            f'{where}; their sampler state is dropped, with {dropped} groups '

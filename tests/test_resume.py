@@ -97,6 +97,32 @@ class ResumeChecksTest(absltest.TestCase):
 
 class RemapTest(absltest.TestCase):
 
+  def test_a_changed_file_with_positional_ids_or_split_says_so(self):
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, 'qa.jsonl')
+    lines = [f'{{"prompt": "{i}+{i % 3}=", "answer": "{i + i % 3}"}}\n'
+             for i in range(24)]
+    with open(path, 'w') as f:
+      f.writelines(lines)
+    workdir = os.path.join(folder, 'run')
+    c = _config(total_steps=1)
+    c.checkpoint.on_dataset_change = 'remap'
+    c.data.datasets = [dict(name='qa', kind='jsonl', path=path, holdout=4,
+                            num_eval=4, verifier='starts_with_digit')]
+    train.run(c, workdir, log=lambda _: None)
+    with open(path, 'w') as f:  # the same records, in another order
+      f.writelines(lines[12:] + lines[:12])
+    c.total_steps = 2
+    out = []
+    train.run(c, workdir, log=out.append)
+    self.assertTrue(any(
+        "dataset 'qa' changed: sampler state kept for 20 examples by id, 0 "
+        'new, 0 removed; its ids are record positions (no id_field): a '
+        'record that moved took the state of the one that was there; set '
+        'id_field for ids that follow the records; holdout=4 holds out '
+        'records by position: the held-out set changed too' in line
+        for line in out), out)
+
   def test_resume_with_a_changed_dataset_keeps_state_by_id(self):
     workdir = self.create_tempdir().full_path
     c = _config(total_steps=2)
