@@ -314,6 +314,10 @@ def build_run(
   # ids, or verl's extra_info.index, both count from 0).
   loading.check_ids(head_examples)
   loading.check_ids(eval_examples)
+  for line in loading.held_out_overlap(
+      head_examples, eval_examples,
+      checked_all=len(head_examples) == sum(len(d[1]) for d in datasets)):
+    console.notice(line)
   scorer = resources.enter_context(build_scorer(cfg))
   model_cfg, graphdef, params, model_name = _model(
       cfg, pretrained_model, tokenizer, init_rng)

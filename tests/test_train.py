@@ -433,9 +433,32 @@ class BadInputTest(absltest.TestCase):
       c.data.datasets[0]['id_field'] = id_field
       c.total_steps = 0
       workdir = self.create_tempdir().full_path
-      train.run(c, workdir, log=lambda _: None)
+      lines = []
+      train.run(c, workdir, log=lines.append)
       records = metrics_lib.read_metrics(workdir)
       self.assertIn('eval/accuracy/qa', records[0])
+      self.assertFalse([l for l in lines if 'training prompts too' in l])
+
+  def test_held_out_prompts_that_training_holds_are_noticed(self):
+    # The training file as eval_path, or a second dataset on the same file.
+    record = '{{"id": "{}", "prompt": "{}+0=", "answer": "{}"}}'.format
+    path = self._jsonl([record(i, i, i) for i in range(4)])
+    c = self._config(path, path, num_eval=3)
+    c.total_steps = 0
+    lines = []
+    train.run(c, self.create_tempdir().full_path, log=lines.append)
+    self.assertIn("dataset 'qa': 3 of its 3 held-out prompts are training "
+                  "prompts too (e.g. 0, trained as 0 of dataset 'qa'): its "
+                  'eval/accuracy counts them; give held-out records that '
+                  'training does not hold', lines)
+    c.data.datasets = [dict(name='a', kind='jsonl', path=path, holdout=1),
+                       dict(name='b', kind='jsonl', path=path, holdout=2)]
+    lines = []
+    train.run(c, self.create_tempdir().full_path, log=lines.append)
+    self.assertIn("dataset 'b': 1 of its 2 held-out prompts are training "
+                  "prompts too (e.g. b/2, trained as a/2 of dataset 'a'): "
+                  'its eval/accuracy counts them; give held-out records that '
+                  'training does not hold', lines)
 
   def test_nothing_left_is_an_error(self):
     path = self._jsonl(['{"prompt": "", "answer": "1"}'])

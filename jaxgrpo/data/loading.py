@@ -109,6 +109,41 @@ def check_ids(examples: list[Example]) -> None:
           ' ids must be unique in a dataset: check its id_field')
 
 
+def held_out_overlap(trained: list[Example], held_out: list[Example],
+                     checked_all: bool) -> list[str]:
+  """Notices for held-out prompts that are training prompts too (an
+  `eval_path` overlapping `path`, one file in two datasets of a mixture).
+
+  Args:
+    trained: the training examples read at the start, of every dataset.
+    held_out: the held-out examples of every dataset.
+    checked_all: whether `trained` holds every training example.
+
+  Returns:
+    One line per dataset whose held-out set shares prompts with training.
+  """
+  where = {}
+  for ex in trained:
+    where.setdefault(ex.prompt, ex)
+  shared: dict[str, list[tuple[Example, Example]]] = {}
+  for ex in held_out:
+    if ex.prompt in where:
+      shared.setdefault(ex.dataset, []).append((ex, where[ex.prompt]))
+  lines = []
+  for name, pairs in shared.items():
+    total = sum(ex.dataset == name for ex in held_out)
+    ex, twin = pairs[0]
+    lines.append(
+        f'dataset {name!r}: {len(pairs)} of its {total} held-out prompts '
+        f'are training prompts too (e.g. {ex.id}, trained as {twin.id} of '
+        f'dataset {twin.dataset!r}' + (
+            '' if checked_all else
+            f'; of the first {PEEK:,} training examples of each dataset') +
+        '): its eval/accuracy counts them; give held-out records that '
+        'training does not hold')
+  return lines
+
+
 # Share of examples whose every acceptable answer is longer than
 # rollout.max_new_tokens that is tolerated (long-tailed QA answers).
 MAX_UNREACHABLE = 0.05
