@@ -80,10 +80,12 @@ def _template_names(template: str) -> list[str]:
              if f is not None]
   except ValueError as e:
     raise ValueError(f'bad prompt template {template!r}: {e}') from e
-  if '' in names:
+  literal = [n for n in names if not n or n.isdigit() or n[0] in '"\'']
+  if literal:  # \boxed{}, \frac{1}{2}, {"answer": 1}: meant as text
     raise ValueError(
-        f'prompt template {template!r} has a positional field {{}}; '
-        'name a record field instead'
+        f'prompt template {template!r} has {{{literal[0]}}}, which names no '
+        'record field; write a brace meant as text doubled: \\boxed{{}}, '
+        '{{"answer": 1}}'
     )
   dotted = [n for n in names if '.' in re.sub(r'\[[^\]]*\]', '', n)]
   if dotted:

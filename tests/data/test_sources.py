@@ -8,6 +8,7 @@ import json
 import lzma
 import os
 import pickle
+import re
 import sys
 from unittest import mock
 
@@ -292,6 +293,21 @@ class MakeDatasetTest(parameterized.TestCase):
   def test_bad_template(self, template):
     with self.assertRaisesRegex(ValueError, 'template'):
       sources.RecordFields(template=template)
+
+  @parameterized.parameters(
+      ('Put it in \\boxed{}. {prompt}', '{}'),
+      ('Compute \\frac{1}{2} of {prompt}', '{1}'),
+      ('Reply as {"answer": 1}. {prompt}', '{"answer"}'))
+  def test_braces_meant_as_text_are_a_config_error(self, template, brace):
+    # Each was a bad record of every line (or IndexError), never the fix.
+    with self.assertRaisesRegex(
+        ValueError, f'has {re.escape(brace)}, which names no record field; '
+        'write a brace meant as text doubled'):
+      sources.RecordFields(template=template)
+    doubled = sources.RecordFields(template='\\boxed{{}} {prompt}')
+    example = doubled.example({'prompt': 'p', 'answer': '1'}, name='q',
+                              index=0, where=lambda: 'f:1')
+    self.assertEqual(example.prompt, '\\boxed{} p')
 
   def test_array_record_round_trip_equals_jsonl(self):
     path = self._jsonl_path()
