@@ -44,15 +44,15 @@ def check_not_compressed(path: str) -> None:
                        f'({command} {path}) and give the decompressed file')
 
 
-def _index_lines(path: str) -> tuple[np.ndarray, int]:
-  """Byte offsets of the non-blank lines of a file, and the blank-line count.
+def _index_lines(path: str) -> tuple[np.ndarray, np.ndarray]:
+  """Byte offsets of the non-blank lines of a file, and of its blank ones.
 
   Newlines are found with numpy over a memory map, one bounded piece at a
   time, so indexing costs about a second per GB and 8 bytes per record.
   """
   size = os.path.getsize(path)
   if size == 0:
-    return np.zeros(0, np.int64), 0
+    return np.zeros(0, np.int64), np.zeros(0, np.int64)
   check_not_compressed(path)
   data = np.memmap(path, np.uint8, mode='r')
   newlines = np.concatenate([
@@ -70,16 +70,17 @@ def _index_lines(path: str) -> tuple[np.ndarray, int]:
   for i in np.flatnonzero(maybe):
     blank[i] = not bytes(data[starts[i]:ends[i]]).strip()
   del data
-  return starts[~blank], int(blank.sum())
+  return starts[~blank], starts[blank]
 
 
 class JsonlSource:
   """A grain RandomAccessDataSource over the JSON objects of a JSONL file.
 
-  Construction reads the file once to index where each non-blank line
-  starts; blank (or whitespace-only) lines are skipped and counted in
+  Construction reads the file once to index where each line starts;
+  blank (or whitespace-only) lines are skipped and counted in
   `blank_lines`. Record i is read and parsed on access, so memory is 8 bytes
-  per record however large the records are. Reads use `os.pread`, which is
+  per line however large the records are, and a record's line number (in
+  errors) is found without reading the file. Reads use `os.pread`, which is
   thread-safe, and the source pickles (grain worker processes reopen it).
 
   Attributes:
@@ -89,7 +90,8 @@ class JsonlSource:
 
   def __init__(self, path: str):
     self.path = os.fspath(path)
-    self._starts, self.blank_lines = _index_lines(self.path)
+    self._starts, self._blank_starts = _index_lines(self.path)
+    self.blank_lines = len(self._blank_starts)
     self._file = open(self.path, 'rb', buffering=0)
 
   def __getstate__(self) -> dict[str, Any]:
@@ -118,12 +120,9 @@ class JsonlSource:
   def describe(self, index: int) -> str:
     """`path:line` of record `index` (1-based line, blank lines counted)."""
     offset = self._offset(index)
-    newlines, pos = 0, 0
-    while pos < offset:  # slow, but only used to word errors
-      chunk = os.pread(self._file.fileno(), min(_SCAN_BYTES, offset - pos), pos)
-      newlines += chunk.count(b'\n')
-      pos += len(chunk)
-    return f'{self.path}:{newlines + 1}'
+    index %= len(self)
+    blank = int(np.searchsorted(self._blank_starts, offset))
+    return f'{self.path}:{index + blank + 1}'
 
   def __getitem__(self, index: int) -> dict[str, Any]:
     offset, fd = self._offset(index), self._file.fileno()

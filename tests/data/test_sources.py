@@ -167,6 +167,17 @@ class JsonlSourceTest(parameterized.TestCase):
     want = [json.loads(line) for line in file_lines if line.strip()]
     self.assertEqual([src[i] for i in range(len(src))], want)
     self.assertEqual(src.blank_lines, len(file_lines) - len(want))
+    numbers = [n for n, line in enumerate(file_lines, 1) if line.strip()]
+    self.assertEqual([src.describe(i) for i in range(len(src))],
+                     [f'{path}:{n}' for n in numbers])
+
+  def test_line_numbers_of_errors_read_nothing(self):
+    # Skipping many bad records of a large file read the file up to each
+    # one to number its line: quadratic (300k lines, 15k bad: 188 s).
+    text = '\n\n'.join(json.dumps({'a': i}) for i in range(50)) + '\n'
+    src = sources.JsonlSource(_write(self.create_tempfile().full_path, text))
+    with mock.patch.object(jsonl.os, 'pread', side_effect=AssertionError):
+      self.assertEqual(src.describe(49), f'{src.path}:99')
 
 
 class MakeDatasetTest(parameterized.TestCase):
