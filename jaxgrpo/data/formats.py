@@ -354,15 +354,20 @@ class Gsm8kFormat:
 
 
 def squad2_answers(value: Any, where: Where) -> list[str]:
-  """The gold texts of a question, in order, duplicates kept."""
+  """The gold texts of a question, in order, duplicates kept: from a list
+  of `{'text': ...}` dicts or texts (the JSON file as shipped), or a dict
+  of lists `{'text': [...], 'answer_start': [...]}` (Hugging Face's and
+  TFDS's `squad_v2`)."""
   try:
     value = plain(value)
+    if isinstance(value, Mapping) and 'text' in value:
+      value = plain(value['text'])
   except UnicodeDecodeError as e:
     raise BadRecordError(f'{where()}: not valid UTF-8 ({e})') from e
   if not isinstance(value, (list, tuple)):
     raise BadRecordError(
-        f"{where()}: field 'answers' must be a list, got "
-        f'{type(value).__name__}'
+        f"{where()}: field 'answers' must be a list, or a dict with a list "
+        f"'text', got {type(value).__name__}"
     )
   texts = []
   for i, answer in enumerate(value):
@@ -382,7 +387,8 @@ class Squad2Format:
   """One SQuAD 2.0 question: fields id, question, context, answers, ...
 
   A record holds `id`, `question`, `context`, `answers` (a list of
-  `{'text': ...}` dicts as shipped, or of texts), optionally `title` and
+  `{'text': ...}` dicts as shipped, or of texts, or Hugging Face's
+  `{'text': [...], 'answer_start': [...]}`), optionally `title` and
   `is_impossible` (a bool; absent means "unanswerable when `answers` is
   empty"). The Example's id is the record's `id`; its answer is the first
   gold text, or for an unanswerable question `UNANSWERABLE`, the reply the

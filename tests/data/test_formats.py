@@ -8,6 +8,7 @@ import re
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import numpy as np
 
 from jaxgrpo import config_lib
 from jaxgrpo import errors
@@ -133,6 +134,18 @@ class Squad2FormatTest(parameterized.TestCase):
     # Answers as plain texts, no is_impossible: answerable iff any.
     ex = self._example({'id': 'a2', 'question': 'q', 'answers': ['x']})
     self.assertEqual((ex.answer, ex.subset), ('x', 'answerable'))
+
+  def test_hugging_face_answers_a_dict_of_lists(self):
+    # rajpurkar/squad_v2's Parquet files and TFDS squad/v2.0 hold `answers`
+    # as columns; every record was bad ('answers' must be a list).
+    ex = self._example({'id': 'a3', 'question': 'Where?', 'answers': {
+        'text': np.array([b'France', b'in France']),
+        'answer_start': np.array([12, 9])}})
+    self.assertEqual((ex.answer, ex.subset), ('France', 'answerable'))
+    self.assertEqual(ex.meta['answers'], ['France', 'in France'])
+    ex = self._example({'id': 'u3', 'question': 'Who?',
+                        'answers': {'text': [], 'answer_start': []}})
+    self.assertEqual((ex.answer, ex.subset), ('unanswerable', 'unanswerable'))
 
   def test_template_fields(self):
     ex = self._example(_qa('a1', 'Q?', ['A']),
