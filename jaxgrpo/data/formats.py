@@ -126,9 +126,12 @@ def _lookup(record: Mapping[str, Any], key: str, *, name: str,
   value = record
   for part in key.split('.'):
     if not isinstance(value, Mapping) or part not in value:
+      same = [k for k in record if str(k).lower() == key.lower()]
       raise BadRecordError(
           f'{where()}: record has no field {key!r} (dataset {name!r}; its '
-          f'fields: {_keys(record)})'
+          f'fields: {_keys(record)}' + (
+              f'; field names are case-sensitive: {same[0]!r}?'
+              if same else '') + ')'
       )
     value = value[part]
   return value

@@ -187,6 +187,20 @@ class VerlLayoutTest(absltest.TestCase):
                                 r"'reward_model.score'"):
       ds[0]  # pylint: disable=pointless-statement
 
+  def test_a_field_named_in_another_case_is_suggested(self):
+    path = write_parquet(
+        os.path.join(self.create_tempdir().full_path, 'train.parquet'),
+        [{'Question': '1+1=', 'Answer': 2}])
+    ds = sources.make_dataset('parquet', name='q', path=path,
+                              record_format=formats.RecordFields(
+                                  prompt='question', answer='Answer'))
+    with self.assertRaisesRegex(
+        formats.BadRecordError,
+        rf"^{path}:row 0: record has no field 'question' \(dataset 'q'; its "
+        r"fields: Answer, Question; field names are case-sensitive: "
+        r"'Question'\?\)$"):
+      ds[0]  # pylint: disable=pointless-statement
+
 
 if __name__ == '__main__':
   absltest.main()
