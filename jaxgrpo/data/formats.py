@@ -23,6 +23,7 @@ where a config names them; apart, those would become public helpers.
 
 from collections.abc import Callable, Mapping
 import dataclasses
+import decimal
 import functools
 import hashlib
 import json
@@ -166,8 +167,11 @@ def _field(record: Mapping[str, Any], key: str, *, name: str,
 
 def _as_text(value: Any, key: str, where: Where) -> str:
   """A field's value as text: text, or a finite number (not a bool:
-  `True` would become 'True'; a whole float is written as an int);
-  BadRecordError naming the field if not."""
+  `True` would become 'True'; a whole float or decimal is written as an
+  int); BadRecordError naming the field if not."""
+  if isinstance(value, decimal.Decimal) and value.is_finite():
+    # A Parquet decimal column (SQL and Spark exports).
+    value = int(value) if value == value.to_integral_value() else str(value)
   if isinstance(value, bool) or not isinstance(value, (str, int, float)):
     raise BadRecordError(
         f'{where()}: field {key!r} must be text or a number, got '

@@ -1,5 +1,6 @@
 """Prompt files as verl and Hugging Face write them: Parquet and Arrow."""
 
+import decimal
 import json
 import os
 
@@ -186,6 +187,19 @@ class VerlLayoutTest(absltest.TestCase):
                                 rf"{path}:row 0: record has no field "
                                 r"'reward_model.score'"):
       ds[0]  # pylint: disable=pointless-statement
+
+  def test_decimal_answers_are_numbers(self):
+    path = os.path.join(self.create_tempdir().full_path, 'train.parquet')
+    pq.write_table(pa.table({
+        'prompt': ['a', 'b', 'c'],
+        'answer': pa.array([decimal.Decimal('18.00'), decimal.Decimal('1.50'),
+                            None], pa.decimal128(6, 2))}), path)
+    ds = sources.make_dataset('parquet', name='q', path=path)
+    self.assertEqual([ds[0].answer, ds[1].answer], ['18', '1.50'])
+    with self.assertRaisesRegex(formats.BadRecordError,
+                                "field 'answer' must be text or a number, "
+                                'got NoneType'):
+      ds[2]  # pylint: disable=pointless-statement
 
   def test_a_field_named_in_another_case_is_suggested(self):
     path = write_parquet(
