@@ -23,6 +23,7 @@ import collections
 import glob
 import json
 import os
+import re
 import threading
 from typing import Any
 
@@ -57,6 +58,7 @@ def find_files(path: str) -> list[str]:
       files = sorted(glob.glob(os.path.join(path, '**', '*.parquet'),
                                recursive=True))
       files = files or sorted(glob.glob(os.path.join(path, '*.arrow')))
+      _check_one_split(path, files)
   else:
     files = [path] if os.path.exists(path) else []
   if not files:
@@ -81,6 +83,26 @@ def _columns(file: pq.ParquetFile, fields: tuple[str, ...] | None
         p == key or p.startswith(key + '.') for p in paths):
       return None
   return list(fields)
+
+
+_HELD_OUT_WORDS = frozenset({'test', 'validation', 'valid', 'val', 'dev',
+                             'eval'})
+
+
+def _check_one_split(folder: str, files: list[str]) -> None:
+  """Raises ParquetError when a folder holds training and held-out files
+  (verl's train.parquet beside test.parquet, a Hub dataset's
+  train-*.parquet beside test-*.parquet): read together, the held-out
+  records would be trained on."""
+  def words(f):
+    return set(re.split(r'[/._-]', os.path.relpath(f, folder).lower()))
+  train = [f for f in files if 'train' in words(f)]
+  held = [f for f in files if words(f) & _HELD_OUT_WORDS]
+  if train and held:
+    raise ParquetError(
+        f'{folder}: holds training and held-out files ({train[0]}, '
+        f'{held[0]}); name the training ones ({os.path.join(folder, "")}'
+        'train*.parquet, or the file) and give the others as eval_path')
 
 
 class _File:

@@ -63,6 +63,25 @@ class ParquetSourceTest(absltest.TestCase):
     with self.assertRaises(IndexError):
       source[17]  # pylint: disable=pointless-statement
 
+  def test_a_folder_of_training_and_held_out_files_is_refused(self):
+    # verl writes train.parquet and test.parquet side by side; a Hub
+    # dataset holds train-*.parquet and test-*.parquet shards.
+    for names in (('train.parquet', 'test.parquet'),
+                  ('main/train-00000-of-00001.parquet',
+                   'main/validation-00000-of-00001.parquet')):
+      folder = self.create_tempdir().full_path
+      for name in names:
+        os.makedirs(os.path.dirname(os.path.join(folder, name)),
+                    exist_ok=True)
+        write_parquet(os.path.join(folder, name), verl_rows(3))
+      with self.assertRaisesRegex(
+          parquet.ParquetError,
+          f'^{folder}: holds training and held-out files .*; name the '
+          f'training ones \\({folder}/train\\*.parquet, or the file\\)'):
+        parquet.ParquetSource(folder)
+      train = os.path.join(folder, os.path.dirname(names[0]), 'train*')
+      self.assertLen(parquet.ParquetSource(train), 3)
+
   def test_hugging_face_save_to_disk_folder(self):
     # Dataset.save_to_disk writes Arrow stream files named in state.json.
     folder = self.create_tempdir().full_path
