@@ -35,9 +35,12 @@ _COMPRESSED = ((b'\x1f\x8b', 'gzip', 'gunzip -k'), (b'BZh', 'bzip2', 'bunzip2 -k
 
 def check_not_compressed(path: str) -> None:
   """Raises ValueError when `path` is a compressed file (JSONL records are
-  read by byte offset, from the file as it is)."""
+  read by byte offset, from the file as it is), or a Parquet file."""
   with open(path, 'rb') as f:
     head = f.read(6)
+  if head.startswith(b'PAR1'):
+    raise ValueError(f"{path}: is a Parquet file; read it with kind='parquet'"
+                     " (and format='gsm8k' or 'squad2' for those records)")
   for magic, kind, command in _COMPRESSED:
     if head.startswith(magic):
       raise ValueError(f'{path}: is {kind}-compressed; decompress it first '

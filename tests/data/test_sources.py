@@ -138,6 +138,14 @@ class JsonlSourceTest(parameterized.TestCase):
         sources.JsonlSource(path)
     with self.assertRaisesRegex(ValueError, 'is gzip-compressed'):
       squad2_file.Squad2File(os.path.join(folder, 'x.jsonl.gz'))
+    path = os.path.join(folder, 'train.parquet')
+    with open(path, 'wb') as f:
+      f.write(b'PAR1\x15\x04' + bytes(40) + b'PAR1')
+    for read in (sources.JsonlSource, squad2_file.Squad2File):
+      with self.assertRaisesRegex(
+          ValueError, f"^{path}: is a Parquet file; read it with "
+          "kind='parquet' \\(and format='gsm8k' or 'squad2'"):
+        read(path)
 
   def test_long_lines_and_bom(self):
     records = [{'prompt': 'x' * 10_000, 'answer': str(i)} for i in range(3)]
