@@ -95,9 +95,9 @@ def check_ids(examples: list[Example]) -> None:
   The sampler matches outcomes to draws, and checkpoint.on_dataset_change=
   'remap' matches state to examples, by id. Training and held-out examples
   are checked apart: those of an `eval_path` file may reuse the training
-  file's ids (`<name>/<index>`, or verl's `extra_info.index`). (Equal examples may share one:
-  GSM8K's ids hash question and answer, so an exact duplicate record
-  repeats its id harmlessly.)
+  file's ids (`<name>/<index>`, or verl's `extra_info.index`). (Equal
+  examples may share one: GSM8K's ids hash question and answer, so an
+  exact duplicate record repeats its id harmlessly.)
   """
   seen: dict[tuple[str, str], Example] = {}
   for ex in examples:
