@@ -19,6 +19,8 @@ from jaxgrpo.data import formats
 _SCAN_BYTES = 1 << 24
 # First read of a line; long lines are read again in growing pieces.
 _READ_BYTES = 1 << 12
+# The UTF-8 byte order mark some editors write first.
+_BOM = b'\xef\xbb\xbf'
 # Bytes that may start a line holding nothing but whitespace.
 _SPACE = np.frombuffer(b' \t\r\x0b\x0c', np.uint8)
 
@@ -70,8 +72,10 @@ def _index_lines(path: str) -> tuple[np.ndarray, np.ndarray]:
   # A record starts with '{' (or '\ufeff'), so only lines that start with
   # whitespace need a full look; there are few of them.
   maybe = ~blank & np.isin(data[starts], _SPACE)
+  maybe[0] |= bytes(data[:3]) == _BOM  # a BOM alone on the first line
   for i in np.flatnonzero(maybe):
-    blank[i] = not bytes(data[starts[i]:ends[i]]).strip()
+    line = bytes(data[starts[i]:ends[i]])
+    blank[i] = not (line[3:] if i == 0 and line[:3] == _BOM else line).strip()
   del data
   return starts[~blank], starts[blank]
 

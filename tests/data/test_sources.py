@@ -153,6 +153,14 @@ class JsonlSourceTest(parameterized.TestCase):
     src = sources.JsonlSource(path)
     self.assertEqual([src[i] for i in range(3)], records)
 
+  def test_a_bom_alone_on_the_first_line_is_a_blank_line(self):
+    # It was record 0, 'invalid JSON' at a line that looks empty.
+    path = _write(self.create_tempfile().full_path,
+                  '\ufeff\r\n' + _jsonl(_RECORDS))
+    src = sources.JsonlSource(path)
+    self.assertEqual([src[i] for i in range(len(src))], _RECORDS)
+    self.assertEqual((src.blank_lines, src.describe(0)), (1, f'{path}:2'))
+
   def test_pickles(self):
     path = _write(self.create_tempfile().full_path, _jsonl(_RECORDS))
     src = pickle.loads(pickle.dumps(sources.JsonlSource(path)))
