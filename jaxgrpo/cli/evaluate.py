@@ -331,7 +331,6 @@ def main(argv: list[str] | None = None) -> int:
   return common.run_main(PROG, body)
 
 
-
 def run_cli() -> None:
   """The `jaxgrpo-eval` entry point."""
   common.exit_with(main())

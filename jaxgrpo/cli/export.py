@@ -223,8 +223,10 @@ def _merged(params, adapter, alpha: float, dtype: str | None, log):
   params = _cast(params, dtype)
   merged = lora.merge(params, adapter, alpha=alpha)
   dtype = str(jax.tree.leaves(merged)[0].dtype)
+  if dtype == 'float32':  # the merge's own precision: nothing lost
+    return merged
   loss = lora.merge_loss(params, merged, adapter, alpha=alpha)
-  if dtype != 'float32' and loss:  # 0: B = 0, nothing to lose
+  if loss:  # 0: B = 0, nothing to lose
     log(f'merged the adapter into {dtype} weights: rounding lost {loss:.1%}'
         " of its change (its norm); --dtype=float32 keeps all of it, and "
         '--peft writes the adapter apart')
@@ -304,7 +306,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
   return common.run_main(PROG, body)
-
 
 
 def run_cli() -> None:

@@ -85,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
   return 1 if failed else 0
 
 
-
 def run_cli() -> None:
   """The `jaxgrpo-plot` entry point."""
   common.exit_with(main())

@@ -123,7 +123,6 @@ def main(argv: list[str] | None = None) -> int:
       'kept: run the same command to resume')
 
 
-
 def run_cli() -> None:
   """The `jaxgrpo-stratify` entry point."""
   common.exit_with(main())
