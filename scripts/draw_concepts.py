@@ -111,7 +111,9 @@ def batch_shares(seed: int) -> dict[str, np.ndarray]:
         balance=balance, steps=MIXTURE_STEPS, seed=seed, engine='fast',
         **experiments.BASE)
     records = engine.run(spec)
-    out[balance] = np.array([r['data/batch_share/easy'] for r in records])
+    # NaN on a step without an update: it has no batch to share.
+    out[balance] = np.array([r.get('data/batch_share/easy', np.nan)
+                             for r in records])
   return out
 
 

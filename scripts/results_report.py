@@ -70,6 +70,16 @@ def ratio_interval(ratios) -> tuple[float, float, float]:
   return math.exp(m), math.exp(lo), math.exp(hi)
 
 
+def _no_share_without_batch(record: dict) -> dict:
+  """A step record as the trainer writes it now: a step without an update
+  has no batch, so no `data/batch_share/*` (runs recorded earlier hold 0.0
+  there, which would pull every share mean down)."""
+  if not record.get('train/skipped'):
+    return record
+  return {k: v for k, v in record.items()
+          if not k.startswith('data/batch_share/')}
+
+
 class Run:
   """One run's data file, with the series the report needs."""
 
@@ -77,7 +87,8 @@ class Run:
     self.header, records = reproduce.read_run(path)
     self.variant = self.header['variant']
     self.seed = self.header['seed']
-    self.steps = [r for r in records if r['step'] > 0]
+    self.steps = [_no_share_without_batch(r) for r in records
+                  if r['step'] > 0]
     self.evals = [(r['step'], r['eval/accuracy'], r) for r in records
                   if 'eval/accuracy' in r]
     cum_p = cum_t = cum_s = 0.0

@@ -20,6 +20,7 @@ from jaxgrpo.sim import engine
 from jaxgrpo.sim import experiments
 from jaxgrpo.sim import learner as learner_lib
 from jaxgrpo.sim import plots
+from jaxgrpo.sim import report
 from jaxgrpo.sim import standins
 
 _HAS_MPL = importlib.util.find_spec('matplotlib') is not None
@@ -193,8 +194,9 @@ class RunTest(parameterized.TestCase):
     def answerable(policy, s=spec):
       records = engine.run(dataclasses.replace(s, policy=policy))
       acc = np.array([r['sim/accuracy/answerable'] for r in records])
-      share = [r['data/batch_share/unanswerable'] for r in records]
-      return acc, plots.smooth(share, 25).max()
+      share = [r.get('data/batch_share/unanswerable', np.nan)
+               for r in records]  # absent on a step without an update
+      return acc, np.nanmax(plots.smooth(share, 25))
 
     none, none_share = answerable('none')
     filt, filt_share = answerable('filter')
@@ -223,6 +225,19 @@ class RunTest(parameterized.TestCase):
     records = engine.run(_spec(steps=3), workdir=workdir)
     self.assertEqual(metrics_lib.read_metrics(workdir), json.loads(
         json.dumps(records)))
+
+
+class ReportTest(absltest.TestCase):
+
+  def test_a_metric_absent_at_a_step_is_left_out_not_zero(self):
+    # Seed 0 takes no update at step 1, so it has no batch share there.
+    runs = [[{'s': 0.5}, {}, {'s': 0.5}], [{'s': 0.3}, {'s': 0.7}, {}]]
+    np.testing.assert_allclose(report.mean(runs, 's'), [0.4, 0.7, 0.5])
+    self.assertTrue(np.isnan(report.mean([[{}]], 's')).all())
+    self.assertAlmostEqual(report.part(np.array([np.nan, 0.2] * 10),
+                                       'first'), 0.2)
+    np.testing.assert_allclose(plots.smooth([1.0, np.nan, 0.0], 2),
+                               [1.0, 1.0, 0.0])
 
 
 @absltest.skipUnless(_HAS_MPL, _NO_MPL)

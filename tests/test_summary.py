@@ -26,7 +26,8 @@ def _records():
         'data/filtered/a': 0, 'verify/errors': 1 if step == 3 else 0,
         'verify/timeouts': 2 if step == 4 else 0,
         'perf/step_s': 2.0, 'perf/gen_s': 1.0, 'perf/verify_s': 0.5,
-        # A step without an update draws nothing into a batch: zeros.
+        # A step without an update, as files written before its batch
+        # shares were left out hold it: zeros, which the table skips.
         **({'train/skipped': 1.0, 'data/batch_share/a': 0.0,
             'data/batch_share/b': 0.0} if step in (5, 6) else {}),
     })

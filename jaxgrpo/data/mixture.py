@@ -183,7 +183,7 @@ class MixtureSampler:
     self._apply_stage(step)
     # A dataset whose strata all weigh 0 now has nothing to offer.
     self._exhausted[:] = self._closed
-    self._stratum_used = {}
+    self._stratum_used, self._chosen = {}, 0
     # A streaming step's discarded groups teach nothing; held ones wait.
     self._pending = list(self._held)
     k = len(self.names)
@@ -433,11 +433,11 @@ class MixtureSampler:
       if st is not None:
         table = self.tables[d]
         out[f'data/postponed/{name}'] = float(table.postponed())
-        chosen = max(self._chosen, 1)
         weights = self._weights[name]
         for s, stratum in enumerate(st.names):
-          out[f'data/batch_share/{name}/{stratum}'] = (
-              self._stratum_used.get((d, s), 0) / chosen)
+          if self._chosen:  # None without a batch.
+            out[f'data/batch_share/{name}/{stratum}'] = (
+                self._stratum_used.get((d, s), 0) / self._chosen)
           out[f'data/stratum_weight/{name}/{stratum}'] = float(weights[s])
     if self.strata:
       out['data/curriculum_stage'] = float(self._stage)

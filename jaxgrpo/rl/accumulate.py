@@ -236,8 +236,8 @@ class StepStats:
       metrics[f'rollout/prompts_generated/{name}'] = float(
           self.prompts_generated[d])
       metrics[f'rollout/groups_used/{name}'] = float(self.groups_used[d])
-      metrics[f'data/batch_share/{name}'] = (
-          int(self.groups_used[d]) / used if used else 0.0)
+      if used:  # A step without an update has no batch to share.
+        metrics[f'data/batch_share/{name}'] = int(self.groups_used[d]) / used
       metrics[f'data/truncated/{name}'] = float(self.truncated[d])
     return metrics
 

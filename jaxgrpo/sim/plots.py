@@ -41,13 +41,17 @@ def _import_pyplot():
 
 
 def smooth(y: Sequence[float], window: int) -> np.ndarray:
-  """Trailing moving average (shorter at the start), same length as y."""
+  """Trailing moving average (shorter at the start), same length as y;
+  NaNs (steps without the metric) are left out of the means."""
   y = np.asarray(y, np.float64)
   if window <= 1 or y.size == 0:
     return y
-  c = np.cumsum(np.insert(y, 0, 0.0))
+  ok = np.isfinite(y)
+  sums = np.cumsum(np.insert(np.where(ok, y, 0.0), 0, 0.0))
+  counts = np.cumsum(np.insert(ok.astype(np.float64), 0, 0.0))
   lo = np.maximum(np.arange(1, y.size + 1) - window, 0)
-  return (c[1:] - c[lo]) / (np.arange(1, y.size + 1) - lo)
+  n = counts[1:] - counts[lo]
+  return np.where(n > 0, (sums[1:] - sums[lo]) / np.maximum(n, 1), np.nan)
 
 
 def save(path: str, title: str, panels: Sequence[Panel]) -> None:

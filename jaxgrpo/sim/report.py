@@ -43,8 +43,11 @@ def series(runs: list[list[dict]], key: str) -> np.ndarray:
 
 
 def mean(runs, key) -> np.ndarray:
-  """[steps] mean over seeds of one metric."""
-  return series(runs, key).mean(axis=0)
+  """[steps] mean over seeds of one metric, over the seeds that have it
+  (a step without an update has no batch shares); NaN where none has."""
+  x = series(runs, key)
+  n = np.isfinite(x).sum(axis=0)
+  return np.where(n > 0, np.nansum(x, axis=0) / np.maximum(n, 1), np.nan)
 
 
 def final(runs, key) -> dict:
@@ -57,7 +60,9 @@ def final(runs, key) -> dict:
 def part(curve: np.ndarray, which: str) -> float:
   """Mean over the first or last tenth of the steps."""
   k = max(1, len(curve) // 10)
-  return float(np.mean(curve[:k] if which == 'first' else curve[-k:]))
+  part = np.asarray(curve[:k] if which == 'first' else curve[-k:])
+  part = part[np.isfinite(part)]
+  return float(part.mean()) if part.size else float('nan')
 
 
 def rounded(values: np.ndarray) -> list[float]:

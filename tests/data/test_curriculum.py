@@ -118,6 +118,13 @@ class CurriculumTest(absltest.TestCase):
     self.assertAlmostEqual(total, 1.0)
     hard = sum(g.example.meta['stratum'] == 'too_hard' for g in chosen)
     self.assertAlmostEqual(m['data/batch_share/a/too_hard'], hard / 8)
+    # The next step ends without choosing (short_batch='wait'): no batch,
+    # so no shares, and its weights are still reported.
+    s.start_step(1)
+    s.next_prompts(8)
+    m = s.metrics()
+    self.assertFalse([k for k in m if k.startswith('data/batch_share/')])
+    self.assertIn('data/stratum_weight/a/too_hard', m)
 
   def test_all_strata_postponed_closes_the_dataset(self):
     s = _sampler(10, [0] * 10, stages=[(0, {'too_hard': 0.0})])

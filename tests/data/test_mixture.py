@@ -55,6 +55,24 @@ class MixtureTest(parameterized.TestCase):
     shares = [r.metrics['data/batch_share/easy'] for r in _run(post, 8)]
     self.assertAlmostEqual(np.mean(shares), 0.5)
 
+  def test_a_step_without_an_update_reports_no_batch_share(self):
+    # Pass rates 0.5 and 0.97: one round of 8 prompts rarely yields the 8
+    # informative groups a batch needs, so short_batch='wait' steps come.
+    ro, _, _ = scripted.make_rollout(
+        [('a', 0.5, [0.5] * 32), ('b', 0.5, [0.97] * 32)],
+        batch_size=8, round_size=8, max_rounds=1)
+    results = _run(ro, 12)
+    waited = [r for r in results if r.batch is None]
+    updated = [r for r in results if r.batch is not None]
+    self.assertNotEmpty(waited)
+    self.assertNotEmpty(updated)
+    for r in waited:  # A share of no batch is undefined, not 0.
+      self.assertNotIn('data/batch_share/a', r.metrics)
+      self.assertNotIn('data/batch_share/b', r.metrics)
+    for r in updated:
+      self.assertAlmostEqual(r.metrics['data/batch_share/a']
+                             + r.metrics['data/batch_share/b'], 1.0)
+
   def test_quota_handed_over_when_a_dataset_runs_out(self):
     # Under `filter`, 'done' is mastered: after its first epoch it offers
     # nothing, and its quota goes to 'live'.
