@@ -99,7 +99,8 @@ class StepStats:
     tokens_wasted: tokens of groups still decoding when a streaming step
       ended, discarded.
     groups_discarded: those groups (their prompts drawn, never scored),
-      kept groups expired included.
+      kept groups expired included, and kept groups whose examples a
+      remapped resume left out of the data.
     in_flight: `rollout.in_flight`; the partial_*, tokens_scored,
       tokens_resumed, tokens_in_flight and staleness metrics are written
       only under 'keep', groups_retried only under 'retry'.

@@ -230,7 +230,16 @@ class _Step:
     stats = self.acc.stats
     if self.fn.in_flight == 'retry':
       self.admit(self.source.held())
+    held = collections.Counter((ex.dataset, ex.id)
+                               for ex in self.source.held())
     for kept in self.acc.in_flight:
+      key = (kept.example.dataset, kept.example.id)
+      if not held[key]:
+        # Gone from the data on a resume (checkpoint.on_dataset_change=
+        # 'remap'): the source holds it no longer and cannot observe it.
+        stats.groups_discarded += 1
+        continue
+      held[key] -= 1
       samples = [stream_lib.Sample(
           prompt=-1, index=g, tokens=kept.completion_tokens[g],
           logps=kept.old_logps[g], length=int(n))

@@ -92,9 +92,10 @@ class StreamingTest(parameterized.TestCase):
     cls.graphdef, cls.params = decoder.init_params(cls.cfg, jax.random.key(0))
 
   def _rollout(self, verifier=_hashed, overlap=1, slots=12, size=40,
-               temperature=1.0, stop_at=None, **kw):
+               temperature=1.0, stop_at=None, leave_out=(), **kw):
     examples = {d: [Example(id=f'{d}/{i}', prompt=f'{i}+{d}=', answer='1',
-                            dataset=d) for i in range(size)] for d in 'ab'}
+                            dataset=d) for i in range(size)
+                    if f'{d}/{i}' not in leave_out] for d in 'ab'}
     policy = snooze.PolicyConfig(policy='snooze', group_size=G)
     sampler = _Recording(
         [(mixture.DatasetSpec(name=d, weight=1.0, policy=policy), exs)
@@ -378,6 +379,31 @@ class StreamingTest(parameterized.TestCase):
           multihost.digest(sampler.get_state()),
           multihost.digest(ro.get_state())))
     self.assertEqual(runs[0], runs[1])
+
+  def test_kept_groups_of_examples_gone_on_a_remap_are_discarded(self):
+    # A resume under checkpoint.on_dataset_change='remap' drops the examples
+    # no longer in the data from what the sampler holds; their kept groups
+    # can no longer be observed, so the next step discards them (it raised
+    # in the sampler's `observe` when such a group was scored).
+    kw = dict(in_flight='keep', max_staleness=8)
+    ro, sampler = self._rollout(**kw)
+    ro.collect(self.params, jax.random.key(0), 0)
+    state = (sampler.get_state(), ro.get_state())
+    kept = [p.example.id for p in ro.accumulator.in_flight]
+    self.assertGreater(len(kept), 1)
+    ro, sampler = self._rollout(leave_out=kept[:1], **kw)
+    old = [f'{d}/{i}' for d in 'ab' for i in range(40)]
+    sampler.set_state(state[0], remap={d: (
+        snooze.id_hashes([i for i in old if i.startswith(d)]),
+        snooze.id_hashes([ex.id for ex in src]))
+        for d, src in zip(sampler.names, sampler.sources)})
+    ro.set_state(state[1])
+    metrics = [ro.collect(self.params, jax.random.key(step), step).metrics
+               for step in (1, 2)]
+    self._check_tokens(metrics)
+    self.assertEqual(metrics[0]['rollout/partial_resumed'], len(kept) - 1)
+    self.assertGreaterEqual(metrics[0]['rollout/groups_discarded'], 1)
+    self.assertNotIn(kept[0], [i for i, _ in sampler.observed])
 
   def test_needs_the_continuous_engine(self):
     cfg = rollout_lib.RolloutConfig(
