@@ -81,6 +81,23 @@ def _seed_of(seed: int, name: str) -> int:
   return (seed * 1_000_003 + sum((i + 1) * ord(c) for i, c in enumerate(name))) % 2**31
 
 
+def _seeds_of(seed: int, names: Sequence[str]) -> dict[str, int]:
+  """Each dataset's walk seed, distinct within the mixture.
+
+  `_seed_of`'s weighted sum gives some names the same seed ('ab' and 'ca'),
+  which made their walks the same: one permutation and one set of random
+  skips for both. A later name (in sorted order, so the list's order does
+  not matter) moves on to the next free seed.
+  """
+  out: dict[str, int] = {}
+  for name in sorted(names):
+    s = _seed_of(seed, name)
+    while s in out.values():
+      s = (s + 0x9E3779B9) % 2**31
+    out[name] = s
+  return out
+
+
 class MixtureSampler:
   """Offers prompts from several datasets and builds balanced batches.
 
@@ -116,8 +133,9 @@ class MixtureSampler:
     if (weights < 0).any() or weights.sum() <= 0:
       raise ValueError(f'mixture weights must be >= 0 with a positive sum: {weights}')
     self.weights = weights / weights.sum()
+    seeds = _seeds_of(seed, names)
     self.tables = [
-        snooze.SnoozeTable(len(src), spec.policy, seed=_seed_of(seed, spec.name))
+        snooze.SnoozeTable(len(src), spec.policy, seed=seeds[spec.name])
         for spec, src in datasets
     ]
     self.strata = dict(strata or {})

@@ -125,6 +125,21 @@ class MixtureTest(parameterized.TestCase):
     self.assertEqual(successes[examples.index(drawn[1])], 2)
     self.assertEqual(successes[examples.index(drawn[0])], 0)
 
+  def test_datasets_walk_their_own_orders(self):
+    # 'ab' and 'ca' have the same weighted sum of characters, which seeded
+    # both walks alike: the same permutation, the same skips.
+    policy = snooze.PolicyConfig(policy='snooze_prob', group_size=2)
+    for names in (('ab', 'ca'), ('ca', 'ab')):
+      sampler = mixture.MixtureSampler(
+          [(mixture.DatasetSpec(name=n, weight=1.0, policy=policy),
+            scripted.make_examples(n, 50)) for n in names],
+          balance='pre_filter', batch_size=4, seed=0)
+      a, c = (sampler.tables[names.index(n)] for n in ('ab', 'ca'))
+      self.assertNotEqual(a.seed, c.seed)
+      self.assertFalse((a.epoch_order(0) == c.epoch_order(0)).all())
+      # Which one moves does not depend on the list's order.
+      self.assertEqual((a.seed, c.seed), (293, (293 + 0x9E3779B9) % 2**31))
+
   def test_same_seed_same_decisions_and_exact_restore(self):
     datasets = [('a', 0.6, [0.9] * 40), ('b', 0.4, [0.5] * 30)]
     # Surplus is dropped: carried groups belong to the rollout, whose own
