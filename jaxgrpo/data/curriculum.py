@@ -142,6 +142,21 @@ class Curriculum:
   def __init__(self, stages: Sequence[Stage]):
     self.stages = tuple(sorted(stages, key=lambda s: s.step))
 
+  def check_datasets(self, names: Sequence[str]) -> None:
+    """Refuses a 'dataset/stratum' weight key of a dataset not in `names`.
+
+    Raises:
+      errors.ConfigError: naming the key (a misspelt dataset left its
+        stratum at weight 1 without a word).
+    """
+    for i, stage in enumerate(self.stages):
+      for key in stage.weights:
+        dataset = str(key).rsplit('/', 1)[0] if '/' in str(key) else None
+        if dataset is not None and dataset not in names:
+          raise errors.ConfigError(
+              f'curriculum.stages[{i}].weights[{key!r}]: no dataset '
+              f'{dataset!r} in data.datasets ({", ".join(names)})')
+
   def stage_at(self, step: int) -> int:
     """Index of the stage in force at `step`; -1 before the first."""
     at = -1

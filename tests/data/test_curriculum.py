@@ -146,6 +146,16 @@ class CurriculumTest(absltest.TestCase):
         offered[i] += 1
     self.assertLess(offered[:10].mean(), offered[10:20].mean() * 0.2)
 
+  def test_a_weight_key_of_an_unknown_dataset_is_refused(self):
+    # 'b/too_hard' for a mixture of 'a' alone: a misspelt dataset name left
+    # the stratum at weight 1 without a word.
+    with self.assertRaisesRegex(
+        errors.ConfigError, r"curriculum.stages\[1\].weights\['b/too_hard'\]: "
+        r"no dataset 'b' in data.datasets \(a\)"):
+      _sampler(10, [0] * 10, stages=[(0, {}), (5, {'b/too_hard': 0.0})])
+    s = _sampler(10, [0] * 10, stages=[(0, {'a/too_hard': 0.0})])
+    self.assertEqual(s.next_prompts(4), [])
+
   def test_old_state_without_curriculum_counter_restores(self):
     table = snooze.SnoozeTable(8, snooze.PolicyConfig(), seed=0)
     state = table.get_state()
