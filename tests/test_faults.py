@@ -574,10 +574,11 @@ class DataFileTest(FaultTestCase):
         (folder, None, f"data.datasets[0].path='{folder}' (dataset 'qa'): Is "
          'a directory'),
         (good, missing, f"data.datasets[0].eval_path='{missing}'"),
-        (self._file('{"id": "a", "prompt": \n'), None, 'qa.jsonl:1: invalid JSON'),
+        (self._file('{"id": "a", "prompt": \n'), None,
+         "error: data.datasets[0] (dataset 'qa'): /"),
         (self._file('[1, 2]\n'), None, 'qa.jsonl:1: expected a JSON object'),
         (self._file('{"id": "a", "answer": "1"}\n'), None,
-         "qa.jsonl:1: record has no field 'prompt'"),
+         "data.datasets[0]: /"),
     ]
     for path, eval_path, needle in cases:
       workdir = os.path.join(self.create_tempdir().full_path, 'run')

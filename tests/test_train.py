@@ -13,6 +13,8 @@ import sys
 from unittest import mock
 
 from absl.testing import absltest
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from jaxgrpo import config_lib
 from jaxgrpo import errors
@@ -469,10 +471,61 @@ class BadInputTest(absltest.TestCase):
   def test_bad_record_stops_the_run_naming_file_and_line(self):
     path = self._jsonl(['{"id": "a", "prompt": "1+0=", "answer": "1"}',
                         '{"id": "b", "prompt": "  ", "answer": "1"}'])
-    with self.assertRaisesRegex(sources.BadRecordError,
-                                f"^{path}:2: field 'prompt'.* is empty"):
+    with self.assertRaisesRegex(
+        sources.BadRecordError,
+        rf"^data\.datasets\[0\] \(dataset 'qa'\): {path}:2: field "
+        r"'prompt'.* is empty"):
       train.run(self._config(path), self.create_tempdir().full_path,
                 log=lambda _: None)
+
+  def test_bad_records_name_their_config_entry(self):
+    # One file read by two entries: the error says which entry failed.
+    good = '{"id": "a", "prompt": "1+0=", "answer": "1", "q": "1+0="}'
+    path = self._jsonl([good, '{"id": "b", "prompt": ', '[1]',
+                        '{"id": "c", "answer": "1"}'])
+    parquet = os.path.join(self.create_tempdir().full_path, 'qa.parquet')
+    pq.write_table(pa.table({'prompt': ['1+0=', None], 'answer': ['1', '1']}),
+                   parquet)
+    cases = [  # (entry keys, index, message after the label)
+        ({}, 1, f"data.datasets[1] (dataset 'qb'): {path}:2: invalid JSON"),
+        ({}, 2, f"data.datasets[1] (dataset 'qb'): {path}:3: expected a JSON"),
+        ({}, 3, f"data.datasets[1]: {path}:4: record has no field 'prompt' "
+         "(dataset 'qb'; "),
+        ({'template': '{q}'}, 3, f'data.datasets[1]: {path}:4: prompt '
+         "template '{q}' names field 'q', which the record lacks (dataset "
+         "'qb'; "),
+        ({'kind': 'parquet', 'path': parquet, 'id_field': None}, 1,
+         f"data.datasets[1] (dataset 'qb'): {parquet}:row 1: field 'prompt' "
+         'must be text or a number, got NoneType'),
+    ]
+    for keys, index, message in cases:
+      c = self._config(path)
+      c.data.datasets = [c.data.datasets[0],
+                         {**c.data.datasets[0], 'name': 'qb', **keys}]
+      cfg = config_lib.from_config_dict(c)
+      _, ds, _ = loading.load_dataset(cfg, cfg.data.datasets[1],
+                                      tokenizer_lib.CharTokenizer())
+      with self.assertRaises(sources.BadRecordError) as caught:
+        ds[index]  # pylint: disable=pointless-statement
+      self.assertStartsWith(str(caught.exception), message)
+    # The held-out file's, and the log of skipped records, name it too.
+    c = self._config(path)
+    c.data.datasets = [c.data.datasets[0], {
+        **c.data.datasets[0], 'name': 'qb', 'path': self._jsonl([good]),
+        'eval_path': path}]
+    cfg = config_lib.from_config_dict(c)
+    with self.assertRaisesRegex(sources.BadRecordError,
+                                r"^data\.datasets\[1\] \(dataset 'qb'\): "
+                                f'{path}:2: invalid JSON'):
+      loading.load_dataset(cfg, cfg.data.datasets[1],
+                           tokenizer_lib.CharTokenizer())
+    c.data.datasets[1]['on_bad_record'] = 'skip'
+    cfg = config_lib.from_config_dict(c)
+    with self.assertLogs(level='WARNING') as logs:
+      loading.load_dataset(cfg, cfg.data.datasets[1],
+                           tokenizer_lib.CharTokenizer())
+    self.assertIn(f"skipped as bad: data.datasets[1] (dataset 'qb'): {path}:2:",
+                  logs.output[0])
 
   def test_long_prompt_stops_the_run_naming_example_and_key(self):
     path = self._jsonl(['{"id": "a", "prompt": "1+0=", "answer": "1"}',

@@ -190,7 +190,6 @@ def _file_error(cfg: config_lib.Config, entry, key: str, path: str,
                 e: Exception) -> errors.DataError:
   """A dataset file that cannot be opened or holds no records, in one line
   naming the entry's key and the file."""
-  i = [d.name for d in cfg.data.datasets].index(entry.name)
   if isinstance(e, OSError):
     why = e.strerror or str(e)
     why = 'no such file' if isinstance(e, FileNotFoundError) else why
@@ -199,7 +198,45 @@ def _file_error(cfg: config_lib.Config, entry, key: str, path: str,
   else:
     why = str(e)
   return errors.DataError(
-      f'data.datasets[{i}].{key}={path!r} (dataset {entry.name!r}): {why}')
+      f'{_entry_key(cfg, entry)}.{key}={path!r} (dataset {entry.name!r}): '
+      f'{why}')
+
+
+class _Labelled:
+  """A dataset whose bad records name the config entry they belong to
+  (`data.datasets[1] (dataset 'qa'): FILE:LINE: ...`): one file may serve
+  several entries, with different fields or templates."""
+
+  def __init__(self, ds: grain.MapDataset, label: str, name: str):
+    self._ds, self._label, self._name = ds, label, name
+
+  def __len__(self) -> int:
+    return len(self._ds)
+
+  def __getitem__(self, index: int) -> Example:
+    try:
+      return self._ds[index]
+    except sources.BadRecordError as e:
+      # Messages that name the dataset already get the key alone.
+      label = self._label
+      if f'dataset {self._name!r}' not in str(e):
+        label += f' (dataset {self._name!r})'
+      raise sources.BadRecordError(f'{label}: {e}') from e
+
+  def __repr__(self) -> str:
+    return f'_Labelled({self._label}: {self._ds!r})'
+
+
+def _entry_key(cfg: config_lib.Config, entry) -> str:
+  """The config key of a dataset entry: 'data.datasets[1]'."""
+  names = [d.name for d in cfg.data.datasets]
+  return f'data.datasets[{names.index(entry.name)}]'
+
+
+def _labelled(cfg: config_lib.Config, entry,
+              ds: grain.MapDataset) -> grain.MapDataset:
+  return grain.MapDataset.source(
+      _Labelled(ds, _entry_key(cfg, entry), entry.name))
 
 
 def load_dataset(
@@ -258,6 +295,8 @@ def load_dataset(
           raise _file_error(cfg, entry, key, path, e) from None
       train = load(entry.path, 'path')
       held = load(entry.eval_path, 'eval_path') if entry.eval_path else None
+    train = _labelled(cfg, entry, train)
+    held = _labelled(cfg, entry, held) if held is not None else None
     if entry.holdout:
       if entry.holdout >= len(train):
         raise errors.ConfigError(

@@ -357,8 +357,10 @@ class LoadDatasetTest(parameterized.TestCase):
     for index, message in ((1, 'invalid JSON'), (3, "no field 'answer'"),
                            (4, "no '#### <final answer>'"),
                            (5, 'not valid UTF-8')):
-      with self.assertRaisesRegex(sources.BadRecordError,
-                                  f'^{path}:{index + 1}: .*{message}'):
+      with self.assertRaisesRegex(
+          sources.BadRecordError,
+          rf'^data\.datasets\[0\]( \(dataset .qa.\))?: {path}:{index + 1}: '
+          f'.*{message}'):
         ds[index]  # pylint: disable=pointless-statement
     with self.assertLogs(level='WARNING') as logs:
       spec, ds, _ = _load(_config(kind='gsm8k', path=path,
@@ -390,7 +392,8 @@ class LoadDatasetTest(parameterized.TestCase):
     _, ds, _ = _load(_config(kind='squad2', path=path))
     with self.assertRaisesRegex(
         sources.BadRecordError,
-        rf"^{path}: data\[0\]\.paragraphs\[0\]\.qas\[1\]: .*'question'"):
+        rf"^data\.datasets\[0\]: {path}: "
+        r"data\[0\]\.paragraphs\[0\]\.qas\[1\]: .*'question'"):
       ds[1]  # pylint: disable=pointless-statement
     with self.assertLogs(level='WARNING') as logs:
       spec, ds, _ = _load(_config(kind='squad2', path=path,
