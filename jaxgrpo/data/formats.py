@@ -252,7 +252,8 @@ class RecordFields:
 
   Attributes:
     prompt: field holding the prompt; `{prompt}` in the template means it.
-    answer: field holding the ground truth (numbers become strings).
+    answer: field holding the ground truth (numbers become strings); a
+      blank one makes a bad record.
     id: field holding a stable id; None uses `f'{name}/{index}'`.
     subset: field holding the subset label; None leaves it empty.
     template: `str.format` template of the prompt text over the record's
@@ -284,10 +285,16 @@ class RecordFields:
     subset = ''
     if self.subset:
       subset = _field(record, self.subset, name=name, where=where)
+    answer = _field(record, self.answer, name=name, where=where)
+    if not answer.strip():  # an empty completion would match it
+      raise BadRecordError(
+          f'{where()}: field {self.answer!r} (the answer) is empty; an '
+          "unanswerable question's answer is a refusal such as "
+          f'{UNANSWERABLE!r}')
     return Example(
         id=example_id,
         prompt=prompt,
-        answer=_field(record, self.answer, name=name, where=where),
+        answer=answer,
         dataset=name,
         subset=subset,
     )

@@ -2,7 +2,9 @@
 
 An example is answerable or not. Its acceptable answers are
 `meta['answers']` (else `[answer]`); `meta['answerable']` says whether the
-context answers the question (else: whether there is a non-empty answer).
+context answers the question (else: whether it has an answer that is no
+refusal, so a file's record of `format='fields'` marks an unanswerable
+question with the answer "unanswerable", or any refusal).
 The model's answer is extracted from the completion, then:
 
 - on an unanswerable question it scores 1 only if it is a refusal (e.g.
@@ -274,7 +276,10 @@ class GroundedQA:
     if answer is None:
       return base.Verdict(0.0, {'failed': f'no {self.tag} tag'})
     golds = golds_of(example)
-    answerable = bool(example.meta.get('answerable', bool(golds)))
+    answerable = example.meta.get('answerable')
+    if answerable is None:
+      answerable = not all(map(self.is_refusal, golds))  # False if none
+    answerable = bool(answerable)
     refused = self.is_refusal(answer)
     if not answerable or refused:
       reward = float(refused and not answerable)

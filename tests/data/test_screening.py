@@ -19,6 +19,8 @@ _BAD_LINES = {
     'no_answer': (b'{"prompt": "1+1="}', "no field 'answer'"),
     'empty_prompt': (b'{"prompt": "", "answer": "2"}', 'is empty'),
     'blank_prompt': (b'{"prompt": " \\t ", "answer": "2"}', 'is empty'),
+    'empty_answer': (b'{"prompt": "1+1=", "answer": ""}',
+                     r"'answer' \(the answer\) is empty"),
 }
 
 

@@ -268,6 +268,12 @@ class MakeDatasetTest(parameterized.TestCase):
        "field 'prompt' is not valid Unicode \\(surrogates not allowed: "
        "'\\\\ud800' at character 2\\)"),
       ('empty_id', {'id': ' '}, '{prompt}', "field 'id' \\(the id\\) is empty"),
+      # An empty completion would match it (exact_match scored '' 1).
+      ('empty_answer', {'answer': ''}, '{prompt}',
+       "field 'answer' \\(the answer\\) is empty; an unanswerable "
+       "question's answer is a refusal such as 'unanswerable'"),
+      ('blank_answer', {'answer': ' \t'}, '{prompt}',
+       "field 'answer' \\(the answer\\) is empty"),
   )
   def test_values_that_are_no_text_name_the_field(self, record, template,
                                                   message):

@@ -19,6 +19,17 @@ class VerifierTest(absltest.TestCase):
     self.assertEqual(verify('22', _EX), 0.0)
     self.assertEqual(verify('', _EX), 0.0)
 
+  def test_no_verifier_scores_an_empty_completion_against_an_empty_gold(self):
+    # Files refuse such records; an Example built in code may hold one.
+    # exact_match scored '' 1 against ''.
+    for gold in ('', ' \n'):
+      example = Example(id='a/2', prompt='1+1=', answer=gold)
+      for name in ('exact_match', 'math', 'qa'):
+        for completion in ('', '  ', '\n'):
+          self.assertEqual(
+              base.as_reward(verifiers.build(name)(completion, example)), 0.0,
+              (name, completion, gold))
+
   def test_unknown_name_lists_known(self):
     with self.assertRaisesRegex(ValueError, 'exact_match'):
       verifiers.get('nope')

@@ -24,11 +24,13 @@ _UNANS = Example(id='q/2', prompt='Who ruled Normandy in 1600 BC?', answer='',
                  meta={'answers': [], 'answerable': False})
 _PLAIN = Example(id='q/3', prompt='When?', answer='10th and 11th centuries')
 _NO_GOLD = Example(id='q/4', prompt='Who?', answer='')
+# A file's record of format 'fields' marks an unanswerable question so.
+_REFUSAL_GOLD = Example(id='q/5', prompt='Who?', answer='unanswerable')
 
 
 def _example(name):
   return {'ans': _ANS, 'unans': _UNANS, 'plain': _PLAIN,
-          'no_gold': _NO_GOLD}[name]
+          'no_gold': _NO_GOLD, 'refusal_gold': _REFUSAL_GOLD}[name]
 
 
 class NormalizeTest(parameterized.TestCase):
@@ -129,6 +131,12 @@ class QaTest(parameterized.TestCase):
        ''),
       ('no_gold_is_unanswerable', 'no answer', 'no_gold', {}, 1.0,
        'no answer'),
+      ('empty_on_no_gold', '', 'no_gold', {}, 0.0, ''),
+      ('refusal_gold_is_unanswerable', "I don't know.", 'refusal_gold', {},
+       1.0, "I don't know."),
+      ('refusal_gold_own_words', 'Unanswerable', 'refusal_gold', {}, 1.0,
+       'Unanswerable'),
+      ('guess_on_refusal_gold', 'France', 'refusal_gold', {}, 0.0, 'France'),
       ('exact_match_refusal', 'unanswerable', 'unans',
        {'refusal_match': 'exact'}, 1.0, 'unanswerable'),
       ('exact_match_refusal_sentence', 'It is unanswerable', 'unans',
@@ -151,8 +159,8 @@ class QaTest(parameterized.TestCase):
     self.assertIsInstance(verdict, base.Verdict)
     self.assertAlmostEqual(verdict.reward, reward)
     self.assertEqual(verdict.details['extracted'], extracted)
-    self.assertEqual(verdict.details['answerable'],
-                     example.meta.get('answerable', bool(example.answer)))
+    self.assertEqual(verdict.details['answerable'], example.meta.get(
+        'answerable', example in (_PLAIN,)))
 
   def test_refused_detail(self):
     verify = qa.GroundedQA()
