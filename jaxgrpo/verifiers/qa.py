@@ -9,8 +9,10 @@ The model's answer is extracted from the completion, then:
 
 - on an unanswerable question it scores 1 only if it is a refusal (e.g.
   "unanswerable", "I don't know"); an empty answer is not a refusal;
-- on an answerable question a refusal scores 0; any other answer scores the
-  official SQuAD v2 exact match against any gold, or the best token F1.
+- on an answerable question an answer equal to a gold scores 1 (a gold
+  may read as a refusal: 'None'); else a refusal scores 0, and any other
+  answer the official SQuAD v2 exact match against any gold, or the best
+  token F1.
 
 Answers are compared after SQuAD normalisation: lowercase, punctuation
 removed, the articles a/an/the dropped, whitespace collapsed. Unlike the
@@ -70,13 +72,43 @@ DEFAULT_REFUSAL_PHRASES = (
     'the passage does not provide',
     'cannot be determined',
     'cannot determine',
+    'impossible to determine',
+    'not possible to answer',
+    'not possible to determine',
+    'the text does not say',
+    'the text does not mention',
+    'the text does not provide',
+    'the context does not specify',
+    'the passage does not specify',
+    'the text does not specify',
+    'not specified in',
+    'not provided in the text',
+    'not stated in the text',
+    'not in the text',
+    'not mentioned',
+    'cannot be found in',
+)
+# Refusals when they are the whole answer, not within one ("None of the
+# above", "an unknown soldier" answer questions). A gold answer that equals
+# one ("none": once in the dev set) still scores: golds are matched first.
+DEFAULT_REFUSAL_ANSWERS = (
+    'n/a',
+    'none',
+    'unknown',
+    'not given',
+    'not known',
+    'not specified',
+    'not stated',
+    'unclear',
 )
 
 _TAG_NAME = re.compile(r'[A-Za-z_][\w.-]*\Z')
 _ARTICLES = re.compile(r'\b(?:a|an|the)\b')
 # 'answer:' or '... answer is' ("The answer is", "My final answer is");
 # 'answer isn't' is not a marker.
-_MARKER = re.compile(r"\banswer\s*(?::|is(?![\w'\u2019]))", re.IGNORECASE)
+# 'no answer is given' is a refusal, not a marker.
+_MARKER = re.compile(r"(?<!\bno )\banswer\s*(?::|is(?![\w'\u2019]))",
+                     re.IGNORECASE)
 _MARKER_LEAD = ' \t*_:-"\'`'
 # Typographic quotes and apostrophes count as their ASCII forms do.
 _QUOTES = '\u2018\u2019\u201c\u201d\u00ab\u00bb\u2039\u203a\u02bc'
@@ -209,6 +241,8 @@ class GroundedQA:
     refusal_phrases: phrases that make an answer a refusal.
     refusal_match: 'contains': the normalised answer contains a normalised
       phrase as whole words; 'exact': it equals one.
+    refusal_answers: answers that are refusals when they are the whole
+      answer ('N/A', 'None', 'Unknown'), whatever `refusal_match`.
     metric: 'exact' (SQuAD exact match) or 'f1' (SQuAD token F1) for
       answerable questions; both take the best gold.
   """
@@ -218,8 +252,11 @@ class GroundedQA:
   refusal_phrases: Sequence[str] = DEFAULT_REFUSAL_PHRASES
   refusal_match: str = 'contains'
   metric: str = 'exact'
+  refusal_answers: Sequence[str] = DEFAULT_REFUSAL_ANSWERS
   # Normalised phrases, as a set and each padded with spaces (whole words).
   _refusals: frozenset[str] = dataclasses.field(
+      init=False, repr=False, compare=False, default=frozenset())
+  _whole: frozenset[str] = dataclasses.field(
       init=False, repr=False, compare=False, default=frozenset())
   _padded: tuple[str, ...] = dataclasses.field(
       init=False, repr=False, compare=False, default=())
@@ -235,21 +272,28 @@ class GroundedQA:
                        f'of {REFUSAL_MATCH}')
     if self.metric not in METRICS:
       raise ValueError(f'metric={self.metric!r}: must be one of {METRICS}')
-    phrases = self.refusal_phrases
-    if isinstance(phrases, str) or not isinstance(phrases, Sequence):
-      raise ValueError(f'refusal_phrases={phrases!r}: must be a list of '
-                       'strings')
+    normalized = self._phrases('refusal_phrases')
+    object.__setattr__(self, '_whole',
+                       self._phrases('refusal_answers', allow_empty=True))
+    object.__setattr__(self, '_refusals', normalized)
+    object.__setattr__(self, '_padded',
+                       tuple(sorted(f' {p} ' for p in normalized)))
+
+  def _phrases(self, key: str, allow_empty: bool = False) -> frozenset[str]:
+    """The normalised phrases of option `key`, which it stores as a tuple."""
+    phrases = getattr(self, key)
+    if (isinstance(phrases, str) or not isinstance(phrases, Sequence)
+        or not (phrases or allow_empty)):
+      raise ValueError(f'{key}={phrases!r}: must be a list of strings')
     normalized = set()
     for phrase in phrases:
       norm = _normalize_refusal(phrase) if isinstance(phrase, str) else ''
       if not norm:
-        raise ValueError(f'refusal_phrases: {phrase!r} is not a phrase with '
-                         'words (after dropping punctuation and articles)')
+        raise ValueError(f'{key}: {phrase!r} is not a phrase with words '
+                         '(after dropping punctuation and articles)')
       normalized.add(norm)
-    object.__setattr__(self, 'refusal_phrases', tuple(phrases))
-    object.__setattr__(self, '_refusals', frozenset(normalized))
-    object.__setattr__(self, '_padded',
-                       tuple(sorted(f' {p} ' for p in normalized)))
+    object.__setattr__(self, key, tuple(phrases))
+    return frozenset(normalized)
 
   def extract_answer(self, completion: str) -> str | None:
     """The model's answer, or None when `extract='tag'` finds no tag."""
@@ -266,6 +310,8 @@ class GroundedQA:
     norm = _normalize_refusal(answer)
     if not norm:
       return False
+    if norm in self._whole:
+      return True
     if self.refusal_match == 'exact':
       return norm in self._refusals
     padded = f' {norm} '
@@ -281,11 +327,13 @@ class GroundedQA:
       answerable = not all(map(self.is_refusal, golds))  # False if none
     answerable = bool(answerable)
     refused = self.is_refusal(answer)
-    if not answerable or refused:
+    pred = normalize_answer(answer)
+    if answerable and any(pred == _normalized_gold(g) for g in golds):
+      reward = 1.0  # a gold that reads as a refusal ('none') still scores
+    elif not answerable or refused:
       reward = float(refused and not answerable)
     elif self.metric == 'exact':
-      pred = normalize_answer(answer)
-      reward = float(any(pred == _normalized_gold(g) for g in golds))
+      reward = 0.0
     else:
       toks = normalize_answer(answer).split()
       reward = max((_f1(toks, _normalized_gold(g).split()) for g in golds),

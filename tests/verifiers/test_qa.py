@@ -26,11 +26,15 @@ _PLAIN = Example(id='q/3', prompt='When?', answer='10th and 11th centuries')
 _NO_GOLD = Example(id='q/4', prompt='Who?', answer='')
 # A file's record of format 'fields' marks an unanswerable question so.
 _REFUSAL_GOLD = Example(id='q/5', prompt='Who?', answer='unanswerable')
+# SQuAD's dev set has 'None' as a gold (of 'How many ...?').
+_NONE_GOLD = Example(id='q/6', prompt='How many?', answer='None',
+                     meta={'answers': ['None'], 'answerable': True})
 
 
 def _example(name):
   return {'ans': _ANS, 'unans': _UNANS, 'plain': _PLAIN,
-          'no_gold': _NO_GOLD, 'refusal_gold': _REFUSAL_GOLD}[name]
+          'no_gold': _NO_GOLD, 'refusal_gold': _REFUSAL_GOLD,
+          'none_gold': _NONE_GOLD}[name]
 
 
 class NormalizeTest(parameterized.TestCase):
@@ -137,6 +141,37 @@ class QaTest(parameterized.TestCase):
       ('refusal_gold_own_words', 'Unanswerable', 'refusal_gold', {}, 1.0,
        'Unanswerable'),
       ('guess_on_refusal_gold', 'France', 'refusal_gold', {}, 0.0, 'France'),
+      # Whole-answer refusals, and refusals models write (all scored 0).
+      ('refusal_na', 'N/A', 'unans', {}, 1.0, 'N/A'),
+      ('refusal_na_tagged', '<answer>n/a</answer>', 'unans', {}, 1.0, 'n/a'),
+      ('refusal_none', 'None.', 'unans', {}, 1.0, 'None.'),
+      ('refusal_unknown_exact', 'Unknown', 'unans',
+       {'refusal_match': 'exact'}, 1.0, 'Unknown'),
+      ('none_within_is_no_refusal', 'None of them', 'unans', {}, 0.0,
+       'None of them'),
+      ('unknown_within_is_no_refusal', 'an unknown soldier', 'unans', {}, 0.0,
+       'an unknown soldier'),
+      ('na_on_answerable', 'N/A', 'ans', {'metric': 'f1'}, 0.0, 'N/A'),
+      ('refusal_answers_off', 'N/A', 'unans', {'refusal_answers': []}, 0.0,
+       'N/A'),
+      ('refusal_no_answer_is_given', 'No answer is given.', 'unans', {}, 1.0,
+       'No answer is given.'),
+      ('refusal_text_does_not_say', 'The text does not say.', 'unans', {},
+       1.0, 'The text does not say.'),
+      ('refusal_does_not_specify', 'The passage does not specify.', 'unans',
+       {}, 1.0, 'The passage does not specify.'),
+      ('refusal_cannot_be_found', 'The answer cannot be found in the context.',
+       'unans', {}, 1.0, 'The answer cannot be found in the context.'),
+      ('refusal_not_possible', 'It is not possible to answer.', 'unans', {},
+       1.0, 'It is not possible to answer.'),
+      ('gold_reading_as_refusal', 'None', 'none_gold', {}, 1.0, 'None'),
+      ('refusal_of_gold_reading_as_refusal', "I don't know", 'none_gold', {},
+       0.0, "I don't know"),
+      # A refusal naming the gold is no answer, in F1 too (it scored 0.4).
+      ('refusal_with_gold_word_f1', 'France is not mentioned.', 'ans',
+       {'metric': 'f1'}, 0.0, 'France is not mentioned.'),
+      ('refusal_with_gold_word_exact', 'The passage does not mention France.',
+       'ans', {}, 0.0, 'The passage does not mention France.'),
       ('exact_match_refusal', 'unanswerable', 'unans',
        {'refusal_match': 'exact'}, 1.0, 'unanswerable'),
       ('exact_match_refusal_sentence', 'It is unanswerable', 'unans',
@@ -160,7 +195,7 @@ class QaTest(parameterized.TestCase):
     self.assertAlmostEqual(verdict.reward, reward)
     self.assertEqual(verdict.details['extracted'], extracted)
     self.assertEqual(verdict.details['answerable'], example.meta.get(
-        'answerable', example in (_PLAIN,)))
+        'answerable', example is _PLAIN))
 
   def test_refused_detail(self):
     verify = qa.GroundedQA()
@@ -255,10 +290,16 @@ class SquadDevTest(absltest.TestCase):
     self.assertFalse(any(e.meta['answers'] for e in self.unanswerable))
 
   def test_no_gold_answer_is_a_refusal(self):
-    verify = qa.GroundedQA()
+    verify = qa.GroundedQA(refusal_answers=())
     refused = [a for e in self.answerable for a in e.meta['answers']
                if verify.is_refusal(a)]
     self.assertEqual(refused, [])
+    # Whole-answer refusals may be golds (golds are matched first: they
+    # score 1, test_every_gold_answer_scores_one).
+    verify = qa.GroundedQA()
+    refused = [a for e in self.answerable for a in e.meta['answers']
+               if verify.is_refusal(a)]
+    self.assertEqual(refused, ['None'] * 3 + ['unclear'])
 
   def test_every_gold_answer_scores_one(self):
     # The official SQuAD v2 evaluation drops golds that normalise to nothing;
