@@ -95,6 +95,19 @@ _NOT_VALUE_RE = re.compile(
     r"|around|approximately|roughly|nearly|almost|over|under)\b|n['\u2019]t\b",
     re.I)
 _SCALE_AFTER_RE = re.compile(r'(?:[kKMB]|bn)(?![A-Za-z])|:\d')  # 18k, 3:30
+# What 'the answer is' may mark instead of an answer: a few words, then a
+# colon or the end of the sentence ('simple:', 'as follows', 'easy to see').
+_LEAD_IN_RE = re.compile(r'(?:[^\W\d_]+[ *_]+){0,3}[^\W\d_]+[*_]*(?::|\Z)')
+# A result stated in words: '3 apples plus 15 apples gives 18'.
+_RESULT_RE = re.compile(
+    r'\s*(?:=|\b(?:gives?|makes?|equals?|is|are|totals?|yields?|leaves)\b)'
+    r'\s*')
+_OP_WORD = r'(?:plus|minus|times|and|x|divided\s+by|multiplied\s+by)\b'
+_TERM = (r'[-\u2212]?\$?\d[\d,.]*%?'
+         r'(?:\s+(?!' + _OP_WORD + r')[^\W\d_]+){0,2}')  # '3 red apples'
+_WORDY_SUM_RE = re.compile(
+    r'\s*' + _TERM + r'(?:\s*(?:[-+*/\u00d7\u00f7\u00b7\u2212]|' + _OP_WORD
+    + r')\s*' + _TERM + r')+\s*')
 _ARITHMETIC_RE = re.compile(
     r'(?:[\d\s.,+\-*/xX\u00d7\u00f7\u00b7()\[\]{}$%^=]'
     r'|\\(?:times|cdot|div|left|right)(?![A-Za-z]))*')
@@ -160,13 +173,37 @@ def _answer_tag(text: str) -> str | None:
   return found
 
 
+def _segment(text: str, start: int) -> tuple[str, int | None]:
+  """(the sentence or line from `start`, stripped; where the next begins)."""
+  end = _SEGMENT_END_RE.search(text, start)
+  content = text[start:end.start() if end else len(text)].strip(' \t*')
+  return content, end.end() if end else None
+
+
 def _answer_is(text: str) -> str | None:
   """The rest of the sentence after the last 'answer is' or 'answer:'."""
   for m in reversed(list(_ANSWER_IS_RE.finditer(text))):
-    end = _SEGMENT_END_RE.search(text, m.end())
-    content = text[m.end():end.start() if end else len(text)].strip(' \t*')
+    content, _ = _segment(text, m.end())
     if content:
       return content
+  return None
+
+
+def _after_lead_in(text: str) -> str | None:
+  """What follows a lead-in that the last 'answer is' marks ('The answer is
+  simple: ...', 'The answer is as follows.\n...'): the rest of its sentence
+  after the colon, else the next sentence; None when it marks no lead-in."""
+  for m in reversed(list(_ANSWER_IS_RE.finditer(text))):
+    content, after = _segment(text, m.end())
+    if not content:
+      continue
+    lead = _LEAD_IN_RE.match(content)
+    if lead is None or _NOT_VALUE_RE.search(lead.group()):
+      return None
+    rest = content[lead.end():].strip(' \t*')
+    while not rest and after is not None:
+      rest, after = _segment(text, after)
+    return rest or None
   return None
 
 
@@ -225,11 +262,28 @@ def _stated_number(text: str) -> float | None:
   lead = _LEAD_RE.match(text)
   head = lead.group(1) if lead else text
   value = _normalise(head)[0] if lead else None
-  if value is None and '=' in head:
-    left, right = head.rsplit('=', 1)
-    if _ARITHMETIC_RE.fullmatch(left):
-      value = _normalise(right)[0]
+  if value is None:
+    value = _result(head)
   return _only_number(head) if value is None else value
+
+
+def _result(text: str) -> float | None:
+  """The result of arithmetic: '20 - 2 = 18', '3 apples plus 15 apples
+  gives 18' (not '20 because 9 x 2 = 18')."""
+  verb = _last(_RESULT_RE, text)
+  if verb is None:
+    return None
+  left = text[:verb.start()]
+  if _ARITHMETIC_RE.fullmatch(left) or _WORDY_SUM_RE.fullmatch(left):
+    return _normalise(text[verb.end():])[0]
+  return None
+
+
+def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+  found = None
+  for found in pattern.finditer(text):
+    pass
+  return found
 
 
 def _only_number(text: str) -> float | None:
@@ -287,7 +341,9 @@ class MathAnswer:
       nested;
     'answer_tag': content of the last `<answer>...</answer>`;
     'answer_is': the rest of the sentence after the last 'the (final) answer
-      is', 'Answer:' or 'Final answer:' (any case);
+      is', 'Answer:' or 'Final answer:' (any case); when that is a lead-in
+      of a few words that fails ('simple: ...', 'as follows.'), what follows
+      it: the rest of the sentence after its colon, else the next sentence;
   and failing those, with fallback='last_number', the last number in the text
   (extract=() leaves only that fallback).
 
@@ -302,8 +358,9 @@ class MathAnswer:
   '18k', '1.5M' and '3:30' are no numbers. An answer that is no number
   alone may state one: the number before a comment ('18 (9 x 2)', '18
   dollars, since ...', '18 because ...', '18, not 20', '18 \u2014 her pay')
-  or, failing that, the result of arithmetic ('20 - 2 = 18', not '20 because
-  9 x 2 = 18'), or else its one number ('She makes $18 a day', not 'not
+  or, failing that, the result of arithmetic ('20 - 2 = 18', '3 apples
+  plus 15 apples gives 18', not '20 because 9 x 2 = 18'), or else its one
+  number ('She makes $18 a day', not 'not
   18', 'half of 36', 'about 18' or '18 in 2 days'); so the first of '18, or
   20' counts, while '18 or 20' is none. When both sides are numbers (or the
   answer states one and the gold is one) they are compared as numbers:
@@ -410,6 +467,11 @@ class MathAnswer:
     reward = 0.0
     if answer is not None and self.matches(answer, example.answer):
       reward = 1.0
+    elif how == 'answer_is':  # 'The answer is simple: ...' marks no answer
+      after = _after_lead_in(completion)
+      if after is not None:
+        answer = after
+        reward = float(self.matches(answer, example.answer))
     return base.Verdict(reward, {'extracted': answer, 'how': how})
 
 
