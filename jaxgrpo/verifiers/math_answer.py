@@ -64,9 +64,18 @@ _LATEX_SUBS = tuple((re.compile(p), r) for p, r in (
 ))
 _BOLD_RE = re.compile(r'(?<!\d)\*\*|\*\*(?!\d)')  # not the power in 9**2
 _THIN_SPACE_RE = re.compile(r'(?<=\d)[\u00a0\u2009\u202f](?=\d{3})')
+# Other locales' thousands: 1'000 and 1’000 (Swiss), 1٬000 (Arabic),
+# 1.000.000 (two dots or more; one is a decimal point), 10,00,000 (Indian).
+_GROUP_SEP_RE = re.compile(r"(?<=\d)['\u2019\u066c](?=\d{3}(?!\d))")
+_DOT_GROUPS_RE = re.compile(r'(?<![\d.])\d{1,3}(?:\.\d{3}){2,}(?![\d.])')
+_LAKH_RE = re.compile(r'(?<![\d,])\d{1,2}(?:,\d\d)+,\d{3}(?![\d,])')
+_PARENS_RE = re.compile(r'\(([^()]*)\)')  # '(18)'
+_VULGAR = {'\u00bd': '1/2', '\u2153': '1/3', '\u2154': '2/3', '\u00bc': '1/4',
+           '\u00be': '3/4', '\u2155': '1/5', '\u215b': '1/8'}
 _CHAR_MAP = str.maketrans({
     '$': '', '\u00b0': '', '\u2212': '-', '\ufe63': '-', '\uff0d': '-',
-    '\u00a0': ' ', '\u2009': ' ', '\u202f': ' '})
+    '\u00a0': ' ', '\u2009': ' ', '\u202f': ' ',
+    **{k: f' {v}' for k, v in _VULGAR.items()}})  # 2½ is 2 1/2
 
 _NUM = (r'(?:\d{1,3}(?:,\d{3})+(?!\d)|\d{1,3}(?: \d{3})+(?!\d)|\d+)'
         r'(?:\.\d+)?|\.\d+')
@@ -227,8 +236,13 @@ def _clean(text: str) -> str:
       text = pattern.sub(repl, text)
   text = _BOLD_RE.sub('', text.replace('{,}', ','))
   text = _THIN_SPACE_RE.sub('', text).translate(_CHAR_MAP)
+  text = _GROUP_SEP_RE.sub('', text)
+  text = _DOT_GROUPS_RE.sub(lambda m: m.group().replace('.', ''), text)
+  text = _LAKH_RE.sub(lambda m: m.group().replace(',', ''), text)
   text = ' '.join(text.split())  # one space at most: keeps _NUMBER_RE linear
-  return text.lstrip(' *_:').rstrip(' *_.,;')
+  text = text.lstrip(' *_:').rstrip(' *_.,;')
+  inner = _PARENS_RE.fullmatch(text)
+  return inner.group(1).strip() if inner else text
 
 
 def _number(text: str) -> float | None:
@@ -350,12 +364,14 @@ class MathAnswer:
   The extracted text and the gold are normalised alike: LaTeX wrappers
   (`$..$`, `\\(..\\)`, `\\text{}`, `\\boxed{}`, spacing commands), `**bold**`,
   currency symbols, thousands separators ('1,000', '1{,}000', thin spaces;
-  '1 000' only within a marked answer), unicode minus, a trailing period, '%'
-  and unit words go, spaced or not, without unit conversion ('25%' and '25
-  percent' are 25, '50 cents' is 50, '5km/h' is 5, '2nd' is 2, and a scale
-  word too: '18 thousand' is 18); '3/4', '\\frac{3}{4}', '\\dfrac34' and
-  '2 1/2' become numbers, while '1,5' is ambiguous, '1.080' is 1.08, and
-  '18k', '1.5M' and '3:30' are no numbers. An answer that is no number
+  '1 000', "1'000", '1.000.000' and '10,00,000' only within a marked
+  answer), parentheses around the answer ('(18)'), unicode minus, a
+  trailing period, '%' and unit words go, spaced or not, without unit
+  conversion ('25%' and '25 percent' are 25, '50 cents' is 50, '5km/h' is
+  5, '2nd' is 2, and a scale word too: '18 thousand' is 18); '3/4',
+  '\\frac{3}{4}', '\\dfrac34', '2 1/2' and '2\u00bd' become numbers, while
+  '1,5' is ambiguous, '1.080' is 1.08, and '18k', '1.5M' and '3:30' are no
+  numbers. An answer that is no number
   alone may state one: the number before a comment ('18 (9 x 2)', '18
   dollars, since ...', '18 because ...', '18, not 20', '18 \u2014 her pay')
   or, failing that, the result of arithmetic ('20 - 2 = 18', '3 apples

@@ -179,6 +179,22 @@ _SINGLE = (
      "'**' between digits is a power (81), not bold"),
     ('em_dash_comment', 'The answer is 18\u2014her pay for the day.', '18', 1,
      'a number before a dash'),
+    ('swiss_thousands', "#### 1'080", '1080', 1, "an apostrophe groups"),
+    ('swiss_thousands_curly', 'The answer is 1\u2019080.', '1080', 1,
+     'a typographic apostrophe groups'),
+    ('arabic_thousands', '#### 1\u066c080', '1080', 1,
+     "Arabic's thousands separator"),
+    ('dot_groups', 'The answer is 1.080.000.', '1080000', 1,
+     'two dots are groups, not decimal points'),
+    ('lakh', '#### 10,80,000', '1080000', 1, 'Indian grouping'),
+    ('lakh_is_no_decimal', '#### 10,80,000', '108', 0, '10,80,000 is no 108'),
+    ('fullwidth_digits', '#### \uff11\uff18', '18', 1, 'full-width digits'),
+    ('arabic_indic_digits', 'The answer is \u0661\u0668.', '18', 1,
+     'Arabic-Indic digits'),
+    ('parenthesised', '#### (18)', '18', 1, 'a number in parentheses'),
+    ('vulgar_fraction', 'The answer is 2\u00bd.', '2.5', 1, "'\u00bd' is 1/2"),
+    ('vulgar_fraction_alone', '\\boxed{\u00be}', '0.75', 1, "'\u00be' is 3/4"),
+    ('negative_parenthesised', '#### (-18)', '18', 0, 'the sign matters'),
 )
 
 
