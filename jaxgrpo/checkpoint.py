@@ -15,12 +15,12 @@ Size: saving, restoring and the readers that need no run (`reader`,
 damage checks.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 import dataclasses
 import json
 import os
 import time
-from typing import Any
+from typing import Any, TypeVar
 import warnings
 
 from etils import epath
@@ -34,6 +34,8 @@ from jaxgrpo import integrity
 from jaxgrpo import orbax_patch
 from jaxgrpo.model.config import ModelConfig
 from jaxgrpo.typing import PyTree
+
+T = TypeVar('T')
 
 # A read of a damaged checkpoint that orbax abandons midway can leave its
 # per-array read coroutines unawaited; Python then warns on stderr when they
@@ -338,6 +340,31 @@ def removed_message(directory: str, step: int) -> str:
           f'its latest checkpoint.max_to_keep checkpoints (steps there now: '
           f'{", ".join(map(str, steps)) or "none"}); name one of those, or '
           'the workdir alone for its latest')
+
+
+def read_latest(directory: str, step: int, read: Callable[[int], T], *,
+                follow: bool, moved: Callable[[int, int], None]) -> T:
+  """`read(step)`; with `follow` (`step` was the latest when resolved, not
+  a step the user named), a checkpoint that the run training there
+  removed while it was read (its folder gone) is replaced by the latest
+  now, up to 4 times, each time calling `moved(old_step, new_step)`.
+
+  The readers wait for a failing checkpoint's folder to go before they
+  raise (`removed`), so a folder still here means damage: re-raised.
+  """
+  for _ in range(_LISTINGS - 1):
+    try:
+      return read(step)
+    except Exception:  # pylint: disable=broad-except
+      if not follow or os.path.isdir(
+          os.path.join(absolute(directory), str(step))):
+        raise
+      steps = saved_steps(directory)
+      if not steps or steps[-1] == step:
+        raise
+      moved(step, steps[-1])
+      step = steps[-1]
+  return read(step)
 
 
 def saved_steps(directory: str) -> list[int]:

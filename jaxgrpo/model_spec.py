@@ -176,30 +176,23 @@ def load_resolved(spec: str, name: str, cfg: config_lib.Config, *,
                   log: Log = _ignore) -> LoadedModel:
   """Loads `name`, what `name_of(spec)` gave earlier; a workdir `spec`
   (its latest step) whose step a run training there removed since loads
-  its latest now (up to 3 times), with a line to `log`.
+  its latest now, with a line to `log` (`checkpoint.read_latest`).
 
   Raises:
     ModelSpecError: as `load`.
   """
-  for _ in range(3):
-    try:
-      return load(name, cfg, log=log)
-    except ModelSpecError as e:
-      error = e
-    try:
-      name_of(name)  # still there: damaged, not removed
-      latest = name
-    except ModelSpecError:  # removed
-      try:
-        latest = name_of(spec)
-      except ModelSpecError:  # WORKDIR@STEP: that step is gone
-        latest = name
-    if latest == name:
-      raise error
-    log(f'{name} was removed by the run training there: its latest, '
-        f'{latest}, is loaded instead')
-    name = latest
-  raise error
+  workdir, step = _split_step(name)
+  if step is None:
+    return load(name, cfg, log=log)
+
+  def moved(old: int, new: int) -> None:
+    log(f'{workdir}@{old} was removed by the run training there: its '
+        f'latest, {workdir}@{new}, is loaded instead')
+
+  return checkpoint_lib.read_latest(
+      os.path.join(workdir, CHECKPOINTS), step,
+      lambda s: load(f'{workdir}@{s}', cfg, log=log),
+      follow=_split_step(spec)[1] is None, moved=moved)
 
 
 def _init(cfg: config_lib.Config, log: Log) -> LoadedModel:

@@ -387,6 +387,24 @@ class TrainedWorkdirTest(FaultTestCase):
     with self.assertRaisesRegex(model_spec.ModelSpecError, 'step 2 in '):
       model_spec.load_resolved(workdir, f'{workdir}@2', cfg)
 
+  def test_export_of_a_workdir_takes_its_latest_again_when_removed(self):
+    # As jaxgrpo-eval: the run training there removed the latest step
+    # (resolved first) while its params were read.
+    workdir = self.copy()
+    read_meta = checkpoint_lib.read_meta
+    def removed_first(directory, step):
+      if step == 4:
+        shutil.rmtree(self.ckpt(workdir, 4))
+      return read_meta(directory, step)
+    lines, out = [], self.create_tempdir().full_path
+    with mock.patch.object(checkpoint_lib, 'read_meta',
+                           side_effect=removed_first):
+      export.export_run(workdir, out, log=lines.append)
+    self.assertEqual(lines, [
+        f'--workdir {workdir}: the checkpoint of step 4 was removed by the '
+        'run training there: its latest, step 3, is exported instead'])
+    self.assertTrue(os.path.exists(os.path.join(out, 'model.safetensors')))
+
   def test_a_listing_that_races_a_removal_is_taken_again(self):
     manager = checkpoint_lib.ocp.CheckpointManager
     calls = []

@@ -63,13 +63,14 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
   Args:
     workdir: the run directory.
     out: the directory to write (created if missing).
-    step: the checkpoint's step; None: the latest.
+    step: the checkpoint's step; None: the latest (the latest again if
+      the run training there removes it while it is read).
     peft: a LoRA run's adapter alone, in PEFT's layout.
     dtype: the weights' dtype in the export ('float32', 'bfloat16'); None:
       the run's `model.param_dtype`. A LoRA adapter is merged in float32
       and stored in it; below float32, `log` gets the share of the
       adapter's change that rounding lost.
-    log: receives that line.
+    log: receives that line, and one for a latest checkpoint replaced.
 
   Returns:
     The output directory.
@@ -86,7 +87,23 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
     raise common.UsageError('--dtype: a --peft export writes the adapter as '
                             'trained; --dtype sets the merged weights\' dtype')
   workdir = os.path.abspath(os.path.expanduser(workdir))
-  directory, step = _checkpoint(workdir, step)
+  directory, latest = _checkpoint(workdir, step)
+
+  def moved(old: int, new: int) -> None:
+    log(f'--workdir {workdir}: the checkpoint of step {old} was removed by '
+        f'the run training there: its latest, step {new}, is exported '
+        'instead')
+
+  return checkpoint_lib.read_latest(
+      directory, latest,
+      lambda s: _export(workdir, directory, s, out, peft=peft, dtype=dtype,
+                        log=log),
+      follow=step is None, moved=moved)
+
+
+def _export(workdir: str, directory: str, step: int, out: str, *, peft: bool,
+            dtype: str | None, log: Callable[[str], None]) -> str:
+  """`export_run` of checkpoint `step`, read before anything is written."""
   with _reading(workdir, directory, step):
     meta = checkpoint_lib.read_meta(directory, step)
   model_path = meta.get('config', {}).get('model', {}).get('path')
