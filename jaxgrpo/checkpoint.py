@@ -44,8 +44,11 @@ T = TypeVar('T')
 warnings.filterwarnings(
     'ignore', message="coroutine '_read_array_index_and_device_put' was never "
     'awaited', category=RuntimeWarning)
-# Each save leaked memory through tensorstore's metric reader (orbax_patch).
+# Each save leaked memory through tensorstore's metric reader, and a failed
+# read or save printed dozens of 'Event loop is closed' tracebacks
+# (orbax_patch).
 orbax_patch.install()
+orbax_patch.quiet_late_callbacks()
 
 
 def absolute(path: str) -> str:
@@ -274,6 +277,30 @@ class Checkpointer:
       self.close()
     except Exception:  # pylint: disable=broad-except
       pass
+
+
+def describe_damage(e: Exception) -> str:
+  """What is wrong with a checkpoint that does not restore, in brief."""
+  text = ' '.join(str(e).split())
+  if isinstance(e, DamagedError):
+    return text
+  if isinstance(e, KeyError) and 'was not found' in text:
+    item = text.split('"')[1] if text.count('"') >= 2 else '?'
+    return f'its {item!r} item is missing'
+  if isinstance(e, FileNotFoundError):
+    return f'a file is missing: {e.filename or text[:120]}'
+  if isinstance(e, OSError) and e.strerror:
+    return f'{e.strerror}: {e.filename}' if e.filename else e.strerror
+  if type(e).__name__ == 'JSONDecodeError':
+    return f'a metadata file is not valid JSON ({text[:80]})'
+  if 'error while reading array' in text:
+    return 'an array file cannot be read (truncated or missing)'
+  for marker in ('DATA_LOSS', 'NOT_FOUND', 'does not exist'):
+    if marker in text:
+      return text[text.index(marker):][:120]
+  if 'Error reading' in text:  # tensorstore, of an array cut short
+    return 'an array file cannot be read (truncated or missing)'
+  return f'{type(e).__name__}: {text[:120]}'
 
 
 def _is_write_failure(e: Exception) -> bool:

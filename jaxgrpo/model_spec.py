@@ -267,7 +267,7 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
     if isinstance(e, checkpoint_lib.DamagedError):
       raise ModelSpecError(f'{where}: {e}') from None
     raise ModelSpecError(f'{where}: cannot read its params '
-                      f'({str(e).splitlines()[0][:300]})') from None
+                         f'({checkpoint_lib.describe_damage(e)})') from None
   finally:
     manager.close()
   params = jax.device_put(state)

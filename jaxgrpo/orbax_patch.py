@@ -1,4 +1,4 @@
-"""Stops the memory that every checkpoint save leaked through tensorstore.
+"""Stops what orbax and tensorstore leak: memory per save, noise at exit.
 
 Each orbax save (and restore) of arrays asks tensorstore how many bytes its
 kvstores wrote (read), before and after, for orbax's throughput log lines
@@ -9,7 +9,17 @@ Python objects per save of a run, never freed, so a run of days that saves
 often grows for as long as it runs. `install` points orbax at `raw_bytes`,
 the same number read from tensorstore's Prometheus text export, which
 frees what it returns.
+
+A read that fails midway (a damaged checkpoint: jaxgrpo-eval, -export,
+-stratify) or a save that fails leaves tensorstore reads or writes in
+flight, each to report to an asyncio loop that orbax has closed by then:
+Python printed a `RuntimeError: Event loop is closed` traceback for each
+(dozens, after the command's one error line). `quiet_late_callbacks`
+drops exactly those; the failure itself is raised where it happened.
 """
+
+import sys
+import traceback
 
 import tensorstore as ts
 
@@ -46,3 +56,30 @@ def install() -> None:
       and hasattr(tensorstore_utils, 'get_tensorstore_raw_bytes')
       and hasattr(ts, 'experimental_collect_prometheus_format_metrics')):
     tensorstore_utils.get_tensorstore_raw_bytes = raw_bytes
+
+
+def _late_callback(unraisable) -> bool:
+  """Whether an unraisable error is a callback from another thread that
+  tried to hand its result to a closed asyncio loop: work whose awaiting
+  code was already gone, so nothing was waiting for what it carried."""
+  value = unraisable.exc_value
+  if not (isinstance(value, RuntimeError)
+          and str(value) == 'Event loop is closed'):
+    return False
+  frames = traceback.extract_tb(unraisable.exc_traceback)
+  return any(frame.name == 'call_soon_threadsafe' for frame in frames)
+
+
+def quiet_late_callbacks() -> None:
+  """Drops `_late_callback` errors before `sys.unraisablehook` sees them;
+  everything else reaches it as before. Installed once per process."""
+  hook = sys.unraisablehook
+  if getattr(hook, 'drops_late_callbacks', False):
+    return
+
+  def quiet(unraisable):
+    if not _late_callback(unraisable):
+      hook(unraisable)
+
+  quiet.drops_late_callbacks = True
+  sys.unraisablehook = quiet

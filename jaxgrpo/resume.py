@@ -96,7 +96,7 @@ def restore_or_start(
     try:
       saved_meta = ckpt.read_meta(step)
     except Exception as e:  # pylint: disable=broad-except
-      damaged.append((step, _damage(e)))
+      damaged.append((step, checkpoint_lib.describe_damage(e)))
       continue
     start = _resume(ckpt, step, saved_meta, target_state, shardings,
                     meta=meta, source=source, rollout=rollout, ids=ids,
@@ -135,28 +135,6 @@ def _check_same_choice(ckpt: checkpoint_lib.Checkpointer, mine: int) -> None:
       f'{ckpt.directory} ({chose}): every process must reach the same '
       'workdir (a shared file system or gs://) and read the same files; '
       'nothing was set aside')
-
-
-def _damage(e: Exception) -> str:
-  """What is wrong with a checkpoint that does not restore, in brief."""
-  text = ' '.join(str(e).split())
-  if isinstance(e, checkpoint_lib.DamagedError):
-    return text
-  if isinstance(e, KeyError) and 'was not found' in text:
-    item = text.split('"')[1] if text.count('"') >= 2 else '?'
-    return f'its {item!r} item is missing'
-  if isinstance(e, FileNotFoundError):
-    return f'a file is missing: {e.filename or text[:120]}'
-  if isinstance(e, OSError) and e.strerror:
-    return f'{e.strerror}: {e.filename}' if e.filename else e.strerror
-  if type(e).__name__ == 'JSONDecodeError':
-    return f'a metadata file is not valid JSON ({text[:80]})'
-  if 'error while reading array' in text:
-    return 'an array file cannot be read (truncated or missing)'
-  for marker in ('DATA_LOSS', 'NOT_FOUND', 'does not exist'):
-    if marker in text:
-      return text[text.index(marker):][:120]
-  return f'{type(e).__name__}: {text[:120]}'
 
 
 def _by_position(entry: Mapping[str, Any] | None) -> str:
@@ -215,7 +193,7 @@ def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
   except errors.UserError:
     raise
   except Exception as e:  # pylint: disable=broad-except
-    damaged.append((step, _damage(e)))
+    damaged.append((step, checkpoint_lib.describe_damage(e)))
     return None
   entries = {d['name']: d for d in
              meta.get('config', {}).get('data', {}).get('datasets', ())}

@@ -342,6 +342,35 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertIn('export an earlier one with --step', out.stderr)
     self.assertNotIn('Traceback', out.stderr)
 
+  def test_readers_of_a_damaged_checkpoint_print_one_line(self):
+    # A read that fails midway leaves tensorstore reads in flight, which
+    # reported to orbax's closed loop: an 'Event loop is closed' traceback
+    # each, dozens, after the error line (and a KeyError traceback for an
+    # item missing).
+    workdir = self.copy()
+    remove_array_files(self.ckpt(workdir, 4))
+    remove_item('meta')(self.ckpt(workdir, 3))
+    out = self.create_tempdir().full_path
+    for module, args, code, needle in (
+        ('export', ['--workdir', workdir, '--out', out], 1,
+         'the checkpoint of step 4 is damaged (an array file cannot be read '
+         '(truncated or missing)); export an earlier one with --step'),
+        ('export', ['--workdir', workdir, '--out', out, '--step=3'], 1,
+         "the checkpoint of step 3 is damaged (its 'meta' item is missing)"),
+        ('evaluate', ['--config', 'configs/demo.py:runlocal', '--checkpoint',
+                      workdir, '--limit=2', '--quiet'], 2,
+         '(step 4 in ' + os.path.join(workdir, 'checkpoints') + '): cannot '
+         'read its params (an array file cannot be read'),
+    ):
+      with self.subTest(module=module, args=args):
+        proc = subprocess.run(
+            [sys.executable, '-m', f'jaxgrpo.cli.{module}', *args], cwd=REPO,
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, 'PYTHONPATH': REPO})
+        self.assertEqual(proc.returncode, code, proc.stderr[-3000:])
+        self.assertLen(proc.stderr.splitlines(), 1, proc.stderr[-3000:])
+        self.assertIn(needle, proc.stderr)
+
   def test_readers_name_a_checkpoint_removed_while_read(self):
     # A run training in the workdir removes all but its latest
     # checkpoint.max_to_keep as it saves: a step resolved before that is

@@ -173,10 +173,11 @@ def _reading(workdir: str, directory: str, step: int) -> Iterator[None]:
     if checkpoint_lib.removed(directory, step):
       raise errors.UserError(f'{where}: ' + checkpoint_lib.removed_message(
           directory, step)) from None
-    if isinstance(e, checkpoint_lib.DamagedError):
-      raise errors.UserError(f'{where} is damaged ({e}); export an earlier '
-                             'one with --step') from None
-    raise
+    if isinstance(e, errors.UserError):  # named already (a LoRA base)
+      raise
+    raise errors.UserError(
+        f'{where} is damaged ({checkpoint_lib.describe_damage(e)}); export '
+        'an earlier one with --step') from None
 
 
 def _out_dir(out: str, source: str | None, workdir: str) -> str:
