@@ -80,6 +80,16 @@ class ConsoleTest(absltest.TestCase):
           'train/skipped counts the steps)',
           f'step 3: no informative group in {spent}; update skipped'])
 
+  def test_width_counts_terminal_columns(self):
+    # Wide and full-width glyphs take 2, combining marks and zero-width
+    # characters 0, half-width katakana 1.
+    for text, columns in (('abc', 3), ('数学', 4), ('e\u0301', 1),
+                          ('ｱ', 1), ('Ａ', 2), ('a\u200bb', 2), ('', 0)):
+      self.assertEqual(console_lib.width(text), columns, text)
+    self.assertEqual(console_lib.pad('数学', 6), '数学  ')
+    self.assertEqual(console_lib.pad('e\u0301', 3, right=True), '  e\u0301')
+    self.assertEqual(console_lib.pad('数学数学', 3), '数学数学')
+
   def test_format_seconds(self):
     for seconds, text in ((0.4, '0s'), (45, '45s'), (725, '12m05s'),
                           (3 * 3600 + 125, '3h02m')):

@@ -23,6 +23,7 @@ from jaxgrpo.example import Example
 from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.generator import Completions
 from jaxgrpo.model import decoder
+from jaxgrpo.reporting import console
 from jaxgrpo.stratify import runner
 from jaxgrpo.verifiers import pool as verifier_pool
 from tests import flaky_verifiers
@@ -232,6 +233,23 @@ class CommandLineTest(absltest.TestCase):
     subsets = [g for g in result['checkpoints'][0]['metrics'] if '/' in g]
     self.assertLen(rows, 2 * (1 + len(subsets)))
     self.assertEqual(lines[-1], f'wrote {path}')
+
+  def test_table_lines_up_with_wide_and_combining_names(self):
+    # A CJK glyph takes two terminal columns, a combining accent none:
+    # padded by len() the columns after such a name were shifted.
+    m = {'examples': 12, 'pass@1': 0.5, 'mean@k': 0.25, 'pass@k': 1.0}
+    result = {'k': 4, 'checkpoints': [
+        {'tag': '実験-step3', 'metrics': {
+            'all': m, '数学': m, '数学/難しい': m, 'cafe\u0301': m}},
+        {'tag': 'init', 'metrics': {'all': m, 'arithmetic': m}}]}
+    lines = evaluate_cli.format_table(result)
+    self.assertLen(lines, 6)  # the header, 4 + 1 rows (all: 2 datasets)
+    # Every line ends at the same column (the numbers are right-aligned),
+    # and the dataset column starts at one.
+    self.assertLen({console.width(line) for line in lines}, 1, lines)
+    self.assertEqual({console.width(line[:line.index(name)]) for line, name in
+                      zip(lines[1:], ('all', '数学', '数学/', 'cafe', 'arith'))},
+                     {console.width('実験-step3') + 2})
 
   def test_mistakes_end_with_one_line(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')

@@ -4,10 +4,12 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 
 from absl.testing import absltest
 
+from jaxgrpo.reporting import console
 from jaxgrpo.reporting import summary as summary_lib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
@@ -97,6 +99,21 @@ class SummaryTest(absltest.TestCase):
     self.assertEqual(s.step_seconds, 21.0)
     self.assertEqual((s.reward_first, s.reward_last), (0.05, 0.5))
     self.assertEqual(s.datasets['a'][3], 0.0)  # snoozed at the last step
+
+  def test_rows_line_up_with_wide_dataset_names(self):
+    # A CJK glyph takes two terminal columns, a combining accent none.
+    records = [{k.replace('/a', '/数学').replace('/b', '/cafe\u0301'): v
+                for k, v in r.items()} for r in _records()]
+    s = summary_lib.summarize(
+        records, steps=10, resumed_from=None, stopped_by=None,
+        warmstart={}, cum_prompts_generated=200, cum_groups_used=80,
+        seconds=31.0, dataset_names=['数学', 'cafe\u0301'])
+    rows = summary_lib.format_summary(s).splitlines()[2:]
+    self.assertIn('数学: accuracy, batch share', '\n'.join(rows))
+    # The column each value starts at.
+    starts = {console.width(key) + len(gap) for key, gap in (
+        re.match(r'(.*?\S)( {2,})\S', row).groups() for row in rows)}
+    self.assertLen(starts, 1, rows)
 
   def test_resumed_and_stopped_runs_say_so(self):
     s = summary_lib.summarize(

@@ -223,10 +223,12 @@ def format_table(result: dict[str, Any]) -> list[str]:
         continue
       rows.append((entry['tag'], group, str(m['examples']),
                    *(f'{m[name]:.3f}' for name in METRICS)))
-  widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
+  # Padded by terminal columns: a CJK dataset name takes two per glyph.
+  widths = [max(console.width(r[i]) for r in [header, *rows])
+            for i in range(6)]
   def line(row):
     return '  '.join(
-        f'{v:<{w}}' if i < 2 else f'{v:>{w}}'
+        console.pad(v, w, right=i >= 2)
         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
   return [line(header), *map(line, rows)]
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 import contextlib
 import sys
 from typing import Any
+import unicodedata
 
 import tqdm
 
@@ -26,6 +27,27 @@ Log = Callable[[str], None]
 
 def print_line(line: str) -> None:
   print(line, flush=True)
+
+
+def width(text: str) -> int:
+  """The terminal columns `text` takes: 2 for each East Asian wide or
+  full-width character (CJK), 0 for combining marks and zero-width
+  characters, 1 for the rest."""
+  return sum(_columns(c) for c in text)
+
+
+def _columns(c: str) -> int:
+  if unicodedata.combining(c) or unicodedata.category(c) in ('Mn', 'Me',
+                                                             'Cf'):
+    return 0
+  return 2 if unicodedata.east_asian_width(c) in ('W', 'F') else 1
+
+
+def pad(text: str, columns: int, *, right: bool = False) -> str:
+  """`text` padded with spaces to `columns` terminal columns (`width`), on
+  the right, or on the left with `right` (right-aligned)."""
+  fill = ' ' * max(0, columns - width(text))
+  return fill + text if right else text + fill
 
 
 def format_seconds(seconds: float) -> str:

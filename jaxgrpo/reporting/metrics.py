@@ -22,6 +22,7 @@ from etils import epath
 import numpy as np
 
 from jaxgrpo import records as records_lib
+from jaxgrpo.reporting import console
 from jaxgrpo.reporting import tensorboard as tensorboard_lib
 
 METRICS = 'metrics.jsonl'
@@ -244,8 +245,9 @@ class ConsoleWindow:
 
 
 def format_table(rows: list[tuple[str, str]], title: str) -> str:
-  """A two-column text table."""
-  width = max(len(k) for k, _ in rows)
-  lines = [title, '-' * (width + 2 + max(len(v) for _, v in rows))]
-  lines += [f'{k:<{width}}  {v}' for k, v in rows]
+  """A two-column text table, padded by terminal columns (a CJK dataset
+  name takes two per glyph)."""
+  width = max(console.width(k) for k, _ in rows)
+  lines = [title, '-' * (width + 2 + max(console.width(v) for _, v in rows))]
+  lines += [f'{console.pad(k, width)}  {v}' for k, v in rows]
   return '\n'.join(lines)

@@ -44,13 +44,14 @@ def format_tables(result: dict[str, Any]) -> list[str]:
   """Text lines of the tables in a `report` result."""
   names = result['strata']
   tags = [t for d in result['datasets'].values() for t in d['checkpoints']]
-  rows_width = max(len(label) for label in ['checkpoint', *tags])
+  # Padded by terminal columns: a CJK tag takes two per glyph.
+  rows_width = max(console.width(label) for label in ['checkpoint', *tags])
   widths = [max(len(n), 11) for n in names]
   lines = []
   for dataset, entry in result['datasets'].items():
     lines.append(f'dataset {dataset} ({entry[POOLED]["examples"]} examples '
                  f'with pass rates)')
-    lines.append('  '.join([f'{"checkpoint":<{rows_width}}', 'mean']
+    lines.append('  '.join([console.pad('checkpoint', rows_width), 'mean']
                            + [f'{n:>{w}}' for n, w in zip(names, widths)]))
     rows = list(entry['checkpoints'].items())
     if len(rows) > 1:
@@ -59,7 +60,7 @@ def format_tables(result: dict[str, Any]) -> list[str]:
       cells = [f'{table["counts"][n]} {100 * table["shares"][n]:4.1f}%'
                for n in names]
       lines.append('  '.join(
-          [f'{label:<{rows_width}}', f'{table["mean_pass_rate"]:.2f}']
+          [console.pad(label, rows_width), f'{table["mean_pass_rate"]:.2f}']
           + [f'{c:>{w}}' for c, w in zip(cells, widths)]))
     lines.append('')
   return lines

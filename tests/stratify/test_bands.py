@@ -9,6 +9,7 @@ from absl.testing import absltest
 import numpy as np
 
 from jaxgrpo import errors
+from jaxgrpo.reporting import console
 from jaxgrpo.stratify import bands
 from jaxgrpo.stratify import passrates
 from jaxgrpo.stratify import report
@@ -98,6 +99,19 @@ class ReportTest(absltest.TestCase):
     self.assertIsNone(result['plot'])
     with self.assertRaisesRegex(errors.UserError, "tag 'm3'"):
       report.report(out, checkpoints=['m3'], log=lambda _: None)
+
+  def test_tables_line_up_with_wide_tags(self):
+    # A tag of CJK glyphs (a workdir named so) takes two columns each.
+    out = self.create_tempdir().full_path
+    _write(out, 'a', '実験-step3', [0, 1, 2])
+    _write(out, 'a', 'm1', [4, 4, 1])
+    lines = report.format_tables(report.report(out, plot=False,
+                                               log=lambda _: None))
+    table = lines[1:5]  # header, two tags, pooled
+    self.assertLen({console.width(line) for line in table}, 1, table)
+    # The mean column starts at one column.
+    self.assertEqual({console.width(line[:line.index(' 0.') + 1])
+                      for line in table[1:]}, {console.width('実験-step3') + 2})
 
   def test_without_matplotlib_the_plot_is_skipped_with_a_note(self):
     out = self._out()
