@@ -49,6 +49,12 @@ class ModelSpecError(errors.UserError):
   """A checkpoint spec names no model that can be loaded."""
 
 
+class UnreadableError(ModelSpecError):
+  """A run's checkpoint that a spec names rightly cannot be read: it is
+  damaged, it was removed while it was read, or the run's model.path is
+  gone. Not a mistake in the spec: the commands exit 1 for it, not 2."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LoadedModel:
   """A model ready to sample from.
@@ -244,11 +250,11 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
     meta = dict(manager.restore(
         step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
     if 'model' not in meta:
-      raise ModelSpecError(f'{where}: its metadata holds no model config')
+      raise UnreadableError(f'{where}: its metadata holds no model config')
     try:
       model_cfg = model_config.ModelConfig(**meta['model'])
     except (TypeError, ValueError) as e:
-      raise ModelSpecError(f'{where}: bad model config ({e})') from None
+      raise UnreadableError(f'{where}: bad model config ({e})') from None
     section = lora_section(meta)
     if section is None:
       graphdef, state = decoder.abstract_params(model_cfg)
@@ -262,11 +268,11 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
   except Exception as e:  # pylint: disable=broad-except
     # Orbax reports missing or mismatched arrays with assorted types.
     if checkpoint_lib.removed(directory, step):
-      raise ModelSpecError(f'{where}: ' + checkpoint_lib.removed_message(
+      raise UnreadableError(f'{where}: ' + checkpoint_lib.removed_message(
           directory, step)) from None
     if isinstance(e, checkpoint_lib.DamagedError):
-      raise ModelSpecError(f'{where}: {e}') from None
-    raise ModelSpecError(f'{where}: cannot read its params '
+      raise UnreadableError(f'{where}: {e}') from None
+    raise UnreadableError(f'{where}: cannot read its params '
                          f'({checkpoint_lib.describe_damage(e)})') from None
   finally:
     manager.close()
@@ -359,7 +365,7 @@ def load_adapter(workdir: str, step: int, log: Log = _ignore
                                     jax.random.key(0))
     _restore_params(manager, step, adapter, meta)
   except checkpoint_lib.DamagedError as e:
-    raise ModelSpecError(f'{workdir} step {step}: {e}') from None
+    raise UnreadableError(f'{workdir} step {step}: {e}') from None
   finally:
     manager.close()
   return base, section, graphdef, adapter
@@ -373,11 +379,11 @@ def _run_tokenizer(where: str, model: dict[str, Any],
     try:
       return tokenizer_lib.make_tokenizer(model.get('tokenizer', 'auto'))
     except ValueError as e:
-      raise ModelSpecError(f'{where}: {e}') from None
+      raise UnreadableError(f'{where}: {e}') from None
   try:
     source = pretrained.resolve(path)
     if not os.path.exists(source):
-      raise ModelSpecError(
+      raise UnreadableError(
           f"{where}: the run's model.path {source} is missing (its "
           'tokenizer is needed)')
     tokenizer = pretrained.load_tokenizer(source,
@@ -387,5 +393,5 @@ def _run_tokenizer(where: str, model: dict[str, Any],
   except ModelSpecError:
     raise
   except (errors.UserError, ValueError, OSError) as e:
-    raise ModelSpecError(f"{where}: the run's tokenizer ({path}): {e}"
+    raise UnreadableError(f"{where}: the run's tokenizer ({path}): {e}"
                       ) from None

@@ -358,7 +358,7 @@ class TrainedWorkdirTest(FaultTestCase):
         ('export', ['--workdir', workdir, '--out', out, '--step=3'], 1,
          "the checkpoint of step 3 is damaged (its 'meta' item is missing)"),
         ('evaluate', ['--config', 'configs/demo.py:runlocal', '--checkpoint',
-                      workdir, '--limit=2', '--quiet'], 2,
+                      workdir, '--limit=2', '--quiet'], 1,
          '(step 4 in ' + os.path.join(workdir, 'checkpoints') + '): cannot '
          'read its params (an array file cannot be read'),
     ):

@@ -25,7 +25,8 @@ succeeding when its reward is >= rollout.easy_threshold:
 are reported overall ('all'), per dataset and per subset, in a table and,
 with --json, a file. Every checkpoint samples with the same keys. Mistakes
 end with one line `jaxgrpo-eval: error: ...` (exit code 2 for the command
-line, the config and checkpoint specs, 1 otherwise).
+line, the config and checkpoint specs, 1 otherwise: a checkpoint that
+cannot be read).
 """
 
 import argparse
@@ -320,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
           temperature=args.temperature, split=args.split, limit=args.limit,
           seed=args.seed, batch=args.batch, progress=not args.quiet,
           log=(lambda _: None) if args.quiet else console.print_line)
+    except model_spec.UnreadableError:
+      raise  # exit 1: a damaged checkpoint, not a mistake in the spec
     except model_spec.ModelSpecError as e:
       raise common.UsageError(str(e)) from None
     result['config'] = ' '.join([args.config, *overrides])

@@ -16,7 +16,8 @@ go under a tag, e.g. 'warm-step100' (summary.json maps tags to specs).
 
 `run` resumes where an earlier run with the same --out stopped. Mistakes
 end with one line `jaxgrpo-stratify: error: ...` (exit code 2 for the
-command line and the config, 1 otherwise), not a traceback.
+command line, the config and checkpoint specs, 1 otherwise: a checkpoint
+that cannot be read), not a traceback.
 """
 
 import argparse
@@ -78,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace, extra: list[str]) -> int:
   # pylint: disable=g-import-not-at-top
   from jaxgrpo import config_lib
+  from jaxgrpo import model_spec
   from jaxgrpo.stratify import runner
   overrides = common.config_overrides(extra)
   cfg = config_lib.from_config_dict(
@@ -85,12 +87,17 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
   datasets = None
   if args.datasets is not None:
     datasets = [d.strip() for d in args.datasets.split(',') if d.strip()]
-  runner.run(
-      cfg, args.checkpoint, args.out, k=args.k, datasets=datasets,
-      seed=args.seed, threshold=args.threshold, chunk=args.chunk,
-      batch=args.batch, shard=args.shard, num_shards=args.num_shards,
-      limit=args.limit, config_file=' '.join([args.config, *overrides]),
-      progress=not args.quiet)
+  try:
+    runner.run(
+        cfg, args.checkpoint, args.out, k=args.k, datasets=datasets,
+        seed=args.seed, threshold=args.threshold, chunk=args.chunk,
+        batch=args.batch, shard=args.shard, num_shards=args.num_shards,
+        limit=args.limit, config_file=' '.join([args.config, *overrides]),
+        progress=not args.quiet)
+  except model_spec.UnreadableError:
+    raise  # exit 1: a damaged checkpoint, not a mistake in the spec
+  except model_spec.ModelSpecError as e:  # as jaxgrpo-eval: exit 2
+    raise common.UsageError(str(e)) from None
   return 0
 
 

@@ -72,7 +72,10 @@ class CommandLineTest(absltest.TestCase):
     out = self.create_tempdir().full_path
     run = ('run', f'--config={CONFIG}', f'--out={out}')
     cases = (
-        ((*run, f'--checkpoint={missing}'), 1, 'does not exist'),
+        # A spec naming nothing is a mistake in the command line, as in
+        # jaxgrpo-eval (it exited 1).
+        ((*run, f'--checkpoint={missing}'), 2, 'does not exist'),
+        ((*run, f'--checkpoint={missing}@3'), 2, 'not a run workdir'),
         ((*run, '--checkpoint=init', '--config.rollout.gruop_size=3'), 2,
          'gruop_size'),
         ((*run, '--checkpoint=init', '--datasets=nope'), 2,
