@@ -39,19 +39,29 @@ def estimator_names() -> tuple[str, ...]:
   return tuple(sorted(_ESTIMATORS))
 
 
+def _centered(rewards_BG: jax.Array) -> jax.Array:
+  """r - mean(r) per group, exactly 0 where the group's rewards are equal.
+
+  float32's mean of equal rewards can be off by an ulp (three 0.4s), which
+  grpo's division by std + eps (~1e-6) would blow up to a few percent; the
+  mean is taken of the differences to the group's first reward instead.
+  """
+  diff_BG = rewards_BG - rewards_BG[:, :1]
+  return diff_BG - diff_BG.mean(axis=1, keepdims=True)
+
+
 @register_estimator('grpo')
 def _grpo(rewards_BG: jax.Array, eps: jax.Array) -> jax.Array:
   # Population std (ddof=0): a group of two rewards {0, 1} maps to -1, +1.
-  mean_B1 = rewards_BG.mean(axis=1, keepdims=True)
   std_B1 = rewards_BG.std(axis=1, keepdims=True)
-  return (rewards_BG - mean_B1) / (std_B1 + eps)
+  return _centered(rewards_BG) / (std_B1 + eps)
 
 
 @register_estimator('dr_grpo')
 def _dr_grpo(rewards_BG: jax.Array, eps: jax.Array) -> jax.Array:
   # Dr. GRPO drops the std division, which up-weights near-degenerate groups.
   del eps
-  return rewards_BG - rewards_BG.mean(axis=1, keepdims=True)
+  return _centered(rewards_BG)
 
 
 @register_estimator('rloo')
@@ -61,8 +71,7 @@ def _rloo(rewards_BG: jax.Array, eps: jax.Array) -> jax.Array:
   num_samples = rewards_BG.shape[1]
   if num_samples < 2:
     raise ValueError('rloo needs at least 2 samples per prompt')
-  centered_BG = rewards_BG - rewards_BG.mean(axis=1, keepdims=True)
-  return centered_BG * (num_samples / (num_samples - 1))
+  return _centered(rewards_BG) * (num_samples / (num_samples - 1))
 
 
 @functools.partial(jax.jit, static_argnames=('method',))
@@ -71,7 +80,8 @@ def compute_advantages(
 ) -> jax.Array:
   """Advantage of each completion relative to its prompt's group.
 
-  A group whose rewards are all equal gets zero advantage under every method.
+  A group whose rewards are all equal gets exactly zero advantage under
+  every built-in method.
 
   Args:
     rewards_BG: [B, G] rewards, G completions for each of B prompts.

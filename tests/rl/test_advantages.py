@@ -63,6 +63,32 @@ class AdvantagesTest(parameterized.TestCase):
     adv_BG = advantages.compute_advantages(rewards_BG, method=method)
     chex.assert_trees_all_equal(adv_BG, jnp.zeros((2, 5)))
 
+  @parameterized.parameters('grpo', 'dr_grpo', 'rloo')
+  def test_degenerate_group_is_exactly_zero_whatever_its_reward(self, method):
+    # float32's mean of G equal rewards is not always the reward (0.4 * 3 / 3
+    # is off by one ulp): grpo divided that ulp by std (~1e-8) + eps and gave
+    # the three completions of an all-0.4 group advantages of 0.029.
+    values = np.linspace(0.0, 1.0, 101, dtype=np.float32)
+    for g in (2, 3, 5, 6, 7, 12):
+      rewards_BG = jnp.asarray(np.repeat(values[:, None], g, axis=1))
+      adv_BG = advantages.compute_advantages(rewards_BG, method=method)
+      chex.assert_trees_all_equal(adv_BG, jnp.zeros((101, g)))
+
+  def test_groups_of_two_and_nan_rewards(self):
+    # A pair is +-1 under grpo whatever its gap (population std); a NaN
+    # reward poisons its own group only.
+    rewards_BG = jnp.array([[0.2, 0.9], [0.5, 0.5], [jnp.nan, 1.0]])
+    adv = np.asarray(advantages.compute_advantages(rewards_BG))
+    np.testing.assert_allclose(adv[:2], [[-1.0, 1.0], [0.0, 0.0]],
+                               rtol=1e-5)
+    self.assertTrue(np.isnan(adv[2]).all())
+    for method, scale in (('dr_grpo', 1.0), ('rloo', 2.0)):
+      adv = np.asarray(advantages.compute_advantages(rewards_BG,
+                                                     method=method))
+      np.testing.assert_allclose(adv[0], [-0.35 * scale, 0.35 * scale],
+                                 rtol=1e-6)
+      self.assertTrue(np.isnan(adv[2]).all())
+
   def test_rloo_is_leave_one_out(self):
     rewards_BG = jax.random.uniform(jax.random.key(0), (3, 6))
     adv_BG = advantages.compute_advantages(rewards_BG, method='rloo')
