@@ -173,6 +173,47 @@ def _reference(
   return graphdef, state.ref_params
 
 
+def _update(
+    carry: tuple[nnx.State, optax.OptState],
+    groups_M: jax.Array,
+    *,
+    batch: TrainBatch,
+    ref_logps_RT: jax.Array | None,
+    base: nnx.State | None,
+    grad_fn: Callable,
+    optimizer: optax.GradientTransformation,
+) -> tuple[tuple[nnx.State, optax.OptState], tuple[Metrics, jax.Array]]:
+  """One optimizer update on the minibatch of the groups `groups_M`.
+
+  It is skipped (params and optimizer state kept, a select) when the loss
+  or gradients are not finite, or when the minibatch has no completion
+  token (only a short batch's padding groups): a zero gradient would still
+  move AdamW's params by its momentum and advance its count.
+
+  Returns:
+    The new (params, opt_state), and (the update's metrics, whether the
+    minibatch had a token).
+  """
+  params, opt_state = carry
+  mb_batch, mb_ref_logps = _take_groups(batch, ref_logps_RT, groups_M)
+  (loss, aux), grads = grad_fn(params, mb_batch, mb_ref_logps, base)
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  used = mb_batch.completion_mask.any()
+  updates, new_opt_state = optimizer.update(grads, opt_state, params)
+  new_params = optax.apply_updates(params, updates)
+  keep = lambda new, old: jnp.where(finite & used, new, old)
+  params = jax.tree.map(keep, new_params, params)
+  opt_state = jax.tree.map(keep, new_opt_state, opt_state)
+  metrics = {
+      'train/loss': loss,
+      'train/grad_norm': grad_norm,
+      'train/nonfinite': 1.0 - finite.astype(jnp.float32),
+      **{f'train/{name}': value for name, value in aux.items()},
+  }
+  return (params, opt_state), (metrics, used)
+
+
 def train_step(
     state: TrainState,
     batch: TrainBatch,
@@ -197,7 +238,9 @@ def train_step(
   An update whose loss or gradients are not finite is skipped: params and
   optimizer state stay as they were (a select, not a `lax.cond`: see
   `jaxgrpo.optimizer`), and `train/nonfinite` counts it, so a bad batch
-  cannot poison the state (the loop decides when to give up).
+  cannot poison the state (the loop decides when to give up). A minibatch
+  without a completion token (a short batch's padding groups) takes no
+  update and is left out of the metrics.
 
   Under a LoRA adapter (`state.base` set) only the adapter `state.params` is
   trained; the KL reference is the base decoder on `state.base`.
@@ -227,7 +270,7 @@ def train_step(
     train/loss, train/pg_loss, train/kl, train/clip_frac, train/entropy,
     train/grad_norm (before clipping), train/ratio_mean, train/nonfinite
     (share of updates skipped for a non-finite loss or gradient) and
-    train/updates (the number of updates).
+    train/updates (the number of minibatches with a token).
   """
   num_groups = batch.prompt_tokens.shape[0]
   if num_iterations < 1 or num_minibatches < 1:
@@ -260,30 +303,19 @@ def train_step(
       has_aux=True,
   )
 
-  def update(carry, groups_M):
-    params, opt_state = carry
-    mb_batch, mb_ref_logps = _take_groups(batch, ref_logps_RT, groups_M)
-    (loss, aux), grads = grad_fn(params, mb_batch, mb_ref_logps, state.base)
-    grad_norm = optax.tree.norm(grads)
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    updates, new_opt_state = optimizer.update(grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    keep = lambda new, old: jnp.where(finite, new, old)
-    params = jax.tree.map(keep, new_params, params)
-    opt_state = jax.tree.map(keep, new_opt_state, opt_state)
-    metrics = {
-        'train/loss': loss,
-        'train/grad_norm': grad_norm,
-        'train/nonfinite': 1.0 - finite.astype(jnp.float32),
-        **{f'train/{name}': value for name, value in aux.items()},
-    }
-    return (params, opt_state), metrics
-
-  (params, opt_state), metrics_U = jax.lax.scan(
+  update = functools.partial(
+      _update, batch=batch, ref_logps_RT=ref_logps_RT, base=state.base,
+      grad_fn=grad_fn, optimizer=optimizer)
+  (params, opt_state), (metrics_U, used_U) = jax.lax.scan(
       update, (state.params, state.opt_state), groups_UM
   )
-  metrics = jax.tree.map(lambda x: x.astype(jnp.float32).mean(), metrics_U)
-  metrics['train/updates'] = jnp.asarray(num_updates, jnp.int32)
+  # Means over the updates taken: a minibatch of padding groups has no
+  # token to measure (its entropy and ratio would count as 0).
+  used_U = used_U.astype(jnp.float32)
+  metrics = jax.tree.map(
+      lambda x: (x.astype(jnp.float32) * used_U).sum()
+      / jnp.maximum(used_U.sum(), 1.0), metrics_U)
+  metrics['train/updates'] = used_U.sum().astype(jnp.int32)
   new_state = state.replace(
       step=state.step + 1, params=params, opt_state=opt_state
   )

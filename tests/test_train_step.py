@@ -133,6 +133,30 @@ class TrainStepTest(parameterized.TestCase):
     # leaves no trace but the metric.
     chex.assert_trees_all_equal(state.opt_state, self._state().opt_state)
 
+  def test_minibatches_of_padding_groups_take_no_update(self):
+    # A short batch (short_batch 'train' or 'scale') is padded with empty
+    # groups; a minibatch of them only has nothing to learn from. Padded to
+    # 4 groups in 4 minibatches, the step must equal the 2 real groups'
+    # in 2 minibatches, taken in the same order: before, the empty
+    # minibatches still moved AdamW's params (its momentum), advanced its
+    # count to 4, and their entropy and ratio of 0 halved those metrics.
+    empty = lambda x: jnp.zeros_like(x)
+    padded = jax.tree.map(lambda x: jnp.concatenate([x, empty(x)]),
+                          self.batch)
+    order = lambda seed, n: [int(g) for g in jax.random.permutation(
+        jax.random.fold_in(jax.random.key(seed), 0), n) if g < 2]
+    seed = next(s for s in range(100) if order(s, 4) == order(0, 2))
+    want, want_metrics = self._step_fn(train_step_lib.LossConfig(), 1, 2)(
+        self._state(), _copy(self.batch), jax.random.key(0))
+    got, metrics = self._step_fn(train_step_lib.LossConfig(), 1, 4)(
+        self._state(), _copy(padded), jax.random.key(seed))
+    self.assertEqual(_update_counts(got.opt_state), [2, 2])
+    chex.assert_trees_all_close(got.params, want.params, atol=1e-6)
+    self.assertEqual(int(metrics['train/updates']), 2)
+    for name, value in want_metrics.items():
+      np.testing.assert_allclose(metrics[name], value, rtol=1e-5,
+                                 atol=1e-7, err_msg=name)
+
   def test_beta_needs_reference(self):
     with self.assertRaisesRegex(ValueError, 'ref_params'):
       train_step_lib.train_step(
