@@ -14,6 +14,7 @@ from jaxgrpo import train_step as train_step_lib
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import logprobs
+from jaxgrpo.rl import loss as loss_lib
 from jaxgrpo.typing import TrainBatch
 from tests import tiny
 
@@ -133,6 +134,53 @@ class TrainStepTest(parameterized.TestCase):
     # leaves no trace but the metric.
     chex.assert_trees_all_equal(state.opt_state, self._state().opt_state)
 
+  def test_matches_a_plain_loop_over_passes_and_minibatches(self):
+    # Two passes of two minibatches with the KL term, written out: each
+    # pass shuffles the groups with fold_in(rng, pass); every update scores
+    # its minibatch against the sampling-time log-probs (never recomputed
+    # between updates) and the reference's, taken once from the initial
+    # params; the metrics are the updates' means.
+    cfg = train_step_lib.LossConfig(beta=0.05, eps_low=0.1, eps_high=0.3,
+                                    temperature=0.7)
+    logps_fn = jax.jit(logprobs.completion_logprobs, static_argnums=(0, 3))
+    batch = self.batch.replace(old_logps=logps_fn(
+        self.graphdef, self.params, self.batch, 0.7)[0])
+    rng = jax.random.key(5)
+    got, metrics = self._step_fn(cfg, 2, 2)(
+        self._state(keep_reference=True), _copy(batch), rng)
+
+    def loss(params, mb, ref):
+      logps, _ = logprobs.completion_logprobs(self.graphdef, params, mb, 0.7)
+      return loss_lib.grpo_loss(
+          logps, mb.old_logps, mb.advantages, mb.completion_mask,
+          eps_low=0.1, eps_high=0.3, beta=0.05, ref_logps_RT=ref)
+
+    grad_fn = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    ref_RT = batch.old_logps
+    params, opt_state = _copy(self.params), self.optimizer.init(self.params)
+    ratios = []
+    for i in range(2):
+      order = np.asarray(jax.random.permutation(jax.random.fold_in(rng, i),
+                                                2))
+      for group in order:
+        rows = np.arange(2 * group, 2 * group + 2)
+        mb = TrainBatch(
+            prompt_tokens=batch.prompt_tokens[group:group + 1],
+            prompt_mask=batch.prompt_mask[group:group + 1],
+            **{k: getattr(batch, k)[rows] for k in (
+                'completion_tokens', 'completion_mask', 'old_logps',
+                'advantages')})
+        (_, aux), grads = grad_fn(params, mb, ref_RT[rows])
+        ratios.append(float(aux['ratio_mean']))
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+    # The first update is on-policy: its ratio is 1, whatever the temperature.
+    self.assertAlmostEqual(ratios[0], 1.0, delta=1e-6)
+    np.testing.assert_allclose(metrics['train/ratio_mean'], np.mean(ratios),
+                               rtol=1e-5)
+    chex.assert_trees_all_close(got.params, params, atol=2e-6)
+    self.assertEqual(_update_counts(got.opt_state), [4, 4])
+
   def test_minibatches_of_padding_groups_take_no_update(self):
     # A short batch (short_batch 'train' or 'scale') is padded with empty
     # groups; a minibatch of them only has nothing to learn from. Padded to
@@ -156,6 +204,27 @@ class TrainStepTest(parameterized.TestCase):
     for name, value in want_metrics.items():
       np.testing.assert_allclose(metrics[name], value, rtol=1e-5,
                                  atol=1e-7, err_msg=name)
+
+  def test_nonfinite_update_keeps_the_rounding_count(self):
+    # With bfloat16 params the optimizer also counts updates (it picks each
+    # update's rounding noise); a skipped update leaves that count too.
+    opt = optimizer_lib.make_optimizer(
+        learning_rate=3e-3, warmup_steps=0, total_steps=100,
+        max_grad_norm=1.0, param_dtype='bfloat16')
+    state = train_state_lib.create_train_state(
+        self.graphdef, _copy(self.params), opt, keep_reference=False)
+    before = _copy(state.opt_state)
+    step_fn = train_step_lib.make_train_step(
+        graphdef=self.graphdef, optimizer=opt,
+        loss_cfg=train_step_lib.LossConfig(), num_iterations=3,
+        num_minibatches=1)
+    bad = self.batch.replace(
+        advantages=self.batch.advantages.at[3].set(jnp.inf))
+    state, metrics = step_fn(state, _copy(bad), jax.random.key(1))
+    self.assertEqual(float(metrics['train/nonfinite']), 1.0)
+    self.assertEqual(int(metrics['train/updates']), 3)
+    chex.assert_trees_all_equal(state.opt_state, before)
+    chex.assert_trees_all_equal(state.params, self.params)
 
   def test_beta_needs_reference(self):
     with self.assertRaisesRegex(ValueError, 'ref_params'):
