@@ -124,7 +124,8 @@ class RLSection(train_step.LossSection, name='rl'):
 
 class OptimSection(Section, name='optim'):
   learning_rate: float = field(1e-3, 'AdamW peak learning rate', POSITIVE)
-  warmup_steps: int = field(10, 'steps of linear warmup', NON_NEGATIVE)
+  warmup_steps: int = field(10, 'optimizer updates of linear warmup from 0 '
+                            '([Learning rate](#learning-rate))', NON_NEGATIVE)
   schedule: str = field('constant', 'the learning rate after the warmup',
                         one_of(optimizer.SCHEDULES))
   max_grad_norm: float = field(1.0, 'global-norm clipping', POSITIVE)
