@@ -9,7 +9,8 @@ import jax.numpy as jnp
 #   seq_mean_token_mean: mean over sequences of each sequence's token mean
 #     (the original GRPO), so every completion weighs the same.
 #   dr_grpo: sum over valid tokens / (num_sequences * max_completion_len), a
-#     constant normalizer that removes the length bias (Dr. GRPO).
+#     normalizer that does not depend on the lengths, removing their bias
+#     (Dr. GRPO); padding rows are not sequences.
 LOSS_AGGREGATIONS = ('token_mean', 'seq_mean_token_mean', 'dr_grpo')
 
 
@@ -26,14 +27,15 @@ def _aggregate(
   """Reduces per-token values to a scalar; `mask_RT` is float 0/1."""
   if loss_agg == 'token_mean':
     return _token_mean(x_RT, mask_RT)
+  # Rows without a valid token (a short batch's padding groups) do not
+  # count as sequences: padding changes no aggregation.
+  count_R = mask_RT.sum(axis=1)
+  num_seqs = jnp.maximum((count_R > 0).sum().astype(x_RT.dtype), 1.0)
   if loss_agg == 'seq_mean_token_mean':
-    count_R = mask_RT.sum(axis=1)
     seq_mean_R = (x_RT * mask_RT).sum(axis=1) / jnp.maximum(count_R, 1.0)
-    # Rows without a valid token (batch padding) do not count as sequences.
-    nonempty_R = (count_R > 0).astype(x_RT.dtype)
-    return (seq_mean_R * nonempty_R).sum() / jnp.maximum(nonempty_R.sum(), 1.0)
+    return seq_mean_R.sum() / num_seqs
   if loss_agg == 'dr_grpo':
-    return (x_RT * mask_RT).sum() / (x_RT.shape[0] * max_completion_len)
+    return (x_RT * mask_RT).sum() / (num_seqs * max_completion_len)
   raise ValueError(
       f'unknown loss_agg {loss_agg!r}; expected one of {LOSS_AGGREGATIONS}'
   )

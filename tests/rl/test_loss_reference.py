@@ -55,14 +55,15 @@ def _reference(logps, old, ref, adv, mask, *, eps_low, eps_high, loss_agg,
   dkl = 1 - np.exp(delta)
   per_tok, dper_tok = pg + beta * kl, dpg + beta * dkl
   n_tok = max(m.sum(), 1.0)
+  count = m.sum(axis=1, keepdims=True)
+  # Sequences: rows with a token (empty rows are a short batch's padding).
+  n_seq = max((count > 0).sum(), 1)
   if loss_agg == 'token_mean':
     w = m / n_tok
   elif loss_agg == 'seq_mean_token_mean':
-    count = m.sum(axis=1, keepdims=True)
-    nonempty = max((count > 0).sum(), 1)
-    w = m / np.maximum(count, 1.0) / nonempty
+    w = m / np.maximum(count, 1.0) / n_seq
   else:
-    w = m / (m.shape[0] * max_len)
+    w = m / (n_seq * max_len)
   clip = ((a > 0) & (ratio > 1 + eps_high)) | ((a < 0) & (ratio < 1 - eps_low))
   return ((per_tok * w).sum(), dper_tok * w, (clip * m).sum() / n_tok,
           (ratio * m).sum() / n_tok, (kl * m).sum() / n_tok)
@@ -95,6 +96,27 @@ class LossReferenceTest(parameterized.TestCase):
     np.testing.assert_allclose(aux['kl'], kl if beta else 0.0, rtol=1e-5)
     if not beta:
       np.testing.assert_allclose(aux['pg_loss'], want, rtol=2e-5)
+
+  @parameterized.parameters(*loss_lib.LOSS_AGGREGATIONS)
+  def test_padding_rows_change_nothing(self, loss_agg):
+    # A short batch is padded with empty groups; rollout.short_batch='train'
+    # promises a full-size update and 'scale' (advantages x n / B) one
+    # weighted as in a full batch. dr_grpo counted the padding rows as
+    # sequences: 'train' was already scaled by n / B, 'scale' twice.
+    logps, old, ref, mask = _case(2)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)
+    pad = lambda x: jnp.concatenate([jnp.asarray(x), jnp.zeros_like(x)])
+    kwargs = dict(eps_low=0.2, eps_high=0.28, loss_agg=loss_agg, beta=0.1,
+                  max_completion_len=8)
+    args = [f32(logps), f32(old), f32(_ADV), jnp.asarray(mask)]
+    want, want_aux = loss_lib.grpo_loss(*args, ref_logps_RT=f32(ref),
+                                        **kwargs)
+    got, got_aux = loss_lib.grpo_loss(*map(pad, args),
+                                      ref_logps_RT=pad(f32(ref)), **kwargs)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    for name, value in want_aux.items():
+      np.testing.assert_allclose(got_aux[name], value, rtol=1e-6,
+                                 err_msg=name)
 
   def test_all_padding_is_zero_not_nan(self):
     # A minibatch of padding groups only (a short batch's).
