@@ -150,15 +150,18 @@ class TrainStepTest(parameterized.TestCase):
         self._state(keep_reference=True), _copy(batch), rng)
 
     def loss(params, mb, ref):
-      logps, _ = logprobs.completion_logprobs(self.graphdef, params, mb, 0.7)
-      return loss_lib.grpo_loss(
+      logps, entropy = logprobs.completion_logprobs(self.graphdef, params,
+                                                    mb, 0.7)
+      value, aux = loss_lib.grpo_loss(
           logps, mb.old_logps, mb.advantages, mb.completion_mask,
           eps_low=0.1, eps_high=0.3, beta=0.05, ref_logps_RT=ref)
+      aux['entropy'] = entropy.sum() / mb.completion_mask.sum()
+      return value, dict(aux, loss=value)
 
     grad_fn = jax.jit(jax.value_and_grad(loss, has_aux=True))
     ref_RT = batch.old_logps
     params, opt_state = _copy(self.params), self.optimizer.init(self.params)
-    ratios = []
+    updates_metrics = []
     for i in range(2):
       order = np.asarray(jax.random.permutation(jax.random.fold_in(rng, i),
                                                 2))
@@ -171,13 +174,17 @@ class TrainStepTest(parameterized.TestCase):
                 'completion_tokens', 'completion_mask', 'old_logps',
                 'advantages')})
         (_, aux), grads = grad_fn(params, mb, ref_RT[rows])
-        ratios.append(float(aux['ratio_mean']))
+        updates_metrics.append(dict(aux, grad_norm=optax.tree.norm(grads)))
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
     # The first update is on-policy: its ratio is 1, whatever the temperature.
-    self.assertAlmostEqual(ratios[0], 1.0, delta=1e-6)
-    np.testing.assert_allclose(metrics['train/ratio_mean'], np.mean(ratios),
-                               rtol=1e-5)
+    self.assertAlmostEqual(float(updates_metrics[0]['ratio_mean']), 1.0,
+                           delta=1e-6)
+    self.assertAlmostEqual(float(updates_metrics[0]['kl']), 0.0, delta=1e-9)
+    for name in updates_metrics[0]:
+      want = np.mean([float(m[name]) for m in updates_metrics])
+      np.testing.assert_allclose(metrics[f'train/{name}'], want, rtol=1e-5,
+                                 atol=1e-7, err_msg=name)
     chex.assert_trees_all_close(got.params, params, atol=2e-6)
     self.assertEqual(_update_counts(got.opt_state), [4, 4])
 
