@@ -360,7 +360,10 @@ class _Loop:
       self.last_save = time.monotonic()
 
   def check_finite(self, step: int, metrics: dict[str, float]) -> None:
-    """Stops the run after rl.max_nonfinite_steps NaN/inf steps in a row."""
+    """Stops the run after rl.max_nonfinite_steps NaN/inf steps in a row
+    (a step without an update neither adds to the streak nor ends it)."""
+    if metrics.get('train/skipped'):
+      return
     self.nonfinite_run = (self.nonfinite_run + 1
                           if metrics.get('train/nonfinite') else 0)
     if self.nonfinite_run >= self.cfg.rl.max_nonfinite_steps:

@@ -314,6 +314,22 @@ class NonFiniteTest(absltest.TestCase):
     self.assertEqual(final['step'], 4)
     self.assertTrue(np.isfinite(final.get('train/loss', 0.0)))
 
+  def test_steps_without_an_update_do_not_break_the_streak(self):
+    # One round of 4 prompts a step for a batch of 8: steps without an
+    # update (short_batch='wait') come between the updates, all NaN.
+    c = _config(total_steps=8)
+    c.rollout.batch_size, c.rollout.round_size = 8, 4
+    c.rollout.max_rounds = 1
+    c.rl.max_nonfinite_steps = 2
+    workdir = self.create_tempdir().full_path
+    with mock.patch.object(rollout_lib, 'assemble', _poisoned_assemble):
+      with self.assertRaisesRegex(errors.TrainingError,
+                                  'step 5: NaN/inf .* in 2 steps in a row'):
+        train.run(c, workdir, log=lambda _: None)
+    records = metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in records
+                      if r.get('train/skipped')], [1, 2, 4])
+
 
 class PreemptionTest(absltest.TestCase):
 
