@@ -591,21 +591,47 @@ def mixed_table(runs) -> str:
 
 
 def conflict_table(runs) -> str:
+  """Per policy: each subset's final accuracy and its paired difference
+  from `none`'s (seed by seed), the minority's batch share
+  (over the steps with an update) over the whole run, in each third of it
+  and at its highest over 10 consecutive updates, and the prompts
+  generated. A whole-run mean hides a share that surges for a while and
+  then falls to nothing, as `filter`'s does before it runs out."""
   if not runs:
     return '_No runs yet._\n'
+  n_steps = max(r.header['steps'] for seeds in runs.values()
+                for r in seeds.values())
+  third = n_steps // 3
+  parts = ((1, third), (third + 1, 2 * third), (2 * third + 1, n_steps))
+  base = runs.get('none', {})
   rows = []
   for variant, seeds in runs.items():
     rs = list(seeds.values())
-    share = [float(r.series('data/batch_share/unanswerable')[1].mean())
-             for r in rs]
+    paired = [s for s in sorted(seeds) if s in base]
+    diffs = [
+        _ci([seeds[s].final(f'eval/accuracy/{name}')
+             - base[s].final(f'eval/accuracy/{name}') for s in paired])
+        if variant != 'none' and paired else ''
+        for name in ('answerable', 'unanswerable')]
+    series = [r.series('data/batch_share/unanswerable') for r in rs]
+    share = [float(y.mean()) for _, y in series]
+    by_part = [[float(y[(x >= lo) & (x <= hi)].mean()) for x, y in series
+                if ((x >= lo) & (x <= hi)).any()] for lo, hi in parts]
+    peak = [float(np.convolve(y, np.ones(10) / 10, 'valid').max())
+            for _, y in series if len(y) >= 10]
     rows.append((
         f'`{variant}`', len(rs),
-        _ci([r.final('eval/accuracy/answerable') for r in rs]),
-        _ci([r.final('eval/accuracy/unanswerable') for r in rs]),
-        _ci(share, 3),
+        _ci([r.final('eval/accuracy/answerable') for r in rs]), diffs[0],
+        _ci([r.final('eval/accuracy/unanswerable') for r in rs]), diffs[1],
+        _ci(share, 3), *(_ci(p, 2) if p else 'n/a' for p in by_part),
+        _ci(peak, 2),
         _ci([r.total('rollout/prompts_generated') for r in rs], 0)))
-  return _table(('policy', 'seeds', 'answerable, final', 'unanswerable, final',
-                 'minority batch share, mean', 'prompts generated'), rows)
+  return _table(('policy', 'seeds', 'answerable, final',
+                 'minus none\'s (paired)', 'unanswerable, final',
+                 'minus none\'s (paired)', 'minority batch share, mean',
+                 *(f'share, steps {lo}-{hi}' for lo, hi in parts),
+                 'share, highest over 10 updates', 'prompts generated'),
+                rows)
 
 
 def simulator_table(data: str, stats) -> str:
