@@ -549,6 +549,7 @@ def drift_table(runs) -> str:
   n_steps = max(r.header['steps'] for seeds in runs.values()
                 for r in seeds.values())
   third = n_steps // 3
+  first = next(iter(runs))
   for variant, seeds in runs.items():
     for part, (lo, hi) in ((f'steps 1-{third}', (1, third)),
                            (f'steps {third + 1}-{n_steps}',
@@ -564,6 +565,13 @@ def drift_table(runs) -> str:
       finals = [r.final(f'eval/accuracy/{name}') for r in seeds.values()]
       rows.append((f'`{variant}`', f'final accuracy, {name}', _ci(finals),
                    ' / '.join(_fmt(x) for x in finals)))
+      if variant != first:  # paired, seed by seed, with the first balance
+        diffs = [seeds[s].final(f'eval/accuracy/{name}')
+                 - runs[first][s].final(f'eval/accuracy/{name}')
+                 for s in seeds if s in runs[first]]
+        rows.append((f'`{variant}`', f'final accuracy, {name}, minus '
+                     f'`{first}`\'s (paired)', _ci(diffs),
+                     ' / '.join(f'{x:+.3f}' for x in diffs)))
     prompts = [r.total('rollout/prompts_generated') for r in seeds.values()]
     rows.append((f'`{variant}`', 'prompts generated', _ci(prompts, 0),
                  ' / '.join(f'{x:,.0f}' for x in prompts)))
