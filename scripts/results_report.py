@@ -528,17 +528,22 @@ def short_batch_table(runs) -> str:
   rows = []
   for variant, seeds in runs.items():
     s = sorted(seeds)
+    # Paired, seed by seed, with the same policy's `train` behaviour.
+    base = runs.get(variant.rsplit('_', 1)[0] + '_train', {})
+    paired = [k for k in s if k in base]
     rows.append((
         f'`{variant}`', len(s),
         _ci([seeds[k].evals[0][1] for k in s]),
         _ci([seeds[k].final() for k in s]),
+        _ci([seeds[k].final() - base[k].final() for k in paired])
+        if paired and seeds is not base else '',
         ' / '.join(_fmt(seeds[k].final()) for k in s),
         _ci([seeds[k].updates() for k in s], 0),
         _ci([np.mean([x.get('train/batch_fill', 1.0) for x in seeds[k].steps])
              for k in s], 2),
         _ci([seeds[k].total('rollout/prompts_generated') for k in s], 0)))
   return _table(('variant', 'seeds', 'accuracy, step 0', 'final accuracy',
-                 'per seed', 'updates', 'mean batch fill',
+                 'minus the policy\'s `train` (paired)', 'per seed', 'updates', 'mean batch fill',
                  'prompts generated'), rows)
 
 
