@@ -790,15 +790,18 @@ def provenance(data: str) -> str:
     runs = load(data, name)
     headers = [r.header for seeds in runs.values() for r in seeds.values()]
     if not headers:
-      rows.append((name, 0, '', '', ''))
+      rows.append((name, 0, '', '', '', ''))
       continue
     commits = sorted({h['commit'][:12] for h in headers})
     seeds = sorted({h['seed'] for h in headers})
+    # The experiment the recorded command ran, under its name at the time.
+    ran = sorted({h['command'].split()[3] for h in headers})
     rows.append((name, len(headers), ', '.join(map(str, seeds)),
-                 ', '.join(commits),
+                 ', '.join(commits), ', '.join(f'`{x}`' for x in ran),
                  f'{sum(h["seconds_last_leg"] for h in headers) / 60:.0f}'))
   return _table(('experiment', 'runs', 'seeds', 'commits',
-                 'minutes (last leg of each run)'), rows)
+                 'recorded command ran', 'minutes (last leg of each run)'),
+                rows)
 
 
 def read_blocks(doc_text: str) -> dict[str, str]:
