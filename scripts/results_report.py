@@ -185,6 +185,22 @@ def _ci(values, digits: int = 3, scale: float = 1.0) -> str:
   return f'{_fmt(m, digits)} [{_fmt(lo, digits)}, {_fmt(hi, digits)}]'
 
 
+def _count(values) -> str:
+  """Prompt counts, skewed and positive: their geometric mean with a
+  t-interval on the logs (a t-interval on the counts runs below zero)."""
+  m, lo, hi = ratio_interval(values)
+  if not np.isfinite(lo):
+    return f'{m:,.0f}' if np.isfinite(m) else 'n/a'
+  return f'{m:,.0f} [{lo:,.0f}, {hi:,.0f}]'
+
+
+def _spread(values) -> str:
+  """Median (lowest-highest) of counts that may be 0 (a target reached at
+  step 0), where neither a t-interval nor a geometric mean fits."""
+  x = np.asarray(values, float)
+  return f'{np.median(x):,.0f} ({x.min():,.0f}-{x.max():,.0f})'
+
+
 def _ratio(ratios) -> str:
   if not ratios:
     return 'n/a'
@@ -320,13 +336,13 @@ def savings(runs, stats) -> tuple[str, str]:
     reached = [s for s in common if st['costs'][s] is not None]
     summary.append((
         f'`{variant}`', f'{len(reached)}/{len(common)}',
-        _ci([st['costs'][s][0] for s in reached], 0) if reached else 'n/r',
+        _spread([st['costs'][s][0] for s in reached]) if reached else 'n/r',
         _ratio(st['ratios'][0]), _ratio(st['ratios'][1]),
         _ratio(st['ratios'][2]), _ci(st['finals']),
         _ci(st['diffs']) if variant != 'none' else '',
         _ci(st['matched']) if variant != 'none' else '',
-        _ci([seeds[s].total('rollout/prompts_generated') for s in common],
-            0), _ratio(st['whole']),
+        _count([seeds[s].total('rollout/prompts_generated')
+                for s in common]), _ratio(st['whole']),
         f'{min(seeds[s].updates() for s in common)}'))
     for s in common:
       c = st['costs'][s]
@@ -338,7 +354,8 @@ def savings(runs, stats) -> tuple[str, str]:
           'n/r' if c is None else f'{c[2]:.1f}',
           _fmt(seeds[s].final()),
           f'{seeds[s].total("rollout/prompts_generated"):,.0f}'))
-  head = ('policy', 'seeds reaching target', 'prompts to target',
+  head = ('policy', 'seeds reaching target',
+          'prompts to target, median (range)',
           'saving: prompts', 'saving: tokens', 'saving: generation time',
           'final accuracy', 'minus none\'s (paired)',
           'minus none\'s at the same prompts', 'prompts, whole run',
@@ -541,7 +558,7 @@ def short_batch_table(runs) -> str:
         _ci([seeds[k].updates() for k in s], 0),
         _ci([np.mean([x.get('train/batch_fill', 1.0) for x in seeds[k].steps])
              for k in s], 2),
-        _ci([seeds[k].total('rollout/prompts_generated') for k in s], 0)))
+        _count([seeds[k].total('rollout/prompts_generated') for k in s])))
   return _table(('variant', 'seeds', 'accuracy, step 0', 'final accuracy',
                  'minus the policy\'s `train` (paired)', 'per seed', 'updates', 'mean batch fill',
                  'prompts generated'), rows)
@@ -578,8 +595,15 @@ def drift_table(runs) -> str:
                      f'`{first}`\'s (paired)', _ci(diffs),
                      ' / '.join(f'{x:+.3f}' for x in diffs)))
     prompts = [r.total('rollout/prompts_generated') for r in seeds.values()]
-    rows.append((f'`{variant}`', 'prompts generated', _ci(prompts, 0),
+    rows.append((f'`{variant}`', 'prompts generated', _count(prompts),
                  ' / '.join(f'{x:,.0f}' for x in prompts)))
+    if variant != first:
+      ratios = [seeds[s].total('rollout/prompts_generated')
+                / runs[first][s].total('rollout/prompts_generated')
+                for s in seeds if s in runs[first]]
+      rows.append((f'`{variant}`', f'prompts generated over `{first}`\'s '
+                   '(paired)', _ratio(ratios),
+                   ' / '.join(f'{x:.2f}x' for x in ratios)))
   return _table(('balance', 'what', 'mean [95% CI]', 'per seed'), rows)
 
 
@@ -638,13 +662,51 @@ def conflict_table(runs) -> str:
         _ci([r.final('eval/accuracy/unanswerable') for r in rs]), diffs[1],
         _ci(share, 3), *(_ci(p, 2) if p else 'n/a' for p in by_part),
         _ci(peak, 2),
-        _ci([r.total('rollout/prompts_generated') for r in rs], 0)))
+        _count([r.total('rollout/prompts_generated') for r in rs])))
   return _table(('policy', 'seeds', 'answerable, final',
                  'minus none\'s (paired)', 'unanswerable, final',
                  'minus none\'s (paired)', 'minority batch share, mean',
                  *(f'share, steps {lo}-{hi}' for lo, hi in parts),
                  'share, highest over 10 updates', 'prompts generated'),
                 rows)
+
+
+def _first_step(run, key: str, count: float):
+  """The first step at which `key` reaches `count`, or None."""
+  return next((r['step'] for r in run.steps if r.get(key, 0.0) >= count),
+              None)
+
+
+def conflict_flood_table(runs) -> str:
+  """`filter`, seed by seed: when each subset is used up, the minority's
+  highest share over 10 consecutive updates and where, and the answerable
+  accuracy at the evaluations around it."""
+  rows = []
+  for seed, r in sorted(runs.get('filter', {}).items()):
+    size = {d['name']: d['num_train'] for d in r.header['datasets']}
+    x, y = r.series('data/batch_share/unanswerable')
+    if len(y) < 10:
+      continue
+    window = np.convolve(y, np.ones(10) / 10, 'valid')
+    k = int(window.argmax())
+    at, acc = r.eval_series('eval/accuracy/answerable')
+    rows.append((
+        seed,
+        _first_step(r, 'data/filtered/answerable',
+                    0.95 * size['answerable']) or 'n/r',
+        _first_step(r, 'data/filtered/unanswerable',
+                    0.9 * size['unanswerable']) or 'n/r',
+        _fmt(float(window[k]), 2), f'{x[k]}-{x[k + 9]}',
+        _fmt(float(acc[at <= x[k]][-1])), _fmt(float(acc[at >= x[k + 9]][0])),
+        _fmt(r.final('eval/accuracy/answerable'))))
+  if not rows:
+    return ''
+  return '\n`filter`, seed by seed:\n\n' + _table(
+      ('seed', '95% of answerable filtered by step',
+       '90% of refusals filtered by step',
+       'minority share, highest over 10 updates', 'at steps',
+       'answerable accuracy, last evaluation before',
+       'first evaluation after', 'final'), rows)
 
 
 def simulator_table(data: str, stats) -> str:
@@ -741,6 +803,8 @@ def render_blocks(data: str) -> dict[str, str]:
                              ('conflict', conflict_table, 'conflict')):
     runs = load(data, name)
     blocks[name] = table(runs)
+    if name == 'conflict':
+      blocks[name] += conflict_flood_table(runs)
     if runs:
       blocks[name] += f'\n![{title}](results/{name}.png)\n'
   long = load(data, 'long')

@@ -6,6 +6,7 @@ docs/results/data/ and compared with the page; after new runs,
 """
 
 import os
+import re
 import sys
 
 from absl.testing import absltest
@@ -36,6 +37,28 @@ class ResultsPageTest(absltest.TestCase):
                          '`python scripts/reproduce.py report`')
       seen |= set(on_page)
     self.assertEqual(seen, set(made))
+
+  def test_numbers_in_the_prose_are_the_tables_numbers(self):
+    # Prose between the blocks is written by hand: each decimal it quotes
+    # must be a number of a block, rounded to either's precision.
+    with open(DOC, encoding='utf-8') as f:
+      text = f.read()
+    block = r'<!-- results:(\w+) -->\n(.*?)<!-- /results:\1 -->'
+    made = '\n'.join(b for _, b in re.findall(block, text, re.S))
+    prose = re.sub(r'```.*?```', '', re.sub(block, '', text, flags=re.S),
+                   flags=re.S)
+    number = r'(?<![\w.])(-?\d[\d,]*\.\d+)'
+
+    def parse(t):
+      return float(t.replace(',', '')), len(t.split('.')[1])
+    table = {parse(t) for t in re.findall(number, made)}
+    known = {(d, round(abs(v), d)) for v, _ in table for d in range(5)}
+    for t in re.findall(number, prose):
+      v, d = parse(t)
+      self.assertTrue(
+          (d, round(abs(v), d)) in known
+          or any(round(abs(v), e) == abs(w) for w, e in table),
+          f'{t} in the prose of docs/results.md is in none of its tables')
 
   def test_figures_named_on_the_page_exist(self):
     with open(DOC, encoding='utf-8') as f:
