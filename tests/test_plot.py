@@ -278,13 +278,20 @@ class CommandLineTest(absltest.TestCase):
     open(os.path.join(blank, 'metrics.jsonl'), 'w').close()
     folder = self.create_tempdir().full_path
     os.mkdir(os.path.join(folder, 'metrics.jsonl'))
+    no_objects = self.create_tempdir().full_path
+    with open(os.path.join(no_objects, 'metrics.jsonl'), 'w') as f:
+      f.write('[1]\n"x"\n')
+    # Mistakes in the input exit 2, as jaxgrpo-export and summarize_run.py
+    # do for a folder that is no run workdir; a run's state, 1.
     cases = (
-        ((empty,), 1, 'metrics.jsonl: no such file'),
-        ((folder,), 1, 'metrics.jsonl: is a folder'),
+        ((empty,), 2, 'metrics.jsonl: no such file, and no run started in'),
+        ((os.path.join(empty, 'nope'),), 2, 'nope: no such folder'),
+        ((folder,), 2, 'metrics.jsonl: is a folder'),
         ((with_records, '--window=0'), 2, '--window=0: must be >= 1'),
         ((with_records, '--bogus'), 2, 'unrecognized arguments'),
         ((), 2, 'required: workdir'),
-        ((blank,), 1, 'holds no metrics to plot'),
+        ((blank,), 1, 'holds no step yet'),
+        ((no_objects,), 1, 'holds no metrics to plot'),
     )
     for argv, want, pattern in cases:
       with self.subTest(argv=argv):
@@ -294,6 +301,37 @@ class CommandLineTest(absltest.TestCase):
         self.assertLen(lines, 1, stderr)
         self.assertStartsWith(lines[0], 'jaxgrpo-plot: error: ')
         self.assertIn(pattern, lines[0])
+
+  def test_a_run_before_its_first_step_is_told_and_left_alone(self):
+    # A run starting (checkpoints/ and its lock, no metrics.jsonl yet), one
+    # whose first line is being written, one that stopped before a step.
+    starting = self.create_tempdir().full_path
+    os.mkdir(os.path.join(starting, 'checkpoints'))
+    writing = self.create_tempdir().full_path
+    with open(os.path.join(writing, 'metrics.jsonl'), 'w') as f:
+      f.write('{"step": 1, "reward/me')
+    stopped = self.create_tempdir().full_path
+    open(os.path.join(stopped, 'metrics.jsonl'), 'w').close()
+    for workdir, training in ((starting, True), (writing, True),
+                              (stopped, False)):
+      with self.subTest(workdir=workdir), contextlib.ExitStack() as stack:
+        if training:
+          stack.enter_context(workdir_lib.lock(workdir, process_index=0))
+        before = sorted(os.listdir(workdir))
+        code, stdout, stderr = _main(workdir, '--tensorboard')
+        self.assertEqual((code, stdout), (1, ''))
+        path = os.path.join(workdir, 'metrics.jsonl')
+        run = (f'the run training in {workdir} (pid {os.getpid()} on '
+               f'{socket.gethostname()}, started ' if training
+               else f'the run in {workdir} may')
+        self.assertStartsWith(
+            stderr, f'jaxgrpo-plot: error: {path} holds no step yet: {run}')
+        self.assertEndsWith(
+            stderr, 'may not have finished its first step; wait for it and '
+            f'plot again, or check that {workdir} is the workdir you meant\n')
+        self.assertLen(stderr.splitlines(), 1)
+        # Nothing written: no tensorboard/ nor plots/ folder.
+        self.assertEqual(sorted(os.listdir(workdir)), before)
 
   def test_python_dash_m_help(self):
     proc = subprocess.run([sys.executable, '-m', 'jaxgrpo.cli.plot', '--help'],

@@ -11,6 +11,7 @@ import os
 import re
 import sys
 
+from jaxgrpo import records
 from jaxgrpo.cli import common
 from jaxgrpo.reporting import plot
 
@@ -45,6 +46,56 @@ def _live_events(workdir: str) -> str | None:
   return held if events else None
 
 
+def _ended_lines(path: str) -> tuple[bool, bool]:
+  """Whether `path` holds an ended line that is not blank, and whether one
+  of those is a metrics record (a last line without its newline is being
+  written, or was cut short)."""
+  ended = False
+  with open(path, 'rb') as f:
+    for line in f:
+      text = line.decode('utf-8', 'replace')
+      if text.endswith('\n') and text.strip():
+        ended = True
+        if records.record(text):
+          return True, True
+  return ended, False
+
+
+def _nothing_to_plot(workdir: str) -> tuple[str, int] | None:
+  """Why `workdir` holds no metrics to plot, with the exit code: 2 when it
+  names no run workdir, 1 when the run's metrics are not there yet or
+  cannot be read; None when its metrics.jsonl holds a record."""
+  path = os.path.join(workdir, 'metrics.jsonl')
+  where = '(WORKDIR is a run workdir: where the run writes metrics.jsonl)'
+  if not os.path.isdir(workdir):
+    what = 'is not a folder' if os.path.exists(workdir) else 'no such folder'
+    return f'{workdir}: {what} {where}', 2
+  if os.path.isdir(path):
+    return f'{path}: is a folder {where}', 2
+  # A run takes its lock and makes checkpoints/ before its first step.
+  started = any(os.path.exists(os.path.join(workdir, name))
+                for name in ('.lock', 'checkpoints'))
+  if not os.path.exists(path) and not started:
+    return f'{path}: no such file, and no run started in {workdir} {where}', 2
+  try:
+    ended, has_record = _ended_lines(path)
+  except FileNotFoundError:
+    ended, has_record = False, False
+  except OSError as e:
+    return f'{path}: cannot be read ({e.strerror or e})', 1
+  if has_record:
+    return None
+  if ended:  # lines, none of them a record: damaged
+    return f'{path} holds no metrics to plot', 1
+  from jaxgrpo import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  held = workdir_lib.holder(workdir)
+  run = (f'the run training in {workdir} ({held})' if held
+         else f'the run in {workdir}')
+  return (f'{path} holds no step yet: {run} may not have finished its first '
+          'step; wait for it and plot again, or check that '
+          f'{workdir} is the workdir you meant'), 1
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
   argv = sys.argv[1:] if argv is None else list(argv)
@@ -54,11 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     return common.fail(PROG, str(e), 2)
   if args.window < 1:
     return common.fail(PROG, f'--window={args.window}: must be >= 1', 2)
+  if nothing := _nothing_to_plot(args.workdir):
+    # Before anything is written: a failed call leaves no plots/ or
+    # tensorboard/ folder behind.
+    return common.fail(PROG, *nothing)
   path = os.path.join(args.workdir, 'metrics.jsonl')
-  if not os.path.isfile(path):
-    what = 'is a folder' if os.path.isdir(path) else 'no such file'
-    return common.fail(PROG, f'{path}: {what} (WORKDIR is a run workdir: '
-                       'where the run wrote metrics.jsonl)', 1)
   failed = []  # one error line each
   paths = plot.plot_run(args.workdir, args.out, args.window, log=failed.append)
   for p in paths:
