@@ -25,10 +25,12 @@ of checkpoints, keyed by dataset.
 
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
+import itertools
 import json
 import os
 import re
 from typing import Any
+import unicodedata
 import uuid
 
 import numpy as np
@@ -93,6 +95,23 @@ def part_name(shard: int, num_shards: int, part: int) -> str:
 
 def tag_dir(out_dir: str, dataset: str, tag: str) -> str:
   return os.path.join(out_dir, PARTS, dataset, tag)
+
+
+def _kept(char: str) -> bool:
+  """Letters and digits of any script, the marks that combine with them (an
+  accent, a Devanagari vowel sign) and `._+-`."""
+  return (char.isalnum() or char in '._+-'
+          or unicodedata.category(char).startswith('M'))
+
+
+def file_name(label: str) -> str:
+  """`label` as one file name component (a tag's folder): each run of the
+  characters `_kept` leaves out (a space, `/`, `:`, an emoji) is one
+  `_`; no leading dot. '数学-step3' stays as it is: a file name may hold any
+  letters, and two workdirs named in another script keep distinct tags."""
+  runs = itertools.groupby(label, _kept)
+  out = ''.join(''.join(chars) if kept else '_' for kept, chars in runs)
+  return out.lstrip('.')
 
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:

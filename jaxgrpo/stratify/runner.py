@@ -12,7 +12,6 @@ run that never stopped.
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import os
-import re
 import time
 from typing import Any, Protocol
 
@@ -244,7 +243,8 @@ def _remove_stale_tmp(out_dir: str, dataset: str, tag: str,
 
 def tag_of(name: str) -> str:
   """A filesystem-safe label of a `LoadedModel.name`: 'init', the workdir's
-  basename and step ('warm-step100'), or the model file or folder name."""
+  basename and step ('warm-step100', '数学-step3'), or the model file or
+  folder name (`passrates.file_name`)."""
   if name == model_spec.INIT:
     return name
   path, sep, step = name.rpartition('@')
@@ -253,7 +253,7 @@ def tag_of(name: str) -> str:
   base = os.path.basename(path.rstrip('/')) or 'model'
   base = base.removesuffix('.gguf')
   label = f'{base}-step{step}' if step else base
-  return re.sub(r'[^A-Za-z0-9._+-]+', '_', label).lstrip('.') or 'model'
+  return passrates.file_name(label) or 'model'
 
 
 def make_generator(cfg: config_lib.Config, model: model_spec.LoadedModel,

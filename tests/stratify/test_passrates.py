@@ -65,6 +65,17 @@ class PassRatesTest(absltest.TestCase):
     np.testing.assert_allclose(only.pass_rate, [3 / 8, 2 / 8])
     self.assertEqual(passrates.tags(out), ['m1', 'm2'])
 
+  def test_tags_in_other_scripts_name_their_own_folders(self):
+    out = self.create_tempdir().full_path
+    _write(out, '数学-step3', ['x', 'y'], [1, 4])
+    _write(out, '模型-step3', ['x', 'y'], [0, 2])
+    self.assertEqual(passrates.tags(out), ['数学-step3', '模型-step3'])
+    only = passrates.read(out, checkpoints=['模型-step3'])['a']
+    np.testing.assert_array_equal(only.passes, [0, 2])
+    summary = passrates.write_summary(out)
+    self.assertEqual(summary['datasets']['a']['done'],
+                     {'数学-step3': 2, '模型-step3': 2})
+
   def test_summary_from_the_parts(self):
     out = self.create_tempdir().full_path
     _write(out, 'm1', ['x', 'y'], [1, 4])

@@ -181,6 +181,31 @@ class ShardTest(absltest.TestCase):
                      [[1, 4], [7]])
 
 
+class TagTest(absltest.TestCase):
+
+  def test_tags_keep_letters_of_any_script(self):
+    # Both were '_-step3': one row twice in jaxgrpo-eval's table, and
+    # jaxgrpo-stratify refused the pair.
+    cases = (
+        ('/runs/数学@3', '数学-step3'),
+        ('/runs/模型@3', '模型-step3'),
+        ('/runs/café@1', 'café-step1'),
+        ('/runs/cafe\u0301@1', 'cafe\u0301-step1'),
+        ('/runs/हिन्दी@2', 'हिन्दी-step2'),
+        ('/runs/warm@100', 'warm-step100'),
+        ('/runs/my run: 2@4', 'my_run_2-step4'),
+        ('/runs/a_b+c.d@0', 'a_b+c.d-step0'),
+        ('/runs/🙂@5', '_-step5'),
+        ('/runs/.hidden@1', 'hidden-step1'),
+        ('/models/qwen.gguf', 'qwen'),
+        ('/models/Qwen2.5-0.5B/', 'Qwen2.5-0.5B'),
+        ('init', 'init'),
+    )
+    for name, tag in cases:
+      with self.subTest(name=name):
+        self.assertEqual(runner.tag_of(name), tag)
+
+
 def _part_ids(path):
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
   return pq.read_table(path, columns=['id'])['id'].to_pylist()
