@@ -110,6 +110,17 @@ _ARTICLES = re.compile(r'\b(?:a|an|the)\b')
 _MARKER = re.compile(r"(?<!\bno )\banswer\s*(?::|is(?![\w'\u2019]))",
                      re.IGNORECASE)
 _MARKER_LEAD = ' \t*_:-"\'`'
+# What a marker may point at before the answer: 'The answer is simple:
+# France', '... as follows:' or '... below.' and the answer on the next
+# line. A closed list, unlike math's any few words: an answer is words too
+# ('The answer is Paris: its capital' answers Paris).
+_LEAD_IN = re.compile(
+    r'(?:(?:quite|very|really|pretty|fairly|rather|actually)\s+)?'
+    r'(?:(?:simple|easy|clear|obvious|straightforward|evident|short|this|here)'
+    r'(?:\s+(?:to\s+(?:see|find|tell)|enough))?[\s*_]*'
+    r'(?::|\u2014|\u2013|\s-\s)'
+    r'|(?:as\s+follows|the\s+following|(?:given\s+|shown\s+)?below)'
+    r'[\s*_]*(?:[:.!\u2014\u2013]|\s-\s|(?=\n)))', re.IGNORECASE)
 # Typographic quotes and apostrophes count as their ASCII forms do.
 _QUOTES = '\u2018\u2019\u201c\u201d\u00ab\u00bb\u2039\u203a\u02bc'
 _PUNCT = str.maketrans('', '', string.punctuation + _QUOTES)
@@ -216,10 +227,15 @@ def _first_line(text: str) -> str:
 
 
 def _after_marker(text: str) -> str | None:
+  """The first non-empty line after the last marker; after a lead-in
+  (`_LEAD_IN`), the first after that, when there is one."""
   last = _last(_MARKER, text, len(text))
   if last is None:
     return None
-  return _first_line(text[last.end():].lstrip(_MARKER_LEAD))
+  rest = text[last.end():].lstrip(_MARKER_LEAD)
+  lead = _LEAD_IN.match(rest)
+  answer = _first_line(rest[lead.end():]) if lead else ''
+  return answer or _first_line(rest)
 
 
 def _is_tag_name(tag: Any) -> bool:
@@ -236,7 +252,9 @@ class GroundedQA:
       of the last `<tag>...</tag>` (no tag scores 0); 'full': the whole
       completion; 'auto': the tag if present, else the first non-empty
       line after the last "answer:" / "answer is" (as in "The answer is"),
-      else the first non-empty line.
+      or after the lead-in it starts with ("The answer is simple: France",
+      "... as follows:" and the answer on the next line), else the first
+      non-empty line.
     tag: the answer tag's name.
     refusal_phrases: phrases that make an answer a refusal.
     refusal_match: 'contains': the normalised answer contains a normalised

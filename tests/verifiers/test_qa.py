@@ -100,6 +100,29 @@ class QaTest(parameterized.TestCase):
       ('wrong', 'Spain', 'ans', {}, 0.0, 'Spain'),
       ('curly_quotes', 'The answer is \u201cFrance\u201d.', 'ans', {}, 1.0,
        '\u201cFrance\u201d.'),
+      # A lead-in after the marker (it was the answer: 'simple: France').
+      ('lead_in_colon', 'The answer is simple: France', 'ans', {}, 1.0,
+       'France'),
+      ('lead_in_easy_to_see', 'So the answer is easy to see: France.', 'ans',
+       {}, 1.0, 'France.'),
+      ('lead_in_dash', 'The answer is quite simple - France', 'ans', {}, 1.0,
+       'France'),
+      ('lead_in_next_line', 'The answer is as follows:\n\nFrance', 'ans', {},
+       1.0, 'France'),
+      ('lead_in_sentence', 'The final answer is below.\n**France**', 'ans',
+       {}, 1.0, '**France**'),
+      ('lead_in_refusal', 'The answer is simple: the passage does not say.',
+       'unans', {}, 1.0, 'the passage does not say.'),
+      ('lead_in_alone', 'The answer is simple.', 'ans', {}, 0.0, 'simple.'),
+      ('lead_in_then_nothing', 'The answer is as follows:', 'ans', {}, 0.0,
+       'as follows:'),
+      # Words before a colon are the answer unless they are a lead-in.
+      ('answer_before_colon', 'The answer is Spain: France', 'ans', {}, 0.0,
+       'Spain: France'),
+      ('lead_in_word_starts_answer', 'The answer is this year: France', 'ans',
+       {}, 0.0, 'this year: France'),
+      ('lead_in_word_glued', 'The answer is clearly: France', 'ans', {}, 0.0,
+       'clearly: France'),
       # Refusals.
       ('refusal_unanswerable', 'unanswerable', 'unans', {}, 1.0,
        'unanswerable'),
@@ -319,6 +342,17 @@ class SquadDevTest(absltest.TestCase):
             blank.append(gold)
       self.assertEqual(scored, 10_049)
       self.assertEqual(blank, ['.'] * 3)
+
+  def test_every_gold_after_a_marker_scores_one(self):
+    # No gold starts with what reads as a lead-in ('simple:', 'as follows').
+    verify = qa.GroundedQA()
+    for example in self.answerable:
+      for gold in example.meta['answers']:
+        if not qa.normalize_answer(gold):
+          continue
+        for text in (f'The answer is {gold}.', f'Answer: {gold}',
+                     f'The answer is:\n{gold}'):
+          self.assertEqual(verify(text, example).reward, 1.0, text)
 
   def test_refusal_scores_one_only_on_unanswerable(self):
     for verify in (qa.GroundedQA(), qa.GroundedQA(extract='tag'),
