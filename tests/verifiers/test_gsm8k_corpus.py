@@ -21,7 +21,8 @@ _GSM8K = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared',
 
 # (name, completion template, reward by default, with fallback='none', why).
 # Fields: {g} the gold as GSM8K writes it, {v} its value, {c} the value with
-# thousands commas, {l} with LaTeX ones ('1{,}080'), {w} a wrong value
+# thousands commas, {l} with LaTeX ones ('1{,}080'), {s} with apostrophes
+# ("1'080"), {w} a wrong value
 # (v + 1), {q} the question's last number (never the gold), {a} and {b} with
 # a + b = v.
 _FORMS = (
@@ -146,6 +147,8 @@ _FORMS = (
      'a result after a word is no answer'),
     ('result_in_words_wrong', 'Answer: {v} plus 1 gives {w}.', 0, 0,
      'the result, not an operand'),
+    ('last_swiss_thousands', 'She has {a} and {b} more: {s} in all.', 1, 0,
+     "the last number grouped by apostrophes (1'080), as after a marker"),
 )
 
 # (name, completion, gold, reward by default, why).
@@ -195,6 +198,29 @@ _SINGLE = (
     ('vulgar_fraction', 'The answer is 2\u00bd.', '2.5', 1, "'\u00bd' is 1/2"),
     ('vulgar_fraction_alone', '\\boxed{\u00be}', '0.75', 1, "'\u00be' is 3/4"),
     ('negative_parenthesised', '#### (-18)', '18', 0, 'the sign matters'),
+    ('hashes_dot_groups_full_stop', '#### 1.080.000.', '1080000', 1,
+     'a full stop after the groups'),
+    # The last number, unmarked, read as a marked answer is.
+    ('last_dot_groups', 'So the town has 1.080.000', '1080000', 1,
+     'two dots are groups (it was 1.08)'),
+    ('last_dot_groups_not_one', 'So the town has 1.000.000.', '1', 0,
+     "'1.000.000' is a million (it was read as 1)"),
+    ('last_dot_groups_full_stop', 'So the town has 1.000.000.', '1000000',
+     1, 'a full stop ends the sentence'),
+    ('last_lakh', 'The prize is 10,80,000', '1080000', 1,
+     'Indian grouping (it was 80,000)'),
+    ('last_swiss', "It costs 1'080 francs.", '1080', 1,
+     'an apostrophe groups (it was 080)'),
+    ('last_arabic', 'It costs 1\u066c080.', '1080', 1,
+     "Arabic's thousands separator"),
+    ('last_decimal', 'Each costs 3.5', '3.5', 1, 'one dot is a decimal point'),
+    ('last_decimal_full_stop', 'Each costs 3.5.', '3.5', 1,
+     'a decimal point, then a full stop'),
+    ('last_full_stop', 'It is 18.', '18', 1, 'a full stop after the number'),
+    ('last_one_dot', 'It weighs 1.080', '1080', 0,
+     'one dot is still a decimal point'),
+    ('last_after_dot_groups', 'From 1.000.000 she keeps 18', '18', 1,
+     'the last number'),
 )
 
 
@@ -210,6 +236,7 @@ def _fill(template, record):
   a = value // 2
   return gold, template.format(
       g=gold, v=value, c=f'{value:,}', l=f'{value:,}'.replace(',', '{,}'),
+      s=f'{value:,}'.replace(',', "'"),
       w=value + 1, q=last, a=a, b=value - a)
 
 

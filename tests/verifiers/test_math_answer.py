@@ -231,6 +231,9 @@ class MathAnswerTest(absltest.TestCase):
         'near comments': 'Answer: ' + '1 becaus x ' * 1000 + '= 1',
         'numbers in a sentence': 'Answer: ' + 'a 1 ' * 2500,
         'bold runs': 'Answer: ' + '1**' * 3000,
+        'lakh groups': '1' + ',00' * 3300,
+        'dot groups': '1' + '.000' * 2500 + '1',
+        'apostrophe groups': "1'000" * 2000,
     }
     for name, text in inputs.items():
       with self.subTest(name):
