@@ -5,6 +5,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from unittest import mock
@@ -233,6 +234,21 @@ class CommandLineTest(absltest.TestCase):
     subsets = [g for g in result['checkpoints'][0]['metrics'] if '/' in g]
     self.assertLen(rows, 2 * (1 + len(subsets)))
     self.assertEqual(lines[-1], f'wrote {path}')
+
+  def test_runs_of_one_folder_name_get_distinct_rows(self):
+    workdir = fixtures.run_workdir()
+    other = os.path.join(self.create_tempdir().full_path,
+                         os.path.basename(workdir))
+    shutil.copytree(workdir, other)
+    code, stdout, stderr = _main(
+        f'--config={CONFIG}', f'--checkpoint={workdir}@0',
+        f'--checkpoint={other}@0', '--k=2', '--limit=2', '--batch=2',
+        '--config.verify.workers=0', '--quiet')
+    self.assertEqual(code, 0, stderr)
+    tag = f'{os.path.basename(workdir)}-step0'
+    rows = {tuple(line.split()[:3]) for line in stdout.splitlines()[1:]}
+    self.assertIn((tag, '#1', 'arithmetic'), rows)
+    self.assertIn((tag, '#2', 'arithmetic'), rows)
 
   def test_table_lines_up_with_wide_and_combining_names(self):
     # A CJK glyph takes two terminal columns, a combining accent none:

@@ -30,6 +30,7 @@ cannot be read).
 """
 
 import argparse
+import collections
 from collections.abc import Callable, Sequence
 import dataclasses
 import json
@@ -207,6 +208,18 @@ def evaluate_checkpoints(
       result['checkpoints'].append({
           'spec': spec, 'name': model.name, 'tag': tag,
           'seconds': round(time.perf_counter() - t0, 3), 'metrics': metrics})
+  return _distinct_tags(result)
+
+
+def _distinct_tags(result: dict[str, Any]) -> dict[str, Any]:
+  """Tags two checkpoints share (`a/demo@3`, `b/demo@3`) get their place
+  on the command line, `demo-step3 #1` and `#2`, so no two rows look alike
+  (each entry's `spec` and `name` say which is which)."""
+  entries = result['checkpoints']
+  counts = collections.Counter(e['tag'] for e in entries)
+  for i, e in enumerate(entries):
+    if counts[e['tag']] > 1:
+      e['tag'] = f"{e['tag']} #{i + 1}"
   return result
 
 
