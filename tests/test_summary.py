@@ -173,6 +173,16 @@ class SummarizeRunScriptTest(absltest.TestCase):
     self.assertEqual(out, f'{workdir}: no GRPO step in its metrics.jsonl yet '
                      '(held-out accuracy 0.250)\n')
 
+  def test_a_run_before_its_first_step_says_so(self):
+    # A run holds its lock and checkpoints/ before metrics.jsonl exists:
+    # it exited 2, 'name a run workdir', like a folder holding no run.
+    workdir = self.create_tempdir().full_path
+    os.mkdir(os.path.join(workdir, 'checkpoints'))
+    code, out, _ = self._main(workdir)
+    self.assertEqual(code, 0)
+    self.assertEqual(out,
+                     f'{workdir}: no GRPO step in its metrics.jsonl yet\n')
+
   def test_mistakes_end_in_one_line(self):
     # Tracebacks before; --window=-1 printed an empty table.
     missing = os.path.join(self.create_tempdir().full_path, 'nope')
