@@ -208,7 +208,10 @@ def prompt_ids(tokenizer: Tokenizer, text: str,
   With `max_len`, a longer prompt keeps its BOS, if any, and its last tokens.
 
   A tokenizer with a `prompt_text` method (a chat model's) turns the prompt
-  into the text to encode first.
+  into the text to encode first. A longer chat prompt loses the start of the
+  user's text instead: the template's tokens around it (BOS, system turn,
+  user header, end of turn and generation prompt) are kept, unless they
+  alone do not fit.
 
   Args:
     tokenizer: the tokenizer.
@@ -218,16 +221,42 @@ def prompt_ids(tokenizer: Tokenizer, text: str,
   Returns:
     The prompt's token ids.
   """
+  ids = _encode_prompt(tokenizer, text)
+  if max_len is None or len(ids) <= max_len:
+    return ids
+  prompt_text = getattr(tokenizer, 'prompt_text', None)
+  if prompt_text is not None and prompt_text(text) != text:
+    start = _chat_cut(tokenizer, text, max_len)
+    if start is not None:
+      return _encode_prompt(tokenizer, text[start:])
+  return left_truncate(ids, max_len,
+                       keep_first=_starts_with_bos(tokenizer, ids))
+
+
+def _encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
   prompt_text = getattr(tokenizer, 'prompt_text', None)
   if prompt_text is not None:  # a chat template, see HFTokenizer.with_prompts
     text = prompt_text(text)
   ids = tokenizer.encode(text)
   if adds_bos(tokenizer) and not _starts_with_bos(tokenizer, ids):
     ids = [tokenizer.bos_id] + ids
-  if max_len is not None:
-    ids = left_truncate(ids, max_len,
-                        keep_first=_starts_with_bos(tokenizer, ids))
   return ids
+
+
+def _chat_cut(tokenizer: Tokenizer, text: str, max_len: int) -> int | None:
+  """The fewest leading characters of `text` to cut for its chat prompt to
+  fit `max_len` tokens (found by bisection), or None when the template's
+  tokens alone do not fit."""
+  lo, hi = 0, len(text)  # text[lo:] does not fit; text[hi:] fits.
+  if len(_encode_prompt(tokenizer, '')) > max_len:
+    return None
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    if len(_encode_prompt(tokenizer, text[mid:])) <= max_len:
+      hi = mid
+    else:
+      lo = mid
+  return hi
 
 
 def encode_prompts(
@@ -244,8 +273,9 @@ def encode_prompts(
     tokenizer: the tokenizer.
     prompts: R prompt texts.
     max_len: P, the padded prompt length.
-    truncate: a longer prompt keeps its BOS, if any, and its last tokens
-      (the question usually ends a prompt) instead of raising.
+    truncate: a longer prompt is cut as `prompt_ids` cuts it (its BOS, if
+      any, and its last tokens; a chat prompt's template around the end of
+      the user's text) instead of raising.
     names: R example ids, to name a prompt that is too long.
 
   Returns:
@@ -273,8 +303,7 @@ def encode_prompts(
             f'rollout.max_prompt_len={max_len}; raise it, or set '
             "rollout.long_prompts to 'truncate' or 'drop'"
         )
-      ids = left_truncate(ids, max_len,
-                          keep_first=_starts_with_bos(tokenizer, ids))
+      ids = prompt_ids(tokenizer, text, max_len)
       truncated[r] = True
     tokens[r, max_len - len(ids):] = ids
     mask[r, max_len - len(ids):] = True

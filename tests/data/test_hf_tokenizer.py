@@ -197,6 +197,30 @@ class HFTokenizerTest(parameterized.TestCase):
         hf.apply_chat_template(messages, tokenize=True, return_dict=False,
                                add_generation_prompt=True))
 
+  @parameterized.parameters('chatml', 'llama')
+  def test_chat_truncation_cuts_the_user_text(self, name):
+    tok = self.tok(name).with_prompts(chat=True, system='Be brief.')
+    head, tail = tok.prompt_text('\x00').split('\x00')
+    prompt = 'the cat sat on the mat. ' * 8 + 'What is 12 + 30?'
+    full = tokenizer_lib.prompt_ids(tok, prompt)
+    P = len(full) - 10
+    tokens, mask, truncated = tokenizer_lib.encode_prompts(
+        tok, [prompt], P, truncate=True)
+    ids = tokens[0][mask[0]].tolist()
+    self.assertTrue(truncated[0])
+    self.assertBetween(len(ids), P - 4, P)
+    self.assertEqual(ids, tokenizer_lib.prompt_ids(tok, prompt, P))
+    # The system turn and user header stay; the user's text loses its start.
+    text = tok.backend.decode(ids, skip_special_tokens=False)
+    self.assertStartsWith(text, head)
+    self.assertEndsWith(text, 'What is 12 + 30?' + tail)
+    self.assertIn('the mat.', text[len(head):])
+    # A limit the template alone exceeds keeps the prompt's last tokens.
+    small = len(tokenizer_lib.prompt_ids(tok, '')) - 1
+    self.assertEqual(
+        tokenizer_lib.prompt_ids(tok, prompt, small),
+        tokenizer_lib.left_truncate(full, small, keep_first=name == 'llama'))
+
   def test_chat_layouts(self):
     chatml, llama = self.tok('chatml'), self.tok('llama')
     self.assertEqual(
