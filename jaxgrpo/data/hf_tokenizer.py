@@ -344,6 +344,8 @@ class HFTokenizer:
     except Exception as e:  # A template is a program: it may raise anything.
       detail = e if isinstance(e, jinja2.TemplateError) else (
           f'{type(e).__name__}: {e}')
+      if isinstance(e, jinja2.TemplateSyntaxError):
+        detail = f'line {e.lineno}: {e.message}'
       raise ChatTemplateError(
           f'the chat template of {self.source} failed: {detail}') from e
 

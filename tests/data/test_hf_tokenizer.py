@@ -414,8 +414,15 @@ class HFTokenizerTest(parameterized.TestCase):
       tok.format_prompt('hi', system='x')
     tok.chat_template = '{% for %}'
     with self.assertRaisesRegex(hf_tokenizer.ChatTemplateError,
-                                'no_template failed'):
+                                'no_template failed: line 1: '):
       tok.format_prompt('hi')
+    # A tag or filter transformers does not define either names its line.
+    for bad in ('{{ 1 }}\n{% do x %}', '\n{{ messages | nofilter }}'):
+      tok.chat_template = bad
+      with self.assertRaisesRegex(
+          hf_tokenizer.ChatTemplateError,
+          'no_template failed: line 2: .*(do|nofilter)'):
+        tok.format_prompt('hi')
 
   def test_bad_jinja_file_and_failing_template_name_the_source(self):
     backend = self.backends['chatml']
