@@ -245,18 +245,28 @@ def _encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
 
 def _chat_cut(tokenizer: Tokenizer, text: str, max_len: int) -> int | None:
   """The fewest leading characters of `text` to cut for its chat prompt to
-  fit `max_len` tokens (found by bisection), or None when the template's
-  tokens alone do not fit."""
-  lo, hi = 0, len(text)  # text[lo:] does not fit; text[hi:] fits.
-  if len(_encode_prompt(tokenizer, '')) > max_len:
+  fit `max_len` tokens, or None when the template's tokens alone do not fit.
+
+  The kept end is found by doubling it, then bisecting, so that each try
+  encodes a few times max_len characters rather than the whole text."""
+  n = len(text)
+
+  def fits(start: int) -> bool:
+    return len(_encode_prompt(tokenizer, text[start:])) <= max_len
+
+  if not fits(n):
     return None
-  while hi - lo > 1:
-    mid = (lo + hi) // 2
-    if len(_encode_prompt(tokenizer, text[mid:])) <= max_len:
-      hi = mid
+  good, keep = n, max_len  # text[good:] fits.
+  while keep < n and fits(n - keep):
+    good, keep = n - keep, 2 * keep
+  bad = max(n - keep, 0)  # text[bad:] does not fit (the whole text does not).
+  while good - bad > 1:
+    mid = (bad + good) // 2
+    if fits(mid):
+      good = mid
     else:
-      lo = mid
-  return hi
+      bad = mid
+  return good
 
 
 def encode_prompts(
