@@ -73,9 +73,9 @@ class RolloutSection(checks.Section, name='rollout'):
       'update anyway)', one_of(SHORT_BATCH))
   max_prompt_len: int = field(12, 'P: padded prompt length in tokens', POSITIVE)
   long_prompts: str = field(
-      'error', 'a longer prompt: `error` (names the example), `truncate` (BOS '
-      'and its last P - 1 tokens) or `drop` (left out when its dataset is '
-      'loaded); truncations and drops are counted; see [Bad '
+      'error', 'a longer prompt: `error` (names the example), `truncate` (cut '
+      "from the start, BOS kept; in a chat template, the user text's) or "
+      '`drop` (left out when its dataset is loaded), both counted; see [Bad '
       'input](troubleshooting.md#bad-input)', one_of(LONG_PROMPTS))
   max_new_tokens: int = field(
       6, 'T: generated tokens at most', rule(lambda t: t >= 1, 'must be >= 1'))
