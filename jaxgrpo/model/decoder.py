@@ -156,7 +156,7 @@ class Decoder(nnx.Module):
     )
     self.embedding = nnx.Param(
         init(rngs.params(), (cfg.vocab_size, cfg.embed_dim), param_dtype),
-        out_sharding=('vocab', 'embed'),
+        out_sharding=('vocab', 'embed'), eager_sharding=False,
     )
     self.blocks = nnx.List([
         Block(cfg, sliding=i in cfg.sliding_layers, rngs=rngs)

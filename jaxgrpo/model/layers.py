@@ -1,7 +1,10 @@
 """Decoder building blocks: RMSNorm, einsum projections, RoPE and SwiGLU.
 
 Params carry logical axis names (`out_sharding` metadata) that
-`jaxgrpo.sharding` maps to mesh axes; nothing here knows about meshes.
+`jaxgrpo.sharding` maps to mesh axes; nothing here knows about meshes. Each
+is made with `eager_sharding=False`, so that building a model needs no mesh
+in any thread (flax's default is per thread), and flax's setting is left
+as the user has it.
 Einsum letters follow `jaxgrpo.typing`: B batch, T length, D model, N heads,
 K kv heads, H head dim, F feed-forward, V vocab.
 """
@@ -36,7 +39,8 @@ class RMSNorm(nnx.Module):
     self.eps = eps
     self.plus_one = plus_one
     init = jnp.zeros if plus_one else jnp.ones
-    self.scale = nnx.Param(init((dim,), param_dtype), out_sharding=('norm',))
+    self.scale = nnx.Param(init((dim,), param_dtype),
+                           out_sharding=('norm',), eager_sharding=False)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """Normalizes `x` [..., dim]; returns the same shape and dtype."""
@@ -86,7 +90,7 @@ class Einsum(nnx.Module):
     self.dtype = dtype
     self.w = nnx.Param(
         init(rngs.params(), tuple(shape), param_dtype),
-        out_sharding=tuple(axes),
+        out_sharding=tuple(axes), eager_sharding=False,
     )
 
   def __call__(self, eqn: str, x: jax.Array) -> jax.Array:
@@ -135,7 +139,7 @@ class Bias(nnx.Module):
       param_dtype: jnp.dtype = jnp.float32,
   ):
     self.b = nnx.Param(jnp.zeros(tuple(shape), param_dtype),
-                       out_sharding=tuple(axes))
+                       out_sharding=tuple(axes), eager_sharding=False)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     b = self.b[...].astype(x.dtype)

@@ -1,10 +1,12 @@
 """Tests for the decoder: shapes, causality, caching, variants, presets."""
 
+import threading
 from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import chex
+import flax
 from flax import nnx
 import jax
 import jax.numpy as jnp
@@ -69,6 +71,27 @@ class DecoderTest(chex.TestCase, parameterized.TestCase):
     q = model.blocks[0].attn.q.w
     self.assertEqual(q.out_sharding, ('embed', 'heads', 'head_dim'))
     self.assertEqual(model.blocks[0].mlp.down.w.out_sharding, ('mlp', 'embed'))
+
+  def test_builds_in_any_thread_and_leaves_flax_setting_alone(self):
+    # A notebook that trains in a thread of its own: flax's eager sharding
+    # setting is per thread, and on by default there (it raised 'An auto
+    # mesh context or metadata is required').
+    built = {}
+
+    def build():
+      try:
+        built['params'] = decoder.init_params(self.cfg, jax.random.key(0))[1]
+        built['abstract'] = decoder.abstract_params(self.cfg)[1]
+      except Exception as e:  # pylint: disable=broad-except
+        built['error'] = e
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join()
+    self.assertNotIn('error', built)
+    chex.assert_trees_all_equal(built['params'], self.params)
+    self.assertEqual(nnx.using_eager_sharding(),
+                     flax.config.flax_always_shard_variable)
 
   def test_optax_accepts_params(self):
     opt_state = optax.adam(1e-3).init(self.params)
