@@ -2,9 +2,12 @@
 
 import importlib.util
 import os
+from unittest import mock
 
 from absl.testing import absltest
 
+import jaxgrpo.train  # the cells import it; a test patches it
+from jaxgrpo.configs import demo
 from jaxgrpo.reporting import metrics as metrics_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +79,33 @@ class NotebookTest(absltest.TestCase):
           self.assertIn(module, {
               'jaxgrpo', 'os', 'sys', 'shutil', 'subprocess',
               'importlib', 'jax', 'matplotlib', 'IPython'}, (name, line))
+
+  def test_a_stopped_run_stops_the_notebook(self):
+    # Colab's stop button: train.run saves a checkpoint and returns. Each
+    # cell that trains then stops the notebook (a cell that went on
+    # started the next run of its loop, and "Run all" the next cells).
+    for name in NOTEBOOKS:
+      for i, cell in enumerate(_read(name).cells):
+        if cell.cell_type != 'code' or 'train.run(' not in cell.source:
+          continue
+        calls = []
+
+        def stopped_run(config, workdir, **kwargs):
+          del config, kwargs
+          calls.append(workdir)
+          os.makedirs(workdir, exist_ok=True)
+          return mock.Mock(stopped_by='SIGINT', steps=1)
+
+        train = mock.Mock(run=stopped_run)
+        # The names earlier cells define.
+        names = {'os': os, 'RUNS': self.create_tempdir().full_path,
+                 'TINY': True, 'demo': demo, 'train': train,
+                 'config': mock.MagicMock(), 'live_plot': mock.Mock()}
+        with mock.patch.object(jaxgrpo, 'train', train):
+          with self.assertRaisesRegex(KeyboardInterrupt, 'SIGINT',
+                                      msg=f'{name} cell {i}'):
+            exec(cell.source, names)  # pylint: disable=exec-used
+        self.assertLen(calls, 1, f'{name} cell {i}')
 
   def test_quickstart_runs(self):
     nb, runs = _execute(self, 'quickstart.ipynb')
