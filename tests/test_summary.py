@@ -125,6 +125,18 @@ class SummaryTest(absltest.TestCase):
     self.assertIn('held-out accuracy                       - -> -', table)
     self.assertNotIn('time in GRPO steps', table)
 
+  def test_a_resumed_run_times_this_call_and_says_so(self):
+    # Its steps before the resume count in 'time in GRPO steps' (20s), as
+    # in every other row; the wall time is this call's (it read as if the
+    # steps took longer than the run).
+    s = summary_lib.summarize(
+        _records(), steps=10, resumed_from=5, stopped_by=None, warmstart={},
+        cum_prompts_generated=200, cum_groups_used=80, seconds=12.0,
+        dataset_names=['a', 'b'])
+    table = summary_lib.format_summary(s)
+    self.assertRegex(table, r'\nwall time since the resume +12\.0s\n')
+    self.assertRegex(table, r'\ntime in GRPO steps +20\.0s')
+
 
 class SummarizeRunScriptTest(absltest.TestCase):
 

@@ -31,8 +31,9 @@ class RunSummary:
   skipped_updates: int = 0
   verify_errors: int = 0
   verify_timeouts: int = 0
-  # Seconds summed over the steps of this run: whole steps, generation,
-  # verification and held-out evaluation.
+  # Seconds summed over the steps of the run, those before a resume
+  # included: whole steps, generation, verification and held-out evaluation
+  # (`seconds` is the wall time of this call only).
   step_seconds: float = 0.0
   gen_seconds: float = 0.0
   verify_seconds: float = 0.0
@@ -129,7 +130,10 @@ def format_summary(s: RunSummary) -> str:
       ('updates skipped (short or empty batch)', str(s.skipped_updates)),
       ('verifier errors / timeouts (scored 0)',
        f'{s.verify_errors} / {s.verify_timeouts}'),
-      ('wall time', f'{s.seconds:.1f}s'),
+      # A resumed run's other rows count from step 0; its time from the
+      # resume (the GRPO steps before it may take longer than that).
+      ('wall time' + (' since the resume' if s.resumed_from is not None
+                      else ''), f'{s.seconds:.1f}s'),
   ]
   if s.step_seconds > 0:
     rest = max(0.0, s.step_seconds - s.gen_seconds - s.verify_seconds)
