@@ -8,7 +8,6 @@ held-out accuracy seen. Useful on a TPU VM without a plotting stack:
 """
 
 import argparse
-import os
 
 import numpy as np
 
@@ -52,16 +51,10 @@ def main(argv: list[str] | None = None) -> None:
   args = parser.parse_args(argv)
   if args.window < 1:
     parser.error(f'--window={args.window}: must be >= 1')
-  # A run takes its lock and makes checkpoints/ before its first step.
-  started = any(os.path.exists(os.path.join(args.workdir, name))
-                for name in ('.lock', 'checkpoints'))
-  try:  # a line cut short by a killed run, or no object, is left out
+  # A line cut short by a killed run, or no object, is left out; a run
+  # that has not written its first line (its lock there) has no records.
+  try:
     records = plot_panels.read_records(args.workdir)
-  except FileNotFoundError as e:
-    if not started or not os.path.isdir(args.workdir):
-      parser.error(f'{args.workdir}: cannot read its metrics.jsonl '
-                   f'({e.strerror or e}); name a run workdir')
-    records = []
   except OSError as e:
     parser.error(f'{args.workdir}: cannot read its metrics.jsonl '
                  f'({e.strerror or e}); name a run workdir')

@@ -33,6 +33,15 @@ class MetricsWriterTest(absltest.TestCase):
     metrics_lib.MetricsWriter(workdir, resume_step=-1).close()
     self.assertEqual(metrics_lib.read_metrics(workdir), [])
 
+  def test_a_run_before_its_first_line_has_no_records(self):
+    # A notebook polls a run that holds its lock and checkpoints/ but has
+    # not written metrics.jsonl yet: it raised FileNotFoundError.
+    workdir = self.create_tempdir().full_path
+    with self.assertRaisesRegex(FileNotFoundError, 'no run started there'):
+      metrics_lib.read_metrics(workdir)
+    os.mkdir(os.path.join(workdir, 'checkpoints'))
+    self.assertEqual(metrics_lib.read_metrics(workdir), [])
+
 
   def _file(self, workdir: str, text: str) -> None:
     with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:

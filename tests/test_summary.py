@@ -201,7 +201,7 @@ class SummarizeRunScriptTest(absltest.TestCase):
     code, _, err = self._main(missing)
     self.assertEqual(code, 2)
     self.assertIn(f'error: {missing}: cannot read its metrics.jsonl (No such '
-                  'file or directory)', err)
+                  'file or directory (and no run started there))', err)
     self.assertNotIn('Traceback', err)
     for window in ('0', '-1'):
       code, _, err = self._main(missing, '--window', window)

@@ -10,6 +10,7 @@ appended to: the file is kept in a local cache and copied over whole at each
 """
 
 from collections.abc import Callable, Mapping
+import errno
 import hashlib
 import json
 import math
@@ -182,12 +183,20 @@ class MetricsWriter:
 
 def read_metrics(workdir: str) -> list[dict]:
   """All records of a run's `metrics.jsonl`, in order; an unended last line
-  (a run killed mid-write, or one writing now) is left out.
+  (a run killed mid-write, or one writing now) is left out, and a run that
+  has not written its first line yet (its lock or `checkpoints/` there) has
+  none.
 
   Raises:
+    FileNotFoundError: `workdir` holds no run.
     ValueError: another line is not a JSON object (named by file and line).
   """
   path = epath.Path(workdir) / METRICS
+  if not path.exists():
+    if any((path.parent / name).exists() for name in ('.lock', 'checkpoints')):
+      return []
+    raise FileNotFoundError(errno.ENOENT, 'No such file or directory (and '
+                            'no run started there)', str(path))
   # A damaged line that is not UTF-8 is named as any other.
   lines = path.read_bytes().decode('utf-8', 'replace').splitlines(
       keepends=True)
