@@ -233,7 +233,11 @@ class Generator:
     columns are then all equal); with them row r draws with
     fold_in(sample_keys_R[r], columns_R[r]). A row with stop_at_R > 0 never
     draws a stop token and gets the first one at column stop_at_R - 1.
+    Without stop tokens every row samples freely (the continuous engine
+    passes zeros).
     """
+    if not self.stop_tokens:
+      stop_at_R = None
     if stop_at_R is not None:
       is_stop_V = self._is_stop(jnp.arange(logits_RV.shape[-1]))
       logits_RV = jnp.where((stop_at_R > 0)[:, None] & is_stop_V[None],

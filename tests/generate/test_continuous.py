@@ -132,6 +132,17 @@ class ContinuousTest(parameterized.TestCase):
             *args, **kw)
     self.assert_same(got, want)
 
+  def test_a_generator_without_stop_tokens_decodes_every_row_to_t(self):
+    # No stop token (a model without EOS): every sample runs T tokens, as
+    # in the static engine (the continuous one raised IndexError).
+    gen = dataclasses.replace(self.generator(1.0), stop_tokens=())
+    args = (self.params, self.tokens, self.mask, jax.random.key(1))
+    want = gen.generate(*args, prompt_keys=self.prompt_keys)
+    got = continuous.ContinuousGenerator(generator=gen, slots=4).generate(
+        *args, prompt_keys=self.prompt_keys)
+    self.assert_same(got, want)
+    np.testing.assert_array_equal(got.lengths, T)
+
   def test_bit_identical_when_slots_batch_the_static_rows(self):
     gen = self.generator(1.0)
     got, _ = self.continuous(gen, slots=B * G, chunk=T, buckets=(),
