@@ -11,7 +11,8 @@ For each mesh layout (data, fsdp, tensor) it runs one GRPO train step from
 the same state and batch as the unsharded step, greedy and sampled
 generation with the same rng, and evaluation of a prompt count that does not
 divide the batch devices. `--train_run` runs the demo's runlocal config for
-2 steps on fsdp=4, tensor=2, then resumes it for a third. `--lora` runs a
+2 steps on fsdp=4, tensor=2, then resumes it for a third (and keeps a
+copy of its step-2 workdir, WORKDIR.step2). `--lora` runs a
 LoRA train step (KL to the base) on each layout against the unsharded one.
 OUT.json holds the largest differences, the placements seen and the run's
 log, for the test to assert on.
@@ -19,6 +20,7 @@ log, for the test to assert on.
 
 import argparse
 import os
+import shutil
 import time
 
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '')
@@ -195,6 +197,8 @@ def _check_train_run(out: dict, workdir: str) -> None:
   lines = []
   t0 = time.perf_counter()
   summary = train.run(c, workdir, log=lines.append)
+  # The test resumes this copy on one device, without a mesh.
+  shutil.copytree(workdir, workdir + '.step2')
   # Resuming restores the checkpoint straight onto the mesh.
   c.total_steps = 3
   resumed = train.run(c, workdir, log=lines.append)

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgrpo import checkpoint
 from jaxgrpo import config_lib
 from jaxgrpo import sharding
 from jaxgrpo import train
@@ -26,6 +27,7 @@ from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import logprobs
 from jaxgrpo.typing import TrainBatch
+from tests import flaky_verifiers
 from tests import tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,6 +116,37 @@ class ShardedLayoutsTest(absltest.TestCase):
     with open(os.path.join(workdir, 'metrics.jsonl')) as f:
       records = [json.loads(line) for line in f]
     self.assertTrue(any('train/loss' in r for r in records), records)
+    # The step-2 checkpoint of that mesh resumes on this process's one
+    # device and takes the same step 3: the same samples and rewards, the
+    # same loss and params up to float summation order.
+    c = flaky_verifiers.informative_demo_config()
+    c.rollout.round_size, c.total_steps = 3, 3
+    copy = workdir + '.step2'
+    self.assertEqual(train.run(c, copy, log=lambda _: None).resumed_from, 2)
+    want, got = (_step_record(w, 3) for w in (workdir, copy))
+    self.assertEqual(sorted(got), sorted(want))
+    self.assertIn('train/loss', want)
+    self.assertIn('rollout/groups_used', want)
+    for key, value in want.items():
+      if key.startswith('rollout/') or key.startswith('data/'):
+        self.assertEqual(got[key], value, key)
+      elif key.startswith('train/'):
+        self.assertAlmostEqual(got[key], value, delta=1e-5, msg=key)
+    pairs = zip(*(jax.tree.leaves(checkpoint.load_state_arrays(
+        os.path.join(w, 'checkpoints'))) for w in (workdir, copy)))
+    for a, b in pairs:
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def _step_record(workdir: str, step: int) -> dict:
+  """The metrics of `step` in a run's metrics.jsonl, merged."""
+  record = {}
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    for line in f:
+      r = json.loads(line)
+      if r.get('step') == step:
+        record.update(r)
+  return record
 
 
 class ShardedLoraTest(absltest.TestCase):
