@@ -43,19 +43,7 @@ _FAMILIES = (
 
 
 @absltest.skipUnless(parity._HAVE_HF, parity._SKIP)
-class GemmaParityTest(parameterized.TestCase):
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.tokens, cls.mask = parity._left_pad(parity._PROMPTS)
-    cls._torch_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-
-  @classmethod
-  def tearDownClass(cls):
-    torch.set_num_threads(cls._torch_threads)
-    super().tearDownClass()
+class GemmaParityTest(parity.TorchParityCase):
 
   def _model(self, config_class, overrides):
     model = parity._hf_model(config_class, seed=3, **(_GEMMA | overrides))

@@ -127,8 +127,8 @@ def _logits(graphdef, params, tokens: np.ndarray, mask: np.ndarray):
   return np.asarray(logits)
 
 
-@absltest.skipUnless(_HAVE_HF, _SKIP)
-class HFParityTest(parameterized.TestCase):
+class TorchParityCase(parameterized.TestCase):
+  """The left-padded prompts as `tokens` and `mask`; torch on one thread."""
 
   @classmethod
   def setUpClass(cls):
@@ -142,6 +142,10 @@ class HFParityTest(parameterized.TestCase):
   def tearDownClass(cls):
     torch.set_num_threads(cls._torch_threads)
     super().tearDownClass()
+
+
+@absltest.skipUnless(_HAVE_HF, _SKIP)
+class HFParityTest(TorchParityCase):
 
   def _max_diff(self, ours: np.ndarray, theirs: np.ndarray) -> float:
     # Left-pad positions attend to nothing; only real tokens are compared.

@@ -75,19 +75,7 @@ _learner = jax.jit(logprobs.completion_logprobs, static_argnums=(0, 3, 4))
 
 
 @absltest.skipUnless(parity._HAVE_HF, parity._SKIP)
-class SamplingParityTest(parameterized.TestCase):
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.tokens, cls.mask = parity._left_pad(parity._PROMPTS)
-    cls._torch_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-
-  @classmethod
-  def tearDownClass(cls):
-    torch.set_num_threads(cls._torch_threads)
-    super().tearDownClass()
+class SamplingParityTest(parity.TorchParityCase):
 
   def _load(self, name):
     model = _hf_model(name)
