@@ -14,6 +14,16 @@ def is_remote(path: str) -> bool:
   return '://' in str(path)
 
 
+def run_started(workdir: str) -> bool:
+  """Whether a run has started in `workdir` (a folder or an object store
+  location): it takes its lock and makes checkpoints/ before it writes its
+  first metrics line."""
+  # Here, not at the top: `jaxgrpo-plot --help` needs no etils.
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  root = epath.Path(workdir)
+  return any((root / name).exists() for name in ('.lock', 'checkpoints'))
+
+
 def as_float(v: object) -> float | None:
   """A recorded scalar as a float ('nan' and 'inf' strings included)."""
   if isinstance(v, bool) or not isinstance(v, (int, float, str)):

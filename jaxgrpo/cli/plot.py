@@ -72,10 +72,7 @@ def _nothing_to_plot(workdir: str) -> tuple[str, int] | None:
     return f'{workdir}: {what} {where}', 2
   if os.path.isdir(path):
     return f'{path}: is a folder {where}', 2
-  # A run takes its lock and makes checkpoints/ before its first step.
-  started = any(os.path.exists(os.path.join(workdir, name))
-                for name in ('.lock', 'checkpoints'))
-  if not os.path.exists(path) and not started:
+  if not os.path.exists(path) and not records.run_started(workdir):
     return f'{path}: no such file, and no run started in {workdir} {where}', 2
   try:
     ended, has_record = _ended_lines(path)

@@ -193,7 +193,7 @@ def read_metrics(workdir: str) -> list[dict]:
   """
   path = epath.Path(workdir) / METRICS
   if not path.exists():
-    if any((path.parent / name).exists() for name in ('.lock', 'checkpoints')):
+    if records_lib.run_started(workdir):
       return []
     raise FileNotFoundError(errno.ENOENT, 'No such file or directory (and '
                             'no run started there)', str(path))

@@ -3,7 +3,7 @@
 from collections.abc import Mapping, Sequence
 import dataclasses
 
-import numpy as np
+from jaxgrpo.reporting import plot_panels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,18 +40,9 @@ def _import_pyplot():
   return pyplot
 
 
-def smooth(y: Sequence[float], window: int) -> np.ndarray:
-  """Trailing moving average (shorter at the start), same length as y;
-  NaNs (steps without the metric) are left out of the means."""
-  y = np.asarray(y, np.float64)
-  if window <= 1 or y.size == 0:
-    return y
-  ok = np.isfinite(y)
-  sums = np.cumsum(np.insert(np.where(ok, y, 0.0), 0, 0.0))
-  counts = np.cumsum(np.insert(ok.astype(np.float64), 0, 0.0))
-  lo = np.maximum(np.arange(1, y.size + 1) - window, 0)
-  n = counts[1:] - counts[lo]
-  return np.where(n > 0, (sums[1:] - sums[lo]) / np.maximum(n, 1), np.nan)
+# Trailing moving average (shorter at the start), NaNs left out: the
+# trainer's plots smooth the same way.
+smooth = plot_panels.smooth
 
 
 def save(path: str, title: str, panels: Sequence[Panel]) -> None:
