@@ -353,11 +353,15 @@ def removed(directory: str, step: int, wait_s: float = 1.0) -> bool:
   is missing now, or `wait_s` later (a run training there removes all but
   its latest checkpoint.max_to_keep as it saves, one file at a time). A
   reader that failed asks, to tell that from damage."""
-  path = os.path.join(absolute(directory), str(step))
-  if not os.path.isdir(path):
+  if not _has_step(directory, step):
     return True
   time.sleep(wait_s)
-  return not os.path.isdir(path)
+  return not _has_step(directory, step)
+
+
+def _has_step(directory: str, step: int) -> bool:
+  """Whether checkpoint `step`'s folder is in `directory` now."""
+  return os.path.isdir(os.path.join(absolute(directory), str(step)))
 
 
 def removed_message(directory: str, step: int) -> str:
@@ -383,8 +387,7 @@ def read_latest(directory: str, step: int, read: Callable[[int], T], *,
     try:
       return read(step)
     except Exception:  # pylint: disable=broad-except
-      if not follow or os.path.isdir(
-          os.path.join(absolute(directory), str(step))):
+      if not follow or _has_step(directory, step):
         raise
       steps = saved_steps(directory)
       if not steps or steps[-1] == step:

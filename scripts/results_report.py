@@ -654,8 +654,8 @@ def conflict_table(runs) -> str:
     share = [float(y.mean()) for _, y in series]
     by_part = [[float(y[(x >= lo) & (x <= hi)].mean()) for x, y in series
                 if ((x >= lo) & (x <= hi)).any()] for lo, hi in parts]
-    peak = [float(np.convolve(y, np.ones(10) / 10, 'valid').max())
-            for _, y in series if len(y) >= 10]
+    peak = [float(_over_updates(y).max()) for _, y in series
+            if len(y) >= PEAK_UPDATES]
     rows.append((
         f'`{variant}`', len(rs),
         _ci([r.final('eval/accuracy/answerable') for r in rs]), diffs[0],
@@ -667,8 +667,18 @@ def conflict_table(runs) -> str:
                  'minus none\'s (paired)', 'unanswerable, final',
                  'minus none\'s (paired)', 'minority batch share, mean',
                  *(f'share, steps {lo}-{hi}' for lo, hi in parts),
-                 'share, highest over 10 updates', 'prompts generated'),
+                 f'share, highest over {PEAK_UPDATES} updates',
+                 'prompts generated'),
                 rows)
+
+
+# The window of the minority's highest batch share, in updates.
+PEAK_UPDATES = 10
+
+
+def _over_updates(share: np.ndarray) -> np.ndarray:
+  """Means of `share` over each PEAK_UPDATES consecutive updates."""
+  return np.convolve(share, np.ones(PEAK_UPDATES) / PEAK_UPDATES, 'valid')
 
 
 def _first_step(run, key: str, count: float):
@@ -685,10 +695,11 @@ def conflict_flood_table(runs) -> str:
   for seed, r in sorted(runs.get('filter', {}).items()):
     size = {d['name']: d['num_train'] for d in r.header['datasets']}
     x, y = r.series('data/batch_share/unanswerable')
-    if len(y) < 10:
+    if len(y) < PEAK_UPDATES:
       continue
-    window = np.convolve(y, np.ones(10) / 10, 'valid')
+    window = _over_updates(y)
     k = int(window.argmax())
+    end = x[k + PEAK_UPDATES - 1]
     at, acc = r.eval_series('eval/accuracy/answerable')
     rows.append((
         seed,
@@ -696,15 +707,15 @@ def conflict_flood_table(runs) -> str:
                     0.95 * size['answerable']) or 'n/r',
         _first_step(r, 'data/filtered/unanswerable',
                     0.9 * size['unanswerable']) or 'n/r',
-        _fmt(float(window[k]), 2), f'{x[k]}-{x[k + 9]}',
-        _fmt(float(acc[at <= x[k]][-1])), _fmt(float(acc[at >= x[k + 9]][0])),
+        _fmt(float(window[k]), 2), f'{x[k]}-{end}',
+        _fmt(float(acc[at <= x[k]][-1])), _fmt(float(acc[at >= end][0])),
         _fmt(r.final('eval/accuracy/answerable'))))
   if not rows:
     return ''
   return '\n`filter`, seed by seed:\n\n' + _table(
       ('seed', '95% of answerable filtered by step',
        '90% of refusals filtered by step',
-       'minority share, highest over 10 updates', 'at steps',
+       f'minority share, highest over {PEAK_UPDATES} updates', 'at steps',
        'answerable accuracy, last evaluation before',
        'first evaluation after', 'final'), rows)
 
