@@ -353,7 +353,7 @@ class GroundedQA:
     elif self.metric == 'exact':
       reward = 0.0
     else:
-      toks = normalize_answer(answer).split()
+      toks = pred.split()
       reward = max((_f1(toks, _normalized_gold(g).split()) for g in golds),
                    default=0.0)
     return base.Verdict(
