@@ -37,12 +37,14 @@ _TAG_RE = re.compile(r'<(/?)answer\s*>', re.I)
 _ANSWER_IS_RE = re.compile(  # not "the answer isn't"
     r"\banswer(?:\s+is\b(?!['\u2019])|\s*:)\s*:?\s*", re.I)
 _SEGMENT_END_RE = re.compile(r'\n|[.!?;](?=\s|$)')
+# Thousands grouped by dots: two at least ('1.000' is a decimal point).
+_DOT_GROUPS = r'\d{1,3}(?:\.\d{3}){2,}(?!\d|\.\d)'
 # A number in unmarked text, its thousands grouped as a marked answer's may
 # be ('1,000', "1'000", '1.000.000' and not '1.000', '10,00,000'; '1 000'
 # only within a marked answer); a full stop after it ends the sentence.
 _NUMBER_TOKEN_RE = re.compile(
     r'(?<![\w.])(?:\d+ (?=\d+/\d))?[-\u2212]?\$?'  # 2 1/2
-    r'(?:(?:\d{1,3}(?:\.\d{3}){2,}(?!\d|\.\d)'
+    r'(?:(?:' + _DOT_GROUPS +
     r'|(?<![\d,])\d{1,2}(?:,\d\d)+,\d{3}(?!\d|,\d)'  # once a run: linear
     r"|\d{1,3}(?:(?:,|\{,\}|\\,|[\u00a0\u2009\u202f'\u2019\u066c])\d{3})+"
     r'(?!\d)|\d+)'
@@ -73,7 +75,7 @@ _THIN_SPACE_RE = re.compile(r'(?<=\d)[\u00a0\u2009\u202f](?=\d{3})')
 # Other locales' thousands: 1'000 and 1’000 (Swiss), 1٬000 (Arabic),
 # 1.000.000 (two dots or more; one is a decimal point), 10,00,000 (Indian).
 _GROUP_SEP_RE = re.compile(r"(?<=\d)['\u2019\u066c](?=\d{3}(?!\d))")
-_DOT_GROUPS_RE = re.compile(r'(?<![\d.])\d{1,3}(?:\.\d{3}){2,}(?!\d|\.\d)')
+_DOT_GROUPS_RE = re.compile(r'(?<![\d.])' + _DOT_GROUPS)
 _LAKH_RE = re.compile(r'(?<![\d,])\d{1,2}(?:,\d\d)+,\d{3}(?![\d,])')
 _PARENS_RE = re.compile(r'\(([^()]*)\)')  # '(18)'
 _VULGAR = {'\u00bd': '1/2', '\u2153': '1/3', '\u2154': '2/3', '\u00bc': '1/4',
