@@ -188,6 +188,34 @@ class CommandLineTest(absltest.TestCase):
       logging.getLogger('jaxgrpo.data.screening').warning('after')
     self.assertEqual(logs.output, ['WARNING:jaxgrpo.data.screening:after'])
 
+  def test_a_second_ctrl_c_names_the_checkpoint_a_rerun_resumes_from(self):
+    # It said only `interrupted`, though the save it cut short may be gone.
+    workdir = self.create_tempdir().full_path
+
+    def line():
+      err = io.StringIO()
+      with mock.patch.object(train, 'run', side_effect=KeyboardInterrupt), \
+          mock.patch.object(sys, 'stderr', err):
+        try:
+          self.assertEqual(cli_train.main([f'--workdir={workdir}']), 130)
+        finally:
+          cli_train._quiet_logs(False)
+      return err.getvalue()
+
+    self.assertEqual(line(), 'jaxgrpo-train: error: interrupted before a '
+                     'checkpoint was complete; run the same command to start '
+                     'again\n')
+    train.run(_config(), workdir, log=lambda _: None)  # saves steps 0 and 2
+    os.mkdir(os.path.join(workdir, 'checkpoints', '3.orbax-checkpoint-tmp'))
+    self.assertEqual(line(), 'jaxgrpo-train: error: interrupted; run the same '
+                     'command to resume from step 2, the last complete '
+                     'checkpoint\n')
+    err = io.StringIO()  # the other commands' interrupts keep their line
+    with mock.patch.object(sys, 'stderr', err):
+      self.assertEqual(common.run_main('p', mock.Mock(
+          side_effect=KeyboardInterrupt), interrupted='stopped'), 130)
+    self.assertEqual(err.getvalue(), 'p: error: stopped\n')
+
   def test_an_interrupted_command_skips_the_teardown(self):
     # XLA's threads, stopped mid-computation, could crash the interpreter's
     # teardown after Ctrl-C: jaxgrpo-eval exited -11 in 2 of 10 interrupts.

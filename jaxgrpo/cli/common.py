@@ -75,8 +75,8 @@ def run_main(prog: str, body: Callable[[], int], *,
     return fail(prog, str(e), 2)
   except (errors.UserError, OSError) as e:
     return fail(prog, str(e), 1)
-  except KeyboardInterrupt:
-    return fail(prog, interrupted, 130)
+  except KeyboardInterrupt as e:  # its message, where the command gave one
+    return fail(prog, str(e) or interrupted, 130)
   finally:
     logger.removeHandler(handler)
     logger.propagate = propagate

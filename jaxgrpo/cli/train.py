@@ -12,14 +12,17 @@ non-finite updates, a full disk) ends with one line and exit code 1.
 """
 
 import logging
+import os
 import sys
 
 from absl import flags
 from absl import logging as absl_logging
 
+from jaxgrpo import checkpoint
 from jaxgrpo import config_lib
 from jaxgrpo import multihost
 from jaxgrpo import preemption
+from jaxgrpo import records
 from jaxgrpo import train
 from jaxgrpo.cli import common
 
@@ -89,6 +92,21 @@ def _quiet_logs(on: bool) -> None:
     sys.unraisablehook = unquiet
 
 
+def _interrupted(workdir: str) -> str:
+  """The line of a run stopped at once by a second Ctrl-C (a save it was
+  making is abandoned): where running the command again resumes."""
+  again = 'interrupted; run the same command to resume from'
+  if records.is_remote(workdir):
+    return f'{again} the last complete checkpoint'
+  try:
+    steps = checkpoint.saved_steps(os.path.join(workdir, 'checkpoints'))
+  except Exception:  # pylint: disable=broad-except
+    return f'{again} the last complete checkpoint'
+  return (f'{again} step {steps[-1]}, the last complete checkpoint' if steps
+          else 'interrupted before a checkpoint was complete; run the same '
+          'command to start again')
+
+
 def main(argv: list[str] | None = None) -> int:
   """Runs the command line `argv` (default: sys.argv[1:]); the exit code."""
   argv = sys.argv[1:] if argv is None else list(argv)
@@ -114,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
       train.run(cfg, args.workdir, progress=progress, quiet=args.quiet)
     except preemption.Stopped as e:  # a clean stop, with nothing to save
       print(e, flush=True)
+    except KeyboardInterrupt:  # a second Ctrl-C, which does not wait
+      raise KeyboardInterrupt(_interrupted(args.workdir)) from None
     except Exception as e:  # pylint: disable=broad-except
       lost = multihost.lost_contact(e)  # another process is gone
       if lost is None:
