@@ -266,7 +266,8 @@ def train_step(
     base_graphdef: under an adapter, the decoder without it; else None.
 
   Returns:
-    The new state (step + 1) and scalar metrics averaged over the updates:
+    The new state (step + 1) and scalar metrics averaged over the updates
+    taken with a finite loss and gradients (NaN when none was):
     train/loss, train/pg_loss, train/kl, train/clip_frac, train/entropy,
     train/grad_norm (before clipping), train/ratio_mean, train/nonfinite
     (share of updates skipped for a non-finite loss or gradient) and
@@ -310,11 +311,18 @@ def train_step(
       update, (state.params, state.opt_state), groups_UM
   )
   # Means over the updates taken: a minibatch of padding groups has no
-  # token to measure (its entropy and ratio would count as 0).
+  # token to measure (its entropy and ratio would count as 0), and a
+  # skipped non-finite one would make every mean NaN (NaN if all were).
   used_U = used_U.astype(jnp.float32)
-  metrics = jax.tree.map(
-      lambda x: (x.astype(jnp.float32) * used_U).sum()
-      / jnp.maximum(used_U.sum(), 1.0), metrics_U)
+  finite_U = used_U * (1.0 - metrics_U['train/nonfinite'])
+
+  def mean(x_U, w_U):
+    total = jnp.where(w_U > 0, x_U.astype(jnp.float32), 0.0).sum()
+    out = total / jnp.maximum(w_U.sum(), 1.0)
+    return jnp.where((w_U.sum() == 0) & (used_U.sum() > 0), jnp.nan, out)
+
+  metrics = {name: mean(x_U, used_U if name == 'train/nonfinite' else finite_U)
+             for name, x_U in metrics_U.items()}
   metrics['train/updates'] = used_U.sum().astype(jnp.int32)
   new_state = state.replace(
       step=state.step + 1, params=params, opt_state=opt_state

@@ -126,9 +126,16 @@ class TrainStepTest(parameterized.TestCase):
     self.assertAlmostEqual(float(metrics['train/nonfinite']), 0.5)
     self.assertEqual(int(metrics['train/updates']), 2)
     chex.assert_tree_all_finite(state.params)
+    # The step's statistics are the applied update's, not NaN.
+    chex.assert_tree_all_finite(metrics)
+    good = bad.replace(advantages=bad.advantages.at[0].set(0.0))
+    _, ok = step_fn(self._state(), _copy(good), jax.random.key(1))
+    self.assertNotAlmostEqual(float(ok['train/loss']),
+                              float(metrics['train/loss']))
     step_fn = self._step_fn(train_step_lib.LossConfig(), 1, 1)
     state, metrics = step_fn(self._state(), _copy(bad), jax.random.key(1))
     self.assertEqual(float(metrics['train/nonfinite']), 1.0)
+    self.assertTrue(np.isnan(metrics['train/loss']))
     chex.assert_trees_all_equal(state.params, self.params)
     # AdamW's state is kept too, its count included: the skipped update
     # leaves no trace but the metric.
