@@ -129,6 +129,13 @@ class Run:
     y = [acc for _, acc, _ in self.evals]
     return float(np.interp(prompts, x, y))
 
+  def matched_minus(self, base: 'Run') -> float:
+    """At matched generation: over the run's last LAST_EVALS evaluations
+    (the final accuracy's), the mean of each minus `base`'s accuracy after
+    as many prompts."""
+    return float(np.mean([acc - base.accuracy_at(self.cum[step][0])
+                          for step, acc, _ in self.evals[-LAST_EVALS:]]))
+
   def cost_to(self, target: float):
     """(prompts, tokens, gen seconds, step) at the first eval >= target."""
     for step, acc, _ in self.evals:
@@ -314,11 +321,7 @@ def policy_stats(runs) -> dict[str, dict]:
           st['ratios'][k].append(_saving(base_cost[k], cost and cost[k]))
       st['finals'].append(seeds[s].final())
       st['diffs'].append(seeds[s].final() - base[s].final())
-      # At matched generation: the run's last evaluation against `none`'s
-      # accuracy after as many prompts.
-      spent = seeds[s].total('rollout/prompts_generated')
-      st['matched'].append(seeds[s].evals[-1][1]
-                           - base[s].accuracy_at(spent))
+      st['matched'].append(seeds[s].matched_minus(base[s]))
       st['whole'].append(base[s].total('rollout/prompts_generated')
                          / max(seeds[s].total('rollout/prompts_generated'), 1))
     out[variant] = st
