@@ -2,7 +2,8 @@
 
 `load` reads the directory that transformers' `save_pretrained` writes for a
 Llama, Mistral (without sliding window), Qwen2, Qwen3, Gemma 2 or Gemma 3
-(text) causal LM into the parameter tree of `jaxgrpo.model.decoder`;
+causal LM, or the text model of a Gemma 3 image-text model (its vision tower
+left out), into the parameter tree of `jaxgrpo.model.decoder`;
 `export` writes such a directory back, one that `load` and transformers'
 `AutoModelForCausalLM` both read.
 
@@ -56,6 +57,19 @@ WEIGHT_FILES = re.compile(
 _SAFETENSORS_DTYPES = {'F32': 'float32', 'BF16': 'bfloat16'}
 # The safetensors dtypes a weight may have: floats that NumPy reads.
 _FLOAT_DTYPES = ('F16', 'BF16', 'F32', 'F64')
+# The text model of an image-text checkpoint (hf_config.MULTIMODAL): where
+# transformers stores the causal LM's tensors (before 4.52 and from 5 on;
+# 4.52 to 4.57), and the prefixes of the parts left out (vision tower,
+# projector).
+_TEXT_LAYOUTS = {
+    'gemma3': ({'model.': 'language_model.model.',
+                'lm_head.': 'language_model.lm_head.'},
+               {'model.': 'model.language_model.', 'lm_head.': 'lm_head.'}),
+}
+_LEFT_OUT = {
+    'gemma3': ('vision_tower.', 'multi_modal_projector.',
+               'model.vision_tower.', 'model.multi_modal_projector.'),
+}
 
 
 def _safetensors() -> Any:
@@ -156,6 +170,30 @@ def _tensors(cfg: ModelConfig) -> list[_Tensor]:
   return out
 
 
+def _in_layout(name: str, layout: Mapping[str, str]) -> str:
+  """A causal LM's tensor name as `layout` (see `_TEXT_LAYOUTS`) stores it."""
+  for ours, theirs in layout.items():
+    if name.startswith(ours):
+      return theirs + name[len(ours):]
+  return name
+
+
+def _text_model(
+    model_type: Any, tensors: list[_Tensor], stored: Mapping[str, Any]
+) -> tuple[list[_Tensor], str, tuple[str, ...]]:
+  """(`tensors` named as the checkpoint stores them, the lm_head's name,
+  the prefixes of tensors left out) for a config.json of `model_type`."""
+  if model_type not in _TEXT_LAYOUTS:
+    return tensors, 'lm_head.weight', ()
+  layouts = _TEXT_LAYOUTS[model_type]
+  layout = next((x for x in layouts if _in_layout(tensors[0].name, x)
+                 in stored), layouts[0])
+  tensors = [dataclasses.replace(t, name=_in_layout(t.name, layout))
+             for t in tensors]
+  return (tensors, _in_layout('lm_head.weight', layout),
+          _LEFT_OUT[model_type])
+
+
 def _first(names: list[str], count: int = 5) -> str:
   return ', '.join(names[:count]) + (', ...' if len(names) > count else '')
 
@@ -228,8 +266,12 @@ def _check_tensors(
     expected: list[_Tensor],
     stored: Mapping[str, _Stored],
     weight_map: Mapping[str, str] | None,
+    head: str = 'lm_head.weight',
+    left_out: tuple[str, ...] = (),
 ) -> None:
-  """Raises unless `stored` holds exactly `expected`, HF-shaped floats."""
+  """Raises unless `stored` holds exactly `expected`, HF-shaped floats
+  (besides a tied lm_head `head` and tensors under the `left_out`
+  prefixes)."""
   missing = [t.name for t in expected if t.name not in stored]
   if missing:
     name = missing[0]
@@ -247,10 +289,11 @@ def _check_tensors(
     )
   known = {t.name for t in expected}
   if cfg.tie_embeddings:
-    known.add('lm_head.weight')  # Tolerated if equal to the embedding.
+    known.add(head)  # Tolerated if equal to the embedding.
   unexpected = sorted(
       n for n in stored
       if n not in known and not n.endswith('.rotary_emb.inv_freq')
+      and not n.startswith(left_out)
   )
   if unexpected:
     raise CheckpointError(
@@ -259,7 +302,7 @@ def _check_tensors(
         f'{_first(unexpected)}'
     )
   shapes = {t.name: t.hf_shape for t in expected}
-  shapes['lm_head.weight'] = (cfg.vocab_size, cfg.embed_dim)
+  shapes[head] = (cfg.vocab_size, cfg.embed_dim)
   for name, want in shapes.items():
     if name not in stored:
       continue
@@ -325,10 +368,11 @@ def load(
                           param_dtype=param_dtype or 'float32',
                           source=os.fspath(config_path))
   stored, weight_map, files = _read_headers(model_dir)
-  tensors = _tensors(cfg)
-  _check_tensors(model_dir, cfg, tensors, stored, weight_map)
+  tensors, head, left_out = _text_model(
+      raw_config.get('model_type'), _tensors(cfg), stored)
+  _check_tensors(model_dir, cfg, tensors, stored, weight_map, head, left_out)
   if param_dtype is None:
-    stored_dtype = stored['model.embed_tokens.weight'].dtype
+    stored_dtype = stored[tensors[0].name].dtype
     cfg = dataclasses.replace(
         cfg, param_dtype=_SAFETENSORS_DTYPES.get(stored_dtype, 'float32')
     )
@@ -346,17 +390,15 @@ def load(
         arrays[t.path] = jnp.asarray(
             t.to_decoder(f.get_tensor(t.name), np_dtype)
         )
-  if cfg.tie_embeddings and 'lm_head.weight' in stored:
-    with st.safe_open(
-        model_dir / stored['lm_head.weight'].file, framework='numpy'
-    ) as f:
-      head = f.get_tensor('lm_head.weight').astype(np_dtype)
-    if not np.array_equal(head, np.asarray(arrays[('embedding',)])):
+  if cfg.tie_embeddings and head in stored:
+    with st.safe_open(model_dir / stored[head].file, framework='numpy') as f:
+      tied = f.get_tensor(head).astype(np_dtype)
+    if not np.array_equal(tied, np.asarray(arrays[('embedding',)])):
       raise CheckpointError(
           f'{model_dir}: config.json has tie_word_embeddings=true but '
-          'lm_head.weight differs from model.embed_tokens.weight'
+          f'{head} differs from {tensors[0].name}'
       )
-    del head
+    del tied
   params = nnx.from_flat_state([
       (path, var.replace(arrays.pop(path)))
       for path, var in nnx.to_flat_state(abstract)
@@ -366,11 +408,12 @@ def load(
 
 def context_length(model_dir: str | os.PathLike[str]) -> int | None:
   """The positions the model was trained for (config.json's
-  `max_position_embeddings`), or None when it does not say (a value that
-  is not a positive int says nothing)."""
+  `max_position_embeddings`, an image-text model's text_config's), or None
+  when it does not say (a value that is not a positive int says nothing)."""
   try:
-    value = json.loads((pathlib.Path(model_dir) / _CONFIG).read_text()).get(
-        'max_position_embeddings')
+    value = hf_config.text_config(json.loads(
+        (pathlib.Path(model_dir) / _CONFIG).read_text())).get(
+            'max_position_embeddings')
   except (OSError, ValueError, AttributeError):
     return None
   ok = isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -1,7 +1,8 @@
 """Hugging Face config.json <-> `ModelConfig`.
 
 `from_hf` reads the config of a Llama, Mistral (without sliding window),
-Qwen2, Qwen3, Gemma 2 or Gemma 3 (text) causal LM; `to_hf` writes the
+Qwen2, Qwen3, Gemma 2 or Gemma 3 causal LM, or the text model of a Gemma 3
+image-text model (`Gemma3ForConditionalGeneration`); `to_hf` writes the
 entries that describe a `ModelConfig` to transformers. The weights are
 `jaxgrpo.model.hf`'s.
 
@@ -29,6 +30,19 @@ ARCHITECTURES = {
     'gemma3_text': 'Gemma3ForCausalLM',
 }
 GEMMA = ('gemma2', 'gemma3_text')
+# Image-text models whose text model loads: model_type -> its text_config's.
+MULTIMODAL = {'gemma3': 'gemma3_text'}
+# The text_config entries transformers leaves out of such a config.json when
+# they equal its defaults (Gemma3TextConfig's; gemma-3-4b-it states only its
+# sizes, layers, window and RoPE scaling), where ours would differ or fail.
+_TEXT_DEFAULTS = {
+    'gemma3_text': dict(
+        vocab_size=262_208, hidden_size=2304, intermediate_size=9216,
+        num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
+        head_dim=256, hidden_activation='gelu_pytorch_tanh',
+        max_position_embeddings=131_072, query_pre_attn_scalar=256,
+        sliding_window=4096),
+}
 # config.json entries that `export` derives from the model; the same keys in
 # `hf_config_extra` are dropped so they cannot contradict the weights.
 DERIVED_KEYS = frozenset({
@@ -157,6 +171,24 @@ def _rope(config: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
     raise CheckpointError(f'{key}: {e}') from None
 
 
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+  """The config of the causal LM in config.json: `config` itself, or an
+  image-text model's `text_config` (see `MULTIMODAL`) with the defaults
+  transformers leaves out filled in; the vision config is not read."""
+  model_type = config.get('model_type')
+  if model_type not in MULTIMODAL:
+    return config
+  text = _get(config, 'text_config', 'an object') or {}
+  kind = MULTIMODAL[model_type]
+  if text.get('model_type', kind) != kind:
+    raise CheckpointError(
+        f'text_config.model_type={text["model_type"]!r} is not supported in '
+        f'a model_type {model_type!r} config; only {kind!r}')
+  tied = config.get('tie_word_embeddings', True)
+  return {**_TEXT_DEFAULTS[kind], 'tie_word_embeddings': tied, **text,
+          'model_type': kind}
+
+
 def _check_full_attention(config: Mapping[str, Any], model_type: str) -> None:
   """Raises if config.json turns on sliding-window attention anywhere."""
   layer_types = _get(config, 'layer_types', 'a list')
@@ -193,7 +225,8 @@ def from_hf(
 
   Args:
     config: the parsed config.json of a llama, mistral, qwen2, qwen3,
-      gemma2 or gemma3_text model.
+      gemma2 or gemma3_text model, or of a gemma3 image-text model, whose
+      text model it describes (see `text_config`).
     dtype: compute dtype of the decoder.
     param_dtype: storage dtype of its params.
     source: the file's path, which begins every error message.
@@ -222,10 +255,18 @@ def from_hf(
 def _from_config(config: Mapping[str, Any]) -> ModelConfig:
   """`from_hf` of a config.json object; errors name only the key."""
   model_type = config.get('model_type')
+  if model_type in MULTIMODAL:
+    try:
+      return _from_config(text_config(config))
+    except ValueError as e:
+      if str(e).startswith('text_config'):
+        raise
+      raise CheckpointError(f'text_config: {e}') from None
   if model_type not in ARCHITECTURES:
     raise CheckpointError(
         f'model_type={model_type!r} is not supported; supported: '
-        f'{", ".join(ARCHITECTURES)}'
+        f'{", ".join(ARCHITECTURES)}, and the text model of '
+        f'{", ".join(MULTIMODAL)}'
     )
   for key in _SIZES.values():
     if config.get(key) is None:

@@ -68,6 +68,50 @@ class GemmaConfigTest(parameterized.TestCase):
       self.assertEqual(cfg, hf_config.from_hf(published), name)
       self.assertEqual(model_config.param_count(cfg), params, name)
 
+  def test_image_text_model_reads_its_text_config(self):
+    # google/gemma-3-4b-it's config.json (vision_config shortened): its
+    # text_config states only what differs from transformers' defaults.
+    published = dict(
+        architectures=['Gemma3ForConditionalGeneration'], model_type='gemma3',
+        boi_token_index=255_999, eoi_token_index=256_000,
+        eos_token_id=[1, 106], image_token_index=262_144,
+        mm_tokens_per_image=256, torch_dtype='bfloat16',
+        text_config=dict(
+            hidden_size=2560, intermediate_size=10240,
+            model_type='gemma3_text', num_hidden_layers=34,
+            rope_scaling=dict(factor=8.0, rope_type='linear'),
+            sliding_window=1024),
+        vision_config=dict(model_type='siglip_vision_model',
+                           hidden_size=1152, image_size=896))
+    cfg = hf_config.from_hf(published)
+    self.assertEqual(
+        (cfg.vocab_size, cfg.embed_dim, cfg.mlp_dim, cfg.num_layers,
+         cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+         cfg.query_pre_attn_scalar, cfg.sliding_window, cfg.rope_theta,
+         cfg.rope_local_theta, cfg.rope_linear_factor, cfg.tie_embeddings),
+        (262_208, 2560, 10240, 34, 8, 4, 256, 256, 1024, 1e6, 1e4, 8.0,
+         True))
+    self.assertEqual(cfg.sliding_layers,
+                     tuple(i for i in range(34) if (i + 1) % 6))
+    self.assertEqual(
+        hf_config.text_config(published)['max_position_embeddings'], 131_072)
+    self.assertTrue(cfg.qk_norm and cfg.scale_embeddings)
+
+  @parameterized.named_parameters(
+      ('text_model_type', dict(model_type='llama'),
+       "text_config.model_type='llama' is not supported in a model_type "
+       "'gemma3' config; only 'gemma3_text'"),
+      ('text_value', dict(num_attention_heads=0),
+       'text_config: num_attention_heads=0: must be a positive int'),
+      ('text_feature', dict(use_bidirectional_attention=True),
+       'text_config: use_bidirectional_attention=True is not supported'),
+  )
+  def test_image_text_model_errors_name_the_text_config(self, text, message):
+    with self.assertRaises(CheckpointError) as ctx:
+      hf_config.from_hf(dict(model_type='gemma3', text_config=_BASE | text),
+                        source='/g/config.json')
+    self.assertStartsWith(str(ctx.exception), f'/g/config.json: {message}')
+
   @parameterized.named_parameters(
       ('activation', dict(hidden_activation='relu'), 'hidden_activation'),
       ('bidirectional', dict(use_bidirectional_attention=True),

@@ -6,7 +6,14 @@ with `jaxgrpo.model.hf.load`, and must give transformers' logits on every
 real position and its greedy continuations through the KV-cache generator
 (whose local layers keep only the window's keys);
 `hf.export` must write a checkpoint transformers reads back unchanged.
+The text model of a tiny Gemma3ForConditionalGeneration (an image-text
+model, as gemma-3-4b-it and larger are) loads too, its vision tower left
+out, and exports as the Gemma3ForCausalLM that computes its logits.
 """
+
+import json
+import os
+
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -21,6 +28,8 @@ from tests.model import test_hf_parity as parity
 
 # pylint: disable=g-import-not-at-top
 if parity._HAVE_HF:
+  import safetensors
+  from safetensors import numpy as st_numpy
   import torch
   import transformers
 
@@ -102,6 +111,62 @@ class GemmaParityTest(parity.TorchParityCase):
     np.testing.assert_array_equal(
         parity._hf_logits(reread, self.tokens, self.mask), theirs
     )
+
+  def test_text_model_of_an_image_text_model(self):
+    text = dict(parity._SIZES, num_hidden_layers=4, sliding_window_pattern=2,
+                rope_local_base_freq=100.0,
+                rope_scaling=dict(rope_type='linear', factor=4.0),
+                **_GEMMA)
+    text['layer_types'] = ['sliding_attention', 'full_attention'] * 2
+    config = transformers.Gemma3Config(
+        text_config=text, mm_tokens_per_image=4, image_token_index=127,
+        vision_config=dict(hidden_size=16, intermediate_size=32,
+                           num_hidden_layers=1, num_attention_heads=2,
+                           image_size=28, patch_size=14))
+    torch.manual_seed(5)
+    model = transformers.Gemma3ForConditionalGeneration(config)
+    with torch.no_grad():
+      for name, p in model.named_parameters():
+        if name.endswith('norm.weight'):
+          p.copy_(0.2 * torch.randn_like(p))
+        else:
+          p.normal_(0.0, 0.15)
+    model.eval()
+    src = self.create_tempdir('src').full_path
+    model.save_pretrained(src, safe_serialization=True)
+    self.assertEqual(json.load(open(os.path.join(src, 'config.json')))
+                     ['model_type'], 'gemma3')
+
+    cfg, graphdef, params = hf.load(src)
+    self.assertEqual((cfg.num_layers, cfg.sliding_layers,
+                      cfg.rope_linear_factor), (4, (0, 2), 4.0))
+    theirs = parity._hf_logits(model, self.tokens, self.mask)
+    ours = parity._logits(graphdef, params, self.tokens, self.mask)
+    diff = float(np.abs(ours - theirs)[self.mask].max())
+    print(f'{self._testMethodName}: max abs logit diff {diff:.3g}')
+    self.assertLess(diff, 1e-4)
+    self.assertEqual(hf.context_length(src), 256)
+
+    # transformers 4.52 to 4.57 stored the text model under
+    # model.language_model. and the head as lm_head.
+    with safetensors.safe_open(os.path.join(src, hf._SINGLE), 'np') as f:
+      arrays = {k.replace('language_model.model.', 'model.language_model.')
+                .replace('vision_tower.', 'model.vision_tower.'):
+                f.get_tensor(k) for k in f.keys()}
+    arrays['lm_head.weight'] = arrays[
+        'model.language_model.embed_tokens.weight']
+    st_numpy.save_file(arrays, os.path.join(src, hf._SINGLE))
+    _, _, params_452 = hf.load(src)
+    np.testing.assert_array_equal(
+        parity._logits(graphdef, params_452, self.tokens, self.mask), ours)
+
+    out = hf.export(cfg, params, self.create_tempdir('out').full_path)
+    reread = transformers.AutoModelForCausalLM.from_pretrained(
+        out, attn_implementation='eager').eval()
+    self.assertIsInstance(reread, transformers.Gemma3ForCausalLM)
+    self.assertLess(float(np.abs(
+        parity._hf_logits(reread, self.tokens, self.mask) - theirs
+    )[self.mask].max()), 1e-4)
 
 
 if __name__ == '__main__':
