@@ -411,14 +411,14 @@ def tokenizer_parts(
     source: path or open reader of a GGUF file with a 'gpt2' tokenizer.
 
   Returns:
-    (tokenizer, info) with info keys 'bos_id', 'eos_id', 'pad_id' (ints, or
-    None when the file names none), 'chat_template' (Jinja source or None)
+    (tokenizer, info) with info keys 'eos_id' (an int), 'bos_id', 'pad_id'
+    (ints, or None when the file names none), 'chat_template' (Jinja source or None)
     and 'add_bos' (whether the model expects a leading BOS; None when the
     file does not say).
 
   Raises:
-    GGUFError: no tokenizer, or a tokenizer model or pre-tokenizer other than
-      GPT-2-style byte-level BPE.
+    GGUFError: no tokenizer or no EOS token id, or a tokenizer model or
+      pre-tokenizer other than GPT-2-style byte-level BPE.
   """
   tk = _import('tokenizers')
   reader = open_reader(source)
@@ -474,9 +474,14 @@ def tokenizer_parts(
     return value
 
   add_bos = _field(reader, 'tokenizer.ggml.add_bos_token', None)
+  eos_id = token_id('tokenizer.ggml.eos_token_id')
+  if eos_id is None:
+    raise GGUFError(
+        f"{name}: metadata key 'tokenizer.ggml.eos_token_id' is missing: "
+        'it names the token that ends a completion (and pads)')
   info = {
       'bos_id': token_id('tokenizer.ggml.bos_token_id'),
-      'eos_id': token_id('tokenizer.ggml.eos_token_id'),
+      'eos_id': eos_id,
       'pad_id': token_id('tokenizer.ggml.padding_token_id'),
       'chat_template': _typed(reader, 'tokenizer.chat_template', 'a string',
                               None),

@@ -329,6 +329,16 @@ class TinyGGUFTest(parameterized.TestCase):
         'be an int$'):
       gguf_loader.tokenizer_parts(path)
 
+  def test_missing_eos_token_is_named(self):
+    # It loaded with no EOS and no pad token: the first prompts raised
+    # TypeError (int() argument ... not 'NoneType').
+    key = 'tokenizer.ggml.eos_token_id'
+    path = self.write(metadata={key: None})
+    with self.assertRaisesRegex(
+        gguf_loader.GGUFError, f"^{path}: metadata key '{key}' is missing: "
+        'it names the token that ends a completion'):
+      pretrained.load(path)
+
   def test_unsupported_tokenizer_model(self):
     path = self.write(tokenizer_model='llama')
     with self.assertRaisesRegex(gguf_loader.GGUFError, "'llama'"):
