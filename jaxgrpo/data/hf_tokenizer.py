@@ -162,10 +162,13 @@ class HFTokenizer:
     """The tokenizer of a Hugging Face model directory.
 
     Reads tokenizer.json; tokenizer_config.json's bos_token, eos_token and
-    pad_token (strings or AddedToken dicts), add_bos_token and chat_template
-    (a string, or a list of named templates of which 'default' is used);
-    chat_template.jinja, which replaces the config's template; and
-    generation_config.json's eos_token_id (more stop tokens). The model adds
+    pad_token (strings or AddedToken dicts; those it lacks from
+    special_tokens_map.json, as transformers reads a legacy folder),
+    add_bos_token and chat_template (a string, or a list of named templates
+    of which 'default' is used); chat_template.jinja, which replaces the
+    config's template; and generation_config.json's eos_token_id (more stop
+    tokens; the first is the EOS where no file names an eos_token, else
+    config.json's eos_token_id). The model adds
     BOS when tokenizer.json's post-processor puts it first, as in
     transformers 5; add_bos_token counts only where tokenizer.json has no
     post-processor.
@@ -202,22 +205,40 @@ class HFTokenizer:
       raise TokenizerFileError(f'cannot read {tok_file}: {e}') from e
     config_file = os.path.join(path, 'tokenizer_config.json')
     config = _read_json(config_file) if os.path.isfile(config_file) else {}
+    # The special tokens: tokenizer_config.json's, else (as transformers
+    # reads a legacy folder) special_tokens_map.json's.
+    specials = {}
+    for file in (os.path.join(path, 'special_tokens_map.json'), config_file):
+      data = config if file == config_file else (
+          _read_json(file) if os.path.isfile(file) else {})
+      for key in ('bos_token', 'eos_token', 'unk_token', 'pad_token'):
+        token = _token_string(data.get(key), file, key)
+        if token is not None:
+          specials[key] = token, file
 
     def token_id(key: str) -> int | None:
-      token = _token_string(config.get(key), config_file, key)
-      if token is None:
+      if key not in specials:
         return None
-      return backend.token_to_id(token)
+      return backend.token_to_id(specials[key][0])
 
+    gen_file = os.path.join(path, 'generation_config.json')
+    extra_stops = _eos_ids(gen_file)
     eos_id = token_id('eos_token')
-    if eos_id is None:
-      if not os.path.isfile(config_file):
-        raise TokenizerFileError(
-            f'{config_file} not found: it names the eos_token')
+    if 'eos_token' in specials and eos_id is None:
+      token, file = specials['eos_token']
       raise TokenizerFileError(
-          f'{config_file} names no eos_token in the vocabulary of {tok_file} '
-          f'(eos_token={config.get("eos_token")!r})'
+          f'{file} names no eos_token in the vocabulary of {tok_file} '
+          f'(eos_token={token!r})'
       )
+    if eos_id is None:
+      # No file names the token: the id transformers' generate stops at.
+      model_eos = extra_stops or _eos_ids(os.path.join(path, 'config.json'))
+      if not model_eos:
+        raise TokenizerFileError(
+            f'{path} names no end-of-sequence token: no eos_token in '
+            'tokenizer_config.json or special_tokens_map.json, no '
+            'eos_token_id in generation_config.json or config.json')
+      eos_id = model_eos[0]
     bos_id = token_id('bos_token')
     # transformers 5 ignores add_bos_token next to a tokenizer.json, whose
     # post-processor adds the BOS or not; without one, the flag says.
@@ -225,20 +246,9 @@ class HFTokenizer:
       add_bos = bos_id is not None and _post_processor_adds(backend, bos_id)
     else:
       add_bos = bool(config.get('add_bos_token', False))
-    template_tokens = {
-        key: _token_string(config.get(key), config_file, key)
-        for key in ('bos_token', 'eos_token', 'unk_token', 'pad_token')
-    }
-    extra_stops = []
-    gen_file = os.path.join(path, 'generation_config.json')
-    if os.path.isfile(gen_file):
-      gen_eos = _read_json(gen_file).get('eos_token_id')
-      extra_stops = [gen_eos] if isinstance(gen_eos, int) else gen_eos or []
-      if not (isinstance(extra_stops, list)
-              and all(isinstance(i, int) for i in extra_stops)):
-        raise TokenizerFileError(
-            f'{gen_file}: eos_token_id must be an int or a list of ints, '
-            f'not {gen_eos!r}')
+    template_tokens = {key: token for key, (token, _) in specials.items()}
+    if 'eos_token' not in template_tokens:
+      template_tokens['eos_token'] = backend.id_to_token(eos_id)
     return cls(
         backend, bos_id=bos_id, eos_id=eos_id, pad_id=token_id('pad_token'),
         chat_template=_chat_template(path, config, config_file),
@@ -359,6 +369,21 @@ def _read_json(file: str) -> dict[str, Any]:
   if not isinstance(data, dict):
     raise TokenizerFileError(f'{file} is not a JSON object')
   return data
+
+
+def _eos_ids(file: str) -> list[int]:
+  """The eos_token_id (an int or a list) of generation_config.json or
+  config.json, as a list; empty when the file or the entry is absent."""
+  if not os.path.isfile(file):
+    return []
+  value = _read_json(file).get('eos_token_id')
+  ids = [value] if isinstance(value, int) else value or []
+  if not (isinstance(ids, list) and all(
+      isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+    raise TokenizerFileError(
+        f'{file}: eos_token_id must be an int or a list of ints, not '
+        f'{value!r}')
+  return ids
 
 
 def _token_string(value: Any, file: str, key: str) -> str | None:

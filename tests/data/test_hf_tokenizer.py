@@ -310,6 +310,42 @@ class HFTokenizerTest(parameterized.TestCase):
                                 'generation_config.json: eos_token_id'):
       hf_tokenizer.HFTokenizer.from_dir(path)
 
+  def test_folder_without_tokenizer_config(self):
+    # tokenizer.json alone, its special tokens in special_tokens_map.json
+    # (a legacy folder) or only the model's eos_token_id: each was
+    # `tokenizer_config.json not found: it names the eos_token`.
+    backend = self.backends['chatml']
+    vocab = backend.token_to_id
+    path = os.path.join(self.tmp, 'legacy')
+    os.makedirs(path)
+    backend.save(os.path.join(path, 'tokenizer.json'))
+    with open(os.path.join(path, 'special_tokens_map.json'), 'w') as f:
+      json.dump({'eos_token': {'content': '<|im_end|>', 'special': True},
+                 'pad_token': '<|endoftext|>'}, f)
+    tok = hf_tokenizer.HFTokenizer.from_dir(path)
+    self.assertEqual((tok.eos_id, tok.pad_id),
+                     (vocab('<|im_end|>'), vocab('<|endoftext|>')))
+    if _HAS_TRANSFORMERS:
+      theirs = _hf(path)
+      self.assertEqual((theirs.eos_token_id, theirs.pad_token_id),
+                       (tok.eos_id, tok.pad_id))
+    os.remove(os.path.join(path, 'special_tokens_map.json'))
+    with self.assertRaisesRegex(
+        hf_tokenizer.TokenizerFileError,
+        'legacy names no end-of-sequence token: no eos_token in '
+        'tokenizer_config.json or special_tokens_map.json, no eos_token_id '
+        'in generation_config.json or config.json'):
+      hf_tokenizer.HFTokenizer.from_dir(path)
+    with open(os.path.join(path, 'config.json'), 'w') as f:
+      json.dump({'eos_token_id': vocab('<|endoftext|>')}, f)
+    tok = hf_tokenizer.HFTokenizer.from_dir(path)
+    self.assertEqual((tok.eos_id, tok.pad_id), (vocab('<|endoftext|>'),) * 2)
+    with open(os.path.join(path, 'generation_config.json'), 'w') as f:
+      json.dump({'eos_token_id': [vocab('<|im_end|>'), 7]}, f)
+    tok = hf_tokenizer.HFTokenizer.from_dir(path)
+    self.assertEqual(tok.eos_id, vocab('<|im_end|>'))
+    self.assertEqual(tok.stop_ids[:2], (vocab('<|im_end|>'), 7))
+
   # As in transformers 5, tokenizer.json's post-processor decides and the
   # config's add_bos_token is ignored; it counts only where tokenizer.json
   # has no post-processor (transformers 5 then adds no BOS, 4 added one for
