@@ -132,6 +132,9 @@ def _export(workdir: str, directory: str, step: int, out: str, *, peft: bool,
         meta.get('config', {}).get('model', {}).get('tokenizer', 'auto')))
   extra = {'bos_token_id': tokenizer.bos_id, 'eos_token_id': tokenizer.eos_id,
            'pad_token_id': tokenizer.pad_id}
+  context = pretrained.context_length(source) if source else None
+  if context is not None:  # else transformers' default for the family
+    extra['max_position_embeddings'] = context
   _clear(out)
   out_dir = hf.export(cfg, params, out, hf_config_extra=extra)
   if source and os.path.isdir(source):

@@ -95,6 +95,17 @@ def load_tokenizer(source: str, *, vocab_size: int | None = None):
       add_bos=bool(info['add_bos']), vocab_size=vocab_size, source=source)
 
 
+def context_length(source: str) -> int | None:
+  """The positions the model at a resolved `source` (a model directory or
+  .gguf file) was trained for, or None when it does not say."""
+  # pylint: disable=g-import-not-at-top
+  if os.path.isdir(source):
+    from jaxgrpo.model import hf
+    return hf.context_length(source)
+  from jaxgrpo.model import gguf
+  return gguf.context_length(source)
+
+
 def load(path: str, *, dtype: str = 'float32',
          param_dtype: str | None = None) -> Pretrained:
   """Loads the model at `path` (see the module docstring).

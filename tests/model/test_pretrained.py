@@ -89,6 +89,11 @@ class HuggingFaceDirTest(absltest.TestCase):
 
   def test_trains_and_exports_what_it_trained(self):
     model_dir = _model_dir(self.create_tempdir().full_path)
+    config_path = os.path.join(model_dir, 'config.json')
+    with open(config_path) as f:
+      entries = json.load(f)
+    with open(config_path, 'w') as f:
+      json.dump(entries | {'max_position_embeddings': 640}, f)
     workdir = self.create_tempdir().full_path
     lines = []
     c = _config(model_dir)
@@ -123,6 +128,9 @@ class HuggingFaceDirTest(absltest.TestCase):
     export.export_run(workdir, out)
     self.assertTrue(os.path.exists(os.path.join(out, 'tokenizer.json')))
     again = pretrained.load(out)
+    # The source's context (it was left out: transformers' default for the
+    # family, 2,048 for a Llama, was read back).
+    self.assertEqual(again.context, 640)
     from jaxgrpo import checkpoint  # pylint: disable=g-import-not-at-top
     saved = checkpoint.load_state_arrays(os.path.join(workdir, 'checkpoints'))
     exported = jax.tree_util.tree_leaves(again.params)
