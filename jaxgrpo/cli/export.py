@@ -141,6 +141,7 @@ def _export(workdir: str, directory: str, step: int, out: str, *, peft: bool,
     for name in _TOKENIZER_FILES:
       if os.path.exists(os.path.join(source, name)):
         shutil.copy(os.path.join(source, name), os.path.join(out_dir, name))
+    _keep_template(tokenizer, str(out_dir))
   else:
     _write_tokenizer(tokenizer, str(out_dir))
   return str(out_dir)
@@ -276,6 +277,23 @@ def _fill(abstract, pure):
   state = nnx.State(abstract)
   nnx.replace_by_pure_dict(state, pure)
   return state
+
+
+def _keep_template(tokenizer, out_dir: str) -> None:
+  """Writes the run's chat template as chat_template.jinja where the files
+  copied hold none that transformers' tokenizer reads (an image-text
+  model's template is its processor's chat_template.json)."""
+  if tokenizer.chat_template is None or os.path.exists(
+      os.path.join(out_dir, 'chat_template.jinja')):
+    return
+  config = os.path.join(out_dir, 'tokenizer_config.json')
+  if os.path.exists(config):
+    with open(config, encoding='utf-8') as f:
+      if json.load(f).get('chat_template') is not None:
+        return
+  with open(os.path.join(out_dir, 'chat_template.jinja'), 'w',
+            encoding='utf-8') as f:
+    f.write(tokenizer.chat_template)
 
 
 def _write_tokenizer(tokenizer, out_dir: str) -> None:

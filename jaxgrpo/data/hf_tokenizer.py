@@ -166,7 +166,8 @@ class HFTokenizer:
     special_tokens_map.json, as transformers reads a legacy folder),
     add_bos_token and chat_template (a string, or a list of named templates
     of which 'default' is used); chat_template.jinja, which replaces the
-    config's template; and generation_config.json's eos_token_id (more stop
+    config's template, and chat_template.json, a processor's template
+    where neither has one; and generation_config.json's eos_token_id (more stop
     tokens; the first is the EOS where no file names an eos_token, else
     config.json's eos_token_id). The model adds
     BOS when tokenizer.json's post-processor puts it first, as in
@@ -407,7 +408,8 @@ def _post_processor_adds(backend: Any, bos_id: int) -> bool:
 
 def _chat_template(path: str, config: Mapping[str, Any],
                    config_file: str) -> str | None:
-  """chat_template.jinja, else the config's template (or its 'default')."""
+  """chat_template.jinja, else the config's template (or its 'default'),
+  else chat_template.json's (a processor's)."""
   jinja_file = os.path.join(path, 'chat_template.jinja')
   if os.path.isfile(jinja_file):
     try:
@@ -416,6 +418,13 @@ def _chat_template(path: str, config: Mapping[str, Any],
     except (OSError, ValueError) as e:  # ValueError: not UTF-8.
       raise TokenizerFileError(f'cannot read {jinja_file}: {e}') from e
   template = config.get('chat_template')
+  processor_file = os.path.join(path, 'chat_template.json')
+  if template is None and os.path.isfile(processor_file):
+    # An image-text model's processor template (gemma-3-4b-it and larger).
+    template = _read_json(processor_file).get('chat_template')
+    if not isinstance(template, str):
+      raise TokenizerFileError(
+          f'{processor_file}: chat_template must be a string')
   if template is None or isinstance(template, str):
     return template
   if isinstance(template, list):

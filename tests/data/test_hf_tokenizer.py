@@ -346,6 +346,20 @@ class HFTokenizerTest(parameterized.TestCase):
     self.assertEqual(tok.eos_id, vocab('<|im_end|>'))
     self.assertEqual(tok.stop_ids[:2], (vocab('<|im_end|>'), 7))
 
+  def test_processor_chat_template_json(self):
+    path = _write(os.path.join(self.tmp, 'processor'), self.backends['chatml'],
+                  {'eos_token': '<|im_end|>'})
+    with open(os.path.join(path, 'chat_template.json'), 'w') as f:
+      json.dump({'chat_template': _CHATML}, f)
+    tok = hf_tokenizer.HFTokenizer.from_dir(path)
+    self.assertEqual(tok.chat_template, _CHATML)
+    with open(os.path.join(path, 'chat_template.json'), 'w') as f:
+      json.dump({'chat_template': [_CHATML]}, f)
+    with self.assertRaisesRegex(
+        hf_tokenizer.TokenizerFileError,
+        'processor/chat_template.json: chat_template must be a string'):
+      hf_tokenizer.HFTokenizer.from_dir(path)
+
   # As in transformers 5, tokenizer.json's post-processor decides and the
   # config's add_bos_token is ignored; it counts only where tokenizer.json
   # has no post-processor (transformers 5 then adds no BOS, 4 added one for

@@ -94,6 +94,15 @@ class HuggingFaceDirTest(absltest.TestCase):
       entries = json.load(f)
     with open(config_path, 'w') as f:
       json.dump(entries | {'max_position_embeddings': 640}, f)
+    # The chat template as an image-text model (gemma-3-4b-it) ships it: its
+    # processor's chat_template.json, none in tokenizer_config.json.
+    tok_config = os.path.join(model_dir, 'tokenizer_config.json')
+    with open(tok_config) as f:
+      tok_entries = json.load(f)
+    with open(os.path.join(model_dir, 'chat_template.json'), 'w') as f:
+      json.dump({'chat_template': tok_entries.pop('chat_template')}, f)
+    with open(tok_config, 'w') as f:
+      json.dump(tok_entries, f)
     workdir = self.create_tempdir().full_path
     lines = []
     c = _config(model_dir)
@@ -131,6 +140,11 @@ class HuggingFaceDirTest(absltest.TestCase):
     # The source's context (it was left out: transformers' default for the
     # family, 2,048 for a Llama, was read back).
     self.assertEqual(again.context, 640)
+    # The template is written where transformers' tokenizer reads it (the
+    # run said `has no chat template; set model.chat_template=False`).
+    self.assertEqual(again.tokenizer.chat_template, _CHATML)
+    with open(os.path.join(out, 'chat_template.jinja')) as f:
+      self.assertEqual(f.read(), _CHATML)
     from jaxgrpo import checkpoint  # pylint: disable=g-import-not-at-top
     saved = checkpoint.load_state_arrays(os.path.join(workdir, 'checkpoints'))
     exported = jax.tree_util.tree_leaves(again.params)
