@@ -466,6 +466,16 @@ class LoadErrorTest(parameterized.TestCase):
         hf_config.CheckpointError, f"'{name}' is missing from {shard} "):
       hf.load(out)
 
+  def test_shard_the_index_names_is_missing(self):
+    out = hf.export(self.cfg, self.params, self.dir, max_shard_bytes=50_000)
+    shard = sorted(json.loads((out / hf._INDEX).read_text())
+                   ['weight_map'].values())[-1]
+    os.remove(out / shard)
+    with self.assertRaisesRegex(
+        hf_config.CheckpointError,
+        f'^{out / hf._INDEX} names {shard}, which is missing$'):
+      hf.load(out)
+
   def test_unexpected_tensors_are_listed(self):
     self.tensors['model.layers.2.mlp.up_proj.weight'] = np.zeros(3)
     self.tensors['lm_head.bias'] = np.zeros(3)
