@@ -3,10 +3,8 @@
 Each section is a frozen dataclass (`checks.Section`) whose fields declare
 its settings with `field(default, help, check)`; the sections of `rollout`,
 `sampler`, the loss's part of `rl`, `mesh`, `distributed`, `curriculum` and
-the dataset entries live in the modules that implement them
-(`rl.rollout`, `data.snooze`, `train_step`, `sharding`, `multihost`,
-`data.curriculum`, `data.entry`), and option lists come from their modules
-too.
+the dataset entries live in the modules that implement them, with their
+option lists (`Config`'s fields name their classes).
 `base_config()` builds the ml-collections ConfigDict that config files start
 from, `jaxgrpo.config_doc` the table of docs/configuration.md, and
 `from_config_dict` the frozen, checked `Config` (train.py calls it once,
@@ -279,10 +277,9 @@ def base_config() -> ml_collections.ConfigDict:
 
 def settings(section: Section | type[Section] | None = None,
              where: str = '') -> list[tuple[str, Any, str, tuple[str, ...]]]:
-  """('section.key', default, help text, options) of every setting, in
-  schema order; options are a `one_of` rule's choices, else (). A section
-  class (a dataset entry's) gives its fields' defaults, MISSING for a
-  required key."""
+  """('section.key', default, help text, options) of every setting in schema
+  order; options: a `one_of` rule's choices, else (). A section class (a
+  dataset entry's) gives its fields' defaults, MISSING for a required key."""
   out = []
   for f in dataclasses.fields(section := section or Config()):
     value = getattr(section, f.name, dataclasses.MISSING)
@@ -296,50 +293,47 @@ def settings(section: Section | type[Section] | None = None,
 
 def _build(cls: type[Section], values: Any, where: str,
            strict: bool = True) -> Any:
-  """A `cls` from a dict of its keys (its sections and dataset entries
-  built too); `strict`: every key must be there, as base_config() has it."""
+  """A `cls` from a dict of its keys (sections and dataset entries built
+  too); `strict`: every key there, as base_config() has it."""
   if not isinstance(values, dict):
     raise ConfigError(f'config key {where[:-1]} must be a '
                       f'{"section" if strict else "dict"}, got {values!r}')
-  fields = {f.name: f for f in dataclasses.fields(cls)}
-  unknown = sorted(set(values) - set(fields))
-  if unknown:
+  values, fields = dict(values), {f.name: f for f in dataclasses.fields(cls)}
+  if unknown := sorted(set(values) - set(fields)):
     near = difflib.get_close_matches(unknown[0], fields, 1)
     raise ConfigError(
         f'unknown config key {where}{unknown[0]} ('
         f'{"".join(f"did you mean {where}{n}? " for n in near)}known in '
         f'{where[:-1] or "the top level"}: {", ".join(sorted(fields))})')
-  for key, f in fields.items():
-    if key not in values and (strict or f.default is dataclasses.MISSING):
-      raise ConfigError(f'config key {where}{key} is missing')
-  values = dict(values)
+  if missing := [where + k for k, f in fields.items() if k not in values and (
+      strict or f.default is dataclasses.MISSING)]:
+    raise ConfigError(
+        f'config key{"s" * (len(missing) > 1)} missing: {", ".join(missing)}'
+        + '; start from jaxgrpo.configs.common.base_config(), which holds '
+        'every key at its default, and change what you need' * strict)
   for key, value in values.items():
     kind = fields[key].type
     if isinstance(kind, type) and issubclass(kind, Section):
-      values[key] = _build(kind, value, f'{where}{key}.')
+      value = _build(kind, value, f'{where}{key}.')
     elif cls is DataSection and key == 'datasets':
       if not isinstance(value, (list, tuple)):
         raise ConfigError(
             f'data.datasets must be a list of dicts, got {value!r}')
-      values[key] = tuple(
+      value = tuple(
           _build(entry_lib.DatasetSection, item, f'{where}{key}[{i}].', False)
           for i, item in enumerate(value))
     elif message := checks.type_error(value, kind):
       checks.fail(f'{where}{key}', value, message)
+    values[key] = value
   try:
     return cls(**values)
-  except ConfigError as e:
-    if cls is not entry_lib.DatasetSection:
-      raise
-    raise ConfigError(str(e).replace(cls.SECTION, where[:-1])) from None
+  except ConfigError as e:  # a dataset entry's checks name data.datasets[?]
+    raise type(e)(str(e).replace(cls.SECTION, where[:-1])) from None
 
 
 def from_config_dict(cfg: ml_collections.ConfigDict | dict) -> Config:
-  """Validates a ConfigDict and returns the frozen Config.
-
-  Raises:
-    ConfigError: naming the first unknown or invalid key.
-  """
+  """The frozen, checked Config of a ConfigDict or a dict; its ConfigError
+  names the first unknown or invalid key, or missing keys."""
   return _build(Config, cfg.to_dict() if isinstance(
       cfg, ml_collections.ConfigDict) else dict(cfg), '')
 

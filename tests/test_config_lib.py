@@ -4,6 +4,7 @@ import os
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import ml_collections
 
 from jaxgrpo import config_lib
 from jaxgrpo import configs
@@ -118,8 +119,36 @@ class ConfigTest(parameterized.TestCase):
   def test_missing_key_named(self):
     c = demo.get_config().to_dict()
     del c['rollout']['group_size']
-    with self.assertRaisesRegex(config_lib.ConfigError,
-                                'rollout.group_size is missing'):
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r'^config key missing: rollout.group_size; '
+        r'start from jaxgrpo.configs.common.base_config\(\), which holds '
+        'every key at its default'):
+      config_lib.from_config_dict(c)
+
+  def test_hand_built_config_is_told_every_missing_key_at_once(self):
+    # A ConfigDict written by hand (a notebook) was refused one missing key
+    # at a time, without a word of base_config().
+    c = ml_collections.ConfigDict(
+        {'total_steps': 5, 'rollout': {'batch_size': 4, 'group_size': 4}})
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r'^config keys missing: seed, log_every, '
+        r'plots, .*, model, data, sampler, .*, distributed; start from '
+        r'jaxgrpo.configs.common.base_config\(\)'):
+      config_lib.from_config_dict(c)
+    full = config_lib.base_config().to_dict()
+    full['rollout'] = {'batch_size': 4, 'group_size': 4}
+    with self.assertRaises(config_lib.ConfigError) as caught:
+      config_lib.from_config_dict(full)
+    named = str(caught.exception).split(': ', 1)[1].split('; ')[0]
+    self.assertCountEqual(named.split(', '), [
+        f'rollout.{k}' for k in config_lib.base_config().rollout
+        if k not in ('batch_size', 'group_size')])
+    # A dataset entry names its required keys, without the hint.
+    c = demo.get_config()
+    c.data.datasets = [{'weight': 1.0}]
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r'^config keys missing: data.datasets\[0\].'
+        r'name, data.datasets\[0\].kind$'):
       config_lib.from_config_dict(c)
 
   def test_minibatches_must_divide(self):
