@@ -14,11 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 import dataclasses
 import numbers
 import operator
-import types
 import typing
 from typing import Any, ClassVar
-
-import numpy as np
 
 from jaxgrpo.errors import ConfigError
 
@@ -75,11 +72,10 @@ def type_error(value: Any, kind: Any) -> str | None:
   """What is wrong with the type of `value` for a field declared `kind`
   (`int`, `str | None`, ...); None when it fits, or when `kind` is not made
   of plain types (a tuple of settings), which is not checked here."""
-  kinds = typing.get_args(kind) if isinstance(kind, types.UnionType) else (
-      kind,)
+  kinds = typing.get_args(kind) or (kind,)
   if not set(kinds) <= set(_TYPE_NAMES):
     return None
-  flag = isinstance(value, (bool, np.bool_))  # an Integral, but no number
+  flag = isinstance(value, bool)  # an Integral, but no number
   number = isinstance(value, numbers.Real) and not flag
   fits = {int: number and isinstance(value, numbers.Integral), float: number,
           bool: flag}
@@ -88,6 +84,14 @@ def type_error(value: Any, kind: Any) -> str | None:
   names = list(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
   return (f'must be {", ".join(names[:-1])}{" or " * (len(names) > 1)}'
           f'{names[-1]}, not {type(value).__name__}')
+
+
+def plain(value: Any, kind: Any) -> Any:
+  """A numpy scalar (a 0-d array) as its Python value; an integral float as
+  an int where an int fits and a float does not (`total_steps=1e3`)."""
+  value = value.item() if getattr(value, 'shape', None) == () else value
+  return int(value) if isinstance(value, float) and value.is_integer() and (
+      type_error(value, kind) and not type_error(1, kind)) else value
 
 
 POSITIVE = rule(lambda v: v > 0, 'must be > 0')

@@ -254,7 +254,7 @@ def _to_config(value: Any, kind: Any) -> Any:
   a dataset entry a dict of its non-default keys, and a field that may be
   None or of several types a FieldReference (so overrides keep the type)."""
   if isinstance(value, Section):
-    out = ml_collections.ConfigDict()
+    out = ml_collections.ConfigDict(type_safe=False)
     for f in dataclasses.fields(value):
       out[f.name] = _to_config(getattr(value, f.name), f.type)
     return out
@@ -293,8 +293,9 @@ def settings(section: Section | type[Section] | None = None,
 
 def _build(cls: type[Section], values: Any, where: str,
            strict: bool = True) -> Any:
-  """A `cls` from a dict of its keys (sections and dataset entries built
-  too); `strict`: every key there, as base_config() has it."""
+  """A `cls` from a dict or ConfigDict of its keys (sections and dataset
+  entries built too); `strict`: every key there, as base_config() has it."""
+  values = getattr(values, 'to_dict', lambda: values)()  # a ConfigDict
   if not isinstance(values, dict):
     raise ConfigError(f'config key {where[:-1]} must be a '
                       f'{"section" if strict else "dict"}, got {values!r}')
@@ -322,7 +323,7 @@ def _build(cls: type[Section], values: Any, where: str,
       value = tuple(
           _build(entry_lib.DatasetSection, item, f'{where}{key}[{i}].', False)
           for i, item in enumerate(value))
-    elif message := checks.type_error(value, kind):
+    elif message := checks.type_error(value := checks.plain(value, kind), kind):
       checks.fail(f'{where}{key}', value, message)
     values[key] = value
   try:
@@ -331,11 +332,10 @@ def _build(cls: type[Section], values: Any, where: str,
     raise type(e)(str(e).replace(cls.SECTION, where[:-1])) from None
 
 
-def from_config_dict(cfg: ml_collections.ConfigDict | dict) -> Config:
-  """The frozen, checked Config of a ConfigDict or a dict; its ConfigError
-  names the first unknown or invalid key, or missing keys."""
-  return _build(Config, cfg.to_dict() if isinstance(
-      cfg, ml_collections.ConfigDict) else dict(cfg), '')
+def from_config_dict(cfg: ml_collections.ConfigDict | dict | Config) -> Config:
+  """The frozen, checked Config of a ConfigDict or a dict (a Config as is);
+  its ConfigError names the first unknown or invalid key, or missing keys."""
+  return cfg if isinstance(cfg, Config) else _build(Config, cfg, '')
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

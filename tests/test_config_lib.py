@@ -1,10 +1,12 @@
 """Tests for config validation: every bad value names its key."""
 
+import json
 import os
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import ml_collections
+import numpy as np
 
 from jaxgrpo import config_lib
 from jaxgrpo import configs
@@ -150,6 +152,43 @@ class ConfigTest(parameterized.TestCase):
         config_lib.ConfigError, r'^config keys missing: data.datasets\[0\].'
         r'name, data.datasets\[0\].kind$'):
       config_lib.from_config_dict(c)
+
+  def test_numpy_values_and_integral_floats_are_plain_values(self):
+    # A notebook computing settings with numpy: ml_collections refused
+    # np.int64 for an int key (TypeError), a plain dict's numpy values
+    # reached the Config (json.dumps of the saved config failed), and an
+    # integral float (total_steps=1e3) was refused.
+    c = demo.get_config()
+    c.rollout.batch_size = np.int64(8)
+    c.optim.learning_rate = np.float32(0.5)
+    c.total_steps = 1e3
+    c.plots = np.bool_(False)
+    c.rl.num_minibatches = np.array(2)
+    c.data.datasets = [ml_collections.ConfigDict(dict(
+        name='a', kind='arithmetic', num_eval=np.int32(4), weight=np.float64(2),
+        verifier=dict(name='math')))]
+    cfg = config_lib.from_config_dict(c)
+    got = (cfg.rollout.batch_size, cfg.optim.learning_rate, cfg.total_steps,
+           cfg.plots, cfg.rl.num_minibatches, cfg.data.datasets[0].num_eval,
+           cfg.data.datasets[0].weight)
+    self.assertEqual(got, (8, 0.5, 1000, False, 2, 4, 2.0))
+    self.assertEqual([type(v) for v in got],
+                     [int, float, int, bool, int, int, float])
+    self.assertEqual(cfg.data.datasets[0].verifier, {'name': 'math'})
+    json.dumps(config_lib.to_dict(cfg))
+    self.assertIs(config_lib.from_config_dict(cfg), cfg)
+    for key, value, message in (
+        ('total_steps', 2.5, 'total_steps=2.5: must be an int, not float'),
+        ('total_steps', np.float64(2.5), 'total_steps=2.5: must be an int'),
+        ('plots', 1.0, 'plots=1.0: must be a bool, not float'),
+        ('seed', np.array([1, 2]), r'seed=array\(\[1, 2\]\): must be an int'),
+        ('total_steps', 'abc', "total_steps='abc': must be an int, not str"),
+    ):
+      c = demo.get_config()
+      c[key] = value
+      with self.subTest(key=key, value=value), self.assertRaisesRegex(
+          config_lib.ConfigError, message):
+        config_lib.from_config_dict(c)
 
   def test_minibatches_must_divide(self):
     c = demo.get_config()
