@@ -330,6 +330,38 @@ class CommandLineTest(absltest.TestCase):
           (common.UsageError, config_lib.ConfigError), message):
         load(*overrides)
 
+  def test_int_overrides_written_as_floats_and_config_dict_entries(self):
+    # `--config.total_steps=1e3` (or 100.0) was refused: "invalid literal
+    # for int() with base 10: '1e3'"; a dataset entry written as a
+    # ConfigDict was refused ("must be a dict, got kind: arithmetic" over
+    # two lines) and could not be overridden ("is no dict").
+    path = os.path.join(self.create_tempdir().full_path, 'entries.py')
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write('import ml_collections\n'
+              'from jaxgrpo.configs import common\n'
+              'def get_config():\n'
+              '  c = common.base_config()\n'
+              "  c.warmstart.batch_size = c.rollout.get_ref('batch_size') * 2\n"
+              '  c.data.datasets = [ml_collections.ConfigDict(dict(\n'
+              "      name='a', kind='arithmetic', verifier=dict(name='math')))]\n"
+              '  return c\n')
+    cfg = config_lib.from_config_dict(common.load_config(
+        'jaxgrpo-train', path,
+        ['--config.total_steps=1e3', '--config.rollout.batch_size=32.0',
+         '--config.seed', '-3', '--config.optim.learning_rate=1',
+         '--config.data.datasets[0].num_eval=1e2',
+         '--config.data.datasets[0].weight=2']))
+    self.assertEqual((cfg.total_steps, cfg.rollout.batch_size,
+                      cfg.warmstart.batch_size, cfg.seed),
+                     (1000, 32, 64, -3))
+    self.assertEqual(repr(cfg.optim.learning_rate), '1.0')
+    (entry,) = cfg.data.datasets
+    self.assertEqual((entry.num_eval, entry.weight, entry.verifier),
+                     (100, 2.0, {'name': 'math'}))
+    with self.assertRaisesRegex(common.UsageError,
+                                r'total_steps=2\.5: invalid literal for int'):
+      common.load_config('jaxgrpo-train', path, ['--config.total_steps=2.5'])
+
   def test_config_mistakes_end_in_one_line_with_the_reason(self):
     workdir = self.create_tempdir().full_path
     folder = self.create_tempdir().full_path

@@ -196,7 +196,8 @@ def _literal(text: str) -> Any:
 def _value_of(key: str, text: str) -> Any:
   """An override's text as the value of the schema's field `key`: None for
   `None` where the key may be None, else of the field's type where the
-  text reads as one (the config's check names anything else)."""
+  text reads as one (`1e3` and `100.0` as ints where the key is an int; the
+  config's check names anything else)."""
   # pylint: disable-next=g-import-not-at-top
   from jaxgrpo import checks
   f = _field_of(key)
@@ -209,14 +210,15 @@ def _value_of(key: str, text: str) -> Any:
   if (float in kinds and isinstance(value, int)
       and not isinstance(value, bool)):
     value = float(value)
+  value = checks.plain(value, f.type)
   return value if checks.type_error(value, f.type) is None else text
 
 
 def _apply_later(config: ml_collections.ConfigDict,
                  later: list[tuple[str, str]]) -> None:
   """Applies the overrides that ml_collections cannot: `None` for a key that
-  may be None, `data.datasets` as a list, and a dataset entry's key that
-  its dict leaves out."""
+  may be None, an int written as a float (`1e3`), `data.datasets` as a
+  list, and a dataset entry's key that its dict leaves out."""
   for key, text in later:
     where = f'{CONFIG_PREFIX}{key}={text}'
     if key == 'data.datasets':
@@ -233,15 +235,17 @@ def _apply_later(config: ml_collections.ConfigDict,
         raise UsageError(f'{where}: the config has {count} dataset'
                          f'{"s" * (count != 1)} (data.datasets[0] to '
                          f'[{count - 1}])')
+      if isinstance(entries[index], ml_collections.ConfigDict):
+        entries[index] = entries[index].to_dict()
       if not isinstance(entries[index], dict):
         raise UsageError(f'{where}: data.datasets[{index}] is no dict')
       entries[index][match.group(2)] = _value_of(key, text)
-    else:  # None, for a key that may be None
+    else:  # None, for a key that may be None; an int written as 1e3
       *parents, name = key.split('.')
       section = config
       for part in parents:
         section = section[part]
-      section[name] = None
+      section[name] = _value_of(key, text)
 
 
 def load_config(prog: str, config: str,
@@ -249,7 +253,8 @@ def load_config(prog: str, config: str,
   """The ConfigDict of `--config` with `--config.KEY` overrides applied.
 
   ml_collections applies most overrides; `--config.KEY=None` of a key that
-  may be None (it read the string 'None'), `--config.data.datasets=[...]`
+  may be None (it read the string 'None'), an int key given `1e3` or
+  `100.0` (it refused them), `--config.data.datasets=[...]`
   (a list it cannot parse) and a dataset entry's key,
   `--config.data.datasets[0].KEY=VALUE` (it knows only the keys that the
   entry's dict names), are applied here, after them, in their order.
@@ -261,10 +266,11 @@ def load_config(prog: str, config: str,
   kept, later = [], []
   for _, flag, text, args in _flags(overrides):
     key = flag[len(CONFIG_PREFIX):]
+    value = None if text is None else _value_of(key, text)
     if text is not None and (
         key == 'data.datasets' or _ENTRY_KEY.fullmatch(key)
-        or (text == 'None' and type(None) in typing.get_args(
-            getattr(_field_of(key), 'type', None)))):
+        or (text == 'None' and value is None)
+        or (type(value) is int and not re.fullmatch(r'[-+]?\d+', text))):
       later.append((key, text))
     else:
       kept += args
