@@ -343,7 +343,8 @@ class CommandLineTest(absltest.TestCase):
               '  c = common.base_config()\n'
               "  c.warmstart.batch_size = c.rollout.get_ref('batch_size') * 2\n"
               '  c.data.datasets = [ml_collections.ConfigDict(dict(\n'
-              "      name='a', kind='arithmetic', verifier=dict(name='math')))]\n"
+              "      name='a', kind='arithmetic',\n"
+              "      verifier=dict(name='math')))]\n"
               '  return c\n')
     cfg = config_lib.from_config_dict(common.load_config(
         'jaxgrpo-train', path,
@@ -361,6 +362,37 @@ class CommandLineTest(absltest.TestCase):
     with self.assertRaisesRegex(common.UsageError,
                                 r'total_steps=2\.5: invalid literal for int'):
       common.load_config('jaxgrpo-train', path, ['--config.total_steps=2.5'])
+
+  def test_required_placeholders_are_set_from_the_command_line(self):
+    # ml_collections locks the config it loads, which reads every
+    # reference: a config file with a required placeholder never loaded,
+    # with the override or without ('cannot load --config=...: None value
+    # found in required reference', naming no key).
+    path = os.path.join(self.create_tempdir().full_path, 'required.py')
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write('from ml_collections import config_dict\n'
+              'from jaxgrpo.configs import common\n'
+              'def get_config():\n'
+              '  c = common.base_config()\n'
+              '  c.seed = config_dict.required_placeholder(int)\n'
+              '  c.model.system_prompt = (\n'
+              '      config_dict.required_placeholder(str))\n'
+              '  return c\n')
+    load = lambda *overrides: common.load_config('jaxgrpo-train', path,
+                                                 list(overrides))
+    config = load('--config.seed=3', '--config.total_steps=5',
+                  '--config.model.system_prompt=Be brief.')
+    cfg = config_lib.from_config_dict(config)
+    self.assertEqual((cfg.seed, cfg.total_steps, cfg.model.system_prompt),
+                     (3, 5, 'Be brief.'))
+    with self.assertRaisesRegex(
+        common.UsageError, r'required.py: model.system_prompt must be given '
+        r'\(config_dict.required_placeholder\), e.g. '
+        r'--config.model.system_prompt=VALUE$'):
+      load('--config.seed=3')
+    with self.assertRaisesRegex(common.UsageError,
+                                'model.system_prompt, seed must be given'):
+      load()
 
   def test_config_mistakes_end_in_one_line_with_the_reason(self):
     workdir = self.create_tempdir().full_path

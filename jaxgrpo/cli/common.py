@@ -21,6 +21,7 @@ from typing import Any
 
 from absl import flags
 import ml_collections
+from ml_collections import config_dict
 from ml_collections import config_flags
 
 from jaxgrpo import errors
@@ -255,33 +256,64 @@ def load_config(prog: str, config: str,
   ml_collections applies most overrides; `--config.KEY=None` of a key that
   may be None (it read the string 'None'), an int key given `1e3` or
   `100.0` (it refused them), `--config.data.datasets=[...]`
-  (a list it cannot parse) and a dataset entry's key,
+  (a list it cannot parse), a dataset entry's key,
   `--config.data.datasets[0].KEY=VALUE` (it knows only the keys that the
-  entry's dict names), are applied here, after them, in their order.
+  entry's dict names), and a key the file leaves a
+  `config_dict.required_placeholder` (it cannot type one, nor lock a config
+  holding one unset), are applied here, after them, in their order.
 
   Raises:
-    UsageError: the file does not exist or load, or an override names an
-      unknown key or a bad value.
+    UsageError: the file does not exist or load, an override names an
+      unknown key or a bad value, or a required placeholder is not given.
   """
-  kept, later = [], []
-  for _, flag, text, args in _flags(overrides):
-    key = flag[len(CONFIG_PREFIX):]
-    value = None if text is None else _value_of(key, text)
-    if text is not None and (
-        key == 'data.datasets' or _ENTRY_KEY.fullmatch(key)
-        or (text == 'None' and value is None)
-        or (type(value) is int and not re.fullmatch(r'[-+]?\d+', text))):
-      later.append((key, text))
-    else:
-      kept += args
-  result = _load(prog, config, kept)
+
+  def split(required):
+    kept, later = [], []
+    for _, flag, text, args in _flags(overrides):
+      key = flag[len(CONFIG_PREFIX):]
+      value = None if text is None else _value_of(key, text)
+      if text is not None and (
+          key == 'data.datasets' or _ENTRY_KEY.fullmatch(key)
+          or key in required or (text == 'None' and value is None)
+          or (type(value) is int and not re.fullmatch(r'[-+]?\d+', text))):
+        later.append((key, text))
+      else:
+        kept += args
+    return kept, later
+
+  kept, later = split(())
+  try:
+    result = _load(prog, config, kept)
+  except config_dict.RequiredValueError:  # from locking the config
+    kept, later = split(_unset(_load(prog, config, [], lock=False)))
+    result = _load(prog, config, kept, lock=False)
   _apply_later(result, later)
+  if unset := _unset(result):
+    raise UsageError(
+        f'--config={config}: {", ".join(unset)} must be given '
+        f'(config_dict.required_placeholder), e.g. --config.{unset[0]}=VALUE')
   return result
 
 
-def _load(prog: str, config: str,
-          overrides: list[str]) -> ml_collections.ConfigDict:
-  """`load_config` with the overrides that ml_collections applies."""
+def _unset(config: ml_collections.ConfigDict, where: str = '') -> list[str]:
+  """The keys of `config` that hold a required placeholder without a
+  value."""
+  out = []
+  for key in config.keys():
+    try:
+      value = config[key]
+    except config_dict.RequiredValueError:
+      out.append(where + key)
+      continue
+    if isinstance(value, ml_collections.ConfigDict):
+      out += _unset(value, f'{where}{key}.')
+  return out
+
+
+def _load(prog: str, config: str, overrides: list[str],
+          lock: bool = True) -> ml_collections.ConfigDict:
+  """`load_config` with the overrides that ml_collections applies; `lock`:
+  locked, as ml_collections locks it (which reads every reference)."""
   path, sep, arg = config.partition(':')
   if not os.path.isfile(path):
     shipped = shipped_config(path)
@@ -292,7 +324,7 @@ def _load(prog: str, config: str,
   argv = [prog, f'--config={config}', *overrides]
   # config_flags finds the override flags in `sys_argv` when defined.
   holder = config_flags.DEFINE_config_file(
-      'config', None, 'Config file.', flag_values=values, lock_config=True,
+      'config', None, 'Config file.', flag_values=values, lock_config=lock,
       sys_argv=argv)
   # Its warnings repeat the errors below.
   with errors.absl_warnings_muted():
@@ -309,6 +341,8 @@ def _load(prog: str, config: str,
         raise UsageError(f'--config={config}: {path} defines no get_config() '
                          '(it returns the ConfigDict)') from None
       raise UsageError(unknown_key(e, overrides)) from None
+    except config_dict.RequiredValueError:
+      raise
     except KeyError as e:  # an override of an unknown key
       raise UsageError(unknown_key(e, overrides)) from None
     except Exception as e:  # pylint: disable=broad-except
