@@ -299,7 +299,9 @@ def _build(cls: type[Section], values: Any, where: str,
   if not isinstance(values, dict):
     raise ConfigError(f'config key {where[:-1]} must be a '
                       f'{"section" if strict else "dict"}, got {values!r}')
-  values, fields = dict(values), {f.name: f for f in dataclasses.fields(cls)}
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  values = {k: v.get() if isinstance(v, ml_collections.FieldReference) else v
+            for k, v in values.items()}  # a dataset entry's references
   if unknown := sorted(set(values) - set(fields)):
     near = difflib.get_close_matches(unknown[0], fields, 1)
     raise ConfigError(

@@ -6,6 +6,7 @@ import os
 from absl.testing import absltest
 from absl.testing import parameterized
 import ml_collections
+from ml_collections import config_dict
 import numpy as np
 
 from jaxgrpo import config_lib
@@ -189,6 +190,18 @@ class ConfigTest(parameterized.TestCase):
       with self.subTest(key=key, value=value), self.assertRaisesRegex(
           config_lib.ConfigError, message):
         config_lib.from_config_dict(c)
+
+  def test_references_in_a_dataset_entry_are_read(self):
+    # A placeholder or a lazy reference in an entry's dict reached the
+    # checks as the reference: `data.datasets[0].path=<...FieldReference
+    # object at 0x...>: must be a string or None, not FieldReference`.
+    c = demo.get_config()
+    c.data.datasets = [dict(
+        name='a', kind='arithmetic', template=config_dict.placeholder(str),
+        max_digits=c.rollout.get_ref('group_size'))]
+    c.rollout.group_size = 5
+    (entry,) = config_lib.from_config_dict(c).data.datasets
+    self.assertEqual((entry.template, entry.max_digits), (None, 5))
 
   def test_minibatches_must_divide(self):
     c = demo.get_config()
