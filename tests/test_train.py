@@ -1,5 +1,6 @@
 """End-to-end runs of the training loop and the command line (tiny sizes)."""
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -393,6 +394,36 @@ class CommandLineTest(absltest.TestCase):
     with self.assertRaisesRegex(common.UsageError,
                                 'model.system_prompt, seed must be given'):
       load()
+
+  def test_an_empty_path_is_refused_by_every_command(self):
+    # `--out="$OUT"` with OUT unset: jaxgrpo-export exported into the
+    # current folder (removing an earlier export's files there), and
+    # `--workdir=` or `--checkpoint=` read the current folder.
+    # pylint: disable-next=g-import-not-at-top
+    from jaxgrpo.cli import evaluate, export, plot, stratify
+    cwd = os.getcwd()
+    os.chdir(self.create_tempdir().full_path)
+    self.addCleanup(os.chdir, cwd)
+    for main, argv, name in (
+        (export.main, ['--workdir=/w', '--out='], '--out'),
+        (export.main, ['--workdir= ', '--out=x'], '--workdir'),
+        (evaluate.main, ['--config=configs/demo.py', '--checkpoint=a',
+                         '--checkpoint='], '--checkpoint'),
+        (evaluate.main, ['--config=configs/demo.py', '--checkpoint=a',
+                         '--json='], '--json'),
+        (stratify.main, ['run', '--config=configs/demo.py',
+                         '--checkpoint=a', '--out='], '--out'),
+        (stratify.main, ['report', '--out='], '--out'),
+        (plot.main, [''], 'workdir'),
+        (cli_train.main, ['--workdir=', '--config=configs/demo.py'],
+         '--workdir'),
+    ):
+      err = io.StringIO()
+      with self.subTest(argv=argv), contextlib.redirect_stderr(err):
+        self.assertEqual(main(argv), 2)
+        self.assertIn(f': error: argument {name}: the value is empty (an '
+                      'unset shell variable?)', err.getvalue())
+    self.assertEqual(os.listdir('.'), [])
 
   def test_config_mistakes_end_in_one_line_with_the_reason(self):
     workdir = self.create_tempdir().full_path

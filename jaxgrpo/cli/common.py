@@ -27,6 +27,9 @@ from ml_collections import config_flags
 from jaxgrpo import errors
 
 CONFIG_PREFIX = '--config.'
+# The arguments that name a file or folder (or a checkpoint spec) in the
+# commands: none may be empty.
+PATHS = ('workdir', 'out', 'config', 'checkpoint', 'json')
 
 
 class UsageError(Exception):
@@ -34,12 +37,27 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-  """An ArgumentParser that raises UsageError instead of exiting."""
+  """An ArgumentParser that raises UsageError instead of exiting, and
+  refuses an empty path (`--out=`, `--out="$UNSET"`; `PATHS`): it would
+  stand for the current folder."""
 
   def error(self, message: str):
     # A subcommand's parser is named 'PROG COMMAND'.
     where = f'{self.prog} --help' if ' ' in self.prog else '--help'
     raise UsageError(f'{message} (see {where})')
+
+  def parse_known_args(self, args=None, namespace=None):
+    parsed, extra = super().parse_known_args(args, namespace)
+    for action in self._actions:
+      if action.dest not in PATHS:
+        continue
+      value = getattr(parsed, action.dest, None)
+      values = value if isinstance(value, list) else [value]
+      if any(isinstance(v, str) and not v.strip() for v in values):
+        name = '/'.join(action.option_strings) or action.dest
+        self.error(f'argument {name}: the value is empty (an unset shell '
+                   'variable?)')
+    return parsed, extra
 
 
 def fail(prog: str, message: str, code: int) -> int:
