@@ -65,9 +65,8 @@ def run(
   """Trains per `config`, resuming from `workdir` when it holds a checkpoint.
 
   Args:
-    config: the run's ConfigDict (validated here; start from
-      `jaxgrpo.configs.common.base_config()`: one that lacks keys is
-      refused naming them), a dict of the same keys, or a validated Config.
+    config: the run's ConfigDict, from `configs.common.base_config()`, or a
+      dict of its keys (validated here), or a validated Config.
     workdir: where checkpoints and `metrics.jsonl` go.
     log: receives the lines the run shows.
     on_step: called after each step (and its checkpoint, when one is due)
