@@ -38,8 +38,10 @@ Design:
     batch-mates, which is how the static generator draws when given
     `prompt_keys`; the two then agree (up to float summation order where
     the prompt widths differ, see tests/generate/test_continuous.py).
-  * Under a mesh the slots are split over the batch axes (S is rounded up
-    to a multiple of the batch devices), the stash is replicated, and the
+  * Under a mesh the slots are split over the batch axes (the slot rows
+    are padded to a multiple of the batch devices with idle rows that
+    never take a sample, so S slots decode on every mesh and admit the
+    same samples in the same order), the stash is replicated, and the
     host's plan depends only on the inputs and the gathered `active` flags,
     so every process of a multi-process run makes the same decisions.
   * One host round trip per chunk: larger chunks sync less but leave a
@@ -108,7 +110,8 @@ class ContinuousGenerator:
 
   Attributes:
     generator: the model, sampling, T, G, stop and pad ids.
-    slots: S, decode slots (rounded up to a multiple of the batch devices).
+    slots: S, decode slots (on every mesh; idle rows pad the slot arrays
+      to a multiple of the batch devices).
     chunk: decode steps per host round trip.
     buckets: prompt prefill widths; the input's width P is always one, and
       widths >= P are dropped.
@@ -194,10 +197,11 @@ class ContinuousGenerator:
     keys_R, stop_R = self._row_inputs(b, rng, prompt_keys, stop_at)
 
     multiple = sharding.batch_multiple()
-    n_slots = -(-self.slots // multiple) * multiple
+    n_slots = self.slots
+    n_rows = padded_slots(n_slots, multiple)
     n_stash = -(-n_slots // g) + 1
     mesh = sharding.current()
-    slots, stash = slots_lib.init(gen, mesh, p, n_slots, n_stash)
+    slots, stash = slots_lib.init(gen, mesh, p, n_rows, n_stash)
     out = slots_lib.init_out(gen.pad_id, r, t)
 
     widths = self.widths(p)
@@ -209,7 +213,7 @@ class ContinuousGenerator:
     free_entries = list(range(n_stash))
     left_B = np.full(b, g)  # samples of each prompt not yet admitted
     free = list(range(n_slots))
-    width = n_slots  # slots now; fewer once the drain narrows them
+    width = n_rows  # slot rows now; fewer once the drain narrows them
     next_row = 0
     chunks = prefills = steps = busy = slot_steps = 0
     while True:
@@ -236,7 +240,7 @@ class ContinuousGenerator:
       chunks += 1
       ran = int(host(chunk_steps))
       steps += ran
-      slot_steps += ran * width
+      slot_steps += ran * min(width, n_slots)
       busy += int(host(chunk_busy))
       if next_row == r and not active.any():
         break
@@ -244,7 +248,7 @@ class ContinuousGenerator:
         slots, active = _narrow(mesh, slots, active, drain_width(
             width, int(active.sum()), multiple))
         width = active.size
-      free = [s for s in range(width) if not active[s]]
+      free = [s for s in range(min(width, n_slots)) if not active[s]]
     stats = EngineStats(chunks=chunks, prefill_calls=prefills,
                         decode_steps=steps, busy_slot_steps=busy,
                         slots=n_slots, slot_steps=slot_steps)
@@ -312,6 +316,12 @@ def _narrow(mesh, slots: slots_lib.Slots, active: np.ndarray,
     slots = slots_lib.compact(mesh, slots, replicated(keep.astype(np.int32)))
     active, width = active[keep], width // 2
   return slots, active
+
+
+def padded_slots(slots: int, multiple: int) -> int:
+  """Slot rows for `slots` decode slots: a multiple of the batch devices;
+  the rows past `slots` stay idle, so every mesh decodes in `slots`."""
+  return -(-slots // multiple) * multiple
 
 
 def drain_width(width: int, active: int, multiple: int) -> int:

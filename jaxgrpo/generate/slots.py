@@ -102,7 +102,7 @@ class Admission:
 
 @flax.struct.dataclass(kw_only=True)
 class Resume:
-  """A samples taken up part-way; `slot` S (out of range) pads the call.
+  """Samples taken up part-way; a `slot` past the last row pads the call.
 
   Attributes:
     slot: [A] int32, the slot each sample goes to.

@@ -72,7 +72,8 @@ class SlotStream:
 
   Attributes:
     engine: the slots, chunk, buckets and generator.
-    slots: S, after rounding to the batch devices.
+    slots: S, the same on every mesh (the slot arrays' rows past S,
+      padding to the batch devices, stay idle).
     chunks: `step` calls that decoded.
     decode_steps: decode steps over all chunks.
     busy_slot_steps: slot-steps that produced a token.
@@ -83,12 +84,14 @@ class SlotStream:
     gen = engine.generator
     self.engine, self.params, self.width = engine, params, prompt_width
     self.g = gen.num_samples
-    multiple = sharding.batch_multiple()
-    self.slots = -(-engine.slots // multiple) * multiple
+    self.slots = engine.slots
+    # Slot rows past S (padding to the batch devices) never take a sample.
+    self._rows = continuous.padded_slots(self.slots,
+                                         sharding.batch_multiple())
     n_stash = -(-self.slots // self.g) + 1
     self._mesh = sharding.current()
     self._state, self._stash = slots_lib.init(
-        gen, self._mesh, prompt_width, self.slots, n_stash)
+        gen, self._mesh, prompt_width, self._rows, n_stash)
     self._widths = engine.widths(prompt_width)
     self._prompts: dict[int, tuple] = {}  # id -> (tokens, mask, width)
     self._keys: dict[int, np.ndarray] = {}  # id -> [G, 2] sample key data
@@ -204,7 +207,7 @@ class SlotStream:
       free = free[len(resumed):]
     admitted = self._next_waiting(len(free))
     self._prefill({pid for pid, _ in admitted} - set(self._entry_of))
-    n = self.slots
+    n = self._rows
     source = np.full(n, -1, np.int32)
     row = np.full(n, -1, np.int32)
     keys_S = np.zeros((n, 2), np.uint32)
@@ -219,7 +222,7 @@ class SlotStream:
     self._state, ran, busy = slots_lib.chunk(
         self.engine.generator, self.engine.chunk, self._mesh, self.params,
         self._state, self._stash, admission)
-    active = continuous.host(self._state.active)
+    active = continuous.host(self._state.active)[:self.slots]
     self.chunks += 1
     self.decode_steps += int(continuous.host(ran))
     self.busy_slot_steps += int(continuous.host(busy))
@@ -277,9 +280,10 @@ class SlotStream:
         rows.append((slot, tokens_P, mask_P, so_far.tokens, so_far.logps,
                      so_far.length, self._keys[pid][g], self._stop[pid][g]))
         self._admitted(pid)
-      # Padding rows (one real token, one generated) go to slot S: dropped.
+      # Padding rows (one real token, one generated) go past the last
+      # slot row: dropped.
       p = self.width
-      rows += [(self.slots, np.zeros(p, np.int32), np.arange(p) == p - 1,
+      rows += [(self._rows, np.zeros(p, np.int32), np.arange(p) == p - 1,
                 np.zeros(t, np.int32), np.zeros(t, np.float32), 1,
                 np.zeros_like(rows[0][6]), 0)] * pad
       cols = list(zip(*rows))

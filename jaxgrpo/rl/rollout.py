@@ -89,8 +89,8 @@ class RolloutSection(checks.Section, name='rollout'):
       'ends) or `continuous` (`slots` rows, each taking the next sample as '
       'its row stops, fewer as the round drains; keys per sample)', one_of(
           continuous.ENGINES))
-  slots: int = field(64, 'decode slots of the `continuous` engine, rounded '
-                     'up to a multiple of the batch devices', POSITIVE)
+  slots: int = field(64, 'decode slots of the `continuous` engine (as many '
+                     'on every mesh)', POSITIVE)
   collect: str = field(
       'rounds', '`rounds` (generator calls of R prompts) or `streaming` (the '
       '`continuous` engine draws prompts as slots free up and stops at B '

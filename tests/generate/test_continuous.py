@@ -284,8 +284,8 @@ class ContinuousTest(parameterized.TestCase):
       row = report['layouts'][f'(2, 1, 2) T={temperature}']
       self.assertGreater(row['resumed'], 0)
       self.assertTrue(row['resumed_tokens_equal'])
-    # 6 slots round up to 8 on 4 batch devices.
-    self.assertEqual(report['layouts']['(4, 1, 1) T=0.0']['slots'], 8)
+    # 6 slots decode on 4 batch devices too (2 idle rows pad them to 8).
+    self.assertEqual(report['layouts']['(4, 1, 1) T=0.0']['slots'], 6)
 
   def test_validation(self):
     gen = self.generator(0.0)

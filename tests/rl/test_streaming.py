@@ -6,7 +6,10 @@ informative and some are not, the same on every run.
 """
 
 import collections
+import os
 import random
+import subprocess
+import sys
 import time
 from unittest import mock
 import zlib
@@ -17,6 +20,7 @@ import jax
 import numpy as np
 
 from jaxgrpo import multihost
+from jaxgrpo import train
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
 from jaxgrpo.data import tokenizer as tokenizer_lib
@@ -27,9 +31,11 @@ from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.rl import accumulate
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.verifiers import pool as verifier_pool
+from tests.rl import streaming_sharded
 
 G, B = 4, 4
 
@@ -419,6 +425,43 @@ class StreamingTest(parameterized.TestCase):
         "rollout.collect='streaming'"):
       rollout_lib.RolloutConfig(batch_size=B, group_size=G, round_size=4,
                                 max_prompt_len=8, in_flight=choice)
+
+
+class StreamingOnAMeshTest(absltest.TestCase):
+
+  def test_slots_not_a_multiple_of_the_devices_collect_the_same(self):
+    """slots=6 on data=4 pads the slot rows to 8 with idle ones: the run
+    draws, samples, scores and trains as on one device (6 slots)."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    meshed = self.create_tempdir().full_path
+    env = dict(os.environ, PYTHONPATH=repo)
+    env['XLA_FLAGS'] = ('--xla_backend_optimization_level=0 '
+                        '--xla_llvm_disable_expensive_passes=true')
+    proc = subprocess.run(
+        [sys.executable, os.path.join(repo, 'tests', 'rl',
+                                      'streaming_sharded.py'), meshed],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    self.assertEqual(proc.returncode, 0, msg=proc.stderr[-4000:])
+    self.assertIn('mesh: data=4 fsdp=1 tensor=1 over 4 cpu devices',
+                  proc.stdout)
+    one = self.create_tempdir().full_path
+    train.run(streaming_sharded.config(), one, log=lambda _: None)
+    runs = [metrics_lib.read_metrics(w) for w in (meshed, one)]
+    self.assertEqual([r['step'] for r in runs[0]],
+                     [r['step'] for r in runs[1]])
+    trained = 0
+    for got, want in zip(*runs):
+      self.assertEqual(sorted(got), sorted(want))
+      trained += 'train/loss' in want
+      for key, value in want.items():
+        if key.startswith(('rollout/', 'data/', 'reward')):
+          self.assertEqual(got[key], value, key)
+        elif key.startswith(('train/', 'eval/')):
+          self.assertAlmostEqual(got[key], value, delta=1e-5, msg=key)
+    self.assertGreater(trained, 0)
+    for record in runs[1][1:]:  # every step streamed through the slots
+      self.assertIn('rollout/slot_occupancy', record)
 
 
 if __name__ == '__main__':
