@@ -281,9 +281,11 @@ class ContinuousTest(parameterized.TestCase):
         self.assertTrue(row['lengths_equal'])
         self.assertLess(row['logps_max_diff'], _ATOL)
     for temperature in (0.0, 1.0):
-      row = report['layouts'][f'(2, 1, 2) T={temperature}']
-      self.assertGreater(row['resumed'], 0)
-      self.assertTrue(row['resumed_tokens_equal'])
+      for layout in ('(2, 1, 2)', '(4, 1, 1)'):
+        row = report['layouts'][f'{layout} T={temperature}']
+        self.assertGreater(row['resumed'], 0)
+        self.assertTrue(row['resumed_tokens_equal'])
+        self.assertTrue(row['idle_rows_quiet'])
     # 6 slots decode on 4 batch devices too (2 idle rows pad them to 8).
     self.assertEqual(report['layouts']['(4, 1, 1) T=0.0']['slots'], 6)
 
