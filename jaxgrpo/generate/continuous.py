@@ -29,8 +29,9 @@ Design:
     bucket widths (`buckets` below P_max, and P_max) holding their real
     tokens, `prefill_batch` prompts per call. Compilations per generator,
     mesh and (B, P_max) input: one `slots.init`, one `slots.chunk` and one
-    `slots.flush` per slot width (S, and each narrower width of the drain,
-    at most 1 + log2(S); one with `shrink=False`), one `slots.compact` per
+    `slots.flush` per slot width (S, or under a mesh S padded to a multiple
+    of the batch devices, and each narrower width of the drain, at most
+    1 + log2(S); one with `shrink=False`), one `slots.compact` per
     narrowing (at most log2(S)) and one `slots.prefill` per bucket width
     used; `chunk` and `prefill` do not depend on B.
   * Per-sample keys (`generate.keys`): token t of row b * G + g draws with
