@@ -25,7 +25,7 @@ postpone the too-hard until step 200 and drop the too-easy from step 400:
 The pass rates also seed the `weighted` policy's prior, example by example.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 import dataclasses
 import logging
 from typing import Any
@@ -142,20 +142,30 @@ class Curriculum:
   def __init__(self, stages: Sequence[Stage]):
     self.stages = tuple(sorted(stages, key=lambda s: s.step))
 
-  def check_datasets(self, names: Sequence[str]) -> None:
-    """Refuses a 'dataset/stratum' weight key of a dataset not in `names`.
+  def check_datasets(self, names: Sequence[str],
+                     stratified: Collection[str] | None = None) -> None:
+    """Refuses a 'dataset/stratum' weight key of a dataset not in `names`,
+    or not in `stratified` (the datasets with pass rates) when given.
 
     Raises:
-      errors.ConfigError: naming the key (a misspelt dataset left its
-        stratum at weight 1 without a word).
+      errors.ConfigError: naming the key (a misspelt dataset, or one that
+        was not measured, left its stratum at weight 1 without a word).
     """
     for i, stage in enumerate(self.stages):
       for key in stage.weights:
         dataset = str(key).rsplit('/', 1)[0] if '/' in str(key) else None
+        at = f'curriculum.stages[{i}].weights[{key!r}]'
         if dataset is not None and dataset not in names:
           raise errors.ConfigError(
-              f'curriculum.stages[{i}].weights[{key!r}]: no dataset '
-              f'{dataset!r} in data.datasets ({", ".join(names)})')
+              f'{at}: no dataset {dataset!r} in data.datasets '
+              f'({", ".join(names)})')
+        if dataset is not None and stratified is not None and (
+            dataset not in stratified):
+          raise errors.ConfigError(
+              f'{at}: dataset {dataset!r} has no strata: curriculum.strata '
+              f'has no pass rates of it (it has them of '
+              f'{", ".join(sorted(stratified)) or "no dataset of the run"}); '
+              f'measure it with jaxgrpo-stratify run --datasets={dataset}')
 
   def stage_at(self, step: int) -> int:
     """Index of the stage in force at `step`; -1 before the first."""

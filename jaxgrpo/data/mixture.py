@@ -147,7 +147,7 @@ class MixtureSampler:
         st = self.strata[name]
         self.tables[d].set_strata(st.index, len(st.names), st.prior)
     self.curriculum = curriculum or curriculum_lib.Curriculum(())
-    self.curriculum.check_datasets(names)
+    self.curriculum.check_datasets(names, stratified=self.strata)
     self._log = log
     self._stage = None
     self._weights = {name: np.ones(len(st.names))

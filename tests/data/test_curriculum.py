@@ -156,6 +156,23 @@ class CurriculumTest(absltest.TestCase):
     s = _sampler(10, [0] * 10, stages=[(0, {'a/too_hard': 0.0})])
     self.assertEqual(s.next_prompts(4), [])
 
+  def test_a_weight_key_of_a_dataset_without_strata_is_refused(self):
+    # A mixture of 'a' and 'b' with pass rates of 'a' alone: 'b/too_hard'
+    # left every example of 'b' offered without a word.
+    specs = [(mixture.DatasetSpec(name=n, weight=1.0,
+                                  policy=snooze.PolicyConfig()),
+              scripted.make_examples(n, 10)) for n in 'ab']
+    stages = [curriculum.Stage(0, {'a/too_easy': 0.0, 'b/too_hard': 0.0})]
+    with self.assertRaisesRegex(
+        errors.ConfigError, r"curriculum.stages\[0\].weights\['b/too_hard'\]: "
+        r"dataset 'b' has no strata: curriculum.strata has no pass rates of "
+        r'it \(it has them of a\); measure it with jaxgrpo-stratify run '
+        '--datasets=b'):
+      mixture.MixtureSampler(
+          specs, balance='pre_filter', batch_size=8, seed=0,
+          strata={'a': _strata([0] * 10)},
+          curriculum=curriculum.Curriculum(stages))
+
   def test_old_state_without_curriculum_counter_restores(self):
     table = snooze.SnoozeTable(8, snooze.PolicyConfig(), seed=0)
     state = table.get_state()
@@ -235,6 +252,7 @@ class ConfigTest(absltest.TestCase):
                     log=lines.append)
     self.assertStartsWith(lines[0], "curriculum: dataset 'a' is not the one "
                           f'its pass rates in {out} were measured on')
+
 
 
 if __name__ == '__main__':
