@@ -262,6 +262,25 @@ def _check_rows(path: str, table) -> None:
         '>= 1, 0 <= passes <= k and a mean reward in [0, 1])')
 
 
+def _check_thresholds(out_dir: str, dataset: str,
+                      pooled: Sequence[str]) -> None:
+  """Raises UserError when two of the `pooled` tags counted a pass at
+  different rewards (`jaxgrpo-stratify run --threshold`)."""
+  first = {}  # threshold -> the first tag measured with it
+  for tag in pooled:
+    path = next(iter(list_parts(out_dir, dataset, tag).values()))
+    first.setdefault(part_info(path).get('success_threshold'), tag)
+  first.pop(None, None)
+  if len(first) > 1:
+    (x, one), (y, other) = list(first.items())[:2]
+    raise errors.UserError(
+        f'{out_dir}: dataset {dataset!r}: checkpoint {one!r} counted a pass '
+        f'at reward >= {x:g}, {other!r} at >= {y:g} (jaxgrpo-stratify run '
+        '--threshold): their pass rates do not pool; pick the tags of one '
+        'threshold (curriculum.checkpoints, jaxgrpo-stratify report '
+        '--checkpoint) or measure again')
+
+
 def _no_pass_rates(out_dir: str) -> errors.UserError:
   return errors.UserError(
       f'{out_dir}: no pass rates there (no {PARTS}/<dataset>/<tag>/'
@@ -304,6 +323,8 @@ def read(
              if t in dataset_tags]
     if not parts:
       continue
+    _check_thresholds(out_dir, dataset,
+                      [t for t in selected if t in dataset_tags])
     ids, k, passes, reward = (np.concatenate(x) for x in zip(*parts))
     unique, inverse = np.unique(ids, return_inverse=True)
     n = len(unique)

@@ -11,13 +11,13 @@ from jaxgrpo.stratify import passrates
 
 
 def _write(out, tag, ids, passes, *, k=4, part=0, shard=0, num_shards=1,
-           dataset='a'):
+           dataset='a', threshold=1.0):
   return passrates.write_part(
       out, dataset, tag, shard=shard, num_shards=num_shards, part=part,
       ids=ids, k=np.full(len(ids), k), passes=np.asarray(passes),
       mean_reward=np.asarray(passes) / k,
       info={'spec': f'runs/{tag}', 'policy': tag, 'k': k, 'seed': 0,
-            'success_threshold': 1.0, 'config': 'c.py', 'examples': 3,
+            'success_threshold': threshold, 'config': 'c.py', 'examples': 3,
             'num_shards': num_shards, 'chunk': 2})
 
 
@@ -115,6 +115,22 @@ class PassRatesTest(absltest.TestCase):
           errors.UserError, f"^{path}: row . \\(id '.'\\) is no pass rate: "
           f'k={k}, passes='):
         passrates.read(out)
+
+  def test_tags_of_other_thresholds_do_not_pool(self):
+    # A pass at reward >= 0.5 and one at >= 1 are not the same event: the
+    # pooled rates counted both as passes without a word.
+    out = self.create_tempdir().full_path
+    _write(out, 'm1', ['x', 'y'], [1, 4])
+    _write(out, 'm2', ['x', 'y'], [3, 4], threshold=0.5)
+    _write(out, 'm3', ['x', 'y'], [2, 4])
+    with self.assertRaisesRegex(
+        errors.UserError, f"^{out}: dataset 'a': checkpoint 'm1' counted a "
+        "pass at reward >= 1, 'm2' at >= 0.5 .*do not pool; pick the tags "
+        'of one threshold'):
+      passrates.read(out)
+    rates = passrates.read(out, checkpoints=['m1', 'm3'])['a']
+    np.testing.assert_allclose(rates.pass_rate, [3 / 8, 1.0])
+    self.assertLen(passrates.read(out, checkpoints=['m2'])['a'].ids, 2)
 
 
 if __name__ == '__main__':
