@@ -252,6 +252,14 @@ def load(
           'by example id, which is only right where ids name the same '
           'problems (built-in arithmetic ids are positions); measure it '
           'again with jaxgrpo-stratify run')
+    for tag in checkpoints or passrates.layout(path)[name]:
+      rows, want = passrates.coverage(path, name, tag)
+      if rows < want:
+        log(f'curriculum: dataset {name!r}: checkpoint {tag!r} has pass '
+            f'rates of {rows} of the {want} examples its jaxgrpo-stratify run '
+            f'set out to measure in {path} (interrupted, or shards not run '
+            'yet); the others are unrated unless another checkpoint rated '
+            'them: the same jaxgrpo-stratify run command finishes it')
     ids = [examples[i].id for i in range(len(examples))]
     strata, unknown = match(table[name], ids, edges, prior=prior)
     counts = strata.counts()

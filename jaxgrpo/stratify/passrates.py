@@ -222,6 +222,16 @@ def fingerprints(out_dir: str, dataset: str) -> set[str]:
   return {str(info['fingerprint']) for info in infos if 'fingerprint' in info}
 
 
+def coverage(out_dir: str, dataset: str, tag: str) -> tuple[int, int]:
+  """(rows, examples): the pass rates that `tag`'s parts of `dataset` hold,
+  and the examples its `jaxgrpo-stratify run` set out to measure (fewer
+  rows: that run was interrupted, or some of its shards have not run)."""
+  infos = [part_info(path)
+           for path in list_parts(out_dir, dataset, tag).values()]
+  return (sum(info['rows'] for info in infos),
+          max((int(info.get('examples', 0)) for info in infos), default=0))
+
+
 def tags(out_dir: str) -> list[str]:
   """Every checkpoint tag with pass rates in `out_dir`, sorted."""
   return sorted({t for ts in layout(out_dir).values() for t in ts})

@@ -253,6 +253,34 @@ class ConfigTest(absltest.TestCase):
     self.assertStartsWith(lines[0], "curriculum: dataset 'a' is not the one "
                           f'its pass rates in {out} were measured on')
 
+  def test_pass_rates_of_an_unfinished_run_are_said_to_be(self):
+    # A jaxgrpo-stratify run interrupted after its first part of two: the
+    # examples it did not reach were 'unrated' without a word.
+    examples = scripted.make_examples('a', 4)
+    out = self.create_tempdir().full_path
+
+    def write(part, members):
+      passrates.write_part(
+          out, 'a', 'm1', shard=0, num_shards=1, part=part,
+          ids=[examples[i].id for i in members], k=np.full(2, 2),
+          passes=np.array([0, 2]), mean_reward=np.array([0, 1]),
+          info={'examples': 4, 'fingerprint': sources.fingerprint(examples)})
+
+    write(0, [0, 1])
+    lines = []
+    curriculum.load(out, {'a': examples}, edges=EDGES, log=lines.append)
+    self.assertEqual(
+        lines[0], "curriculum: dataset 'a': checkpoint 'm1' has pass rates of "
+        f'2 of the 4 examples its jaxgrpo-stratify run set out to measure in '
+        f'{out} (interrupted, or shards not run yet); the others are unrated '
+        'unless another checkpoint rated them: the same jaxgrpo-stratify run '
+        'command finishes it')
+    self.assertIn('unrated 2', lines[1])
+    write(1, [2, 3])
+    lines = []
+    curriculum.load(out, {'a': examples}, edges=EDGES, log=lines.append)
+    self.assertLen(lines, 1)
+    self.assertNotIn('unrated', lines[0])
 
 
 if __name__ == '__main__':
