@@ -232,7 +232,9 @@ class MixtureSampler:
       if self._closed[d]:
         self._log(f'step {step}: curriculum stage {stage} gives every '
                   f'example of dataset {name!r} weight 0; it offers nothing '
-                  'until a later stage')
+                  'until a later stage' + (
+                      ': the other datasets fill its batch slots'
+                      if len(self.names) > 1 else ''))
     self._stage = stage
 
   def _allocate(self, n: int, need: np.ndarray) -> np.ndarray:

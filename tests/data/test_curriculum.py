@@ -173,6 +173,21 @@ class CurriculumTest(absltest.TestCase):
           strata={'a': _strata([0] * 10)},
           curriculum=curriculum.Curriculum(stages))
 
+  def test_a_closed_dataset_of_a_mixture_hands_its_slots_over(self):
+    specs = [(mixture.DatasetSpec(name=n, weight=1.0,
+                                  policy=snooze.PolicyConfig()),
+              scripted.make_examples(n, 10)) for n in 'ab']
+    lines = []
+    s = mixture.MixtureSampler(
+        specs, balance='post_filter', batch_size=8, seed=0,
+        strata={'a': _strata([0] * 10)}, log=lines.append,
+        curriculum=curriculum.Curriculum(
+            [curriculum.Stage(0, {'too_hard': 0.0})]))
+    self.assertEqual({ex.dataset for ex in s.next_prompts(8)}, {'b'})
+    self.assertIn("step 0: curriculum stage 0 gives every example of dataset "
+                  "'a' weight 0; it offers nothing until a later stage: the "
+                  'other datasets fill its batch slots', lines)
+
   def test_old_state_without_curriculum_counter_restores(self):
     table = snooze.SnoozeTable(8, snooze.PolicyConfig(), seed=0)
     state = table.get_state()
