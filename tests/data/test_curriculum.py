@@ -188,6 +188,31 @@ class CurriculumTest(absltest.TestCase):
                   "'a' weight 0; it offers nothing until a later stage: the "
                   'other datasets fill its batch slots', lines)
 
+  def test_resume_after_a_stage_switch_draws_as_uninterrupted(self):
+    # Resumed before, at or after a stage boundary (steps 3 and 5), the
+    # sampler offers what the uninterrupted one offers, step by step.
+    index = [0] * 10 + [2] * 20 + [5] * 10
+    stages = [(0, {'too_hard': 0.0}), (3, {}), (5, {'0.25-0.5': 0.0})]
+
+    def steps(sampler, first, last):
+      out = {}
+      for step in range(first, last + 1):
+        sampler.start_step(step)
+        out[step] = [ex.id for ex in sampler.next_prompts(12)]
+        out[step, 'metrics'] = sampler.metrics()
+      return out
+
+    whole = steps(_sampler(40, index, stages=stages), 1, 7)
+    self.assertEqual(whole[7, 'metrics']['data/curriculum_stage'], 2)
+    for cut in range(1, 7):
+      with self.subTest(saved_after_step=cut):
+        first = _sampler(40, index, stages=stages)
+        got = steps(first, 1, cut)
+        resumed = _sampler(40, index, stages=stages)
+        resumed.set_state(first.get_state())
+        got.update(steps(resumed, cut + 1, 7))
+        self.assertEqual(got, whole)
+
   def test_old_state_without_curriculum_counter_restores(self):
     table = snooze.SnoozeTable(8, snooze.PolicyConfig(), seed=0)
     state = table.get_state()
