@@ -21,6 +21,10 @@ is rebuilt from the parts alone (`write_summary`).
 
 Readers need only numpy and pyarrow: `read` pools the rates of any selection
 of checkpoints, keyed by dataset.
+
+Size: the one definition of the format: its writer, the checks that every
+reader makes (format, columns, rows, thresholds) and the readers that pool
+and summarise it, so that reading pass rates needs this module alone.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -259,7 +263,13 @@ def _read_tag(out_dir: str, dataset: str, tag: str):
 
 def _check_rows(path: str, table) -> None:
   """Raises UserError naming the first row of a part that is no pass rate:
-  k < 1, passes outside [0, k] or a mean reward outside [0, 1]."""
+  k < 1, passes outside [0, k] or a mean reward outside [0, 1]; or a column
+  the file lacks (read as empty)."""
+  empty = [c for c in table.column_names if table[c].null_count]
+  if empty:
+    raise errors.UserError(
+        f'{path}: no values in column {empty[0]!r} (a pass-rate part has '
+        f'the columns {", ".join(table.column_names)}, each in every row)')
   k, passes = table['k'].to_numpy(), table['passes'].to_numpy()
   reward = table['mean_reward'].to_numpy().astype(np.float64)
   bad = np.flatnonzero((k < 1) | (passes < 0) | (passes > k)

@@ -132,6 +132,21 @@ class PassRatesTest(absltest.TestCase):
     np.testing.assert_allclose(rates.pass_rate, [3 / 8, 1.0])
     self.assertLen(passrates.read(out, checkpoints=['m2'])['a'].ids, 2)
 
+  def test_a_part_without_a_column_is_refused(self):
+    # A part with 'k' named otherwise (another tool, another version): the
+    # column was read as empty values, pooled into pass rates of -1e-19.
+    out = self.create_tempdir().full_path
+    path = _write(out, 'm1', ['x', 'y'], [1, 4])
+    import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+    table = pq.read_table(path)
+    pq.write_table(table.rename_columns(
+        ['id', 'trials', 'passes', 'mean_reward']), path)
+    with self.assertRaisesRegex(
+        errors.UserError, f"^{path}: no values in column 'k' \\(a pass-rate "
+        'part has the columns id, k, passes, mean_reward, each in every '
+        'row\\)'):
+      passrates.read(out)
+
 
 if __name__ == '__main__':
   absltest.main()
