@@ -15,7 +15,8 @@ training examples, sampled under the checkpoint labelled <tag>, with columns
 
 and, in its schema metadata (key `jaxgrpo.stratify`), JSON describing how it
 was made: the checkpoint spec, K, seed, threshold, sampling settings, config
-file, dataset size and fingerprint, sharding and chunking. Parts are written
+file, dataset size and fingerprint, sharding and chunking, and its `format`
+(`FORMAT`; none: 1), which readers of an older one refuse. Parts are written
 to a `*.tmp` file and renamed, so a part that reads is complete; the summary
 is rebuilt from the parts alone (`write_summary`).
 
@@ -44,6 +45,7 @@ from jaxgrpo import errors
 SUMMARY = 'summary.json'
 PARTS = 'parts'
 METADATA_KEY = b'jaxgrpo.stratify'
+FORMAT = 1  # of the parts and summary; raised when their meaning changes
 _PART = re.compile(r'^shard-(\d{5,})-of-(\d{5,})-part-(\d{5,})\.parquet$')
 
 
@@ -172,7 +174,8 @@ def write_part(
       'k': pa.array(np.asarray(k, np.int32)),
       'passes': pa.array(np.asarray(passes, np.int32)),
       'mean_reward': pa.array(np.asarray(mean_reward, np.float32)),
-  }, schema=schema().with_metadata({METADATA_KEY: json.dumps(dict(info))}))
+  }, schema=schema().with_metadata(
+      {METADATA_KEY: json.dumps({'format': FORMAT, **info})}))
   path = os.path.join(directory, part_name(shard, num_shards, part))
   atomic_write(path, lambda tmp: pq.write_table(table, tmp))
   return path
@@ -204,6 +207,12 @@ def part_info(path: str) -> dict[str, Any]:
   except (OSError, pa.ArrowException, ValueError) as e:
     raise errors.UserError(f'{path}: not a readable pass-rate part ({e})'
                            ) from None
+  form = info.get('format', 1)
+  if not isinstance(form, int) or form > FORMAT:
+    raise errors.UserError(
+        f'{path}: written by a later jaxgrpo-stratify (format '
+        f'{form!r}; this version reads format {FORMAT}): read it '
+        'with that version, or measure again with this one')
   return {**info, 'rows': meta.num_rows}
 
 
@@ -246,6 +255,7 @@ def _read_tag(out_dir: str, dataset: str, tag: str):
   pa, pq = _arrow()
   tables = []
   for path in list_parts(out_dir, dataset, tag).values():
+    part_info(path)  # its format
     try:
       tables.append(pq.read_table(path, schema=schema()))
     except (OSError, pa.ArrowException) as e:
@@ -388,7 +398,7 @@ def summarize(out_dir: str) -> dict[str, Any]:
                                 int(part_info(path).get('examples', 0)))
       entry['done'][tag] = len(ids)
     datasets[dataset] = entry
-  return {'checkpoints': dict(sorted(checkpoints.items())),
+  return {'format': FORMAT, 'checkpoints': dict(sorted(checkpoints.items())),
           'datasets': datasets}
 
 

@@ -1,5 +1,6 @@
 """The pass-rate file format: parts, pooling, duplicates, summary, errors."""
 
+import json
 import os
 import shutil
 
@@ -131,6 +132,29 @@ class PassRatesTest(absltest.TestCase):
     rates = passrates.read(out, checkpoints=['m1', 'm3'])['a']
     np.testing.assert_allclose(rates.pass_rate, [3 / 8, 1.0])
     self.assertLen(passrates.read(out, checkpoints=['m2'])['a'].ids, 2)
+
+  def test_a_part_of_a_later_format_is_refused(self):
+    out = self.create_tempdir().full_path
+    path = _write(out, 'm1', ['x', 'y'], [1, 4])
+    self.assertEqual(passrates.part_info(path)['format'], passrates.FORMAT)
+    self.assertEqual(passrates.write_summary(out)['format'], passrates.FORMAT)
+    import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+    table = pq.read_table(path)
+    info = json.loads(table.schema.metadata[passrates.METADATA_KEY])
+    for form in (passrates.FORMAT + 1, '2'):
+      with self.subTest(format=form):
+        pq.write_table(table.replace_schema_metadata(
+            {passrates.METADATA_KEY: json.dumps({**info, 'format': form})}),
+                       path)
+        with self.assertRaisesRegex(
+            errors.UserError, f'^{path}: written by a later jaxgrpo-stratify '
+            rf"\(format {form!r}; this version reads format 1\)"):
+          passrates.read(out)
+    # Parts written before the format was recorded are format 1.
+    del info['format']
+    pq.write_table(table.replace_schema_metadata(
+        {passrates.METADATA_KEY: json.dumps(info)}), path)
+    self.assertEqual(passrates.read(out)['a'].ids, ['x', 'y'])
 
   def test_a_part_without_a_column_is_refused(self):
     # A part with 'k' named otherwise (another tool, another version): the
