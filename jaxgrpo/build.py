@@ -449,6 +449,10 @@ def _source(cfg: config_lib.Config, datasets,
       cur.strata, {spec.name: train for spec, train, _ in datasets},
       edges=cur.bands, checkpoints=cur.checkpoints, prior=cur.prior,
       log=log) if cur.strata else None
+  for i, stage in enumerate(cur.stages):
+    if stage['step'] > cfg.total_steps:
+      log(f"curriculum.stages[{i}] starts at step {stage['step']}, after the "
+          f'last step (total_steps={cfg.total_steps}): it never applies')
   return mixture.MixtureSampler(
       [(spec, train) for spec, train, _ in datasets],
       balance=cfg.data.balance, batch_size=cfg.rollout.batch_size,

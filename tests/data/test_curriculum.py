@@ -5,6 +5,7 @@ import dataclasses
 from absl.testing import absltest
 import numpy as np
 
+from jaxgrpo import build
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo.configs import common
@@ -321,6 +322,30 @@ class ConfigTest(absltest.TestCase):
     curriculum.load(out, {'a': examples}, edges=EDGES, log=lines.append)
     self.assertLen(lines, 1)
     self.assertNotIn('unrated', lines[0])
+
+  def test_stages_after_the_last_step_are_said_to_never_apply(self):
+    # configs/curriculum_demo.py with --config.total_steps=100: its stages
+    # of steps 150 and 300 never started, the too-hard stayed postponed.
+    examples = scripted.make_examples('arithmetic', 4)
+    out = self.create_tempdir().full_path
+    passrates.write_part(
+        out, 'arithmetic', 'm1', shard=0, num_shards=1, part=0,
+        ids=[ex.id for ex in examples], k=np.full(4, 2),
+        passes=np.array([0, 1, 2, 2]), mean_reward=np.array([0, .5, 1, 1]),
+        info={})
+    c = self._config(strata=out, stages=(
+        {'step': 0, 'weights': {'too_hard': 0.0}},
+        {'step': 100, 'weights': {}}, {'step': 150, 'weights': {}}))
+    c.total_steps = 100
+    spec = mixture.DatasetSpec(name='arithmetic', weight=1.0,
+                               policy=snooze.PolicyConfig())
+    lines = []
+    build._source(config_lib.from_config_dict(c),  # pylint: disable=protected-access
+                  [(spec, examples, [])], lines.append)
+    self.assertEqual(
+        [l for l in lines if l.startswith('curriculum.stages')],
+        ['curriculum.stages[2] starts at step 150, after the last step '
+         '(total_steps=100): it never applies'])
 
 
 if __name__ == '__main__':
