@@ -370,7 +370,8 @@ def build_run(
       batch_shardings=batch_shardings, step_fn=step_fn,
       head_examples=head_examples, scorer=scorer, source=source,
       rollout=rollout, evaluator=evaluator, ckpt=ckpt,
-      meta=_meta(cfg, model_cfg, datasets), ids=_ids(cfg, datasets),
+      meta=_meta(cfg, model_cfg, datasets, source),
+      ids=_ids(cfg, datasets),
       warm_rng=warm_rng, run_rng=run_rng,
   )
 
@@ -464,10 +465,14 @@ def _source(cfg: config_lib.Config, datasets,
   )
 
 
-def _meta(cfg: config_lib.Config, model_cfg, datasets) -> dict[str, Any]:
+def _meta(cfg: config_lib.Config, model_cfg, datasets,
+          source: mixture.MixtureSampler) -> dict[str, Any]:
   """What each checkpoint notes: the config, the model, each dataset's
-  size and fingerprint (a resume checks the last two)."""
+  size and fingerprint (a resume checks the last two), and the strata's
+  counts and fingerprints (a resume says where they changed)."""
   return {
+      **({'strata': curriculum_lib.notes(source.strata)}
+         if source.strata else {}),
       'config': config_lib.to_dict(cfg),
       'model': dataclasses.asdict(model_cfg),
       'datasets': {spec.name: {'size': len(train),

@@ -15,6 +15,7 @@ from jaxgrpo import errors
 from jaxgrpo import multihost
 from jaxgrpo import resume_policy
 from jaxgrpo import sharding
+from jaxgrpo.data import curriculum
 from jaxgrpo.data import formats
 from jaxgrpo.typing import PyTree
 
@@ -205,7 +206,8 @@ def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
     notice(f'left out of this run: {", ".join(map(repr, gone))}, in the '
            f'{where}; their sampler state is dropped, with {dropped} groups '
            'carried or in flight for them')
-  for line in changed_settings:
+  for line in changed_settings + curriculum.changes(
+      saved_meta.get('strata'), meta.get('strata'), where=where):
     notice(line)
   state = sharding.shard(restored.state, shardings)
   return Start(resumed_from=step, state=state,

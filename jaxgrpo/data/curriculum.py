@@ -27,6 +27,7 @@ The pass rates also seed the `weighted` policy's prior, example by example.
 
 from collections.abc import Collection, Mapping, Sequence
 import dataclasses
+import hashlib
 import logging
 from typing import Any
 
@@ -134,6 +135,40 @@ class Strata:
   def counts(self) -> dict[str, int]:
     n = np.bincount(self.index, minlength=len(self.names))
     return dict(zip(self.names, n.tolist()))
+
+  def fingerprint(self) -> str:
+    """A hash of each example's stratum and prior."""
+    h = hashlib.sha256(np.asarray(self.index, np.int64).tobytes())
+    if self.prior is not None:
+      h.update(np.asarray(self.prior, np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def notes(strata: Mapping[str, Strata]) -> dict[str, dict[str, Any]]:
+  """What a checkpoint notes of each dataset's strata (`changes` reads it)."""
+  return {name: {'counts': st.counts(), 'fingerprint': st.fingerprint()}
+          for name, st in strata.items()}
+
+
+def changes(then: Mapping[str, Any] | None, now: Mapping[str, Any] | None,
+            *, where: str) -> list[str]:
+  """A line for each dataset whose `notes` differ from those of `where`, a
+  checkpoint (none noted: nothing to compare)."""
+  out = []
+  for name, st in (now or {}).items():
+    was = (then or {}).get(name)
+    if was and was.get('fingerprint') != st['fingerprint']:
+      out.append(
+          f'dataset {name!r}: its strata changed since the {where} (the '
+          'pass rates in curriculum.strata were measured again or '
+          f'completed): {_listed(was["counts"])} then, '
+          f'{_listed(st["counts"])} now; its examples are offered by the '
+          'strata of now')
+  return out
+
+
+def _listed(counts: Mapping[str, int]) -> str:
+  return ', '.join(f'{k} {v}' for k, v in counts.items() if v)
 
 
 class Curriculum:
@@ -263,8 +298,7 @@ def load(
     ids = [examples[i].id for i in range(len(examples))]
     strata, unknown = match(table[name], ids, edges, prior=prior)
     counts = strata.counts()
-    log(f'curriculum: dataset {name!r} strata '
-        + ', '.join(f'{k} {v}' for k, v in counts.items() if v)
+    log(f'curriculum: dataset {name!r} strata {_listed(counts)}'
         + (f'; {unknown} pass rates for ids not in the dataset'
            if unknown else ''))
     out[name] = strata

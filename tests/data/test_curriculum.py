@@ -189,6 +189,30 @@ class CurriculumTest(absltest.TestCase):
                   "'a' weight 0; it offers nothing until a later stage: the "
                   'other datasets fill its batch slots', lines)
 
+  def test_strata_changed_since_a_checkpoint_are_named(self):
+    # Pass rates completed (or measured again) between a checkpoint and its
+    # resume moved examples to other strata without a word.
+    then = curriculum.notes({'a': _strata([0, 2, 6])})
+    self.assertEqual(then['a']['counts']['unrated'], 1)
+    where = 'checkpoint of step 1 in W/checkpoints'
+    self.assertEqual(curriculum.changes(
+        then, curriculum.notes({'a': _strata([0, 2, 6])}), where=where), [])
+    self.assertEqual(curriculum.changes(
+        None, curriculum.notes({'a': _strata([0, 2, 2])}), where=where), [])
+    self.assertEqual(curriculum.changes(
+        then, curriculum.notes({'a': _strata([0, 2, 2])}), where=where),
+        ["dataset 'a': its strata changed since the checkpoint of step 1 in "
+         'W/checkpoints (the pass rates in curriculum.strata were measured '
+         'again or completed): too_hard 1, 0.25-0.5 1, unrated 1 then, '
+         'too_hard 1, 0.25-0.5 2 now; its examples are offered by the strata '
+         'of now'])
+    # The same strata with other pass rates as the weighted policy's prior.
+    prior = np.array([0.0, 0.3, np.nan])
+    self.assertLen(curriculum.changes(
+        curriculum.notes({'a': _strata([0, 2, 6], prior)}),
+        curriculum.notes({'a': _strata([0, 2, 6], prior + 0.1)}),
+        where=where), 1)
+
   def test_resume_after_a_stage_switch_draws_as_uninterrupted(self):
     # Resumed before, at or after a stage boundary (steps 3 and 5), the
     # sampler offers what the uninterrupted one offers, step by step.
