@@ -118,6 +118,14 @@ def report(
                     else None)
   for line in format_tables(result):
     log(line)
+  for dataset, entry in result['datasets'].items():
+    for tag in entry['checkpoints']:
+      rows, want = passrates.coverage(out_dir, dataset, tag)
+      if rows < want:
+        log(f'checkpoint {tag} has pass rates of {rows} of the {want} '
+            f'examples of dataset {dataset} that its jaxgrpo-stratify run '
+            'set out to measure (interrupted, or shards not run yet): the '
+            'same jaxgrpo-stratify run command finishes it')
   path = os.path.join(out_dir, STRATA_JSON)
 
   def write(tmp: str) -> None:

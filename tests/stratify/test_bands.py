@@ -87,6 +87,24 @@ class ReportTest(absltest.TestCase):
     self.assertTrue(any(line.startswith('pooled') for line in lines))
     self.assertTrue(os.path.exists(os.path.join(out, passrates.SUMMARY)))
 
+  def test_a_run_not_finished_is_named(self):
+    # Shard 1 of 2 done, shard 0 not run: the tables showed 2 examples with
+    # pass rates, nothing said that 2 more were to come.
+    out = self.create_tempdir().full_path
+    passrates.write_part(
+        out, 'a', 'm1', shard=1, num_shards=2, part=0, ids=['a/1', 'a/3'],
+        k=np.full(2, 4), passes=np.array([1, 4]),
+        mean_reward=np.array([0.25, 1.0]), info={'examples': 4})
+    lines = []
+    report.report(out, plot=False, log=lines.append)
+    self.assertIn('checkpoint m1 has pass rates of 2 of the 4 examples of '
+                  'dataset a that its jaxgrpo-stratify run set out to measure '
+                  '(interrupted, or shards not run yet): the same '
+                  'jaxgrpo-stratify run command finishes it', lines)
+    lines = []
+    report.report(self._out(), plot=False, log=lines.append)
+    self.assertFalse([l for l in lines if 'set out to' in l], lines)
+
   def test_selected_tags_and_bands(self):
     out = self._out()
     result = report.report(out, (0.5,), plot=False, checkpoints=['m2'],
