@@ -176,7 +176,8 @@ class MixtureSampler:
     self._held: list[tuple[int, int, Example]] = []
     self._exhausted = np.zeros(len(names), bool)
     self._step_counts: dict[str, np.ndarray] = {}
-    self.start_step(0)
+    self._unsaid: list[str] = []  # the stage's lines, said at its first use
+    self.start_step(0, quiet=True)
 
   def _quotas(self) -> np.ndarray:
     """Batch slots per dataset: weights (post_filter) or floors (pre_filter)."""
@@ -195,11 +196,15 @@ class MixtureSampler:
 
   # The per-step protocol.
 
-  def start_step(self, step: int) -> None:
-    """Resets the per-step counters; draws of this step are keyed by it."""
+  def start_step(self, step: int, quiet: bool = False) -> None:
+    """Resets the per-step counters; draws of this step are keyed by it.
+    `quiet` (building, restoring): the curriculum stage in force is said at
+    the next step or draw, not for a step the run does not take."""
     self.step = step
     self._round = 0
     self._apply_stage(step)
+    if not quiet:
+      self._say_stage()
     # A dataset whose strata all weigh 0 now has nothing to offer.
     self._exhausted[:] = self._closed
     self._stratum_used, self._chosen = {}, 0
@@ -217,6 +222,7 @@ class MixtureSampler:
     stage = self.curriculum.stage_at(step)
     if stage == self._stage:
       return
+    self._unsaid = []
     for d, name in enumerate(self.names):
       st = self.strata.get(name)
       if st is None:
@@ -227,15 +233,20 @@ class MixtureSampler:
       self._closed[d] = self.tables[d].postponed() == self.tables[d].size
       if self._stage is not None or stage >= 0:
         named = ', '.join(f'{n} {w:g}' for n, w in zip(st.names, weights))
-        self._log(f'step {step}: curriculum stage {stage}, dataset {name!r} '
-                  f'strata weights: {named}')
+        self._unsaid.append(f'curriculum stage {stage}, dataset {name!r} '
+                            f'strata weights: {named}')
       if self._closed[d]:
-        self._log(f'step {step}: curriculum stage {stage} gives every '
-                  f'example of dataset {name!r} weight 0; it offers nothing '
-                  'until a later stage' + (
-                      ': the other datasets fill its batch slots'
-                      if len(self.names) > 1 else ''))
+        self._unsaid.append(
+            f'curriculum stage {stage} gives every example of dataset '
+            f'{name!r} weight 0; it offers nothing until a later stage' + (
+                ': the other datasets fill its batch slots'
+                if len(self.names) > 1 else ''))
     self._stage = stage
+
+  def _say_stage(self) -> None:
+    for line in self._unsaid:
+      self._log(f'step {self.step}: {line}')
+    self._unsaid = []
 
   def _allocate(self, n: int, need: np.ndarray) -> np.ndarray:
     """Round slots per dataset before exhaustion is known."""
@@ -266,6 +277,7 @@ class MixtureSampler:
       The round's examples (fewer than n only when every dataset is out of
       offered examples).
     """
+    self._say_stage()  # a sampler used without start_step (tests, tools)
     need = np.zeros(len(self.names), np.int64) if need is None else need
     counts = self._allocate(n, need)
     picked: list[tuple[int, int]] = []
@@ -529,5 +541,5 @@ class MixtureSampler:
             continue
           i = int(now[0])
         self._held.append((d, i, self._example(d, i)))
-    self.start_step(int(state['step']))
+    self.start_step(int(state['step']), quiet=True)
     return report

@@ -189,6 +189,35 @@ class CurriculumTest(absltest.TestCase):
                   "'a' weight 0; it offers nothing until a later stage: the "
                   'other datasets fill its batch slots', lines)
 
+  def test_a_restored_sampler_says_the_stage_of_its_step(self):
+    # Restored at step 5 (stage 1), it said stage 0's weights "at step 0"
+    # first, a step the run did not take.
+    def sampler(lines):
+      examples = scripted.make_examples('a', 10)
+      spec = mixture.DatasetSpec(name='a', weight=1.0,
+                                 policy=snooze.PolicyConfig())
+      return mixture.MixtureSampler(
+          [(spec, examples)], balance='pre_filter', batch_size=4, seed=0,
+          strata={'a': _strata([0] * 5 + [5] * 5)}, log=lines.append,
+          curriculum=curriculum.Curriculum(
+              [curriculum.Stage(0, {'too_hard': 0.0}),
+               curriculum.Stage(4, {'too_easy': 0.0})]))
+
+    first = []
+    s = sampler(first)
+    s.start_step(1)
+    self.assertEqual(first, ["step 1: curriculum stage 0, dataset 'a' strata "
+                             'weights: too_hard 0, 0-0.25 1, 0.25-0.5 1, '
+                             '0.5-0.75 1, 0.75-1 1, too_easy 1, unrated 1'])
+    s.start_step(5)
+    state = s.get_state()
+    lines = []
+    restored = sampler(lines)
+    restored.set_state(state)
+    self.assertEqual(lines, [])
+    restored.start_step(6)
+    self.assertEqual(lines, [first[1].replace('step 5', 'step 6')])
+
   def test_strata_changed_since_a_checkpoint_are_named(self):
     # Pass rates completed (or measured again) between a checkpoint and its
     # resume moved examples to other strata without a word.
