@@ -22,7 +22,9 @@ postpone the too-hard until step 200 and drop the too-easy from step 400:
         {'step': 400, 'weights': {'too_easy': 0.0}},
     )
 
-The pass rates also seed the `weighted` policy's prior, example by example.
+The mean rewards measured (the pass rates, for rewards of 0 and 1) also
+seed the `weighted` policy's prior, example by example: its history sums
+rewards, so a partly right completion counts in both as the same fraction.
 """
 
 from collections.abc import Collection, Mapping, Sequence
@@ -68,8 +70,8 @@ class CurriculumSection(checks.Section, name='curriculum'):
       'rate 0) and `too_easy` (pass rate 1) strata; examples without a pass '
       'rate are `unrated`')
   prior: bool = field(
-      True, "the pass rates as each example's prior mean for the `weighted` "
-      'policy')
+      True, "each example's measured mean reward (its pass rate, for 0/1 "
+      'rewards) as its prior mean for the `weighted` policy')
   stages: tuple[dict[str, Any], ...] = field(
       (), "`({'step': S, 'weights': {stratum or 'dataset/stratum': w}}, ...)`: "
       'per-stratum weights (relative to the largest) from step S on (unnamed: '
@@ -124,8 +126,9 @@ class Strata:
   Attributes:
     names: stratum names (`stratum_names`).
     index: [size] stratum index of each example.
-    prior: [size] pass rate of each example, NaN where unrated; None when
-      the pass rates are not to be used as the weighted policy's prior.
+    prior: [size] mean reward of each example (its pass rate, for rewards
+      of 0 and 1), NaN where unrated; None when it is not to be used as
+      the weighted policy's prior (whose history sums rewards too).
   """
 
   names: tuple[str, ...]
@@ -239,13 +242,14 @@ def match(rates: passrates.PassRates, ids: Sequence[str],
   sorted_have = have[order]
   at = np.minimum(np.searchsorted(sorted_have, want), max(len(have) - 1, 0))
   found = (sorted_have[at] == want) if len(have) else np.zeros(len(ids), bool)
-  rate = np.full(len(ids), np.nan)
+  rate, mean = np.full(len(ids), np.nan), np.full(len(ids), np.nan)
   rate[found] = rates.pass_rate[order[at[found]]]
+  mean[found] = rates.mean_reward[order[at[found]]]
   index = np.full(len(ids), len(names) - 1, np.int64)
   index[found] = bands_lib.assign(rate[found], edges)
   unknown = int((~np.isin(have, want)).sum())
   return Strata(names=names, index=index,
-                prior=rate if prior else None), unknown
+                prior=mean if prior else None), unknown
 
 
 def load(
@@ -264,7 +268,7 @@ def load(
     datasets: dataset name -> training examples (indexable, `.id` each).
     edges: band edges (`curriculum.bands`).
     checkpoints: tags whose pass rates are pooled; empty: all.
-    prior: keep the pass rates as the weighted policy's prior.
+    prior: keep the mean rewards as the weighted policy's prior.
     log: where to report what was matched.
 
   Raises:

@@ -62,14 +62,16 @@ class CurriculumTest(absltest.TestCase):
     rates = passrates.PassRates(
         ids=['a/3', 'a/0', 'a/1', 'zzz'],
         trials=np.array([4, 4, 4, 4]), passes=np.array([4, 0, 1, 2]),
-        mean_reward=np.array([1.0, 0.0, 0.25, 0.5]))
+        mean_reward=np.array([1.0, 0.0, 0.4, 0.5]))
     ids = [f'a/{i}' for i in range(5)]
     strata, unknown = curriculum.match(rates, ids, EDGES, prior=True)
     self.assertEqual(unknown, 1)
     self.assertEqual([NAMES[i] for i in strata.index],
                      ['too_hard', '0.25-0.5', 'unrated', 'too_easy',
                       'unrated'])
-    np.testing.assert_array_equal(strata.prior[[0, 1, 3]], [0.0, 0.25, 1.0])
+    # The bands read pass rates; the prior is the mean reward, on the scale
+    # of the weighted policy's history (a partial credit: 0.4, not 0.25).
+    np.testing.assert_array_equal(strata.prior[[0, 1, 3]], [0.0, 0.4, 1.0])
     self.assertTrue(np.isnan(strata.prior[[2, 4]]).all())
     self.assertEqual(strata.counts()['unrated'], 2)
 
