@@ -143,10 +143,19 @@ def _flat(config: Mapping[str, Any],
         for sub, v in entry.items():
           yield f'data.datasets[{where}].{sub}', v
     elif isinstance(value, Mapping):
-      for sub, v in value.items():
-        yield f'{key}.{sub}', v
+      yield from _nested(key, value)
     else:
       yield key, value
+
+
+def _nested(prefix: str, section: Mapping[str, Any]
+            ) -> Iterator[tuple[str, Any]]:
+  """A section's flat keys, those of its subsections (model.lora) too."""
+  for key, value in section.items():
+    if isinstance(value, Mapping):
+      yield from _nested(f'{prefix}.{key}', value)
+    else:
+      yield f'{prefix}.{key}', value
 
 
 def _absolute_model_path(config: dict[str, Any]) -> dict[str, Any]:

