@@ -63,7 +63,7 @@ class LoraSection(Section, name='model.lora'):
       16.0, 'adapter scale: a projection adds (x @ A @ B) * alpha / rank',
       POSITIVE)
   modules: str = field(
-      ALL_PROJECTIONS, 'regular expression over module paths '
+      ALL_PROJECTIONS, 'regular expression matching whole module paths '
       '(`blocks/0/attn/q`, `blocks/3/mlp/down`): the projections that get '
       'an adapter (`attn/q|k|v|o`, `mlp/gate|up|down`)',
       rule(_is_regex, 'must be a regular expression'))
@@ -134,14 +134,31 @@ def attach(
   """
   fn = functools.partial(_adapt, graphdef, lora=lora)
   adapted_graphdef, adapter = nnx.eval_shape(fn, params, rng)
+  _check(adapter, params, lora)
   if not any(isinstance(x, jax.ShapeDtypeStruct)
              for x in jax.tree.leaves(params)):
     adapter = jax.jit(lambda p, r: fn(p, r)[1])(params, rng)
-  if not jax.tree.leaves(adapter):
-    raise ConfigError(
-        f'model.lora.modules={lora.modules!r}: matches no projection (paths '
-        'look like blocks/0/attn/q or blocks/0/mlp/down)')
   return adapted_graphdef, adapter
+
+
+def _check(adapter: nnx.State, params: nnx.State, lora: LoraSection) -> None:
+  """Refuses `lora.modules` matching no projection, and a rank above an
+  adapted projection's smaller dimension (A @ B cannot exceed it)."""
+  if not jax.tree.leaves(adapter):
+    layers = {path[1] for path, _ in nnx.to_flat_state(params)
+              if path[0] == 'blocks'}
+    raise ConfigError(
+        f'model.lora.modules={lora.modules!r}: matches no projection; it '
+        'must match a whole module path, blocks/<i>/attn/(q|k|v|o) or '
+        f'blocks/<i>/mlp/(gate|up|down) with i in 0..{max(layers, default=0)}'
+        r' (e.g. blocks/\d+/attn/(q|v)); embeddings and norms take none')
+  for path, (a, b) in pairs(adapter).items():
+    if lora.rank > min(a.shape[0], b.shape[1]):
+      raise ConfigError(
+          f'model.lora.rank={lora.rank}: above the smaller dimension of '
+          f"{'/'.join(map(str, path))} ({a.shape[0]} x {b.shape[1]}), where "
+          'an adapter adds parameters but no rank; use a rank of at most '
+          f'{min(a.shape[0], b.shape[1])}, or 0 to train every weight')
 
 
 def pairs(adapter: nnx.State) -> dict[tuple, tuple[jax.Array, jax.Array]]:

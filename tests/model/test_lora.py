@@ -1,5 +1,7 @@
 """LoRA adapters (jaxgrpo.model.lora): the math, the train step, PEFT names."""
 
+import re
+
 from absl.testing import absltest
 from absl.testing import parameterized
 from flax import nnx
@@ -151,8 +153,34 @@ class AttachTest(absltest.TestCase):
       lora.attach(self.graphdef, self.params,
                   lora.LoraSection(rank=2, modules='blocks/9/attn/q'),
                   jax.random.key(0))
+    # qwix matches whole paths: a prefix or PEFT's names match nothing, and
+    # the message says what a path looks like.
+    for modules in ('blocks/0/attn', 'q_proj|v_proj', 'embedding'):
+      with self.assertRaisesRegex(
+          errors.ConfigError, re.escape(
+              f'model.lora.modules={modules!r}: matches no projection; it '
+              'must match a whole module path, blocks/<i>/attn/(q|k|v|o) or '
+              'blocks/<i>/mlp/(gate|up|down) with i in 0..1')):
+        lora.attach(self.graphdef, self.params,
+                    lora.LoraSection(rank=2, modules=modules),
+                    jax.random.key(0))
     with self.assertRaisesRegex(errors.ConfigError, 'model.lora.rank=-1'):
       lora.LoraSection(rank=-1)
+
+  def test_rank_above_a_projections_smaller_dimension_is_refused(self):
+    # k is [64, 2 x 16]: rank 33 gave an adapter of more parameters than
+    # the weight, with no more rank than 32.
+    with self.assertRaisesRegex(
+        errors.ConfigError, re.escape(
+            'model.lora.rank=33: above the smaller dimension of '
+            'blocks/0/attn/k (64 x 32), where an adapter adds parameters but '
+            'no rank; use a rank of at most 32, or 0 to train every weight')):
+      lora.attach(self.graphdef, self.params, lora.LoraSection(rank=33),
+                  jax.random.key(0))
+    _, adapter = lora.attach(self.graphdef, self.params,
+                             lora.LoraSection(rank=32), jax.random.key(0))
+    self.assertEqual(lora.pairs(adapter)[('blocks', 0, 'attn', 'k')][0].shape,
+                     (64, 32))
 
   def test_peft_layout(self):
     cfg = config.ModelConfig.tiny(vocab_size=16)
