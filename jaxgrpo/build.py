@@ -370,7 +370,7 @@ def build_run(
       batch_shardings=batch_shardings, step_fn=step_fn,
       head_examples=head_examples, scorer=scorer, source=source,
       rollout=rollout, evaluator=evaluator, ckpt=ckpt,
-      meta=_meta(cfg, model_cfg, datasets, source),
+      meta=_meta(cfg, model_cfg, datasets, source, base),
       ids=_ids(cfg, datasets),
       warm_rng=warm_rng, run_rng=run_rng,
   )
@@ -466,10 +466,11 @@ def _source(cfg: config_lib.Config, datasets,
 
 
 def _meta(cfg: config_lib.Config, model_cfg, datasets,
-          source: mixture.MixtureSampler) -> dict[str, Any]:
+          source: mixture.MixtureSampler, base) -> dict[str, Any]:
   """What each checkpoint notes: the config, the model, each dataset's
-  size and fingerprint (a resume checks the last two), and the strata's
-  counts and fingerprints (a resume says where they changed)."""
+  size and fingerprint, a LoRA run's base's checksum (a resume checks the
+  last three), and the strata's counts and fingerprints (a resume says
+  where they changed)."""
   return {
       **({'strata': curriculum_lib.notes(source.strata)}
          if source.strata else {}),
@@ -478,6 +479,7 @@ def _meta(cfg: config_lib.Config, model_cfg, datasets,
       'datasets': {spec.name: {'size': len(train),
                                'fingerprint': sources.fingerprint(train)}
                    for spec, train, _ in datasets},
+      **({} if base is None else {lora_lib.BASE: lora_lib.base_checksum(base)}),
   }
 
 

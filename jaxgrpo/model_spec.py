@@ -259,7 +259,7 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
     if section is None:
       graphdef, state = decoder.abstract_params(model_cfg)
     else:
-      base = run_base(meta, log)
+      base = run_base(meta, log, where)
       graphdef, state = lora.attach(base.graphdef, base.params, section,
                                     jax.random.key(0))
     _restore_params(manager, step, state, meta)
@@ -319,10 +319,13 @@ def lora_section(meta: dict[str, Any]) -> lora.LoraSection | None:
   return lora.LoraSection(**section) if section.get('rank') else None
 
 
-def run_base(meta: dict[str, Any], log: Log = _ignore) -> LoadedModel:
+def run_base(meta: dict, log: Log = _ignore, where: str = '') -> LoadedModel:
   """The base model a LoRA run's adapter sits on, rebuilt as the run built
-  it: its `model.path` loaded, or its preset initialised from its seed."""
-  return load(INIT, _model_config(meta['config']), log=log)
+  it (its `model.path` loaded, or its preset initialised from its seed) and
+  checked against the checksum the run saved (`lora.check_base`)."""
+  base = load(INIT, _model_config(meta['config']), log=log)
+  lora.check_base(meta, base.params, where, UnreadableError)
+  return base
 
 
 def _model_config(saved: dict[str, Any]) -> config_lib.Config:
@@ -360,7 +363,7 @@ def load_adapter(workdir: str, step: int, log: Log = _ignore
     if section is None:
       raise ModelSpecError(f'{workdir} step {step}: the run trained every '
                            'weight (model.lora.rank = 0): it has no adapter')
-    base = run_base(meta, log)
+    base = run_base(meta, log, f'{workdir} step {step}')
     graphdef, adapter = lora.attach(base.graphdef, base.params, section,
                                     jax.random.key(0))
     _restore_params(manager, step, adapter, meta)

@@ -17,6 +17,7 @@ from jaxgrpo import resume_policy
 from jaxgrpo import sharding
 from jaxgrpo.data import curriculum
 from jaxgrpo.data import formats
+from jaxgrpo.model import lora
 from jaxgrpo.typing import PyTree
 
 
@@ -174,6 +175,8 @@ def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
   changed_settings = resume_policy.check(
       saved_meta.get('config'), meta.get('config', {}), where=where,
       step=step)
+  lora.check_base(dict(saved_meta), meta.get(lora.BASE), f'the {where}',
+                  errors.ResumeError)
   try:
     restored = ckpt.restore(step, target_state)
     saved_ids = restored.data.get('ids', {})

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 from flax import nnx
@@ -236,6 +237,35 @@ class DemoLoraRunTest(_LoraRun, absltest.TestCase):
   layers = 2
   shapes = (('self_attn.q_proj', 128, 128), ('self_attn.k_proj', 128, 64),
             ('mlp.down_proj', 512, 128))
+
+  def test_another_base_is_refused(self):
+    # A preset initialised otherwise (another jax version), or another
+    # model at model.path: the adapter was resumed, evaluated and merged
+    # onto a base it was not trained on, without a word.
+    init = decoder.init_params
+
+    def other_init(*args, **kwargs):
+      graphdef, params = init(*args, **kwargs)
+      return graphdef, jax.tree.map(lambda x: x * 1.001, params)
+
+    resumed = self.create_tempdir().full_path
+    shutil.copytree(self.workdir, resumed, dirs_exist_ok=True)
+    shutil.rmtree(os.path.join(resumed, 'checkpoints', '2'))
+    with mock.patch.object(decoder, 'init_params', other_init):
+      with self.assertRaisesRegex(
+          errors.ResumeError, r'checkpoint of step 1 in .*: its LoRA adapter '
+          r"was trained on another base model: model.preset='demo' "
+          r'initialised from its seed \(another jax or jaxgrpo version\?\) '
+          r'now gives other weights \(checksum [0-9a-f]{16} then, '
+          r'[0-9a-f]{16} now\)'):
+        train.run(self.config(), resumed, log=lambda _: None)
+      cfg = config_lib.from_config_dict(self.config())
+      out = self.create_tempdir().full_path
+      for run in (lambda: export.export_run(self.workdir, out),
+                  lambda: model_spec.load(f'{self.workdir}@2', cfg)):
+        with self.assertRaisesRegex(model_spec.UnreadableError,
+                                    'trained on another base model'):
+          run()
 
 
 class RunBaseTest(absltest.TestCase):

@@ -17,6 +17,8 @@ jaxgrpo runs it).
 """
 
 import functools
+import hashlib
+import json
 import math
 import re
 
@@ -26,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import qwix
 
+from jaxgrpo import integrity
 from jaxgrpo.checks import NON_NEGATIVE, POSITIVE, Section, field, rule
 from jaxgrpo.errors import ConfigError
 
@@ -45,6 +48,9 @@ HF_NAMES = {
 }
 
 A_SUFFIX, B_SUFFIX = '_lora_a', '_lora_b'
+
+# The key of a LoRA run's checkpoint metadata holding its base's checksum.
+BASE = 'lora_base'
 
 
 def _is_regex(pattern) -> bool:
@@ -159,6 +165,36 @@ def _check(adapter: nnx.State, params: nnx.State, lora: LoraSection) -> None:
           f"{'/'.join(map(str, path))} ({a.shape[0]} x {b.shape[1]}), where "
           'an adapter adds parameters but no rank; use a rank of at most '
           f'{min(a.shape[0], b.shape[1])}, or 0 to train every weight')
+
+
+def base_checksum(params: nnx.State) -> str:
+  """One checksum (16 hex digits) of the base params, whatever their
+  sharding: of the checksums `integrity.digests` gives each array."""
+  digests = json.dumps(integrity.digests(params), sort_keys=True)
+  return hashlib.sha256(digests.encode()).hexdigest()[:16]
+
+
+def check_base(saved: dict, now: str | nnx.State | None, where: str,
+               error: type) -> None:
+  """Raises `error` when the base a run rebuilt (its params `now`, or their
+  `base_checksum`) is not the one the checkpoint's adapter (metadata
+  `saved`) was trained on; a checkpoint written without the checksum
+  passes."""
+  then = saved.get(BASE)
+  if then is None or now is None:
+    return
+  now = now if isinstance(now, str) else base_checksum(now)
+  if then == now:
+    return
+  model = saved.get('config', {}).get('model', {})
+  source = (f"model.path={model['path']!r}" if model.get('path') else
+            f"model.preset={model.get('preset')!r} initialised from its seed "
+            '(another jax or jaxgrpo version?)')
+  raise error(
+      f'{where}: its LoRA adapter was trained on another base model: '
+      f'{source} now gives other weights (checksum {then} then, {now} now); '
+      'the adapter is only valid on the base it was trained on: restore '
+      'that model, or use a new --workdir')
 
 
 def pairs(adapter: nnx.State) -> dict[tuple, tuple[jax.Array, jax.Array]]:
