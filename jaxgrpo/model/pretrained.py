@@ -119,6 +119,13 @@ def load(path: str, *, dtype: str = 'float32',
   source = resolve(path)
   if os.path.isdir(source):
     from jaxgrpo.model import hf
+    if (not os.path.exists(os.path.join(source, 'config.json'))
+        and os.path.exists(os.path.join(source, 'adapter_config.json'))):
+      raise PretrainedError(
+          f'model.path={path!r}: {source} holds a PEFT adapter '
+          '(adapter_config.json), not a model: give the model it adapts '
+          '(its base_model_name_or_path), or jaxgrpo-export the run without '
+          '--peft for the adapter merged into it')
     if not os.path.exists(os.path.join(source, 'config.json')):
       raise PretrainedError(
           f'model.path={path!r}: {source} has no config.json (expected a '

@@ -193,6 +193,16 @@ class HuggingFaceDirTest(absltest.TestCase):
           'more than the 35 the model was trained for' in line
           for line in lines), noticed, lines)
 
+  def test_a_peft_adapter_folder_is_named_as_such(self):
+    # jaxgrpo-export --peft's output given as model.path: it said only
+    # 'has no config.json (expected a Hugging Face model directory)'.
+    folder = self.create_tempdir()
+    folder.create_file('adapter_config.json', '{"peft_type": "LORA"}')
+    with self.assertRaisesRegex(
+        errors.ConfigError, "holds a PEFT adapter \\(adapter_config.json\\), "
+        'not a model: give the model it adapts'):
+      pretrained.load(folder.full_path)
+
   def test_bad_paths_and_tokenizers_are_config_errors(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')
     with self.assertRaisesRegex(errors.ConfigError, 'does not exist'):
