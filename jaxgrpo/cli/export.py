@@ -39,6 +39,7 @@ from jaxgrpo.cli import common
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import decoder
 from jaxgrpo.model import hf
+from jaxgrpo.model import hf_config
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import lora
 from jaxgrpo.model import pretrained
@@ -228,15 +229,29 @@ def _write_peft(out: str, adapter, section: lora.LoraSection,
   safetensors_numpy = importlib.import_module('safetensors.numpy')
   os.makedirs(out, exist_ok=True)
   model = meta.get('config', {}).get('model', {})
+  layers = _peft_layers(model.get('path'))
   config = lora.peft_config(adapter, section,
                             base_model=model.get('path') or model.get('preset'),
-                            num_layers=meta['model']['num_layers'])
+                            num_layers=meta['model']['num_layers'],
+                            layers=layers)
   with open(os.path.join(out, 'adapter_config.json'), 'w') as f:
     json.dump(config, f, indent=2)
-  safetensors_numpy.save_file(lora.peft_tensors(adapter),
+  safetensors_numpy.save_file(lora.peft_tensors(adapter, layers),
                               os.path.join(out, 'adapter_model.safetensors'),
                               metadata={'format': 'pt'})
   return out
+
+
+def _peft_layers(path: str | None) -> str:
+  """Where the base at `path` holds its decoder layers in transformers: in
+  the language model of an image-text model (`hf_config.MULTIMODAL`)."""
+  try:
+    with open(os.path.join(pretrained.resolve(path), 'config.json')) as f:
+      model_type = json.load(f).get('model_type')
+  except (OSError, TypeError, ValueError, AttributeError):
+    return lora.HF_LAYERS  # a preset, a GGUF file: a causal LM
+  return (lora.HF_IMAGE_TEXT_LAYERS if model_type in hf_config.MULTIMODAL
+          else lora.HF_LAYERS)
 
 
 def _merged(params, adapter, alpha: float, dtype: str | None, log):

@@ -267,42 +267,51 @@ def _nest(flat: dict[tuple, jax.Array]) -> dict:
   return out
 
 
-def peft_tensors(adapter: nnx.State) -> dict[str, np.ndarray]:
+# Where transformers' model holds the decoder layers: a causal LM's, and an
+# image-text model's (Gemma 3 4B and up; transformers 4.52 on) language model.
+HF_LAYERS = 'model.layers'
+HF_IMAGE_TEXT_LAYERS = 'model.language_model.layers'
+
+
+def peft_tensors(adapter: nnx.State, layers: str = HF_LAYERS
+                 ) -> dict[str, np.ndarray]:
   """The adapter as PEFT's adapter_model.safetensors holds it.
 
-  Keys are `base_model.model.model.layers.{i}.{module}.lora_A.weight`
+  Keys are `base_model.model.{layers}.{i}.{module}.lora_A.weight`
   [r, in_features] and `....lora_B.weight` [out_features, r], the weights
   of PEFT's `nn.Linear` pair, in the base projection's flattened input and
   output order (that of `jaxgrpo.model.hf`).
   """
   out = {}
   for path, (a, b) in pairs(adapter).items():
-    name = f'base_model.model.{hf_module(path)}'
+    name = f'base_model.model.{hf_module(path, layers)}'
     out[f'{name}.lora_A.weight'] = np.ascontiguousarray(np.asarray(a).T)
     out[f'{name}.lora_B.weight'] = np.ascontiguousarray(np.asarray(b).T)
   return out
 
 
-def hf_module(path: tuple) -> str:
+def hf_module(path: tuple, layers: str = HF_LAYERS) -> str:
   """('blocks', 3, 'mlp', 'up') -> 'model.layers.3.mlp.up_proj'."""
   if path[0] != 'blocks' or tuple(path[2:]) not in HF_NAMES:
     raise ValueError(f'LoRA: no Hugging Face name for module {path}')
-  return f'model.layers.{path[1]}.{HF_NAMES[tuple(path[2:])]}'
+  return f'{layers}.{path[1]}.{HF_NAMES[tuple(path[2:])]}'
 
 
 def peft_config(adapter: nnx.State, lora: LoraSection, *,
-                base_model: str | None, num_layers: int | None = None) -> dict:
+                base_model: str | None, num_layers: int | None = None,
+                layers: str = HF_LAYERS) -> dict:
   """adapter_config.json of PEFT for `adapter`.
 
   `target_modules` lists the projections' short names when every layer
-  (of the `num_layers`, when given) adapts the same ones, else each
-  module's full name: PEFT adapts every module a short name matches.
+  (of the `num_layers`, when given) adapts the same ones in a causal LM,
+  else each module's full name: PEFT adapts every module a short name
+  matches (an image-text model's vision tower has q_proj too).
   """
-  modules = [hf_module(path) for path in pairs(adapter)]
+  modules = [hf_module(path, layers) for path in pairs(adapter)]
   short = sorted({m.rsplit('.', 1)[1] for m in modules})
-  layers = {int(m.split('.')[2]) for m in modules}
-  uniform = len(modules) == len(short) * len(layers) and (
-      num_layers is None or len(layers) == num_layers)
+  blocks = {path[1] for path in pairs(adapter)}
+  uniform = len(modules) == len(short) * len(blocks) and (
+      num_layers is None or len(blocks) == num_layers) and layers == HF_LAYERS
   return {
       'peft_type': 'LORA',
       'task_type': 'CAUSAL_LM',

@@ -11,19 +11,23 @@ model, as gemma-3-4b-it and larger are) loads too, its vision tower left
 out, and exports as the Gemma3ForCausalLM that computes its logits.
 """
 
+import importlib.util
 import json
 import os
 
 
 from absl.testing import absltest
 from absl.testing import parameterized
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgrpo.cli import export
 from jaxgrpo.generate import generator as generator_lib
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import hf
+from jaxgrpo.model import lora
 from tests.model import test_hf_parity as parity
 
 # pylint: disable=g-import-not-at-top
@@ -166,6 +170,35 @@ class GemmaParityTest(parity.TorchParityCase):
     self.assertIsInstance(reread, transformers.Gemma3ForCausalLM)
     self.assertLess(float(np.abs(
         parity._hf_logits(reread, self.tokens, self.mask) - theirs
+    )[self.mask].max()), 1e-4)
+    self._check_peft_adapter(src, model, graphdef, params)
+
+  def _check_peft_adapter(self, src, model, graphdef, params):
+    # A LoRA run's `jaxgrpo-export --peft` on this base names the layers
+    # where transformers' image-text model holds them (its language model):
+    # they were named as a causal LM's, which PEFT matched to nothing, and
+    # the adapted model computed the base's logits.
+    section = lora.LoraSection(rank=4, alpha=8.0)
+    lora_graphdef, adapter = lora.attach(graphdef, params, section,
+                                         jax.random.key(0))
+    rng = np.random.default_rng(1)
+    adapter = jax.tree.map(lambda x: jnp.asarray(
+        rng.normal(0.0, 0.1, x.shape), x.dtype), adapter)
+    out = self.create_tempdir('adapter').full_path
+    export._write_peft(out, adapter, section, {
+        'config': {'model': {'path': src}}, 'model': {'num_layers': 4}})
+    with open(os.path.join(out, 'adapter_config.json')) as f:
+      targets = json.load(f)['target_modules']
+    self.assertIn('model.language_model.layers.3.mlp.down_proj', targets)
+    self.assertLen(targets, 4 * 7)  # full names: not the vision tower's
+    if importlib.util.find_spec('peft') is None:
+      return
+    import peft
+    adapted = peft.PeftModel.from_pretrained(model, out).eval()
+    ours = parity._logits(lora_graphdef, nnx.merge_state(params, adapter),
+                          self.tokens, self.mask)
+    self.assertLess(float(np.abs(
+        parity._hf_logits(adapted, self.tokens, self.mask) - ours
     )[self.mask].max()), 1e-4)
 
 
