@@ -320,9 +320,8 @@ def lora_section(meta: dict[str, Any]) -> lora.LoraSection | None:
 
 
 def run_base(meta: dict, log: Log = _ignore, where: str = '') -> LoadedModel:
-  """The base model a LoRA run's adapter sits on, rebuilt as the run built
-  it (its `model.path` loaded, or its preset initialised from its seed) and
-  checked against the checksum the run saved (`lora.check_base`)."""
+  """The base a LoRA run's adapter sits on, rebuilt as the run built it (its
+  `model.path`, or its preset from its seed), checked by `lora.check_base`."""
   base = load(INIT, _model_config(meta['config']), log=log)
   lora.check_base(meta, base.params, where, UnreadableError)
   return base
