@@ -9,8 +9,6 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
-import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -28,6 +26,7 @@ from jaxgrpo.model import decoder
 from jaxgrpo.rl import logprobs
 from jaxgrpo.typing import TrainBatch
 from tests import flaky_verifiers
+from tests import forced_devices
 from tests import tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,15 +44,8 @@ _DECODE_SPECS = {
 def _sharded_check(test: absltest.TestCase, *args: str) -> dict:
   """Runs tests/sharded_check.py with `args`; returns its JSON report."""
   out = os.path.join(test.create_tempdir().full_path, 'out.json')
-  env = dict(os.environ)
-  # Compile faster (the check compares sharded with unsharded programs
-  # built with the same flags, so codegen quality does not matter).
-  env['XLA_FLAGS'] = ('--xla_backend_optimization_level=0 '
-                      '--xla_llvm_disable_expensive_passes=true')
-  proc = subprocess.run(
-      [sys.executable, '-m', 'tests.sharded_check', out, *args],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-  test.assertEqual(proc.returncode, 0, msg=proc.stderr[-4000:])
+  forced_devices.run(test, '-m', 'tests.sharded_check', out, *args,
+                     timeout=300)
   with open(out) as f:
     report = json.load(f)
   test.assertEqual(report['devices'], 8)

@@ -17,8 +17,6 @@ that is asserted exactly.
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 import warnings
 
 from absl.testing import absltest
@@ -34,14 +32,13 @@ from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
+from tests import forced_devices
 
 jax.config.update('jax_numpy_rank_promotion', 'raise')
 
 B, G, P, T = 5, 3, 9, 12
 _STOP = 1
 _ATOL = 1e-5
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 
 
 def _prompts(vocab: int, seed: int = 0, b: int = B):
@@ -263,14 +260,7 @@ class ContinuousTest(parameterized.TestCase):
   def test_four_device_meshes(self):
     """Rows over the batch axes (and heads over tensor) on forced devices."""
     out = os.path.join(self.create_tempdir().full_path, 'out.json')
-    env = dict(os.environ, PYTHONPATH=_REPO)
-    env['XLA_FLAGS'] = ('--xla_backend_optimization_level=0 '
-                        '--xla_llvm_disable_expensive_passes=true')
-    proc = subprocess.run(
-        [sys.executable, os.path.join(_REPO, 'tests', 'generate',
-                                      'continuous_sharded.py'), out],
-        cwd=_REPO, env=env, capture_output=True, text=True, timeout=600)
-    self.assertEqual(proc.returncode, 0, msg=proc.stderr[-4000:])
+    forced_devices.run(self, 'tests/generate/continuous_sharded.py', out)
     with open(out) as f:
       report = json.load(f)
     self.assertEqual(report['devices'], 4)

@@ -6,10 +6,7 @@ informative and some are not, the same on every run.
 """
 
 import collections
-import os
 import random
-import subprocess
-import sys
 import time
 from unittest import mock
 import zlib
@@ -35,6 +32,7 @@ from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.rl import accumulate
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.verifiers import pool as verifier_pool
+from tests import forced_devices
 from tests.rl import streaming_sharded
 
 G, B = 4, 4
@@ -432,17 +430,8 @@ class StreamingOnAMeshTest(absltest.TestCase):
   def test_slots_not_a_multiple_of_the_devices_collect_the_same(self):
     """slots=6 on data=4 pads the slot rows to 8 with idle ones: the run
     draws, samples, scores and trains as on one device (6 slots)."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))))
     meshed = self.create_tempdir().full_path
-    env = dict(os.environ, PYTHONPATH=repo)
-    env['XLA_FLAGS'] = ('--xla_backend_optimization_level=0 '
-                        '--xla_llvm_disable_expensive_passes=true')
-    proc = subprocess.run(
-        [sys.executable, os.path.join(repo, 'tests', 'rl',
-                                      'streaming_sharded.py'), meshed],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=600)
-    self.assertEqual(proc.returncode, 0, msg=proc.stderr[-4000:])
+    proc = forced_devices.run(self, 'tests/rl/streaming_sharded.py', meshed)
     self.assertIn('mesh: data=4 fsdp=1 tensor=1 over 4 cpu devices',
                   proc.stdout)
     one = self.create_tempdir().full_path
