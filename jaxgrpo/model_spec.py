@@ -131,10 +131,10 @@ def _resolve(spec: str) -> _Resolved:
         ".gguf file or 'smollm2')")
   if os.path.isdir(path) and not os.path.exists(
       os.path.join(path, 'config.json')):
-    raise ModelSpecError(
-        f'checkpoint {spec!r}: {path} is neither a run workdir (no '
-        f'{CHECKPOINTS}/ in it) nor a Hugging Face model directory (no '
-        'config.json in it)')
+    raise ModelSpecError(f'checkpoint {spec!r}: ' + (
+        pretrained.peft_adapter(path) or f'{path} is neither a run workdir '
+        f'(no {CHECKPOINTS}/ in it) nor a Hugging Face model directory (no '
+        'config.json in it)'))
   return _Resolved('pretrained', path, None)
 
 

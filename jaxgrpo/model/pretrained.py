@@ -106,6 +106,19 @@ def context_length(source: str) -> int | None:
   return gguf.context_length(source)
 
 
+def peft_adapter(folder: str) -> str | None:
+  """What to say of a folder that holds a PEFT adapter (`jaxgrpo-export
+  --peft`'s output), not a model; None for any other path."""
+  if (os.path.isdir(folder)
+      and not os.path.exists(os.path.join(folder, 'config.json'))
+      and os.path.exists(os.path.join(folder, 'adapter_config.json'))):
+    return (f'{folder} holds a PEFT adapter (adapter_config.json), not a '
+            'model: give the model it adapts (its base_model_name_or_path), '
+            'or jaxgrpo-export the run without --peft for the adapter merged '
+            'into it')
+  return None
+
+
 def load(path: str, *, dtype: str = 'float32',
          param_dtype: str | None = None) -> Pretrained:
   """Loads the model at `path` (see the module docstring).
@@ -119,13 +132,8 @@ def load(path: str, *, dtype: str = 'float32',
   source = resolve(path)
   if os.path.isdir(source):
     from jaxgrpo.model import hf
-    if (not os.path.exists(os.path.join(source, 'config.json'))
-        and os.path.exists(os.path.join(source, 'adapter_config.json'))):
-      raise PretrainedError(
-          f'model.path={path!r}: {source} holds a PEFT adapter '
-          '(adapter_config.json), not a model: give the model it adapts '
-          '(its base_model_name_or_path), or jaxgrpo-export the run without '
-          '--peft for the adapter merged into it')
+    if said := peft_adapter(source):
+      raise PretrainedError(f'model.path={path!r}: {said}')
     if not os.path.exists(os.path.join(source, 'config.json')):
       raise PretrainedError(
           f'model.path={path!r}: {source} has no config.json (expected a '

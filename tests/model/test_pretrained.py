@@ -12,6 +12,7 @@ import numpy as np
 from jaxgrpo import build
 from jaxgrpo import config_lib
 from jaxgrpo import errors
+from jaxgrpo import model_spec
 from jaxgrpo import train
 from jaxgrpo.cli import export
 from jaxgrpo.configs import common
@@ -202,6 +203,12 @@ class HuggingFaceDirTest(absltest.TestCase):
         errors.ConfigError, "holds a PEFT adapter \\(adapter_config.json\\), "
         'not a model: give the model it adapts'):
       pretrained.load(folder.full_path)
+    # jaxgrpo-eval --checkpoint=FOLDER (and export, stratify) say the same.
+    with self.assertRaisesRegex(
+        model_spec.ModelSpecError, f"checkpoint '{folder.full_path}': "
+        f'{folder.full_path} holds a PEFT adapter'):
+      model_spec.load(folder.full_path, config_lib.from_config_dict(
+          common.base_config()))
 
   def test_bad_paths_and_tokenizers_are_config_errors(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')
