@@ -95,6 +95,9 @@ class StepStats:
     groups_used: [D] groups in the step's batch per dataset.
     truncated: [D] prompts cut to fit per dataset.
     tokens_generated: completion tokens generated.
+    completions: completions scored (of groups that hold their tokens).
+    completions_cut: those that reached T (`rollout.max_new_tokens`),
+      cut there unless their last token is a stop token.
     tokens_used: completion tokens of the groups in the batch.
     tokens_wasted: tokens of groups still decoding when a streaming step
       ended, discarded.
@@ -139,6 +142,8 @@ class StepStats:
   groups_used: np.ndarray
   truncated: np.ndarray
   tokens_generated: float = 0.0
+  completions: float = 0.0
+  completions_cut: float = 0.0
   tokens_used: float = 0.0
   tokens_wasted: float = 0.0
   groups_discarded: int = 0
@@ -223,6 +228,9 @@ class StepStats:
           'rollout/staleness_max': high,
           'rollout/staleness_mean': total / n if n else 0.0,
       })
+    if self.completions:
+      metrics['rollout/completions_cut'] = (
+          self.completions_cut / self.completions)
     if self.slot_steps:
       metrics['rollout/slot_occupancy'] = (
           self.busy_slot_steps / self.slot_steps)
@@ -310,6 +318,10 @@ class Accumulator:
     s.verify_timeouts += rnd.verify_timeouts
     s.verify_s += rnd.verify_s
     for g, row in zip(rnd.groups, rnd.rewards):
+      mask = getattr(g, 'completion_mask', None)
+      if mask is not None:  # [G, T]: a row valid at T - 1 reached T.
+        s.completions += float(mask.shape[0])
+        s.completions_cut += float(mask[:, -1].sum())
       ex = g.example
       s.prompts_generated[self._index[ex.dataset]] += 1
       for key in [ex.dataset] + ([f'{ex.dataset}/{ex.subset}']

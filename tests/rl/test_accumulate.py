@@ -143,6 +143,28 @@ class AccumulatorTest(absltest.TestCase):
                      (32.0, 1.0))
     self.assertEqual((acc.cum_prompts_generated, acc.cum_groups_used), (4, 1))
 
+  def test_share_of_completions_cut_at_max_new_tokens(self):
+    # GSM8K lengths: T = 256, completions ending at their first token, in
+    # the middle, at T (the last column a stop token, or cut there).
+    def group(dataset, i, lengths):
+      g = _group(dataset, i, MIXED)
+      mask = np.arange(256)[None] < np.asarray(lengths)[:, None]
+      return dataclasses.replace(
+          g, completion_tokens=np.where(mask, 5, 0).astype(np.int32),
+          completion_mask=mask, old_logps=np.where(mask, -0.5, 0.0))
+    acc = self._accumulator(batch_size=4)
+    acc.start()
+    _add(acc, [group('a', 0, [1, 100, 256, 255]),
+               group('b', 0, [256, 256, 3, 40])], size=2)
+    _add(acc, [group('a', 1, [7, 7, 7, 256])], size=1)
+    _, stats = acc.finish(_first(3))
+    self.assertEqual((stats.completions, stats.completions_cut), (12.0, 4.0))
+    self.assertEqual(stats.to_metrics()['rollout/completions_cut'], 4 / 12)
+    # No completion scored (a batch all carried in): no share.
+    acc.start()
+    self.assertNotIn('rollout/completions_cut',
+                     acc.finish(_first(3))[1].to_metrics())
+
   def test_carried_groups_start_the_next_step(self):
     acc = self._accumulator(batch_size=1)
     acc.start()
