@@ -409,8 +409,13 @@ class AssembleTest(parameterized.TestCase):
                                  pad_id=0)
     self.assertEqual(empty.completion_tokens.shape, (2 * G, 64))
 
-  @parameterized.parameters('token_mean', 'seq_mean_token_mean', 'dr_grpo')
-  def test_cut_batch_trains_as_the_padded_one(self, loss_agg):
+  @parameterized.product(
+      loss_agg=['token_mean', 'seq_mean_token_mean', 'dr_grpo'],
+      # T, completion lengths, the length the batch is cut to. T = 256:
+      # GSM8K's lengths, completions of 1 to 180 tokens cut to 192.
+      shape=[(130, [[5, 50, 12, 1], [30, 2, 9, 40]], 64),
+             (256, [[1, 180, 12, 140], [30, 2, 100, 64]], 192)])
+  def test_cut_batch_trains_as_the_padded_one(self, loss_agg, shape):
     # The same update from the cut batch as from the one padded to T: the
     # cut columns are padding, which no loss or metric counts (dr_grpo
     # divides by T from the config, not by the batch's length). Plain SGD
@@ -418,12 +423,13 @@ class AssembleTest(parameterized.TestCase):
     # first step, g / (|g| + eps), would magnify float rounding in gradients
     # near eps).
     graphdef, params = tiny.random_model()
-    groups = _groups(2, 130, [[5, 50, 12, 1], [30, 2, 9, 40]], seed=1)
+    t, lengths, cut = shape
+    groups = _groups(2, t, lengths, seed=1)
     optimizer = optax.sgd(1.0)
     step_fn = train_step_lib.make_train_step(
         graphdef=graphdef, optimizer=optimizer,
         loss_cfg=train_step_lib.LossConfig(loss_agg=loss_agg,
-                                           max_completion_len=130),
+                                           max_completion_len=t),
         num_minibatches=2)
     out = {}
     for n in (1, 4):
@@ -434,7 +440,7 @@ class AssembleTest(parameterized.TestCase):
       out[n] = step_fn(state, jax.tree.map(np.array, batch),
                        jax.random.key(3))
     self.assertEqual(rollout_lib.assemble(groups, self._cfg(4), 0)
-                     .completion_tokens.shape[1], 64)
+                     .completion_tokens.shape[1], cut)
     (state_t, metrics_t), (state_c, metrics_c) = out[1], out[4]
     self.assertGreater(float(metrics_t['train/grad_norm']), 0.0)
     for k in metrics_t:
