@@ -129,6 +129,39 @@ class ContinuousTest(parameterized.TestCase):
             *args, **kw)
     self.assert_same(got, want)
 
+  def test_gsm8k_lengths_with_two_stop_ids(self):
+    # T = 256, stop tokens as a Hugging Face generation_config's eos list
+    # (EOS and end of turn): completions ending at their first token, in
+    # the middle, at T exactly, cut at T (1000: never forced, stop tokens
+    # never drawn), or free (0). Both engines end a row at either id, pad
+    # it after, and agree sample by sample.
+    t, stops = 256, (_STOP, 2)
+    gen = dataclasses.replace(self.generator(1.0), max_new_tokens=t,
+                              stop_tokens=stops)
+    stop_at = np.array([1, 100, 1000, 0, 256, 255, 2, 1000, 17, 0, 1000, 128,
+                        0, 0, 0], np.int32)
+    kw = dict(prompt_keys=self.prompt_keys, stop_at=stop_at)
+    args = (self.params, self.tokens, self.mask, jax.random.key(1))
+    want = gen.generate(*args, **kw)
+    got, _ = continuous.ContinuousGenerator(
+        generator=gen, slots=5, chunk=16, buckets=(4, 8)).generate_with_stats(
+            *args, **kw)
+    self.assert_same(got, want)
+    tokens, lengths = np.asarray(want.tokens), np.asarray(want.lengths)
+    told = (stop_at > 0) & (stop_at <= t)
+    np.testing.assert_array_equal(lengths[told], stop_at[told])
+    np.testing.assert_array_equal(lengths[stop_at > t], t)
+    ends = set()
+    for row, n in zip(tokens, lengths):
+      stopped = np.isin(row[:n], stops)
+      self.assertFalse(stopped[:-1].any())  # nothing after a stop token
+      self.assertTrue((row[n:] == 0).all())  # padding after it
+      if n < t:
+        self.assertTrue(stopped[-1])
+        ends.add(int(row[n - 1]))
+    self.assertEqual(ends, set(stops))  # the free rows stop at either id
+    self.assertFalse(np.asarray(want.logps)[~np.asarray(want.mask)].any())
+
   def test_a_generator_without_stop_tokens_decodes_every_row_to_t(self):
     # No stop token (a model without EOS): every sample runs T tokens, as
     # in the static engine (the continuous one raised IndexError).
