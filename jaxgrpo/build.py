@@ -43,6 +43,7 @@ from jaxgrpo.example import Example
 from jaxgrpo.generate import continuous
 from jaxgrpo.generate import sampling as sampling_lib
 from jaxgrpo.generate.generator import Generator
+from jaxgrpo.model import attention
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import lora as lora_lib
@@ -171,6 +172,35 @@ def check_memory(
         f"in bfloat16 (model.param_dtype={cfg.model.param_dtype!r}), or "
         f'train on fewer completions at once (lower rollout.batch_size='
         f'{ro.batch_size}, or raise rl.num_minibatches={rl.num_minibatches})')
+
+
+def kv_cache(cfg: config_lib.Config,
+             model_cfg: model_config.ModelConfig) -> tuple[int, int, int]:
+  """(bytes per device, rows, positions) of the rollout's KV cache.
+
+  The static engine holds rollout.round_size (max_round_size when
+  adaptive) x group_size rows, the continuous engine rollout.slots, each
+  of max_prompt_len + max_new_tokens - 1 positions (a sliding-window layer
+  of the static engine keeps its window), every layer's keys and values;
+  the rows are split over the batch devices, the KV heads over `tensor`.
+  """
+  ro = cfg.rollout
+  multiple = sharding.batch_multiple()
+  positions = ro.max_prompt_len + ro.max_new_tokens - 1
+  if ro.engine == 'static':
+    prompts = (ro.max_round_size if ro.round_size == 'adaptive'
+               else ro.round_size)
+    rows = -(-prompts // multiple) * multiple * ro.group_size
+  else:
+    rows = continuous.padded_slots(ro.slots, multiple)
+  cache = jax.eval_shape(lambda: attention.init_cache(
+      model_cfg, rows, positions, window_rings=ro.engine == 'static'))
+  mesh = sharding.active_mesh()
+  tensor = mesh.shape['tensor'] if mesh is not None else 1
+  if model_cfg.num_kv_heads % tensor:
+    tensor = 1
+  total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+  return total // (multiple * tensor), rows, positions
 
 
 def _verifier_name(value) -> str:
@@ -346,6 +376,10 @@ def build_run(
   step_fn = _step_fn(cfg, graphdef, optimizer, state_shardings,
                      batch_shardings, base_graphdef)
   check_memory(cfg, step_fn, abstract_state, batch_spec, log)
+  cache_bytes, rows, positions = kv_cache(cfg, model_cfg)
+  log(f'rollout KV cache per device: {_size(cache_bytes)} ({rows} rows x '
+      f'{positions} positions x {model_cfg.num_layers} layers, keys and '
+      f'values in {model_cfg.dtype}; rollout.engine={ro.engine!r})')
   source = _source(cfg, datasets, log)
   rollout = rollout_lib.Rollout.for_model(
       rollout_cfg, source, tokenizer, generator if ro.engine == 'static' else

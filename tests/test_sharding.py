@@ -16,11 +16,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgrpo import build
 from jaxgrpo import checkpoint
 from jaxgrpo import config_lib
 from jaxgrpo import sharding
 from jaxgrpo import train
 from jaxgrpo.configs import demo
+from jaxgrpo.generate import slots as slots_lib
+from jaxgrpo.generate.generator import Generator
+from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.rl import logprobs
@@ -365,6 +369,39 @@ class MeshConfigTest(parameterized.TestCase):
                         and line.endswith('of 104.9 KiB') for line in lines),
                     lines)
 
+
+  @parameterized.parameters(('static', None), ('static', 32),
+                            ('continuous', None), ('continuous', 32))
+  def test_kv_cache_logged_is_what_the_engine_allocates(self, engine, window):
+    # GSM8K lengths (P = 64, T = 256); a sliding-window model's static
+    # engine keeps rings of its window.
+    c = self._config(**{'rollout.engine': engine, 'rollout.slots': 12,
+                        'rollout.max_prompt_len': 64,
+                        'rollout.max_new_tokens': 256})
+    cfg = config_lib.from_config_dict(c)
+    ro = cfg.rollout
+    model_cfg = config.preset('tiny', sliding_window=window,
+                              sliding_layers=(0,) if window else ())
+    got, rows, positions = build.kv_cache(cfg, model_cfg)
+    self.assertEqual(positions, 64 + 256 - 1)
+    gen = Generator(graphdef=decoder.abstract_params(model_cfg)[0],
+                    model_cfg=model_cfg, sampling=Sampling(),
+                    max_new_tokens=256, num_samples=ro.group_size)
+    if engine == 'static':
+      prompts = jax.ShapeDtypeStruct((ro.round_size, 64), jnp.int32)
+      cache = jax.eval_shape(
+          gen.prefill, decoder.abstract_params(model_cfg)[1], prompts,
+          prompts.update(dtype=bool), jax.random.key(0)).cache
+      self.assertEqual(rows, ro.round_size * ro.group_size)
+    else:
+      cache = jax.eval_shape(slots_lib.init, gen, None, 64, 12, 4)[0].cache
+      self.assertEqual(rows, 12)
+    want = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+    self.assertEqual(got, want)
+    # 2 layers' keys and values of 2 heads x 16, float32.
+    full = rows * positions * 2 * 2 * 2 * 16 * 4
+    self.assertEqual(got, full if not window or engine == 'continuous'
+                     else full // 2 + rows * window * 2 * 2 * 16 * 4)
 
 if __name__ == '__main__':
   absltest.main()
