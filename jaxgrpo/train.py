@@ -220,7 +220,7 @@ def _warm_start(cfg: config_lib.Config, parts: build.Run,
         max_prompt_len=ro.max_prompt_len,
         truncate_prompts=ro.long_prompts == 'truncate',
         seq_len=ro.max_prompt_len + ro.max_new_tokens, progress=log,
-        on_step=on_warm_step,
+        on_step=on_warm_step, notice=console.notice,
     )
 
 

@@ -136,10 +136,11 @@ def warm_start(
     truncate_prompts: bool = False,
     progress: Callable[[str], None] = _LOG.info,
     on_step: Callable[[int, float | None], None] | None = None,
+    notice: Callable[[str], None] = _LOG.warning,
 ) -> WarmStartResult:
   """Trains with teacher forcing until the sampled pass rate hits the target.
 
-  Length: its signature and docstring hold eighteen arguments; the code is one
+  Length: its signature and docstring hold nineteen arguments; the code is one
   training loop with its checks.
 
   Args:
@@ -164,6 +165,7 @@ def warm_start(
     progress: receives one line per check.
     on_step: called after each step with the step and the pass rate just
       measured (None between checks), e.g. to advance a progress bar.
+    notice: receives one line when the budget is spent short of the target.
 
   Returns:
     The warm-started params, steps taken, the last measured pass rate, the
@@ -222,6 +224,14 @@ def warm_start(
       on_step(step, pass_rate if checked else None)
     if checked and pass_rate >= target_pass_rate:
       break
+  if step and pass_rate < target_pass_rate:
+    notice(
+        f'warm start: its budget of {max_steps} steps (warmstart.max_steps) '
+        f'is spent at a sampled pass rate of {pass_rate:.3f}, short of the '
+        f'target {target_pass_rate:.2f} (warmstart.target_pass_rate); GRPO '
+        'starts from there, and learns only from the groups whose rewards '
+        'differ: raise warmstart.max_steps (or warmstart.learning_rate) to '
+        'reach the target')
   return WarmStartResult(
       params=params, steps=step, pass_rate=pass_rate,
       seconds=time.perf_counter() - start, history=tuple(history),

@@ -55,17 +55,24 @@ class WarmStartTest(absltest.TestCase):
     inputs, targets, mask = warmstart.make_sft_batch(tok, examples, 8)
     loss_before = float(warmstart._sft_loss(graphdef, params, inputs,
                                             targets, mask))
-    lines = []
+    lines, notices = [], []
     result = warmstart.warm_start(
         graphdef, params, tokenizer=tok, train_examples=examples,
         check_generator=gen, scorer=verifier_pool.Scorer(verifiers.get('exact_match')),
         rng=jax.random.key(1), max_steps=60, batch_size=32,
         learning_rate=1e-2, target_pass_rate=1.1, check_every=30,
-        check_examples=8, max_prompt_len=6, seq_len=8, progress=lines.append)
-    # An unreachable target runs the whole budget, checking twice.
+        check_examples=8, max_prompt_len=6, seq_len=8, progress=lines.append,
+        notice=notices.append)
+    # An unreachable target runs the whole budget, checking twice, and says
+    # that GRPO starts short of it.
     self.assertEqual(result.steps, 60)
     self.assertEqual([s for s, _ in result.history], [30, 60])
     self.assertLen(lines, 2)
+    self.assertLen(notices, 1)
+    self.assertRegex(notices[0], (
+        r'^warm start: its budget of 60 steps \(warmstart.max_steps\) is spent '
+        r'at a sampled pass rate of \d\.\d{3}, short of the target 1\.10 '
+        r'\(warmstart.target_pass_rate\); GRPO starts from there'))
     loss_after = float(warmstart._sft_loss(graphdef, result.params, inputs,
                                            targets, mask))
     self.assertLess(loss_after, 0.7 * loss_before)
@@ -75,8 +82,9 @@ class WarmStartTest(absltest.TestCase):
         check_generator=gen, scorer=verifier_pool.Scorer(verifiers.get('exact_match')),
         rng=jax.random.key(1), max_steps=60, batch_size=32,
         learning_rate=1e-2, target_pass_rate=0.0, check_every=30,
-        check_examples=8, max_prompt_len=6, seq_len=8)
+        check_examples=8, max_prompt_len=6, seq_len=8, notice=notices.append)
     self.assertEqual(result.steps, 30)
+    self.assertLen(notices, 1)  # the target was met: nothing more to say
 
 
 if __name__ == '__main__':
