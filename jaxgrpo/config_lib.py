@@ -146,8 +146,8 @@ class WarmStartSection(Section, name='warmstart'):
 class EvalSection(Section, name='eval'):
   every: int = field(50, 'evaluation interval (0: step 0 only)', NON_NEGATIVE)
   num_samples: int = field(
-      4, 'k: samples per held-out problem; the evaluation reports their mean '
-      'reward', POSITIVE)
+      4, 'k: samples per held-out problem (one when greedy: they would be '
+      'the same); the evaluation reports their mean reward', POSITIVE)
   temperature: float = field(
       1.0, 'sampling temperature of the evaluation', NON_NEGATIVE)
 

@@ -125,7 +125,9 @@ class Evaluator:
   Samples cfg.eval.num_samples completions of each held-out example (at
   cfg.eval.temperature, a key folded from `rng` and the step) and returns
   `accuracy_metrics` (eval/accuracy, ...), with a progress bar; no
-  metrics when no dataset holds examples out.
+  metrics when no dataset holds examples out. A greedy generator draws one
+  completion per example, whatever its num_samples: the k would be the
+  same, and so would every metric.
   """
 
   generator: Generator
@@ -137,6 +139,15 @@ class Evaluator:
   truncate: bool
   console: console_lib.Console
   threshold: float = 1.0  # a completion passes at this reward or more
+
+  def __post_init__(self):
+    k = self.generator.num_samples
+    if self.generator.sampling.greedy and k > 1 and self.examples:
+      self.console.info(f'eval.temperature=0 is greedy: its eval.num_samples='
+                        f'{k} completions would be identical, so one is drawn '
+                        'per example')
+      object.__setattr__(self, 'generator',
+                         dataclasses.replace(self.generator, num_samples=1))
 
   def __call__(self, params: PyTree, step: int) -> dict[str, float]:
     if not self.examples:  # no dataset holds examples out: nothing to report

@@ -74,6 +74,26 @@ class TextGenerator:
                        mask=m, lengths=m.sum(1).astype(np.int32))
 
 
+@dataclasses.dataclass
+class GreedyGenerator:
+  """A greedy stand-in: the first of TEXTS[id] for each of k completions;
+  counts the completions it is asked for in `generator.rows`."""
+
+  generator: TextGenerator
+  num_samples: int
+  sampling: sampling_lib.Sampling = sampling_lib.Sampling(temperature=0.0)
+
+  def generate(self, params, tokens, mask, rng):
+    text = self.generator.texts
+    self.generator.texts = {p: (t[0],) * self.num_samples
+                            for p, t in text.items()}
+    self.generator.num_samples = self.num_samples
+    out = self.generator.generate(params, tokens, mask, rng)
+    self.generator.texts = text
+    self.generator.rows = getattr(self.generator, 'rows', 0) + len(out.tokens)
+    return out
+
+
 def _known_examples():
   a = [Example(id='a/0', prompt='p0=', answer='', dataset='a', subset='x'),
        Example(id='a/1', prompt='p1=', answer='', dataset='a', subset='y')]
@@ -139,6 +159,27 @@ class PassMetricsTest(absltest.TestCase):
           np.testing.assert_allclose(
               [metrics[group][name] for name in METRICS], values,
               err_msg=group)
+
+  def test_training_eval_draws_one_greedy_completion(self):
+    # eval.temperature=0 with eval.num_samples=3: the 3 completions were
+    # identical, and generated (and verified) three times over.
+    a, b = _known_examples()
+    tok = tokenizer_lib.CharTokenizer(alphabet=fixtures.ALPHABET)
+    scorer = verifier_pool.Scorer(flaky_verifiers.Flaky())
+    metrics, rows, lines = [], [], []
+    for k in (1, 3):
+      texts = TextGenerator(tok, a + b)
+      evaluator = evaluate.Evaluator(
+          GreedyGenerator(texts, num_samples=k), tok, a + b, scorer, jax.random.key(0), max_prompt_len=8,
+          truncate=False, console=console.Console(lines.append))
+      metrics.append(evaluator(None, 5))
+      rows.append(texts.rows)
+    self.assertEqual(rows[1], rows[0])  # 64: one chunk, padded, k=1
+    self.assertEqual(metrics[1], metrics[0])
+    self.assertEqual(metrics[0]['eval/accuracy'], (0.5 + 0 + 1 + 0.5) / 4)
+    self.assertEqual(lines, [
+        'eval.temperature=0 is greedy: its eval.num_samples=3 completions '
+        'would be identical, so one is drawn per example'])
 
 
 class EvaluateCheckpointsTest(absltest.TestCase):
