@@ -33,6 +33,7 @@ from jaxgrpo import sharding
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
 from jaxgrpo import verifiers
+from jaxgrpo import warmstart
 from jaxgrpo.data import curriculum as curriculum_lib
 from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
@@ -237,8 +238,9 @@ class Run:
     state_shardings: where the train state lives.
     batch_shardings: where a train batch lives.
     step_fn: the compiled train step: (state, batch, rng) -> (state, metrics).
-    head_examples: the first examples of each training set (the warm start
-      trains on them).
+    head_examples: the first examples of each training set.
+    warm_examples: those the warm start trains on: of the datasets GRPO
+      draws from (`warmstart.drawn_examples`).
     scorer: each dataset's verifier.
     source: the prompt sampler over the datasets (mixture and curriculum).
     rollout: collects a step's batch of informative groups.
@@ -266,6 +268,7 @@ class Run:
   batch_shardings: PyTree
   step_fn: Callable
   head_examples: list[Example]
+  warm_examples: list[Example]
   scorer: verifier_pool.Scorer
   source: mixture.MixtureSampler
   rollout: rollout_lib.Rollout
@@ -403,6 +406,7 @@ def build_run(
       abstract_state=abstract_state, state_shardings=state_shardings,
       batch_shardings=batch_shardings, step_fn=step_fn,
       head_examples=head_examples, scorer=scorer, source=source,
+      warm_examples=warmstart.drawn_examples(head_examples, cfg.data.datasets),
       rollout=rollout, evaluator=evaluator, ckpt=ckpt,
       meta=_meta(cfg, model_cfg, datasets, source, base),
       ids=_ids(cfg, datasets),

@@ -212,7 +212,7 @@ def _warm_start(cfg: config_lib.Config, parts: build.Run,
 
     return warmstart.warm_start(
         parts.graphdef, parts.params, tokenizer=parts.tokenizer,
-        train_examples=parts.head_examples, check_generator=parts.generator,
+        train_examples=parts.warm_examples, check_generator=parts.generator,
         scorer=parts.scorer, rng=parts.warm_rng, max_steps=ws.max_steps,
         batch_size=ws.batch_size, learning_rate=ws.learning_rate,
         target_pass_rate=ws.target_pass_rate, check_every=ws.check_every,

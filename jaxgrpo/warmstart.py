@@ -41,6 +41,15 @@ class WarmStartResult:
   history: tuple[tuple[int, float], ...]
 
 
+def drawn_examples(examples: Sequence[Example],
+                   datasets: Sequence) -> list[Example]:
+  """The examples of the datasets GRPO draws prompts from: those of a
+  dataset entry (of `data.datasets`) with weight 0 and no min_fraction,
+  which no batch holds (it is evaluated only), are left out."""
+  drawn = {d.name for d in datasets if d.weight or d.min_fraction}
+  return [ex for ex in examples if ex.dataset in drawn]
+
+
 def make_sft_batch(
     tokenizer: tokenizer_lib.Tokenizer,
     examples: Sequence[Example],

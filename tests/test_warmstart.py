@@ -7,6 +7,7 @@ import numpy as np
 from jaxgrpo import verifiers
 from jaxgrpo import warmstart
 from jaxgrpo.data import arithmetic
+from jaxgrpo.data import entry as entry_lib
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import sampling
@@ -41,6 +42,19 @@ class WarmStartTest(absltest.TestCase):
     np.testing.assert_array_equal(inputs[0, :4], tokens[0])
     np.testing.assert_array_equal(inputs[0, 4:6], tok.encode('46'))
     np.testing.assert_array_equal(mask[0], [0, 0, 0, 1, 1, 1, 0, 0])
+
+  def test_leaves_out_datasets_grpo_never_draws(self):
+    # A dataset of weight 0 without a min_fraction is evaluated only: the
+    # warm start taught its training examples all the same.
+    entries = [entry_lib.DatasetSection(name=n, kind='arithmetic', weight=w,
+                                        min_fraction=f)
+               for n, w, f in (('a', 1.0, 0.0), ('b', 0.0, 0.0),
+                               ('c', 0.0, 0.25))]
+    examples = [Example(id=f'{n}/{i}', prompt=f'{i}+{i}=', answer='', dataset=n)
+                for n in 'abc' for i in range(3)]
+    taught = warmstart.drawn_examples(examples, entries)
+    self.assertEqual([ex.id for ex in taught],
+                     ['a/0', 'a/1', 'a/2', 'c/0', 'c/1', 'c/2'])
 
   def test_learns_and_stops_at_target(self):
     tok = tokenizer_lib.CharTokenizer()
