@@ -115,6 +115,25 @@ class SummaryTest(absltest.TestCase):
         re.match(r'(.*?\S)( {2,})\S', row).groups() for row in rows)}
     self.assertLen(starts, 1, rows)
 
+  def test_a_last_evaluation_before_the_last_step_is_named(self):
+    # eval.every=0 evaluates step 0 only: the table read '0.250 -> 0.250',
+    # as if the trained model had been measured at the end.
+    records = _records()
+    for key in ('eval/accuracy', 'eval/accuracy/a', 'eval/accuracy/b'):
+      del records[-1][key]
+    records[5]['eval/accuracy'] = 0.375  # a run stopped between evaluations
+    for evaluated, expected in (
+        (records[:5] + records[6:], '0.250 -> 0.250 (at step 0, the last '
+                                    'evaluated)'),
+        (records, '0.250 -> 0.375 (at step 5, the last evaluated)')):
+      s = summary_lib.summarize(
+          evaluated, steps=10, resumed_from=None, stopped_by=None,
+          warmstart={}, cum_prompts_generated=200, cum_groups_used=80,
+          seconds=31.0, dataset_names=['a'])
+      rows = dict(line.split('  ', 1) for line in
+                  summary_lib.format_summary(s).splitlines()[2:])
+      self.assertEqual(rows['held-out accuracy'].strip(), expected)
+
   def test_resumed_and_stopped_runs_say_so(self):
     s = summary_lib.summarize(
         [], steps=7, resumed_from=5, stopped_by='SIGTERM', warmstart={},
@@ -122,7 +141,7 @@ class SummaryTest(absltest.TestCase):
         dataset_names=['a'])
     table = summary_lib.format_summary(s)
     self.assertIn('7 (resumed at 5) (stopped by SIGTERM)', table)
-    self.assertIn('held-out accuracy                       - -> -', table)
+    self.assertIn('held-out accuracy                       - -> -\n', table)
     self.assertNotIn('time in GRPO steps', table)
 
   def test_a_resumed_run_times_this_call_and_says_so(self):

@@ -38,6 +38,7 @@ class RunSummary:
   gen_seconds: float = 0.0
   verify_seconds: float = 0.0
   workdir: str | None = None
+  eval_step_end: int | None = None  # the step of eval_accuracy_end
 
 
 def _sum_of(records: list[dict], key: str) -> float:
@@ -105,6 +106,7 @@ def summarize(
       gen_seconds=_sum_of(train_records, 'perf/gen_s'),
       verify_seconds=_sum_of(train_records, 'perf/verify_s'),
       workdir=workdir,
+      eval_step_end=evals[-1].get('step') if evals else None,
   )
 
 
@@ -120,8 +122,13 @@ def format_summary(s: RunSummary) -> str:
           if s.resumed_from is not None else '')
        + (f' (stopped by {s.stopped_by})' if s.stopped_by else '')),
       ('warm start steps', str(s.warmstart_steps)),
+      # The last evaluation may come before the last step (eval.every=0:
+      # step 0 only; a stop between evaluations).
       ('held-out accuracy', f'{fmt(s.eval_accuracy_start)} -> '
-                            f'{fmt(s.eval_accuracy_end)}'),
+                            f'{fmt(s.eval_accuracy_end)}' + (
+                                f' (at step {s.eval_step_end}, the last '
+                                'evaluated)' if s.eval_step_end is not None
+                                and s.eval_step_end < s.steps else '')),
       (f'sampled reward (first/last {s.window} step{"s" * (s.window > 1)})',
        f'{fmt(s.reward_first)} -> {fmt(s.reward_last)}'),
       ('prompts generated', str(s.cum_prompts_generated)),
