@@ -237,10 +237,10 @@ def warm_start(
     notice(
         f'warm start: its budget of {max_steps} steps (warmstart.max_steps) '
         f'is spent at a sampled pass rate of {pass_rate:.3f}, short of the '
-        f'target {target_pass_rate:.2f} (warmstart.target_pass_rate); GRPO '
-        'starts from there, and learns only from the groups whose rewards '
-        'differ: raise warmstart.max_steps (or warmstart.learning_rate) to '
-        'reach the target')
+        f'target {target_pass_rate:.2f} (warmstart.target_pass_rate); the '
+        'run goes on from these weights, and GRPO learns only from the '
+        'groups whose rewards differ: raise warmstart.max_steps (or '
+        'warmstart.learning_rate) to reach the target')
   return WarmStartResult(
       params=params, steps=step, pass_rate=pass_rate,
       seconds=time.perf_counter() - start, history=tuple(history),

@@ -86,7 +86,8 @@ class WarmStartTest(absltest.TestCase):
     self.assertRegex(notices[0], (
         r'^warm start: its budget of 60 steps \(warmstart.max_steps\) is spent '
         r'at a sampled pass rate of \d\.\d{3}, short of the target 1\.10 '
-        r'\(warmstart.target_pass_rate\); GRPO starts from there'))
+        r'\(warmstart.target_pass_rate\); the run goes on from these '
+        r'weights, and GRPO learns only from the groups whose rewards differ'))
     loss_after = float(warmstart._sft_loss(graphdef, result.params, inputs,
                                            targets, mask))
     self.assertLess(loss_after, 0.7 * loss_before)
