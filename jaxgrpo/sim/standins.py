@@ -159,6 +159,13 @@ class SimGroup:
   rewards: np.ndarray
   tokens: int = 0  # completion tokens (the stand-in generator writes 2 each)
 
+  @property
+  def completion_mask(self) -> np.ndarray:
+    """[G, 2], as `SimGenerator.generate` writes them: an answer token and
+    EOS, filling T = 2 (so `rollout/completions_cut` reads 1, as in the
+    `rollout` engine)."""
+    return np.ones((self.rewards.shape[0], 2), bool)
+
 
 @dataclasses.dataclass(frozen=True)
 class FastRound:
