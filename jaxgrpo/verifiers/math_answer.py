@@ -25,6 +25,12 @@ _SYMBOLIC_MAX_CHARS = 500
 # A word of two letters or more, not a LaTeX command: prose, which math_verify
 # would search for an expression of its own ('19 because 9 + 9 = 18' is 18).
 _PROSE_RE = re.compile(r'(?<![\\A-Za-z])[A-Za-z]{2,}')
+# A number too large for sympy to compute within a verifier's time limit
+# ('9^{9^{9}}' has 369 million digits, and Python's integer power cannot be
+# interrupted): a numeric exponent or factorial operand that holds a power
+# or a factorial, or more digits than this.
+_OPERAND_DIGITS = 5
+_COMMAND_RE = re.compile(r'\\[A-Za-z]+')
 
 # Every pattern below runs in time linear in its input: no nested or adjacent
 # quantifiers over the same characters, so 10 KB of adversarial text is safe.
@@ -398,7 +404,11 @@ class MathAnswer:
   e.g. 'x^2+2x+1' for '(x+1)^2', for answers up to 500 characters after
   normalisation that are mathematics, not prose (no word of two letters or
   more outside a LaTeX command: math_verify would pick an expression out of
-  '19 because 9 + 9 = 18' or '18 or 20'). math_verify's own SIGALRM
+  '19 because 9 + 9 = 18' or '18 or 20'), nor a number too large to
+  compute: a numeric exponent or factorial holding a power or a factorial,
+  or more than 5 digits ('9^{9^{9}}', '9^{99}!', '2^{123456}', '123456!';
+  sympy computes such numbers in C code that no timer interrupts, so the
+  call sat out `verify.timeout_s`). math_verify's own SIGALRM
   timeouts are disabled because they would replace the trainer's timer: the
   trainer runs verifiers in worker processes with a per-call timeout (and
   kills a worker stuck in C code), and that is what keeps sympy from
@@ -500,10 +510,56 @@ class MathAnswer:
     return base.Verdict(reward, {'extracted': answer, 'how': how})
 
 
+def _group_end(text: str, start: int, step: int) -> int:
+  """Where the bracketed group at `start` ends (its matching bracket), when
+  scanning by `step`; the text's end when it does not close."""
+  depth, end = 0, start
+  ends = range(start, len(text)) if step > 0 else range(start, -1, -1)
+  for end in ends:
+    depth += (text[end] in '{(') - (text[end] in '})')
+    if depth == 0:
+      return end
+  return end + step
+
+
+def _operands(text: str) -> list[str]:
+  """What each '^' raises to (the group or character after it), and what
+  each '!' is the factorial of (the number, or the group and the power it
+  ends, before it)."""
+  found = []
+  for m in re.finditer(r'\^\s*', text):
+    start = m.end()
+    if text[start:start + 1] in ('{', '('):
+      found.append(text[start + 1:_group_end(text, start, 1)])
+    else:
+      found.append(text[start:start + 1])
+  for m in re.finditer(r'\s*!', text):
+    end = start = len(text[:m.start()].rstrip(' !'))  # (9!)! is 9!!
+    if text[end - 1:end] in ('}', ')'):
+      start = max(_group_end(text, end - 1, -1), 0)
+      if text[start - 1:start] == '^':  # 9^{99}!
+        start -= 1
+    else:
+      start -= len(re.search(r'\d*$', text[:end]).group())
+    found.append(text[start:m.start()])
+  return found
+
+
+def _too_large(text: str) -> bool:
+  """Whether `text` names a number too large to compute (_OPERAND_DIGITS)."""
+  for operand in _operands(text):
+    if re.search('[A-Za-z]', _COMMAND_RE.sub('', operand)):
+      continue  # symbolic: 'e^{x^2}' and '(n+1)!' are not computed
+    if (re.search(r'[\^!]', operand)
+        or sum(map(str.isdigit, operand)) > _OPERAND_DIGITS):
+      return True
+  return False
+
+
 def _symbolic_equal(answer: str, gold: str) -> bool:
   """math_verify equivalence of two cleaned answers, without its timers."""
   if (not answer or not gold or len(answer) > _SYMBOLIC_MAX_CHARS
-      or _PROSE_RE.search(answer)):
+      or _PROSE_RE.search(answer) or _too_large(answer)):
     return False
   mv = _load_math_verify()
   parsed_gold = mv.parse(f'${gold}$', parsing_timeout=None)

@@ -5,6 +5,7 @@ import json
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import time
 from unittest import mock
@@ -315,6 +316,37 @@ class SymbolicTest(parameterized.TestCase):
     self.assertEqual(self.verify(completion, example).reward, expected)
     plain = math_answer.MathAnswer()
     self.assertEqual(plain(completion, example).reward, plain_expected)
+
+  def test_numbers_too_large_to_compute_score_zero_at_once(self):
+    # Computing 9^(9^9) in sympy took minutes in C code that no alarm
+    # interrupts: the call sat out `verify.timeout_s` (with workers=0, hung).
+    # A child process, so that a regression fails the test, not hangs it.
+    script = (
+        'from jaxgrpo.example import Example\n'
+        'from jaxgrpo.verifiers import math_answer\n'
+        'verify = math_answer.MathAnswer(symbolic=True)\n'
+        'example = Example(id="t", prompt="", answer="x+1")\n'
+        'for a in ("9^{9^{9}}", "10^{10^{10}}", "9^{(9^{9})}", "9^{99}!",\n'
+        '          "(9^{9})!", "9!!!", "2^{123456789}", "1234567!"):\n'
+        '  print(verify(f"The answer is ${a}$.", example).reward)\n')
+    done = subprocess.run(
+        [sys.executable, '-c', script], capture_output=True, text=True,
+        timeout=20, env={**os.environ, 'PYTHONPATH': os.pathsep.join(
+            p for p in sys.path if p)})
+    self.assertEqual(done.stdout.split(), ['0.0'] * 8, done.stderr)
+
+  @parameterized.parameters(
+      ('\\boxed{2^{10}}', '1024', 1),
+      ('\\boxed{2^{3}+4^{5}}', '1032', 1),
+      ('\\boxed{5!}', '120', 1),
+      ('\\boxed{(2^{2})!}', '24', 0),  # a factorial of a power is refused
+      ('\\boxed{e^{x^2}}', 'e^{x^{2}}', 1),
+      ('\\boxed{(n+1)!}', '(n+1)!', 1),
+  )
+  def test_small_powers_and_factorials_still_compared(
+      self, completion, gold, expected):
+    example = Example(id='t', prompt='', answer=gold)
+    self.assertEqual(self.verify(completion, example).reward, expected)
 
   def test_leaves_the_callers_alarm_alone(self):
     fired = []
