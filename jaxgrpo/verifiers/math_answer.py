@@ -84,6 +84,7 @@ _GROUP_SEP_RE = re.compile(r"(?<=\d)['\u2019\u066c](?=\d{3}(?!\d))")
 _DOT_GROUPS_RE = re.compile(r'(?<![\d.])' + _DOT_GROUPS)
 _LAKH_RE = re.compile(r'(?<![\d,])\d{1,2}(?:,\d\d)+,\d{3}(?![\d,])')
 _PARENS_RE = re.compile(r'\(([^()]*)\)')  # '(18)'
+_INTEGER_RE = re.compile(r'(-?)\+?(\d+)(?:\.0*)?')  # sign, digits
 _VULGAR = {'\u00bd': '1/2', '\u2153': '1/3', '\u2154': '2/3', '\u00bc': '1/4',
            '\u00be': '3/4', '\u2155': '1/5', '\u215b': '1/8'}
 _CHAR_MAP = str.maketrans({
@@ -347,6 +348,19 @@ def _normalise(text: str) -> tuple[float | None, str]:
   return _normalise_uncached(text)
 
 
+def _same_integer(text: str, gold_text: str) -> bool:
+  """False when two cleaned answers that are equal as floats are integers
+  that differ in digits a float drops (2^53 and past: 12345678901234567891
+  is no 12345678901234567890); compared as digits, not ints, whose
+  conversion stops at 4300 digits."""
+  a, b = (_INTEGER_RE.fullmatch(t.replace(',', ''))
+          for t in (text, gold_text))
+  if a is None or b is None:
+    return True  # '18 dollars', '3/4': the floats decide
+  return (a.group(1) == b.group(1)
+          and a.group(2).lstrip('0') == b.group(2).lstrip('0'))
+
+
 def _load_math_verify() -> Any:
   try:
     return importlib.import_module('math_verify')
@@ -396,7 +410,8 @@ class MathAnswer:
   20' counts, while '18 or 20' is none. When both sides are numbers (or the
   answer states one and the gold is one) they are compared as numbers:
   exactly when the gold is an integer (so 1000001 never passes for
-  1000000), else within `rel_tol`. Otherwise the cleaned texts must be
+  1000000; integers of more than 15 digits digit by digit), else within
+  `rel_tol`. Otherwise the cleaned texts must be
   equal, ignoring whitespace, so a non-numeric gold such as 'x+1' can still
   match.
 
@@ -488,7 +503,8 @@ class MathAnswer:
       value = _stated_number(answer)
     if value is not None and gold_value is not None:
       if gold_value.is_integer():
-        equal = value == gold_value
+        equal = value == gold_value and (
+            abs(gold_value) < 2**53 or _same_integer(text, gold_text))
       else:
         equal = math.isclose(value, gold_value, rel_tol=self.rel_tol)
     else:
