@@ -251,11 +251,12 @@ def tags(out_dir: str) -> list[str]:
 
 
 def _read_tag(out_dir: str, dataset: str, tag: str):
-  """(ids, k, passes, mean_reward) of one tag, each id once (the first)."""
+  """((ids, k, passes, mean_reward) of one tag, each id once (the first),
+  the pass threshold its first part was measured with)."""
   pa, pq = _arrow()
-  tables = []
+  tables, infos = [], []
   for path in list_parts(out_dir, dataset, tag).values():
-    part_info(path)  # its format
+    infos.append(part_info(path))  # its format checked
     try:
       tables.append(pq.read_table(path, schema=schema()))
     except (OSError, pa.ArrowException) as e:
@@ -268,7 +269,8 @@ def _read_tag(out_dir: str, dataset: str, tag: str):
   keep = np.sort(first)
   return (ids[keep], table['k'].to_numpy()[keep],
           table['passes'].to_numpy()[keep],
-          table['mean_reward'].to_numpy()[keep])
+          table['mean_reward'].to_numpy()[keep]), infos[0].get(
+              'success_threshold')
 
 
 def _check_rows(path: str, table) -> None:
@@ -293,13 +295,13 @@ def _check_rows(path: str, table) -> None:
 
 
 def _check_thresholds(out_dir: str, dataset: str,
-                      pooled: Sequence[str]) -> None:
-  """Raises UserError when two of the `pooled` tags counted a pass at
-  different rewards (`jaxgrpo-stratify run --threshold`)."""
+                      pooled: Mapping[str, float | None]) -> None:
+  """Raises UserError when two of the `pooled` tags (tag -> threshold)
+  counted a pass at different rewards (`jaxgrpo-stratify run
+  --threshold`)."""
   first = {}  # threshold -> the first tag measured with it
-  for tag in pooled:
-    path = next(iter(list_parts(out_dir, dataset, tag).values()))
-    first.setdefault(part_info(path).get('success_threshold'), tag)
+  for tag, threshold in pooled.items():
+    first.setdefault(threshold, tag)
   first.pop(None, None)
   if len(first) > 1:
     (x, one), (y, other) = list(first.items())[:2]
@@ -349,13 +351,14 @@ def read(
         f'{out_dir}: {what} (tags there: {", ".join(known)})')
   out = {}
   for dataset, dataset_tags in found.items():
-    parts = [_read_tag(out_dir, dataset, t) for t in selected
-             if t in dataset_tags]
+    parts = {t: _read_tag(out_dir, dataset, t) for t in selected
+             if t in dataset_tags}
     if not parts:
       continue
-    _check_thresholds(out_dir, dataset,
-                      [t for t in selected if t in dataset_tags])
-    ids, k, passes, reward = (np.concatenate(x) for x in zip(*parts))
+    _check_thresholds(out_dir, dataset, {
+        t: threshold for t, (_, threshold) in parts.items()})
+    ids, k, passes, reward = (
+        np.concatenate(x) for x in zip(*(rows for rows, _ in parts.values())))
     unique, inverse = np.unique(ids, return_inverse=True)
     n = len(unique)
     k = k.astype(np.int64)
