@@ -12,6 +12,7 @@ message, and every message names the key.
 
 from collections.abc import Callable, Iterable, Iterator
 import dataclasses
+import math
 import numbers
 import operator
 import typing
@@ -112,13 +113,14 @@ def fail(key: str, value: Any, message: str) -> None:
 
 # pylint: disable-next=redefined-builtin,redefined-outer-name
 def field(default: Any = dataclasses.MISSING, help: str = '',
-          check: Rule | None = None) -> Any:
+          check: Rule | None = None, inf: bool = False) -> Any:
   """A setting: its default, its help text (the configuration reference)
-  and the rule its value must meet. A section class as default nests it."""
+  and the rule its value must meet; `inf`: whether infinity is a value (no
+  limit), which is refused otherwise. A section class as default nests it."""
   if isinstance(default, type):
     return dataclasses.field(default_factory=default)
-  return dataclasses.field(default=default,
-                           metadata={'help': help, 'check': check})
+  return dataclasses.field(default=default, metadata={
+      'help': help, 'check': check, 'inf': inf})
 
 
 class Section:
@@ -138,7 +140,10 @@ class Section:
       value = getattr(self, f.name)
       if isinstance(value, list) and typing.get_origin(f.type) is tuple:
         object.__setattr__(self, f.name, value := tuple(value))
-      if f.metadata.get('check') and (message := f.metadata['check'](value)):
+      message = f.metadata.get('check') and f.metadata['check'](value) or (
+          value in (math.inf, -math.inf) and not f.metadata.get('inf')
+          and 'must be finite')
+      if message:
         fail(f'{self.SECTION}.{f.name}'.lstrip('.'), value, message)
     for key, ok, message in self._validate():
       if not ok:

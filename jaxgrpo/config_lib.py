@@ -126,7 +126,8 @@ class OptimSection(Section, name='optim'):
                             '([Learning rate](#learning-rate))', NON_NEGATIVE)
   schedule: str = field('constant', 'the learning rate after the warmup',
                         one_of(optimizer.SCHEDULES))
-  max_grad_norm: float = field(1.0, 'global-norm clipping', POSITIVE)
+  max_grad_norm: float = field(
+      1.0, 'global-norm clipping (inf: none)', POSITIVE, inf=True)
   weight_decay: float = field(
       0.0, 'decoupled weight decay of matrices', NON_NEGATIVE)
 

@@ -39,7 +39,7 @@ class LossSection(checks.Section, name='rl'):
                          checks.in_range(0.0, 1.0, '[)'))
   eps_high: float = field(
       0.28, 'upper clip range of the importance ratio (clip-higher when '
-      '`eps_high > eps_low`)', checks.NON_NEGATIVE)
+      '`eps_high > eps_low`; inf: none)', checks.NON_NEGATIVE, inf=True)
   beta: float = field(
       0.0, 'KL (k3) weight to the initial policy; 0 keeps no reference copy',
       checks.NON_NEGATIVE)

@@ -45,6 +45,23 @@ class ConfigTest(parameterized.TestCase):
     with self.assertRaisesRegex(config_lib.ConfigError, expected):
       config_lib.from_config_dict(c)
 
+  def test_infinity_is_refused_except_where_it_means_no_limit(self):
+    for key in ('optim.learning_rate', 'warmstart.learning_rate', 'rl.beta',
+                'rollout.temperature', 'eval.temperature', 'model.lora.alpha',
+                'optim.weight_decay', 'sampler.prior_strength',
+                'verify.timeout_s', 'checkpoint.every_minutes'):
+      c = demo.get_config()
+      section, name = key.rsplit('.', 1)
+      c[section][name] = float('inf')
+      with self.assertRaisesRegex(config_lib.ConfigError,
+                                  rf'^{key}=inf: must be finite$'):
+        config_lib.from_config_dict(c)
+    c = demo.get_config()
+    c.optim.max_grad_norm = c.rl.eps_high = float('inf')  # no clipping
+    cfg = config_lib.from_config_dict(c)
+    self.assertEqual((cfg.optim.max_grad_norm, cfg.rl.eps_high),
+                     (float('inf'), float('inf')))
+
   def test_bad_input_modes(self):
     c = demo.get_config()
     self.assertEqual(config_lib.from_config_dict(c).rollout.long_prompts,
