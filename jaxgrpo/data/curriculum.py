@@ -86,19 +86,20 @@ class CurriculumSection(checks.Section, name='curriculum'):
     object.__setattr__(self, 'bands', tuple(float(b) for b in self.bands))
     yield 'stages', not self.stages or self.strata is not None, (
         'need curriculum.strata (a jaxgrpo-stratify output)')
-    last = -1
+    last, stages = -1, []
     for i, stage in enumerate(self.stages):
       at = f'curriculum.stages[{i}]'
       if not isinstance(stage, dict) or set(stage) != {'step', 'weights'}:
         checks.fail(at, stage, "must be a dict with keys 'step' and 'weights'")
-      step, weights = stage['step'], stage['weights']
-      if not isinstance(step, int) or step <= last:
+      step, weights = checks.plain(stage['step'], int), stage['weights']
+      if checks.type_error(step, int) or step <= last:
         checks.fail(f'{at}.step', step, 'must be an int >= 0, greater than '
                     "the previous stage's")
       last = step
       if not isinstance(weights, dict):
         checks.fail(f'{at}.weights', weights,
                     'must be a dict of stratum name -> weight')
+      stages.append({'step': step, 'weights': dict(weights)})
       for key, w in weights.items():
         stratum = str(key).rsplit('/', 1)[-1]
         if stratum not in names:
@@ -106,11 +107,10 @@ class CurriculumSection(checks.Section, name='curriculum'):
               f'{at}.weights[{key!r}]: unknown stratum {stratum!r} (with '
               f'curriculum.bands={self.bands}: {", ".join(names)}; '
               "'dataset/stratum' for one dataset)")
-        if not isinstance(w, (int, float)) or not 0 <= w < float('inf'):
+        stages[-1]['weights'][key] = w = checks.plain(w, float)
+        if checks.type_error(w, float) or not 0 <= w < float('inf'):
           checks.fail(f'{at}.weights[{key!r}]', w, 'must be a number >= 0')
-    object.__setattr__(self, 'stages', tuple(
-        {'step': s['step'], 'weights': dict(s['weights'])}
-        for s in self.stages))
+    object.__setattr__(self, 'stages', tuple(stages))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -304,6 +304,24 @@ class ConfigTest(absltest.TestCase):
     self.assertIsNone(config_lib.from_config_dict(
         common.base_config()).curriculum.strata)
 
+  def test_numpy_numbers_in_stages_are_plain_numbers(self):
+    cfg = config_lib.from_config_dict(self._config(strata='/tmp/s', stages=(
+        {'step': np.int64(3), 'weights': {'too_hard': np.float32(0.5),
+                                          'too_easy': np.int64(0)}},)))
+    stage = cfg.curriculum.stages[0]
+    self.assertEqual(stage, {'step': 3, 'weights': {'too_hard': 0.5,
+                                                    'too_easy': 0}})
+    self.assertIs(type(stage['step']), int)
+    self.assertIs(type(stage['weights']['too_hard']), float)
+    for bad, pattern in ((True, r'stages\[0\].step=True'),
+                         (1.5, r'stages\[0\].step=1.5')):
+      with self.assertRaisesRegex(errors.ConfigError, pattern):
+        config_lib.from_config_dict(self._config(strata='/tmp/s', stages=(
+            {'step': bad, 'weights': {}},)))
+    with self.assertRaisesRegex(errors.ConfigError, r"\['too_hard'\]=True"):
+      config_lib.from_config_dict(self._config(strata='/tmp/s', stages=(
+          {'step': 0, 'weights': {'too_hard': True}},)))
+
   def test_errors_name_the_key(self):
     cases = [
         (dict(stages=({'step': 0, 'weights': {}},)),
