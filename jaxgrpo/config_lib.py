@@ -20,6 +20,7 @@ import typing
 from typing import Any
 
 import ml_collections
+from ml_collections import config_dict
 
 from jaxgrpo import checks
 from jaxgrpo import multihost
@@ -337,8 +338,26 @@ def _build(cls: type[Section], values: Any, where: str,
 
 def from_config_dict(cfg: ml_collections.ConfigDict | dict | Config) -> Config:
   """The frozen, checked Config of a ConfigDict or a dict (a Config as is);
-  its ConfigError names the first unknown or invalid key, or missing keys."""
+  its ConfigError names the first unknown or invalid key, missing keys, or
+  required placeholders left unset."""
+  if isinstance(cfg, ml_collections.ConfigDict) and (unset := unset_keys(cfg)):
+    raise ConfigError(f'{", ".join(unset)} must be given (a '
+                      'config_dict.required_placeholder left unset)')
   return cfg if isinstance(cfg, Config) else _build(Config, cfg, '')
+
+
+def unset_keys(config: ml_collections.ConfigDict, where: str = '') -> list[str]:
+  """The keys of `config` that hold a required placeholder without a value."""
+  out = []
+  for key in config.keys():
+    try:
+      value = config[key]
+    except config_dict.RequiredValueError:
+      out.append(where + key)
+      continue
+    if isinstance(value, ml_collections.ConfigDict):
+      out += unset_keys(value, f'{where}{key}.')
+  return out
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

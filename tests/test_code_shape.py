@@ -46,7 +46,7 @@ KNOWN_MODULES = {
 # distributed.coordinator's host and port checked, both counted, 1111 with
 # model.param_dtype's help naming how bfloat16 params train, 1118 with
 # greedy rollouts refused by the training's RolloutConfig, counted).
-KNOWN_CONFIG_LINES = 1124
+KNOWN_CONFIG_LINES = 1143
 
 
 class CodeShapeTest(absltest.TestCase):

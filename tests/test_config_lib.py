@@ -136,6 +136,18 @@ class ConfigTest(parameterized.TestCase):
                                 r'datasets\[0\].zzz \(known in'):
       config_lib.from_config_dict(c)
 
+  def test_unset_required_placeholders_are_named(self):
+    c = demo.get_config()
+    c.seed = config_dict.required_placeholder(int)
+    c.model.system_prompt = config_dict.required_placeholder(str)
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r'^model.system_prompt, seed must be given '
+        r'\(a config_dict.required_placeholder left unset\)$'):
+      config_lib.from_config_dict(c)
+    c.seed, c.model.system_prompt = 3, 'Be brief.'
+    cfg = config_lib.from_config_dict(c)
+    self.assertEqual((cfg.seed, cfg.model.system_prompt), (3, 'Be brief.'))
+
   def test_missing_key_named(self):
     c = demo.get_config().to_dict()
     del c['rollout']['group_size']

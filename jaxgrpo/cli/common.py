@@ -285,6 +285,8 @@ def load_config(prog: str, config: str,
       unknown key or a bad value, or a required placeholder is not given.
   """
 
+  from jaxgrpo import config_lib  # pylint: disable=g-import-not-at-top
+
   def split(required):
     kept, later = [], []
     for _, flag, text, args in _flags(overrides):
@@ -303,29 +305,14 @@ def load_config(prog: str, config: str,
   try:
     result = _load(prog, config, kept)
   except config_dict.RequiredValueError:  # from locking the config
-    kept, later = split(_unset(_load(prog, config, [], lock=False)))
+    kept, later = split(config_lib.unset_keys(_load(prog, config, [], lock=False)))
     result = _load(prog, config, kept, lock=False)
   _apply_later(result, later)
-  if unset := _unset(result):
+  if unset := config_lib.unset_keys(result):
     raise UsageError(
         f'--config={config}: {", ".join(unset)} must be given '
         f'(config_dict.required_placeholder), e.g. --config.{unset[0]}=VALUE')
   return result
-
-
-def _unset(config: ml_collections.ConfigDict, where: str = '') -> list[str]:
-  """The keys of `config` that hold a required placeholder without a
-  value."""
-  out = []
-  for key in config.keys():
-    try:
-      value = config[key]
-    except config_dict.RequiredValueError:
-      out.append(where + key)
-      continue
-    if isinstance(value, ml_collections.ConfigDict):
-      out += _unset(value, f'{where}{key}.')
-  return out
 
 
 def _load(prog: str, config: str, overrides: list[str],
