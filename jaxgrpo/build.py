@@ -155,14 +155,12 @@ def check_memory(
   if use is None:
     log('train step memory: not reported by this backend; not checked')
     return
-  gib = cfg.mesh.memory_limit_gib
-  limit = gib * 2**30 if gib else sharding.device_memory_limit()
+  limit, where = _memory_limit(cfg)
   log(f'train step memory per device: arguments {_size(use.argument)}, '
       f'outputs {_size(use.output)} ({_size(use.alias)} in donated inputs), '
       f'temp {_size(use.temp)}, total {_size(use.total)}'
       + (f' of {_size(limit)}' if limit else ' (no device limit known)'))
   if limit and use.total > limit:
-    where = f'mesh.memory_limit_gib={gib}' if gib else "the device's limit"
     ro, rl = cfg.rollout, cfg.rl
     raise errors.ConfigError(
         f'the train step needs {_size(use.total)} per device (arguments '
@@ -173,6 +171,42 @@ def check_memory(
         f"in bfloat16 (model.param_dtype={cfg.model.param_dtype!r}), or "
         f'train on fewer completions at once (lower rollout.batch_size='
         f'{ro.batch_size}, or raise rl.num_minibatches={rl.num_minibatches})')
+
+
+def _memory_limit(cfg: config_lib.Config) -> tuple[int | None, str]:
+  """(bytes, where it comes from) of a device's memory; None: unknown."""
+  gib = cfg.mesh.memory_limit_gib
+  if gib:
+    return int(gib * 2**30), f'mesh.memory_limit_gib={gib}'
+  return sharding.device_memory_limit(), "the device's limit"
+
+
+def check_kv_cache(cfg: config_lib.Config,
+                   model_cfg: model_config.ModelConfig, log: Log) -> None:
+  """Logs the rollout's KV cache per device (`kv_cache`).
+
+  Raises:
+    ConfigError: the cache alone needs more than a device's memory
+      (mesh.memory_limit_gib, or the device's own limit), with what to
+      change.
+  """
+  ro = cfg.rollout
+  cache_bytes, rows, positions = kv_cache(cfg, model_cfg)
+  limit, where = _memory_limit(cfg)
+  log(f'rollout KV cache per device: {_size(cache_bytes)} ({rows} rows x '
+      f'{positions} positions x {model_cfg.num_layers} layers, keys and '
+      f'values in {model_cfg.dtype}; rollout.engine={ro.engine!r})')
+  if limit and cache_bytes > limit:
+    rows_from = (f'rollout.slots={ro.slots}' if ro.engine == 'continuous'
+                 else f'rollout.round_size={ro.round_size!r} (max_round_size='
+                 f'{ro.max_round_size}) x rollout.group_size={ro.group_size}')
+    raise errors.ConfigError(
+        f'the rollout KV cache alone needs {_size(cache_bytes)} per device, '
+        f'more than {_size(limit)} ({where}): {rows} rows from {rows_from}, '
+        f'of {positions} positions (rollout.max_prompt_len={ro.max_prompt_len}'
+        f' + rollout.max_new_tokens={ro.max_new_tokens} - 1); lower them, '
+        f'compute in bfloat16 (model.dtype={model_cfg.dtype!r}), or split '
+        f'the rows over more devices (mesh.data={cfg.mesh.data})')
 
 
 def kv_cache(cfg: config_lib.Config,
@@ -379,10 +413,7 @@ def build_run(
   step_fn = _step_fn(cfg, graphdef, optimizer, state_shardings,
                      batch_shardings, base_graphdef)
   check_memory(cfg, step_fn, abstract_state, batch_spec, log)
-  cache_bytes, rows, positions = kv_cache(cfg, model_cfg)
-  log(f'rollout KV cache per device: {_size(cache_bytes)} ({rows} rows x '
-      f'{positions} positions x {model_cfg.num_layers} layers, keys and '
-      f'values in {model_cfg.dtype}; rollout.engine={ro.engine!r})')
+  check_kv_cache(cfg, model_cfg, log)
   source = _source(cfg, datasets, log)
   rollout = rollout_lib.Rollout.for_model(
       rollout_cfg, source, tokenizer, generator if ro.engine == 'static' else

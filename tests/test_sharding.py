@@ -369,6 +369,28 @@ class MeshConfigTest(parameterized.TestCase):
                         and line.endswith('of 104.9 KiB') for line in lines),
                     lines)
 
+  def test_kv_cache_too_big_for_the_limit(self):
+    # The demo model's train step fits in 16 MiB (it needs 11.9 MiB);
+    # 4,096 decode slots of 17 positions need 68 MiB of keys and values.
+    c = self._config(**{'mesh.memory_limit_gib': 2**-6,
+                        'rollout.engine': 'continuous', 'rollout.slots': 4096})
+    c.warmstart.enabled = False
+    c.verify.workers = 0
+    lines = []
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        r'^the rollout KV cache alone needs 68.0 MiB per device, more than '
+        r'16.0 MiB \(mesh.memory_limit_gib=0.015625\): 4096 rows from '
+        r'rollout.slots=4096, of 17 positions \(rollout.max_prompt_len=12 \+ '
+        r'rollout.max_new_tokens=6 - 1\); lower them, compute in bfloat16 '
+        r"\(model.dtype='float32'\), or split the rows over more devices "
+        r'\(mesh.data=-1\)$'):
+      train.run(c, self.create_tempdir().full_path, log=lines.append)
+    self.assertTrue(any(line.startswith('train step memory per device')
+                        and line.endswith('of 16.0 MiB') for line in lines),
+                    lines)
+    self.assertTrue(any(line.startswith('rollout KV cache per device: 68.0 '
+                                        'MiB') for line in lines), lines)
 
   @parameterized.parameters(('static', None), ('static', 32),
                             ('continuous', None), ('continuous', 32))
