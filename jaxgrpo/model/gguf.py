@@ -48,6 +48,15 @@ _DIGIT_SPLIT_PRE = (
     'smollm', 'starcoder', 'refact', 'command-r', 'codeshell', 'exaone',
     'minerva',
 )
+# tokenizer.ggml.pre values that split text by their Hugging Face
+# tokenizer's regex (llama.cpp's own copy of it) before byte-level BPE, and
+# whether that tokenizer first applies Unicode NFC.
+_LETTERS = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
+            r'\p{N}%s| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+')
+_REGEX_PRE = {
+    'qwen2': (_LETTERS % '', True),  # Qwen2/2.5: digits one by one.
+    'llama-bpe': (_LETTERS % '{1,3}', False),  # Llama 3.x: up to 3 digits.
+}
 
 
 class GGUFError(errors.ConfigError):
@@ -388,9 +397,15 @@ def _pre_tokenizer(reader: gguf.GGUFReader, pre: str) -> Any:
     return tk.pre_tokenizers.Sequence(
         [tk.pre_tokenizers.Digits(individual_digits=True), byte_level]
     )
+  if pre in _REGEX_PRE:
+    return tk.pre_tokenizers.Sequence([
+        tk.pre_tokenizers.Split(tk.Regex(_REGEX_PRE[pre][0]),
+                                behavior='isolated', invert=False),
+        tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
   raise GGUFError(
       f'{_name(reader)}: tokenizer.ggml.pre = {pre!r} is not supported (known: '
-      f'{", ".join(_GPT2_PRE + _DIGIT_SPLIT_PRE)})'
+      f'{", ".join(_GPT2_PRE + _DIGIT_SPLIT_PRE + tuple(_REGEX_PRE))})'
   )
 
 
@@ -452,9 +467,10 @@ def tokenizer_parts(
       tk.models.BPE(vocab=vocab, merges=pairs, fuse_unk=False,
                     byte_fallback=False)
   )
-  tokenizer.pre_tokenizer = _pre_tokenizer(
-      reader, _field(reader, 'tokenizer.ggml.pre', 'default')
-  )
+  pre = _field(reader, 'tokenizer.ggml.pre', 'default')
+  tokenizer.pre_tokenizer = _pre_tokenizer(reader, pre)
+  if _REGEX_PRE.get(pre, ('', False))[1]:
+    tokenizer.normalizer = tk.normalizers.NFC()
   tokenizer.decoder = tk.decoders.ByteLevel()
   tokenizer.add_special_tokens([
       tk.AddedToken(tokens[i], special=True, normalized=False)

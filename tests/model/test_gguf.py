@@ -231,6 +231,22 @@ class TinyGGUFTest(parameterized.TestCase):
     tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre='gpt-2'))
     self.assertEqual(tokenizer.encode('12').tokens, ['12'])
 
+  @parameterized.parameters(
+      ('llama-bpe', ['12', '1', '2']),  # Llama 3.x: digits in threes.
+      ('qwen2', ['1', '2', '1', '2']),  # Qwen2: one by one.
+      ('gpt2', ['12', '12']),
+  )
+  def test_digit_groups_of_regex_pre_tokenizers(self, pre, tokens):
+    tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre=pre))
+    self.assertEqual(tokenizer.encode('1212').tokens, tokens)
+
+  def test_qwen2_pre_tokenizer_composes_unicode(self):
+    # 'e' + U+0301 becomes 'é' (NFC), as Qwen2's tokenizer reads it.
+    tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre='qwen2'))
+    self.assertEqual(tokenizer.normalizer.normalize_str('e\u0301'), '\xe9')
+    tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre='llama-bpe'))
+    self.assertIsNone(tokenizer.normalizer)
+
   def test_one_reader_serves_config_load_and_tokenizer(self):
     reader = gguf_loader.open_reader(self.write())
     self.assertIs(gguf_loader.open_reader(reader), reader)
