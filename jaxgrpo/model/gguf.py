@@ -1,4 +1,4 @@
-"""Llama-architecture models and their tokenizers from GGUF files.
+"""Llama and Qwen2 models and their tokenizers from GGUF files.
 
 GGUF is llama.cpp's single-file format: metadata (hyperparameters, the
 tokenizer's vocabulary and merges, a chat template) followed by tensors,
@@ -7,10 +7,14 @@ the parameter tree of `jaxgrpo.model.decoder`; `tokenizer_parts` rebuilds a
 byte-level BPE `tokenizers.Tokenizer` from the metadata.
 
 llama.cpp stores each row-major Hugging Face weight [out, in] as-is, except
-that its converter reorders the rows of the query and key projections so
-that rotary pairs are adjacent features (2i, 2i + 1) instead of features i
-and i + H/2. The decoder uses the half-split layout, so `load` undoes that
-reordering.
+that its converter reorders the rows of the query and key projections of
+the 'llama' architecture so that rotary pairs are adjacent features
+(2i, 2i + 1) instead of features i and i + H/2. The decoder uses the
+half-split layout, so `load` undoes that reordering. 'qwen2' files keep
+Hugging Face's order (llama.cpp rotates them NEOX-style, in halves) and add
+q/k/v biases. Llama 3.x's RoPE scaling arrives as the per-frequency factors
+of `rope_freqs.weight`, read back as the llama3 `RopeScaling` that gives
+them (`jaxgrpo.model.rope_factors`).
 
 Size: the model and its tokenizer are read from one file's metadata
 through the same reader and field lookup (`open_reader`, `_field`).
@@ -30,13 +34,20 @@ import numpy as np
 
 from jaxgrpo import errors
 from jaxgrpo.model import decoder
+from jaxgrpo.model import rope_factors
 from jaxgrpo.model.config import ModelConfig
+from jaxgrpo.model.config import RopeScaling
 
 if TYPE_CHECKING:
   import gguf
   import tokenizers
 
-_ARCHITECTURE = 'llama'
+# general.architecture values: the ones whose q/k rows llama.cpp reorders
+# (see above), and those it stores as Hugging Face does, with q/k/v biases.
+_PERMUTED, _BIASED = ('llama',), ('qwen2',)
+_ARCHITECTURES = _PERMUTED + _BIASED
+
+_ROPE_FREQS = 'rope_freqs.weight'
 
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 _CONTROL, _USER_DEFINED = 3, 4
@@ -162,16 +173,19 @@ def config_from_gguf(source: Source) -> ModelConfig:
   """The decoder config described by a GGUF file's metadata.
 
   Args:
-    source: path or open reader of a llama-architecture GGUF file.
+    source: path or open reader of a 'llama' or 'qwen2' GGUF file.
 
   Returns:
-    A float32 ModelConfig (no biases, no q/k norm). The output projection is
-    tied to the embedding when the file has no `output.weight`.
+    A float32 ModelConfig (no q/k norm; q/k/v biases for 'qwen2'; llama3
+    RoPE scaling when the file has `rope_freqs.weight`). The output
+    projection is tied to the embedding when the file has no
+    `output.weight`.
 
   Raises:
     GGUFError: another architecture, missing keys, values of the wrong type
       (the message names the key), or features the decoder does not model
-      (partial rotary, RoPE scaling).
+      (partial rotary, a `rope.scaling.type`, frequency factors no llama3
+      scaling gives).
   """
   reader = open_reader(source)
   try:
@@ -187,25 +201,52 @@ def config_from_gguf(source: Source) -> ModelConfig:
 
 
 def context_length(source: Source) -> int | None:
-  """The context length the model was trained for (`llama.context_length`),
-  or None when the file does not say (a value that is not a positive int
-  says nothing)."""
+  """The context length the model was trained for (`llama.context_length`,
+  `qwen2.context_length`), or None when the file does not say (a value that
+  is not a positive int says nothing)."""
   try:
-    return _typed(open_reader(source), f'{_ARCHITECTURE}.context_length',
-                  'a positive int', None)
+    reader = open_reader(source)
+    arch = _field(reader, 'general.architecture')
+    return _typed(reader, f'{arch}.context_length', 'a positive int', None)
   except GGUFError:
     return None
+
+
+def _architecture(reader: gguf.GGUFReader) -> str:
+  """The file's `general.architecture`, one the decoder models."""
+  arch = _field(reader, 'general.architecture')
+  if arch not in _ARCHITECTURES:
+    raise GGUFError(
+        f'{_name(reader)}: architecture {arch!r} is not supported (only '
+        f'{", ".join(map(repr, _ARCHITECTURES))})'
+    )
+  return arch
+
+
+def _rope_scaling(reader: gguf.GGUFReader, arch: str, head_dim: int,
+                  theta: float) -> RopeScaling | None:
+  """The llama3 RoPE scaling of the file's `rope_freqs.weight`, if any."""
+  name, key = _name(reader), f'{arch}.rope.scaling.type'
+  scaling = _field(reader, key, 'none')
+  if scaling != 'none':
+    raise GGUFError(
+        f'{name}: {key} = {scaling!r} is not supported (only llama3 '
+        f'frequency factors, rope_freqs.weight)'
+    )
+  tensor = next((t for t in reader.tensors if t.name == _ROPE_FREQS), None)
+  if tensor is None:
+    return None
+  try:
+    return rope_factors.llama3_scaling(
+        _dequantize(reader, tensor), head_dim=head_dim, theta=theta)
+  except ValueError as e:
+    raise GGUFError(f'{name}: tensor {_ROPE_FREQS} {e}') from e
 
 
 def _config(reader: gguf.GGUFReader) -> ModelConfig:
   """`config_from_gguf` of an open file."""
   name = _name(reader)
-  arch = _field(reader, 'general.architecture')
-  if arch != _ARCHITECTURE:
-    raise GGUFError(
-        f'{name}: architecture {arch!r} is not supported (only '
-        f'{_ARCHITECTURE!r})'
-    )
+  arch = _architecture(reader)
   key = lambda suffix: f'{arch}.{suffix}'
   size = lambda suffix, default=_REQUIRED: _typed(
       reader, key(suffix), 'a positive int', default)
@@ -218,13 +259,7 @@ def _config(reader: gguf.GGUFReader) -> ModelConfig:
         f'{name}: {key("rope.dimension_count")} = {rope_dim} rotates part of '
         f'each head (head_dim {head_dim}); only full rotary is supported'
     )
-  scaling = _field(reader, key('rope.scaling.type'), 'none')
   tensor_names = {t.name for t in reader.tensors}
-  if scaling != 'none' or 'rope_freqs.weight' in tensor_names:
-    raise GGUFError(
-        f'{name}: RoPE scaling ({scaling!r}, rope_freqs.weight) is not '
-        f'supported'
-    )
   tokens = _typed(reader, 'tokenizer.ggml.tokens', 'a list of strings', None)
   if tokens is not None:
     vocab_size = len(tokens)
@@ -235,6 +270,7 @@ def _config(reader: gguf.GGUFReader) -> ModelConfig:
     vocab_size = size('vocab_size')
   number = lambda suffix, default=_REQUIRED: _float32(
       _typed(reader, key(suffix), 'a number', default))
+  theta = number('rope.freq_base', 10_000.0)
   return ModelConfig(
       vocab_size=vocab_size,
       num_layers=size('block_count'),
@@ -243,8 +279,10 @@ def _config(reader: gguf.GGUFReader) -> ModelConfig:
       num_kv_heads=size('attention.head_count_kv', num_heads),
       head_dim=head_dim,
       mlp_dim=size('feed_forward_length'),
-      rope_theta=number('rope.freq_base', 10_000.0),
+      rope_theta=theta,
+      rope_scaling=_rope_scaling(reader, arch, head_dim, theta),
       norm_eps=number('attention.layer_norm_rms_epsilon'),
+      qkv_bias=arch in _BIASED,
       tie_embeddings='output.weight' not in tensor_names,
   )
 
@@ -271,11 +309,15 @@ class _Slot:
   convert: Callable[[np.ndarray], np.ndarray]
 
 
-def _slots(cfg: ModelConfig) -> dict[str, _Slot]:
+def _slots(cfg: ModelConfig, arch: str) -> dict[str, _Slot]:
   """Decoder param path ('blocks.0.attn.q.w') -> its GGUF source."""
   d, f, v = cfg.embed_dim, cfg.mlp_dim, cfg.vocab_size
   n, k, h = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
   same, t = (lambda w: w), np.transpose
+  if arch in _PERMUTED:
+    rows = _unpermute_rows
+  else:
+    rows = lambda w, heads: w
   slots = {
       'embedding': _Slot('token_embd.weight', (v, d), same),
       'final_norm.scale': _Slot('output_norm.weight', (d,), same),
@@ -286,20 +328,25 @@ def _slots(cfg: ModelConfig) -> dict[str, _Slot]:
       'attn_norm.scale': ('attn_norm', (d,), same),
       'mlp_norm.scale': ('ffn_norm', (d,), same),
       'attn.q.w': ('attn_q', (n * h, d),
-                   lambda w: _unpermute_rows(w, n).T.reshape(d, n, h)),
+                   lambda w: rows(w, n).T.reshape(d, n, h)),
       'attn.k.w': ('attn_k', (k * h, d),
-                   lambda w: _unpermute_rows(w, k).T.reshape(d, k, h)),
+                   lambda w: rows(w, k).T.reshape(d, k, h)),
       'attn.v.w': ('attn_v', (k * h, d), lambda w: w.T.reshape(d, k, h)),
       'attn.o.w': ('attn_output', (d, n * h), lambda w: w.T.reshape(n, h, d)),
       'mlp.gate.w': ('ffn_gate', (f, d), t),
       'mlp.up.w': ('ffn_up', (f, d), t),
       'mlp.down.w': ('ffn_down', (d, f), t),
   }
+  biases = {  # param: (tensor, shape, convert), the tensor's full name
+      f'attn.{p}_bias.b': (f'attn_{p}.bias', (m * h,),
+                           lambda b, m=m: b.reshape(m, h))
+      for p, m in (('q', n), ('k', k), ('v', k))
+  } if cfg.qkv_bias else {}
+  block = {ours: (f'{theirs}.weight', shape, convert)
+           for ours, (theirs, shape, convert) in block.items()} | biases
   for i in range(cfg.num_layers):
     for ours, (theirs, shape, convert) in block.items():
-      slots[f'blocks.{i}.{ours}'] = _Slot(
-          f'blk.{i}.{theirs}.weight', shape, convert
-      )
+      slots[f'blocks.{i}.{ours}'] = _Slot(f'blk.{i}.{theirs}', shape, convert)
   return slots
 
 
@@ -331,7 +378,7 @@ def load(
     dtype: str = 'float32',
     param_dtype: str | None = None,
 ) -> tuple[ModelConfig, nnx.GraphDef, nnx.State]:
-  """Builds a decoder from a llama-architecture GGUF file.
+  """Builds a decoder from a 'llama' or 'qwen2' GGUF file.
 
   Tensors are dequantized one at a time, transposed into the decoder's
   layout, cast to `param_dtype` and moved to the default device, so memory
@@ -358,12 +405,14 @@ def load(
       param_dtype=param_dtype or dtype,
   )
   tensors = {t.name: t for t in reader.tensors}
-  slots = _slots(cfg)
-  unexpected = sorted(set(tensors) - {s.tensor for s in slots.values()})
+  arch = _architecture(reader)
+  slots = _slots(cfg, arch)
+  unexpected = sorted(set(tensors) - {s.tensor for s in slots.values()}
+                      - {_ROPE_FREQS})
   if unexpected:
     raise GGUFError(
         f'{name}: tensors {", ".join(unexpected[:5])} have no place in a '
-        f'{cfg.num_layers}-layer llama decoder'
+        f'{cfg.num_layers}-layer {arch} decoder'
     )
   graphdef, abstract = decoder.abstract_params(cfg)
 

