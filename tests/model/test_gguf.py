@@ -311,6 +311,11 @@ class TinyGGUFTest(parameterized.TestCase):
     tensors = dict(self.tensors, **{'blk.0.attn_q.bias': bias})
     self.assert_load_error(self.write(tensors), 'blk.0.attn_q.bias')
 
+  def test_qwen2_without_biases(self):
+    # Its q/k/v biases are tensors of their own, as llama.cpp writes them.
+    self.assert_load_error(self.write(arch='qwen2'), 'tensor blk.0.attn_',
+                           '.bias is missing')
+
   def test_rope_freqs_of_ones_are_plain_rope(self):
     tensors = dict(self.tensors, **{'rope_freqs.weight': np.ones(8, 'f4')})
     cfg, _, params = gguf_loader.load(self.write(tensors))
