@@ -101,6 +101,14 @@ def load_pretrained(cfg: config_lib.Config, log: Log):
       f'{model_config.param_count(model.cfg) / 1e6:.1f}M params, vocab '
       f'{model.cfg.vocab_size}, in {time.perf_counter() - t0:.1f}s')
   ro = cfg.rollout
+  if model.cfg.rope_scaling is not None and (
+      model.cfg.rope_scaling.rope_type == 'dynamic'):
+    try:
+      model.cfg.rope_scaling.check_length(
+          ro.max_prompt_len + ro.max_new_tokens,
+          'rollout.max_prompt_len + rollout.max_new_tokens')
+    except ValueError as e:
+      raise errors.ConfigError(f'model.path={cfg.model.path!r}: {e}') from None
   if model.context and ro.max_prompt_len + ro.max_new_tokens > model.context:
     log(f'rollout.max_prompt_len + rollout.max_new_tokens = '
         f'{ro.max_prompt_len + ro.max_new_tokens:,} positions, more than the '

@@ -193,6 +193,7 @@ class ContinuousGenerator:
     tokens_BP = np.asarray(host(prompt_tokens_BP), np.int32)
     mask_BP = np.asarray(host(prompt_mask_BP), bool)
     b, p = tokens_BP.shape
+    gen.check_length(p)
     g, t = gen.num_samples, gen.max_new_tokens
     r = b * g
     keys_R, stop_R = self._row_inputs(b, rng, prompt_keys, stop_at)

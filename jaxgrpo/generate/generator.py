@@ -149,6 +149,15 @@ class Generator:
   def __hash__(self) -> int:
     return self._hash
 
+  def check_length(self, prompt_width: int) -> None:
+    """Raises ValueError where prompts `prompt_width` wide and
+    max_new_tokens reach past the positions the model's RoPE is right for
+    (a 'dynamic' rope_scaling's max_position_embeddings)."""
+    scaling = self.model_cfg.rope_scaling
+    if scaling is not None and scaling.rope_type == 'dynamic':
+      scaling.check_length(prompt_width + self.max_new_tokens,
+                           'Generator: prompt width + max_new_tokens')
+
   def prefill(
       self,
       params: nnx.State,
@@ -184,6 +193,7 @@ class Generator:
           (prompt_tokens_BP, prompt_mask_BP), (rows, rows))
     if stop_at is not None and not self.stop_tokens:
       raise ValueError('Generator: stop_at needs stop_tokens')
+    self.check_length(prompt_tokens_BP.shape[1])
     sample_keys = None
     if prompt_keys is not None:
       sample_keys = keys_lib.sample_keys(prompt_keys, self.num_samples)

@@ -3,39 +3,11 @@
 from collections.abc import Callable
 import dataclasses
 
+from jaxgrpo.model import rope_scaling as rope_scaling_lib
+from jaxgrpo.model.rope_scaling import RopeScaling
+
 DTYPES = ('float32', 'bfloat16')
 MLP_ACTIVATIONS = ('silu', 'gelu_tanh')
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RopeScaling:
-  """Llama 3.x ('llama3') rescaling of the RoPE frequencies.
-
-  Frequencies whose wavelength exceeds `original_max_position_embeddings /
-  low_freq_factor` are divided by `factor`; those shorter than
-  `original_max_position_embeddings / high_freq_factor` are kept; the ones
-  between are interpolated smoothly. The fields are the ones of a Hugging
-  Face `rope_scaling` entry of type 'llama3'.
-  """
-
-  factor: float
-  low_freq_factor: float
-  high_freq_factor: float
-  original_max_position_embeddings: int
-
-  def __post_init__(self):
-    for name in (
-        'factor', 'low_freq_factor', 'original_max_position_embeddings'
-    ):
-      if not getattr(self, name) > 0:
-        raise ValueError(
-            f'RopeScaling.{name} must be > 0, got {getattr(self, name)!r}'
-        )
-    if not self.high_freq_factor > self.low_freq_factor:
-      raise ValueError(
-          f'RopeScaling.high_freq_factor ({self.high_freq_factor!r}) must '
-          f'exceed low_freq_factor ({self.low_freq_factor!r})'
-      )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -54,9 +26,10 @@ class ModelConfig:
     norm_eps: epsilon of every RMSNorm.
     qkv_bias: adds biases to the q/k/v projections (Qwen2).
     qk_norm: RMSNorm over head_dim on queries and keys before RoPE (Qwen3).
-    rope_scaling: Llama 3.x RoPE frequency rescaling, or None for plain
-      RoPE. A dict with RopeScaling's fields (as `dataclasses.asdict` writes
-      it) is converted.
+    rope_scaling: RoPE frequency rescaling of type 'llama3', 'yarn' or
+      'dynamic' (see `jaxgrpo.model.rope_scaling`), or None for plain RoPE.
+      A dict of a scaling's fields (as `dataclasses.asdict` writes it) is
+      converted.
     tie_embeddings: the output projection reuses the input embedding.
     sliding_window: W, the keys a query sees on a sliding-window layer (its
       own and the W - 1 before it), or None.
@@ -65,7 +38,7 @@ class ModelConfig:
     rope_local_theta: RoPE base of the sliding-window layers, or None for
       `rope_theta` (Gemma 3's rope_local_base_freq).
     rope_linear_factor: divides the RoPE frequencies of the full-attention
-      layers (a 'linear' rope_scaling, Gemma 3); 1.0 is none.
+      layers (a 'linear' rope_scaling: Llama, Qwen, Gemma 3); 1.0 is none.
     attn_logit_softcap: caps attention logits at +-c with c * tanh(x / c)
       (Gemma 2), or None.
     final_logit_softcap: the same cap on the output logits, or None.
@@ -95,7 +68,7 @@ class ModelConfig:
   norm_eps: float = 1e-6
   qkv_bias: bool = False
   qk_norm: bool = False
-  rope_scaling: RopeScaling | None = None
+  rope_scaling: rope_scaling_lib.Scaling | None = None
   tie_embeddings: bool = True
   sliding_window: int | None = None
   sliding_layers: tuple[int, ...] = ()
@@ -145,16 +118,17 @@ class ModelConfig:
       )
     if isinstance(self.rope_scaling, dict):
       try:
-        scaling = RopeScaling(**self.rope_scaling)
-      except TypeError as e:
+        scaling = rope_scaling_lib.from_dict(self.rope_scaling)
+      except ValueError as e:
         raise ValueError(
             f'ModelConfig.rope_scaling {self.rope_scaling!r}: {e}'
         ) from None
       object.__setattr__(self, 'rope_scaling', scaling)
-    if not isinstance(self.rope_scaling, (RopeScaling, type(None))):
+    if not isinstance(self.rope_scaling,
+                      (*rope_scaling_lib.SCALINGS.values(), type(None))):
       raise ValueError(
-          'ModelConfig.rope_scaling must be a RopeScaling or None, got '
-          f'{self.rope_scaling!r}'
+          'ModelConfig.rope_scaling must be a RopeScaling, YarnScaling, '
+          f'DynamicScaling or None, got {self.rope_scaling!r}'
       )
     object.__setattr__(self, 'sliding_layers', tuple(self.sliding_layers))
     if any(not 0 <= i < self.num_layers for i in self.sliding_layers):

@@ -7,8 +7,9 @@ entries that describe a `ModelConfig` to transformers. The weights are
 `jaxgrpo.model.hf`'s.
 
 Size: Gemma's entries (`_from_gemma`, `_to_gemma`) reuse the common RoPE
-and shape entries (`_rope`, `_shape_entries`) in both directions, and every
-entry read goes through the same type check (`_get`).
+and shape entries (`_rope`, `_shape_entries`) in both directions, the
+readers of each scaled RoPE type share `_rope`'s checks of the rope dict,
+and every entry read goes through the same type check (`_get`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 
 from jaxgrpo import errors
 from jaxgrpo.model.config import ModelConfig
-from jaxgrpo.model.config import RopeScaling
+from jaxgrpo.model import rope_scaling
+from jaxgrpo.model.rope_scaling import RopeScaling
 
 ARCHITECTURES = {
     'llama': 'LlamaForCausalLM',
@@ -112,11 +114,31 @@ def _sizes(config: Mapping[str, Any]) -> dict[str, int]:
   return sizes
 
 
-def _rope(config: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
-  """RoPE base and scaling from either config.json rope convention.
+# The entries of a rope dict that transformers reads for each RoPE type
+# supported here, besides rope_type (or type), rope_theta and
+# partial_rotary_factor; any other is refused by name. Each scaled type's
+# reader (`_SCALINGS`) gives the ModelConfig fields it sets.
+_ROPE_KEYS = {
+    'default': (),
+    'linear': ('factor',),
+    'dynamic': ('factor',),
+    'llama3': ('factor', 'low_freq_factor', 'high_freq_factor',
+               'original_max_position_embeddings'),
+    'yarn': ('factor', 'original_max_position_embeddings', 'attention_factor',
+             'beta_fast', 'beta_slow', 'mscale', 'mscale_all_dim',
+             'truncate'),
+}
+_ROPE_COMMON = frozenset({'rope_type', 'type', 'rope_theta',
+                          'partial_rotary_factor'})
+
+
+def _rope(config: Mapping[str, Any]) -> dict[str, Any]:
+  """ModelConfig's RoPE fields from either config.json rope convention.
 
   transformers >= 5 writes one `rope_parameters` dict holding `rope_theta`;
-  older checkpoints have a top-level `rope_theta` and `rope_scaling`.
+  older checkpoints have a top-level `rope_theta` and `rope_scaling`. The
+  fields are rope_theta and, for a scaled RoPE, rope_linear_factor
+  ('linear') or rope_scaling ('llama3', 'yarn', 'dynamic').
   """
   key = 'rope_parameters'
   params = config.get(key)
@@ -142,33 +164,112 @@ def _rope(config: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
         'rotate the whole head'
     )
   rope_type = params.get('rope_type', params.get('type', 'default'))
-  if rope_type == 'default':
-    return theta, None
-  if rope_type != 'llama3':
+  if rope_type not in _ROPE_KEYS:
     raise CheckpointError(
-        f"{key}.rope_type={rope_type!r} is not supported; supported: "
-        "'default', 'llama3'"
+        f'{key}.rope_type={rope_type!r} is not supported; supported: '
+        f'{", ".join(map(repr, _ROPE_KEYS))}'
     )
-  # As transformers: a top-level value wins, then the rope dict's, then the
-  # model's maximum length.
-  context = config.get(
-      'original_max_position_embeddings',
-      params.get(
-          'original_max_position_embeddings',
-          config.get('max_position_embeddings'),
-      ),
-  )
-  fields = {name: params.get(name)
-            for name in ('factor', 'low_freq_factor', 'high_freq_factor')}
-  fields['original_max_position_embeddings'] = context
-  for name, value in fields.items():
-    if value is None:
-      raise CheckpointError(f"{key} of type 'llama3' has no {name}")
-    _check(f'{key}.{name}' if name in params else name, value, 'a number')
+  unknown = sorted(set(params) - _ROPE_COMMON - set(_ROPE_KEYS[rope_type]))
+  if unknown:
+    raise CheckpointError(
+        f'{key} of type {rope_type!r} has {", ".join(unknown)}, which '
+        f'transformers does not read for that type; it reads '
+        f'{", ".join(_ROPE_KEYS[rope_type]) or "rope_theta only"}'
+    )
+  if rope_type == 'default':
+    return dict(rope_theta=theta)
   try:
-    return theta, RopeScaling(**fields)
-  except ValueError as e:
+    return dict(rope_theta=theta,
+                **_SCALINGS[rope_type](config, params, key))
+  except ValueError as e:  # a scaling class's own check
+    if isinstance(e, CheckpointError):
+      raise
     raise CheckpointError(f'{key}: {e}') from None
+
+
+def _param(params: Mapping[str, Any], key: str, name: str,
+           kind: str = 'a number', *, required: bool = False,
+           rope_type: str = '') -> Any:
+  """The entry `name` of the rope dict `key`, checked to be `kind` (None
+  when absent or null, unless `required`)."""
+  value = _get(params, name, kind, where=f'{key}.')
+  if value is None and required:
+    raise CheckpointError(f'{key} of type {rope_type!r} has no {name}')
+  return value
+
+
+def _context(config: Mapping[str, Any], params: Mapping[str, Any],
+             key: str, rope_type: str) -> int | float:
+  """original_max_position_embeddings as transformers reads it: a
+  top-level value wins, then the rope dict's, then the model's maximum
+  length."""
+  name = 'original_max_position_embeddings'
+  for holder, where in ((config, name), (params, f'{key}.{name}'),
+                        (config, 'max_position_embeddings')):
+    value = holder.get(where.rpartition('.')[2])
+    if value is not None:
+      return _check(where, value, 'a number')
+  raise CheckpointError(f'{key} of type {rope_type!r} has no {name}')
+
+
+def _linear(config, params, key) -> dict[str, Any]:
+  """rope_linear_factor, the factor of a 'linear' RoPE."""
+  del config
+  factor = _param(params, key, 'factor', required=True, rope_type='linear')
+  return dict(rope_linear_factor=float(factor))
+
+
+def _dynamic(config, params, key) -> dict[str, Any]:
+  """DynamicScaling's fields: its factor and the model's length."""
+  factor = _param(params, key, 'factor', required=True, rope_type='dynamic')
+  limit = _get(config, 'max_position_embeddings', 'a positive int')
+  if limit is None:
+    raise CheckpointError(
+        f"{key} of type 'dynamic' needs max_position_embeddings, the length "
+        'past which it rescales RoPE; config.json has none')
+  return dict(rope_scaling=rope_scaling.DynamicScaling(
+      factor=float(factor), max_position_embeddings=limit))
+
+
+def _llama3(config, params, key) -> dict[str, Any]:
+  """RopeScaling's fields, every one required."""
+  fields = {name: _param(params, key, name, required=True, rope_type='llama3')
+            for name in ('factor', 'low_freq_factor', 'high_freq_factor')}
+  return dict(rope_scaling=RopeScaling(
+      **fields, original_max_position_embeddings=_context(
+          config, params, key, 'llama3')))
+
+
+def _yarn(config, params, key) -> dict[str, Any]:
+  """YarnScaling's fields, each read as transformers'
+  `_compute_yarn_parameters` reads it."""
+  if 'factor' not in params:
+    raise CheckpointError(f"{key} of type 'yarn' has no factor")
+  context = _context(config, params, key, 'yarn')
+  factor = _param(params, key, 'factor')
+  if factor is None:  # as transformers: the ratio of the two lengths
+    factor = _get(config, 'max_position_embeddings', 'a positive int',
+                  context) / context
+  number = lambda name: _param(params, key, name)
+  attention_factor = number('attention_factor')
+  mscale, mscale_all_dim = number('mscale'), number('mscale_all_dim')
+  if attention_factor is None and mscale and mscale_all_dim:
+    attention_factor = (rope_scaling.yarn_mscale(factor, mscale)
+                        / rope_scaling.yarn_mscale(factor, mscale_all_dim))
+  truncate = params.get('truncate', True)
+  if truncate not in (True, False, None):
+    raise CheckpointError(
+        f'{key}.truncate={truncate!r}: must be true or false')
+  return dict(rope_scaling=rope_scaling.YarnScaling(
+      factor=float(factor), original_max_position_embeddings=context,
+      beta_fast=float(number('beta_fast') or 32),
+      beta_slow=float(number('beta_slow') or 1),
+      truncate=bool(truncate),
+      attention_factor=(None if attention_factor is None
+                        else float(attention_factor))))
+
+
+_SCALINGS = dict(linear=_linear, dynamic=_dynamic, llama3=_llama3, yarn=_yarn)
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -233,8 +334,9 @@ def from_hf(
 
   Raises:
     ValueError: an invalid `dtype` or `param_dtype`.
-    CheckpointError: an unsupported model type or feature (other RoPE
-      types, sliding-window attention, attention biases outside Qwen2, MLP
+    CheckpointError: an unsupported model type or feature (RoPE types
+      other than default, linear, dynamic, llama3 and yarn, an entry of
+      the rope dict transformers does not read, sliding-window attention, attention biases outside Qwen2, MLP
       biases, a non-SiLU activation), a missing key or a value of the wrong
       type; the message names the file, the key and the value.
   """
@@ -286,11 +388,9 @@ def _from_config(config: Mapping[str, Any]) -> ModelConfig:
           f'{model_type!r}'
       )
   _check_full_attention(config, model_type)
-  theta, scaling = _rope(config)
   return ModelConfig(
       **_sizes(config),
-      rope_theta=theta,
-      rope_scaling=scaling,
+      **_rope(config),
       norm_eps=float(_get(config, 'rms_norm_eps', 'a number', 1e-6)),
       qkv_bias=model_type == 'qwen2',
       qk_norm=model_type == 'qwen3',
@@ -315,10 +415,10 @@ def _gemma_rope(
       local = dict(rope_type='default', rope_theta=_get(
           config, 'rope_local_base_freq', 'a number', 1e4))
     else:
-      theta, scaling = _rope(config)
-      if scaling is not None:
+      rope = _rope(config)
+      if len(rope) > 1:
         raise CheckpointError('RoPE scaling is not supported for gemma2')
-      return dict(rope_theta=theta)
+      return rope
   else:
     full_key = 'rope_parameters.full_attention'
     local_key = 'rope_parameters.sliding_attention'
@@ -407,11 +507,12 @@ def _is_gemma(cfg: ModelConfig) -> bool:
                scale_embeddings=cfg.scale_embeddings)
   gemma_only = (cfg.sliding_layers or cfg.attn_logit_softcap
                 or cfg.final_logit_softcap or cfg.rope_local_theta
-                or cfg.query_pre_attn_scalar or cfg.rope_linear_factor != 1.0)
+                or cfg.query_pre_attn_scalar)
   if all(marks.values()):
     if cfg.qkv_bias or cfg.rope_scaling is not None:
       raise ValueError(
-          'export: Gemma has no q/k/v biases or llama3 RoPE scaling')
+          'export: Gemma has no q/k/v biases or llama3, yarn or dynamic RoPE '
+          'scaling')
     return True
   if any(marks.values()) or gemma_only:
     raise ValueError(
@@ -461,8 +562,13 @@ def to_hf(
       neither 'llama'.
     torch_dtype: the weights' dtype name; defaults to `cfg.param_dtype`.
 
+  Returns:
+    The entries; a RoPE scaling is written as `rope_scaling` (a 'dynamic'
+    one with its max_position_embeddings), which `from_hf` reads back.
+
   Raises:
-    ValueError: `cfg` has both q/k/v biases and q/k norms.
+    ValueError: `cfg` has both q/k/v biases and q/k norms, or both a
+      linear RoPE factor and another rope_scaling.
   """
   kind = model_type_of(cfg)
   if kind in GEMMA:
@@ -481,10 +587,18 @@ def to_hf(
     out['mlp_bias'] = False
   else:
     out['use_sliding_window'] = False
-  if cfg.rope_scaling is not None:
-    out['rope_scaling'] = dict(
-        rope_type='llama3', **dataclasses.asdict(cfg.rope_scaling)
-    )
+  if cfg.rope_linear_factor != 1.0:
+    if cfg.rope_scaling is not None:
+      raise ValueError(
+          'export: no Hugging Face model has both a linear RoPE factor '
+          f'and a {cfg.rope_scaling.rope_type!r} rope_scaling')
+    out['rope_scaling'] = dict(rope_type='linear',
+                               factor=cfg.rope_linear_factor)
+  elif cfg.rope_scaling is not None:
+    out['rope_scaling'] = dataclasses.asdict(cfg.rope_scaling)
+    if cfg.rope_scaling.rope_type == 'dynamic':
+      out['max_position_embeddings'] = out['rope_scaling'].pop(
+          'max_position_embeddings')
   return out
 
 

@@ -16,7 +16,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
-from jaxgrpo.model.config import RopeScaling
+from jaxgrpo.model import rope_scaling
 from jaxgrpo.sharding import LogicalAxes
 
 
@@ -147,23 +147,29 @@ class Bias(nnx.Module):
 
 
 def rope_frequencies(
-    head_dim: int, *, theta: float, scaling: RopeScaling | None = None
+    head_dim: int, *, theta: float,
+    scaling: rope_scaling.Scaling | None = None
 ) -> jax.Array:
   """The head_dim / 2 rotary angular frequencies, float32.
 
   Args:
     head_dim: H, width of each head (even).
     theta: frequency base; frequency i is theta ** (-2 i / H).
-    scaling: Llama 3.x rescaling of the low frequencies, or None. It
-      follows Hugging Face's 'llama3' rope type: wavelengths above
+    scaling: a rescaling of the frequencies, or None. 'llama3' follows
+      Hugging Face's rope type: wavelengths above
       original_max_position_embeddings / low_freq_factor are stretched by
       `factor`, those below original_max_position_embeddings /
       high_freq_factor are kept and the band between is interpolated.
+      'yarn' is `_yarn_frequencies`; 'dynamic' keeps the plain
+      frequencies (those of every length within its
+      max_position_embeddings).
   """
   half = head_dim // 2
   inv_freq = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
-  if scaling is None:
+  if scaling is None or scaling.rope_type == 'dynamic':
     return inv_freq
+  if scaling.rope_type == 'yarn':
+    return _yarn_frequencies(head_dim, theta, scaling)
   context = scaling.original_max_position_embeddings
   low_freq_wavelen = context / scaling.low_freq_factor
   high_freq_wavelen = context / scaling.high_freq_factor
@@ -179,12 +185,29 @@ def rope_frequencies(
   return jnp.where(is_medium, smoothed, inv_freq)
 
 
+def _yarn_frequencies(head_dim: int, theta: float,
+                      scaling: rope_scaling.YarnScaling) -> jax.Array:
+  """YaRN's rotary frequencies, float32, computed as transformers does."""
+  pos_freqs = theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32)
+                        / head_dim)
+  extrapolation = 1.0 / pos_freqs
+  interpolation = 1.0 / (scaling.factor * pos_freqs)
+  low, high = scaling.correction_range(head_dim, theta)
+  if low == high:
+    high += 0.001  # as transformers: no zero-width ramp
+  ramp = jnp.clip(
+      (jnp.arange(head_dim // 2, dtype=jnp.float32) - low) / (high - low),
+      0, 1)
+  keep = 1 - ramp
+  return interpolation * (1 - keep) + extrapolation * keep
+
+
 def apply_rope(
     x_BTNH: jax.Array,
     positions_BT: jax.Array,
     *,
     theta: float,
-    scaling: RopeScaling | None = None,
+    scaling: rope_scaling.Scaling | None = None,
     linear_factor: float = 1.0,
 ) -> jax.Array:
   """Rotates each head by its token's position (rotary embedding).
@@ -197,8 +220,8 @@ def apply_rope(
     positions_BT: int position of each token, [batch, length]. Left padding
       makes these differ per row, hence explicit positions.
     theta: frequency base.
-    scaling: optional Llama 3.x frequency rescaling (see
-      `rope_frequencies`).
+    scaling: optional frequency rescaling (see `rope_frequencies`); a
+      'yarn' one also multiplies cos and sin by its attention_factor.
     linear_factor: divides every frequency (a 'linear' rope_scaling).
 
   Returns:
@@ -212,6 +235,9 @@ def apply_rope(
   )
   sin = jnp.sin(angles_BTH)[:, :, None, :]
   cos = jnp.cos(angles_BTH)[:, :, None, :]
+  mscale = getattr(scaling, 'attention_factor', 1.0)
+  if mscale != 1.0:
+    sin, cos = sin * mscale, cos * mscale
   x1, x2 = jnp.split(x_BTNH.astype(jnp.float32), 2, axis=-1)
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
   return out.astype(x_BTNH.dtype)

@@ -6,6 +6,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from jaxgrpo.model import config
+from jaxgrpo.model import rope_scaling
 
 
 class ModelConfigTest(parameterized.TestCase):
@@ -34,6 +35,30 @@ class ModelConfigTest(parameterized.TestCase):
   def test_invalid_field_is_named(self, overrides, field):
     with self.assertRaisesRegex(ValueError, f'ModelConfig.*{field}'):
       dataclasses.replace(config.ModelConfig.tiny(), **overrides)
+
+  def test_rope_scaling_dicts_read_back_by_their_type(self):
+    llama3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                  original_max_position_embeddings=64)
+    # As checkpoints written before other types existed hold it.
+    cfg = dataclasses.replace(config.ModelConfig.tiny(), rope_scaling=llama3)
+    self.assertEqual(cfg.rope_scaling, config.RopeScaling(**llama3))
+    yarn = dict(rope_type='yarn', factor=4.0,
+                original_max_position_embeddings=16)
+    cfg = dataclasses.replace(cfg, rope_scaling=yarn)
+    self.assertEqual(cfg.rope_scaling.attention_factor,
+                     rope_scaling.yarn_mscale(4.0))
+    for bad, message in (
+        (dict(rope_type='ntk', factor=2.0), "rope_type='ntk' is not one of"),
+        (dict(rope_type='dynamic', factor=2.0),
+         "missing 1 required keyword-only argument: "
+         "'max_position_embeddings'"),
+        (dict(llama3, rope_type='yarn'), 'unexpected keyword argument'),
+        (dict(yarn, truncate='no'), 'YarnScaling.truncate must be true or '
+         "false, got 'no'"),
+    ):
+      with self.assertRaisesRegex(ValueError,
+                                  f'ModelConfig.rope_scaling .*{message}'):
+        dataclasses.replace(cfg, rope_scaling=bad)
 
   def test_preset_overrides(self):
     cfg = config.preset('demo', vocab_size=48, dtype='bfloat16')

@@ -8,6 +8,7 @@ test_hf_parity.py for the comparison with transformers itself).
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 
 from absl.testing import absltest
@@ -22,6 +23,7 @@ from jaxgrpo.model import decoder
 from jaxgrpo.model import hf
 from jaxgrpo.model import hf_config
 from jaxgrpo.model import layers
+from jaxgrpo.model import rope_scaling
 
 _HAVE_SAFETENSORS = importlib.util.find_spec('safetensors') is not None
 if _HAVE_SAFETENSORS:
@@ -40,6 +42,8 @@ _LLAMA = dict(
     rope_theta=500_000.0,
     tie_word_embeddings=True,
 )
+_YARN_SCALING = dict(
+    rope_type='yarn', factor=4.0, original_max_position_embeddings=16)
 _LLAMA3_SCALING = dict(
     rope_type='llama3',
     factor=8.0,
@@ -134,10 +138,39 @@ class ConfigFromHFTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ('model_type', dict(model_type='gemma'), "model_type='gemma'"),
       ('missing_key', dict(hidden_size=None), "no 'hidden_size'"),
-      ('rope_type', dict(rope_scaling=dict(rope_type='yarn', factor=4.0)),
-       "rope_scaling.rope_type='yarn'"),
-      ('rope_legacy_type_key', dict(rope_scaling=dict(type='linear')),
-       "rope_type='linear'"),
+      ('rope_type', dict(rope_scaling=dict(rope_type='longrope', factor=4.0)),
+       "rope_scaling.rope_type='longrope' is not supported; supported: "
+       "'default', 'linear', 'dynamic', 'llama3', 'yarn'"),
+      ('rope_legacy_type_key', dict(rope_scaling=dict(type='proportional')),
+       "rope_type='proportional'"),
+      ('rope_key_of_another_type',
+       dict(rope_scaling=dict(_YARN_SCALING, low_freq_factor=1.0)),
+       "rope_scaling of type 'yarn' has low_freq_factor, which transformers "
+       'does not read for that type; it reads factor, '
+       'original_max_position_embeddings, attention_factor, beta_fast, '
+       'beta_slow, mscale, mscale_all_dim, truncate'),
+      ('rope_unknown_key',
+       dict(rope_parameters=dict(rope_type='linear', factor=2.0, foo=1)),
+       "rope_parameters of type 'linear' has foo"),
+      ('default_rope_with_factor',
+       dict(rope_parameters=dict(rope_type='default', factor=2.0)),
+       "rope_parameters of type 'default' has factor, which transformers "
+       'does not read for that type; it reads rope_theta only'),
+      ('linear_without_factor', dict(rope_scaling=dict(type='linear')),
+       "rope_scaling of type 'linear' has no factor"),
+      ('yarn_without_factor',
+       dict(rope_scaling=dict(rope_type='yarn',
+                              original_max_position_embeddings=16)),
+       "rope_scaling of type 'yarn' has no factor"),
+      ('yarn_without_context',
+       dict(rope_scaling=dict(rope_type='yarn', factor=4.0)),
+       "rope_scaling of type 'yarn' has no original_max_position_embeddings"),
+      ('yarn_zero_attention_factor',
+       dict(rope_scaling=dict(_YARN_SCALING, attention_factor=0.0)),
+       'rope_scaling: YarnScaling.attention_factor must be > 0, got 0.0'),
+      ('dynamic_without_length',
+       dict(rope_scaling=dict(rope_type='dynamic', factor=2.0)),
+       "rope_scaling of type 'dynamic' needs max_position_embeddings"),
       ('per_layer_rope',
        dict(rope_parameters=dict(full_attention=dict(rope_theta=1.0))),
        'rope_parameters='),
@@ -189,6 +222,17 @@ class ConfigFromHFTest(parameterized.TestCase):
       ('llama3_text_factor',
        dict(rope_scaling=_LLAMA3_SCALING | dict(factor='x')),
        "rope_scaling.factor='x': must be a number"),
+      ('yarn_text_beta',
+       dict(rope_scaling=dict(_YARN_SCALING, beta_fast='8')),
+       "rope_scaling.beta_fast='8': must be a number"),
+      ('yarn_text_truncate',
+       dict(rope_scaling=dict(_YARN_SCALING, truncate='no')),
+       "rope_scaling.truncate='no': must be true or false"),
+      ('yarn_text_context',
+       dict(rope_parameters=dict(_YARN_SCALING,
+                                 original_max_position_embeddings='16')),
+       "rope_parameters.original_max_position_embeddings='16': must be a "
+       'number'),
       ('layer_types_int', dict(layer_types=3), 'layer_types=3: must be a'),
       ('qwen2_window_layers_text',
        dict(model_type='qwen2', use_sliding_window=True, sliding_window=4,
@@ -210,11 +254,77 @@ class ConfigFromHFTest(parameterized.TestCase):
         '^/m/config.json is a JSON list; expected an object$'):
       hf_config.from_hf([_LLAMA], source='/m/config.json')
 
-  def test_scaled_config_is_hashable_and_json_round_trips(self):
-    cfg = hf_config.from_hf(_LLAMA | dict(rope_scaling=_LLAMA3_SCALING))
+  @parameterized.named_parameters(
+      ('llama3', _LLAMA3_SCALING, config.RopeScaling),
+      ('yarn', _YARN_SCALING, rope_scaling.YarnScaling),
+      ('dynamic', dict(rope_type='dynamic', factor=2.0),
+       rope_scaling.DynamicScaling),
+  )
+  def test_scaled_config_is_hashable_and_json_round_trips(self, scaling,
+                                                          kind):
+    cfg = hf_config.from_hf(_LLAMA | dict(rope_scaling=scaling,
+                                          max_position_embeddings=64))
+    self.assertIsInstance(cfg.rope_scaling, kind)
     text = json.dumps(dataclasses.asdict(cfg))
     self.assertEqual(config.ModelConfig(**json.loads(text)), cfg)
     self.assertEqual(hash(config.ModelConfig(**json.loads(text))), hash(cfg))
+
+
+class ScaledRopeFromHFTest(parameterized.TestCase):
+  """Each rope_scaling entry is read as transformers reads it."""
+
+  @parameterized.parameters('llama', 'qwen2', 'qwen3')
+  def test_linear_is_the_linear_factor(self, model_type):
+    cfg = hf_config.from_hf(_LLAMA | dict(
+        model_type=model_type, rope_scaling=dict(type='linear', factor=2.5)))
+    self.assertEqual((cfg.rope_linear_factor, cfg.rope_scaling), (2.5, None))
+    self.assertEqual(hf_config.to_hf(cfg)['rope_scaling'],
+                     dict(rope_type='linear', factor=2.5))
+
+  def test_yarn_defaults(self):
+    cfg = hf_config.from_hf(_LLAMA | dict(rope_scaling=_YARN_SCALING))
+    self.assertEqual(cfg.rope_scaling, rope_scaling.YarnScaling(
+        factor=4.0, original_max_position_embeddings=16, beta_fast=32.0,
+        beta_slow=1.0, truncate=True,
+        attention_factor=0.1 * math.log(4.0) + 1.0))
+
+  def test_yarn_reads_every_key_as_transformers(self):
+    raw = _LLAMA | dict(
+        max_position_embeddings=96, original_max_position_embeddings=24,
+        rope_parameters=dict(
+            rope_type='yarn', rope_theta=1e4, factor=None,
+            original_max_position_embeddings=16, beta_fast=0, beta_slow=2,
+            mscale=0.8, mscale_all_dim=0.5, truncate=None))
+    got = hf_config.from_hf(raw).rope_scaling
+    # The top-level original length wins; a null factor is the ratio of
+    # the lengths; a zero beta is its default; a null truncate is false.
+    self.assertEqual(got.original_max_position_embeddings, 24)
+    self.assertEqual(got.factor, 4.0)
+    self.assertEqual((got.beta_fast, got.beta_slow, got.truncate),
+                     (32.0, 2.0, False))
+    self.assertAlmostEqual(got.attention_factor, (0.08 * math.log(4) + 1)
+                           / (0.05 * math.log(4) + 1))
+    raw['rope_parameters'] |= dict(attention_factor=1.5)
+    self.assertEqual(hf_config.from_hf(raw).rope_scaling.attention_factor,
+                     1.5)
+
+  def test_dynamic_keeps_its_length(self):
+    raw = _LLAMA | dict(max_position_embeddings=64,
+                        rope_scaling=dict(rope_type='dynamic', factor=2.0))
+    cfg = hf_config.from_hf(raw)
+    self.assertEqual(cfg.rope_scaling, rope_scaling.DynamicScaling(
+        factor=2.0, max_position_embeddings=64))
+    written = hf_config.to_hf(cfg)
+    self.assertEqual(written['rope_scaling'],
+                     dict(rope_type='dynamic', factor=2.0))
+    self.assertEqual(written['max_position_embeddings'], 64)
+
+  def test_linear_factor_with_another_scaling_does_not_export(self):
+    cfg = _cfg(rope_linear_factor=2.0, rope_scaling=rope_scaling.YarnScaling(
+        factor=4.0, original_max_position_embeddings=16))
+    with self.assertRaisesRegex(ValueError, "both a linear RoPE factor and "
+                                "a 'yarn' rope_scaling"):
+      hf_config.to_hf(cfg)
 
 
 class RopeScalingTest(absltest.TestCase):
@@ -262,6 +372,16 @@ class RoundTripTest(parameterized.TestCase):
            factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
            original_max_position_embeddings=8192)),
        'llama', 'LlamaForCausalLM'),
+      ('llama_linear', dict(rope_linear_factor=4.0), 'llama',
+       'LlamaForCausalLM'),
+      ('qwen2_yarn', dict(qkv_bias=True, rope_scaling=rope_scaling.YarnScaling(
+          factor=4.0, original_max_position_embeddings=16, beta_fast=8.0,
+          truncate=False, attention_factor=1.25)), 'qwen2',
+       'Qwen2ForCausalLM'),
+      ('qwen3_dynamic', dict(qk_norm=True,
+                             rope_scaling=rope_scaling.DynamicScaling(
+                                 factor=2.0, max_position_embeddings=48)),
+       'qwen3', 'Qwen3ForCausalLM'),
       ('qwen2_bf16', dict(qkv_bias=True, param_dtype='bfloat16'), 'qwen2',
        'Qwen2ForCausalLM'),
       ('qwen3_untied', dict(qk_norm=True, tie_embeddings=False), 'qwen3',

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import math
 import os
 
 from absl.testing import absltest
@@ -93,8 +94,12 @@ class HuggingFaceDirTest(absltest.TestCase):
     config_path = os.path.join(model_dir, 'config.json')
     with open(config_path) as f:
       entries = json.load(f)
+    # YaRN, as the Qwen2.5 and Qwen3 model cards tell users to add it.
+    yarn = {'rope_type': 'yarn', 'factor': 4.0,
+            'original_max_position_embeddings': 160}
     with open(config_path, 'w') as f:
-      json.dump(entries | {'max_position_embeddings': 640}, f)
+      json.dump(entries | {'max_position_embeddings': 640,
+                           'rope_scaling': yarn}, f)
     # The chat template as an image-text model (gemma-3-4b-it) ships it: its
     # processor's chat_template.json, none in tokenizer_config.json.
     tok_config = os.path.join(model_dir, 'tokenizer_config.json')
@@ -141,6 +146,12 @@ class HuggingFaceDirTest(absltest.TestCase):
     # The source's context (it was left out: transformers' default for the
     # family, 2,048 for a Llama, was read back).
     self.assertEqual(again.context, 640)
+    # The RoPE scaling the run trained with is written back.
+    self.assertEqual(again.cfg, pretrained.load(model_dir).cfg)
+    with open(os.path.join(out, 'config.json')) as f:
+      self.assertEqual(json.load(f)['rope_scaling'], yarn | {
+          'beta_fast': 32.0, 'beta_slow': 1.0, 'truncate': True,
+          'attention_factor': 0.1 * math.log(4.0) + 1.0})
     # The template is written where transformers' tokenizer reads it (the
     # run said `has no chat template; set model.chat_template=False`).
     self.assertEqual(again.tokenizer.chat_template, _CHATML)
@@ -193,6 +204,30 @@ class HuggingFaceDirTest(absltest.TestCase):
           'rollout.max_prompt_len + rollout.max_new_tokens = 36 positions, '
           'more than the 35 the model was trained for' in line
           for line in lines), noticed, lines)
+
+  def test_dynamic_rope_past_its_length_is_refused(self):
+    model_dir = _model_dir(self.create_tempdir().full_path)
+    config_path = os.path.join(model_dir, 'config.json')
+    with open(config_path) as f:
+      entries = json.load(f)
+    dynamic = {'rope_type': 'dynamic', 'factor': 2.0}
+    for length in (36, 35):  # P + T = 32 + 4
+      with open(config_path, 'w') as f:
+        json.dump(entries | {'max_position_embeddings': length,
+                             'rope_scaling': dynamic}, f)
+      cfg = config_lib.from_config_dict(_config(model_dir))
+      if length == 36:  # within it, dynamic RoPE is plain RoPE
+        model = build.load_pretrained(cfg, lambda _: None)
+        self.assertEqual(model.cfg.rope_scaling.max_position_embeddings, 36)
+        continue
+      with self.assertRaisesRegex(
+          errors.ConfigError,
+          f"^model.path='{model_dir}': rollout.max_prompt_len \\+ "
+          'rollout.max_new_tokens = 36 positions, more than the model\'s '
+          "max_position_embeddings=35: its rope_scaling of type 'dynamic' "
+          '\\(factor 2.0\\) rescales RoPE past that length, which is not '
+          'supported; keep them within it$'):
+        build.load_pretrained(cfg, lambda _: None)
 
   def test_a_peft_adapter_folder_is_named_as_such(self):
     # jaxgrpo-export --peft's output given as model.path: it said only
