@@ -3,7 +3,8 @@
 Tiny random Llama, Qwen2 and Qwen3 models whose RoPE was trained for 16
 positions run left-padded sequences of 40 and 23 tokens, so the rescaled
 frequencies (and YaRN's scale of cos and sin) decide the logits past
-position 16. jaxgrpo's logits must match transformers', and the export
+position 16. jaxgrpo's logits must match transformers', greedy decoding
+through the KV cache must give the same 16 tokens, and the export
 must write a config.json from which transformers and `hf.load` both read
 the same model back. A 'dynamic' rescaling is plain RoPE within
 max_position_embeddings and is refused past it.
@@ -32,6 +33,7 @@ from jaxgrpo.model import rope_scaling
 from tests.model import test_hf_parity as parity
 
 if parity._HAVE_HF:  # pylint: disable=protected-access
+  import torch
   import transformers
   from transformers import modeling_rope_utils
 
@@ -54,6 +56,7 @@ _CASES = (
 # A RoPE base of 100 puts YaRN's ramp inside the 8 frequencies of H=16.
 _MODEL = dict(rope_theta=100.0, max_position_embeddings=64,
               tie_word_embeddings=False)
+_NEW_TOKENS = 16
 _RNG = np.random.default_rng(0)
 _PROMPTS = (_RNG.integers(1, 128, 40).tolist(),
             _RNG.integers(1, 128, 23).tolist())
@@ -98,6 +101,20 @@ class ScaledRopeParityTest(parity.TorchParityCase):
       unscaled = parity._logits(plain_graphdef, params, self.tokens,  # pylint: disable=protected-access
                                 self.mask)
       self.assertGreater(self._max_diff(unscaled, theirs, first=16), 0.05)
+
+    # Greedy decoding through the KV cache, to position 56.
+    with torch.no_grad():
+      expected = model.generate(
+          input_ids=torch.from_numpy(self.tokens).long(),
+          attention_mask=torch.from_numpy(self.mask).long(),
+          max_new_tokens=_NEW_TOKENS, min_new_tokens=_NEW_TOKENS,
+          do_sample=False)[:, self.tokens.shape[1]:].numpy()
+    gen = generator_lib.Generator(
+        graphdef=graphdef, model_cfg=cfg, sampling=Sampling(temperature=0.0),
+        max_new_tokens=_NEW_TOKENS)
+    got = gen.generate(params, jnp.asarray(self.tokens),
+                       jnp.asarray(self.mask), jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(got.tokens), expected)
 
     out = hf.export(cfg, params, self.create_tempdir('out').full_path)
     written = json.loads((out / 'config.json').read_text())
