@@ -100,21 +100,37 @@ def load_pretrained(cfg: config_lib.Config, log: Log):
   log(f'loaded {model.source}: {model.cfg.num_layers} layers, '
       f'{model_config.param_count(model.cfg) / 1e6:.1f}M params, vocab '
       f'{model.cfg.vocab_size}, in {time.perf_counter() - t0:.1f}s')
+  _check_positions(cfg, model, log)
+  return dataclasses.replace(model, tokenizer=tokenizer)
+
+
+def _check_positions(cfg: config_lib.Config, model, log: Log) -> None:
+  """Stops a run whose prompts and completions pass a 'dynamic' RoPE's
+  max_position_embeddings; says when they pass the positions the model was
+  trained for (a 'yarn' RoPE's factor times its original length, when
+  longer than max_position_embeddings: the Qwen model cards leave that as
+  it was)."""
   ro = cfg.rollout
-  if model.cfg.rope_scaling is not None and (
-      model.cfg.rope_scaling.rope_type == 'dynamic'):
+  length = ro.max_prompt_len + ro.max_new_tokens
+  what = 'rollout.max_prompt_len + rollout.max_new_tokens'
+  scaling = model.cfg.rope_scaling
+  kind = scaling.rope_type if scaling is not None else None
+  if kind == 'dynamic':
     try:
-      model.cfg.rope_scaling.check_length(
-          ro.max_prompt_len + ro.max_new_tokens,
-          'rollout.max_prompt_len + rollout.max_new_tokens')
+      scaling.check_length(length, what)
     except ValueError as e:
       raise errors.ConfigError(f'model.path={cfg.model.path!r}: {e}') from None
-  if model.context and ro.max_prompt_len + ro.max_new_tokens > model.context:
-    log(f'rollout.max_prompt_len + rollout.max_new_tokens = '
-        f'{ro.max_prompt_len + ro.max_new_tokens:,} positions, more than the '
-        f'{model.context:,} the model was trained for: positions past them '
-        'are extrapolated, which usually degrades what it writes there')
-  return dataclasses.replace(model, tokenizer=tokenizer)
+  context, reach = model.context, 'the model was trained for'
+  if kind == 'yarn':
+    extended = int(scaling.factor * scaling.original_max_position_embeddings)
+    if extended > (context or 0):
+      context, reach = extended, (
+          'its yarn rope_scaling reaches (factor x '
+          'original_max_position_embeddings)')
+  if context and length > context:
+    log(f'{what} = {length:,} positions, more than the {context:,} {reach}: '
+        'positions past them are extrapolated, which usually degrades what '
+        'it writes there')
 
 
 def enter_mesh(

@@ -205,6 +205,40 @@ class HuggingFaceDirTest(absltest.TestCase):
           'more than the 35 the model was trained for' in line
           for line in lines), noticed, lines)
 
+  def test_yarn_counts_the_positions_it_reaches(self):
+    # As the Qwen model cards have it: rope_scaling added, the
+    # max_position_embeddings left as it was.
+    model_dir = _model_dir(self.create_tempdir().full_path)
+    config_path = os.path.join(model_dir, 'config.json')
+    with open(config_path) as f:
+      entries = json.load(f)
+    for original, notice in (
+        (18, None),  # reaches 2 x 18 = 36 = P + T
+        (17, 'more than the 35 the model was trained for')):  # 34 < 35
+      with open(config_path, 'w') as f:
+        json.dump(entries | {'max_position_embeddings': 35, 'rope_scaling': {
+            'rope_type': 'yarn', 'factor': 2.0,
+            'original_max_position_embeddings': original}}, f)
+      lines = []
+      build.load_pretrained(config_lib.from_config_dict(_config(model_dir)),
+                            lines.append)
+      said = [line for line in lines if 'positions, more than' in line]
+      self.assertEqual(len(said), notice is not None, lines)
+      if notice:
+        self.assertIn(notice, said[0])
+    with open(config_path, 'w') as f:
+      json.dump(entries | {'max_position_embeddings': 16, 'rope_scaling': {
+          'rope_type': 'yarn', 'factor': 2.1,
+          'original_max_position_embeddings': 16}}, f)
+    lines = []
+    build.load_pretrained(config_lib.from_config_dict(_config(model_dir)),
+                          lines.append)
+    self.assertIn(
+        'rollout.max_prompt_len + rollout.max_new_tokens = 36 positions, '
+        'more than the 33 its yarn rope_scaling reaches (factor x '
+        'original_max_position_embeddings): positions past them are '
+        'extrapolated', '\n'.join(lines))
+
   def test_dynamic_rope_past_its_length_is_refused(self):
     model_dir = _model_dir(self.create_tempdir().full_path)
     config_path = os.path.join(model_dir, 'config.json')
