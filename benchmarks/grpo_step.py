@@ -77,6 +77,7 @@ from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import attention
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.rl import batch as batch_lib
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.verifiers import pool as verifier_pool
 
@@ -233,7 +234,7 @@ def warm_train_lengths(step_fn, state, cfg) -> None:
   """Compiles the train step for each completion length a batch may be
   cut to (`rollout.train_lengths`), so that no timed step compiles one."""
   b, n = cfg.batch_size, cfg.batch_size * cfg.group_size
-  for t in rollout_lib.train_lengths(cfg.max_new_tokens, cfg.train_lengths):
+  for t in batch_lib.train_lengths(cfg.max_new_tokens, cfg.train_lengths):
     batch = train_step_lib.abstract_batch(b, cfg.group_size,
                                           cfg.max_prompt_len, t)
     batch = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), batch)

@@ -52,7 +52,7 @@ class LossConfig(LossSection):
     temperature: the sampling temperature, so that recomputed log-probs
       match the sampling-time ones (0 means greedy: plain softmax).
     max_completion_len: normalizer of the 'dr_grpo' aggregation; None uses
-      the batch's completion length, which `rollout.assemble` cuts to the
+      the batch's completion length, which `batch.assemble` cuts to the
       longest completion's (`rollout.train_lengths`): give T for a constant.
   """
 

@@ -22,7 +22,7 @@ from jaxgrpo import preemption
 from jaxgrpo import train
 from jaxgrpo.cli import train as cli_train
 from jaxgrpo.reporting import metrics as metrics_lib
-from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.rl import batch as batch_lib
 from tests import test_train
 
 REPO = test_train.REPO
@@ -290,14 +290,14 @@ def _poisoned_assemble(*args, **kwargs):
   return batch.replace(advantages=np.full_like(batch.advantages, np.nan))
 
 
-_ASSEMBLE = rollout_lib.assemble
+_ASSEMBLE = batch_lib.assemble
 
 
 class NonFiniteTest(absltest.TestCase):
 
   def test_nan_streak_stops_with_last_good_checkpoint(self):
     workdir = self.create_tempdir().full_path
-    with mock.patch.object(rollout_lib, 'assemble', _poisoned_assemble):
+    with mock.patch.object(batch_lib, 'assemble', _poisoned_assemble):
       c = _config(total_steps=6)
       c.rl.max_nonfinite_steps = 2
       with self.assertRaisesRegex(errors.TrainingError,
@@ -322,7 +322,7 @@ class NonFiniteTest(absltest.TestCase):
     c.rollout.max_rounds = 1
     c.rl.max_nonfinite_steps = 2
     workdir = self.create_tempdir().full_path
-    with mock.patch.object(rollout_lib, 'assemble', _poisoned_assemble):
+    with mock.patch.object(batch_lib, 'assemble', _poisoned_assemble):
       with self.assertRaisesRegex(errors.TrainingError,
                                   'step 5: NaN/inf .* in 2 steps in a row'):
         train.run(c, workdir, log=lambda _: None)

@@ -149,7 +149,7 @@ class LossReferenceTest(parameterized.TestCase):
 
   def test_dr_grpo_ignores_the_batch_length(self):
     # The normaliser is the configured T, not the batch's: padding columns
-    # (which rollout.assemble cuts off) leave the loss as it was.
+    # (which batch.assemble cuts off) leave the loss as it was.
     logps, old, _, mask = _case(0)
     pad = lambda x: jnp.pad(jnp.asarray(x), ((0, 0), (0, 4)))
     kwargs = dict(eps_low=0.2, eps_high=0.28, loss_agg='dr_grpo',

@@ -13,6 +13,7 @@ from jaxgrpo.data import snooze
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate.generator import Completions
+from jaxgrpo.rl import batch as batch_lib
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.rl import rounds
 from jaxgrpo.sim import standins
@@ -377,19 +378,19 @@ class AssembleTest(parameterized.TestCase):
                                      train_lengths=train_lengths)
 
   def test_train_lengths(self):
-    self.assertEqual(rollout_lib.train_lengths(512, 4), (128, 256, 384, 512))
-    self.assertEqual(rollout_lib.train_lengths(512, 1), (512,))
+    self.assertEqual(batch_lib.train_lengths(512, 4), (128, 256, 384, 512))
+    self.assertEqual(batch_lib.train_lengths(512, 1), (512,))
     # Steps of at least 64 tokens, in multiples of 16.
-    self.assertEqual(rollout_lib.train_lengths(130, 4), (64, 128, 130))
-    self.assertEqual(rollout_lib.train_lengths(300, 3), (112, 224, 300))
-    self.assertEqual(rollout_lib.train_lengths(64, 8), (64,))
-    self.assertEqual(rollout_lib.train_lengths(6, 4), (6,))
+    self.assertEqual(batch_lib.train_lengths(130, 4), (64, 128, 130))
+    self.assertEqual(batch_lib.train_lengths(300, 3), (112, 224, 300))
+    self.assertEqual(batch_lib.train_lengths(64, 8), (64,))
+    self.assertEqual(batch_lib.train_lengths(6, 4), (6,))
 
   def test_cuts_only_padding(self):
     lengths = [[5, 70, 12, 1], [30, 2, 9, 40]]
     groups = _groups(2, 160, lengths)
-    cut = rollout_lib.assemble(groups, self._cfg(4), pad_id=0)
-    whole = rollout_lib.assemble(groups, self._cfg(1), pad_id=0)
+    cut = batch_lib.assemble(groups, self._cfg(4), pad_id=0)
+    whole = batch_lib.assemble(groups, self._cfg(1), pad_id=0)
     self.assertEqual(whole.completion_tokens.shape, (2 * G, 160))
     # The longest completion (70) fits the second of (64, 128, 160).
     self.assertEqual(cut.completion_tokens.shape, (2 * G, 128))
@@ -402,10 +403,10 @@ class AssembleTest(parameterized.TestCase):
       np.testing.assert_array_equal(getattr(cut, name), getattr(whole, name))
     # A completion that reaches T keeps it whole; an empty batch keeps the
     # shortest length.
-    full = rollout_lib.assemble(_groups(2, 160, [[160, 1, 1, 1]] * 2),
+    full = batch_lib.assemble(_groups(2, 160, [[160, 1, 1, 1]] * 2),
                                 self._cfg(4), pad_id=0)
     self.assertEqual(full.completion_tokens.shape, (2 * G, 160))
-    empty = rollout_lib.assemble(_groups(1, 160, [[0] * G]), self._cfg(4),
+    empty = batch_lib.assemble(_groups(1, 160, [[0] * G]), self._cfg(4),
                                  pad_id=0)
     self.assertEqual(empty.completion_tokens.shape, (2 * G, 64))
 
@@ -433,13 +434,13 @@ class AssembleTest(parameterized.TestCase):
         num_minibatches=2)
     out = {}
     for n in (1, 4):
-      batch = rollout_lib.assemble(groups, self._cfg(n), pad_id=0)
+      batch = batch_lib.assemble(groups, self._cfg(n), pad_id=0)
       state = train_state_lib.create_train_state(
           graphdef, jax.tree.map(np.array, params), optimizer,
           keep_reference=False)
       out[n] = step_fn(state, jax.tree.map(np.array, batch),
                        jax.random.key(3))
-    self.assertEqual(rollout_lib.assemble(groups, self._cfg(4), 0)
+    self.assertEqual(batch_lib.assemble(groups, self._cfg(4), 0)
                      .completion_tokens.shape[1], cut)
     (state_t, metrics_t), (state_c, metrics_c) = out[1], out[4]
     self.assertGreater(float(metrics_t['train/grad_norm']), 0.0)
