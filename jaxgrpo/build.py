@@ -375,8 +375,8 @@ def build_run(
   """
   log = console.info
   # Checks the rollouts' settings before anything is loaded.
-  rollout_cfg = rollout_lib.RolloutConfig.from_section(cfg.rollout,
-                                                       cfg.rl.advantage)
+  rollout_cfg = rollout_lib.RolloutConfig.from_section(
+      cfg.rollout, cfg.rl.advantage, cfg.rl.cut_completions)
   enter_mesh(cfg, log, resources)
   init_rng, warm_rng, run_rng, eval_rng = jax.random.split(
       jax.random.key(cfg.seed), 4)

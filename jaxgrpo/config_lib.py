@@ -40,6 +40,7 @@ from jaxgrpo.model import decoder
 from jaxgrpo.model import lora as lora_lib
 from jaxgrpo.model import pretrained
 from jaxgrpo.rl import advantages
+from jaxgrpo.rl import batch as batch_lib
 from jaxgrpo.rl import rollout as rollout_lib
 
 
@@ -112,6 +113,10 @@ class RLSection(train_step.LossSection, name='rl'):
       'leave-one-out, or another name registered with '
       '`jaxgrpo.rl.advantages.register_estimator`',
       one_of(advantages.estimator_names))
+  cut_completions: str = field(
+      'train', 'completions cut at `rollout.max_new_tokens`: `train` on '
+      'them, or `mask` them out of the loss (DAPO; see [Cut '
+      'completions](#cut-completions))', one_of(batch_lib.CUT_COMPLETIONS))
   num_iterations: int = field(1, 'passes over a rollout batch', POSITIVE)
   num_minibatches: int = field(
       1, 'updates per pass (minibatches hold whole groups: it must divide '

@@ -45,8 +45,10 @@ KNOWN_MODULES = {
 # unknown one, 1110 with model.path kept absolute and
 # distributed.coordinator's host and port checked, both counted, 1111 with
 # model.param_dtype's help naming how bfloat16 params train, 1118 with
-# greedy rollouts refused by the training's RolloutConfig, counted).
-KNOWN_CONFIG_LINES = 1143
+# greedy rollouts refused by the training's RolloutConfig, counted, 1123
+# with rl.cut_completions, 1129 with infinite values refused except where
+# they mean no limit, 1148 with unset required placeholders named).
+KNOWN_CONFIG_LINES = 1148
 
 
 class CodeShapeTest(absltest.TestCase):

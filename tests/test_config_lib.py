@@ -33,6 +33,7 @@ class ConfigTest(parameterized.TestCase):
       ('rollout', 'max_new_tokens', 0, 'rollout.max_new_tokens=0'),
       ('rollout', 'surplus', 'keep', 'rollout.surplus'),
       ('rl', 'loss_agg', 'sum', 'rl.loss_agg'),
+      ('rl', 'cut_completions', 'drop', "rl.cut_completions='drop'"),
       ('rl', 'advantage', 'ppo', 'rl.advantage'),
       ('sampler', 'policy', 'sometimes', 'sampler.policy'),
       ('rollout', 'top_p', 0.0, 'rollout.top_p'),

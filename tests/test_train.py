@@ -62,6 +62,8 @@ class TrainTest(absltest.TestCase):
     self.assertEqual([r['step'] for r in records], [0, 1, 2])
     trained = [r for r in records[1:] if 'train/loss' in r]
     self.assertNotEmpty(trained)  # at least one real update happened
+    # Cut completions are trained on by default: no share masked.
+    self.assertFalse([r for r in records if 'train/completions_masked' in r])
     for key in ('rollout/prompts_generated', 'rollout/groups_used',
                 'rollout/groups_easy', 'rollout/groups_hard', 'rollout/rounds',
                 'rollout/efficiency', 'rollout/cum_prompts_generated',
@@ -104,6 +106,26 @@ class TrainTest(absltest.TestCase):
       for key in a:
         if not key.startswith('perf/'):
           self.assertEqual(a[key], b[key], key)
+
+  def test_masked_cut_completions_log_their_share(self):
+    # rl.cut_completions='mask' (DAPO's overlong filtering): each step that
+    # has groups logs the share of its batch's completions cut at T and
+    # masked; a step whose every completion was cut takes no update.
+    workdir = self.create_tempdir().full_path
+    c = _config(**{'rl.cut_completions': 'mask', 'total_steps': 3,
+                   'rollout.max_new_tokens': 3, 'eval.every': 0})
+    train.run(c, workdir, log=lambda _: None)
+    records = metrics_lib.read_metrics(workdir)[1:]
+    shares = [r['train/completions_masked'] for r in records
+              if 'train/completions_masked' in r]
+    self.assertNotEmpty(shares)
+    self.assertTrue(any(0.0 < s < 1.0 for s in shares), shares)
+    for r in records:
+      share = r.get('train/completions_masked')
+      if share == 1.0:
+        self.assertEqual(r['train/skipped'], 1.0)
+      elif share is not None:
+        self.assertLess(abs(r['train/loss']), float('inf'), r)
 
   def test_continuous_engine_trains_and_repeats_itself(self):
     # The continuous engine's draws depend on the step's key and each

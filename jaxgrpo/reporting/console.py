@@ -150,7 +150,12 @@ def explain_no_update(step: int, metrics: dict[str, float], ro,
            if ro.collect == 'rounds' else
            f'{rounds} draws (at most rollout.max_rounds={ro.max_rounds} '
            "rounds' worth of prompts)")
-  if held:
+  if metrics.get('train/completions_masked') == 1.0:
+    console.notice(
+        f'step {step}: every completion of the batch reached '
+        f'rollout.max_new_tokens={ro.max_new_tokens} without a stop token; '
+        "rl.cut_completions='mask' masks them all, update skipped")
+  elif held:
     if not waiting:
       console.notice(
           f'step {step}: {held} of {ro.batch_size} informative groups after '

@@ -167,8 +167,10 @@ class PromptSource(Protocol):
 
 
 class RolloutConfig(RolloutSection):
-  """What `Rollout` reads: the rollout section and the advantage estimator
-  (`rl.advantage`, one of `advantages.estimator_names()`).
+  """What `Rollout` reads: the rollout section, the advantage estimator
+  (`rl.advantage`, one of `advantages.estimator_names()`) and what the loss
+  does with cut completions (`rl.cut_completions`, one of
+  `batch.CUT_COMPLETIONS`).
 
   Rollouts sample (temperature > 0, top_k != 1): greedy completions of a
   prompt are all the same, and such a group teaches nothing. A short step
@@ -180,6 +182,7 @@ class RolloutConfig(RolloutSection):
   """
 
   advantage: str = 'grpo'
+  cut_completions: str = 'train'
 
   def _validate(self):
     yield from super()._validate()
@@ -189,10 +192,12 @@ class RolloutConfig(RolloutSection):
     yield 'top_k', self.top_k != 1, f'only the top token is drawn: {same}'
 
   @classmethod
-  def from_section(cls, rollout: RolloutSection,
-                   advantage: str) -> 'RolloutConfig':
-    """From the config's rollout section and rl.advantage."""
-    return cls(advantage=advantage, **checks.values(rollout))
+  def from_section(cls, rollout: RolloutSection, advantage: str,
+                   cut_completions: str = 'train') -> 'RolloutConfig':
+    """From the config's rollout section, rl.advantage and
+    rl.cut_completions."""
+    return cls(advantage=advantage, cut_completions=cut_completions,
+               **checks.values(rollout))
 
 
 @dataclasses.dataclass
@@ -216,12 +221,15 @@ class Rollout:
       when `cfg.collect` is 'streaming'.
     pad_id: pads the train batch; None assembles no batch (the
       simulator's groups carry no tokens).
+    stop_ids: the ids that end a completion: one that fills T with none
+      last was cut (`batch.cut_rows`).
     accumulator: the groups in hand and carried, and the running totals.
   """
 
   def __init__(self, cfg: RolloutConfig, source: PromptSource,
                round_fn: rounds_lib.RoundFn, *, pad_id: int | None,
-               stream_fn: streaming.ModelStream | None = None):
+               stream_fn: streaming.ModelStream | None = None,
+               stop_ids: Sequence[int] = ()):
     if cfg.collect == 'streaming' and stream_fn is None:
       raise ValueError("rollout.collect='streaming' needs the continuous "
                        'engine (rollout.engine=continuous)')
@@ -230,6 +238,7 @@ class Rollout:
     self.round_fn = round_fn
     self.stream_fn = stream_fn
     self.pad_id = pad_id
+    self.stop_ids = tuple(stop_ids)
     self.accumulator = accumulate.Accumulator(
         source.names, batch_size=cfg.batch_size,
         short_batch=cfg.short_batch, surplus=cfg.surplus,
@@ -267,7 +276,8 @@ class Rollout:
           verify_overlap=cfg.verify_overlap, stop_at=stop_at,
           in_flight=cfg.in_flight, max_staleness=cfg.max_staleness)
     return cls(cfg, source, round_fn, pad_id=tokenizer.pad_id,
-               stream_fn=stream_fn)
+               stream_fn=stream_fn, stop_ids=getattr(
+                   tokenizer, 'stop_ids', (tokenizer.eos_id,)))
 
   def round_size(self, counts: np.ndarray) -> int:
     """Prompts for the next round, given informative groups in hand."""
@@ -324,10 +334,16 @@ class Rollout:
     metrics = stats.to_metrics()
     metrics.update(self.source.metrics())
     batch = None
-    if groups and self.pad_id is not None:
+    if groups and self.pad_id is not None and cfg.cut_completions == 'mask':
+      metrics['train/completions_masked'] = batch_lib.masked_share(
+          groups, self.stop_ids)
+    # Every completion masked: the step skips its update (nothing to learn).
+    if (groups and self.pad_id is not None
+        and metrics.get('train/completions_masked', 0.0) < 1.0):
       scale = (len(groups) / cfg.batch_size if cfg.short_batch == 'scale'
                else 1.0)
-      batch = batch_lib.assemble(groups, cfg, self.pad_id, scale)
+      batch = batch_lib.assemble(groups, cfg, self.pad_id, scale,
+                                 self.stop_ids)
     return RolloutResult(batch=batch, groups=groups, metrics=metrics,
                          stats=stats)
 
