@@ -104,9 +104,13 @@ def _template_fields(template: str) -> frozenset[str]:
 
 
 def plain(value: Any) -> Any:
-  """Text and numpy values as Python ones (TFDS returns bytes and numpy)."""
+  """Text and numpy values as Python ones (TFDS returns bytes and numpy);
+  a float16 or float32 as the shortest decimal that reads back to it (1.1,
+  not the 1.100000023841858 of its bits as a Python float)."""
   if isinstance(value, np.ndarray) and value.ndim == 1:
-    return [plain(v) for v in value.tolist()]
+    return [plain(v) for v in value]
+  if isinstance(value, (np.float16, np.float32)):
+    return float(str(value))
   if isinstance(value, (np.ndarray, np.generic)) and np.ndim(value) == 0:
     value = value.item()
   if isinstance(value, bytes):

@@ -20,6 +20,7 @@ file and the row (`train.parquet:row 12`, counted from 0 within the file).
 
 import bisect
 import collections
+import functools
 import glob
 import itertools
 import json
@@ -28,6 +29,7 @@ import re
 import threading
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -35,6 +37,9 @@ from jaxgrpo import errors
 from jaxgrpo.data import formats
 
 _CACHED_GROUPS = 4
+
+# Floats narrower than Python's, and numpy's type of each.
+_NARROW = {pa.float16(): np.float16, pa.float32(): np.float32}
 
 
 class ParquetError(errors.UserError, ValueError):
@@ -104,6 +109,56 @@ def _check_one_split(folder: str, files: list[str]) -> None:
         f'{folder}: holds training and held-out files ({train[0]}, '
         f'{held[0]}); name the training ones ({os.path.join(folder, "")}'
         'train*.parquet, or the file) and give the others as eval_path')
+
+
+def _has_narrow(t: pa.DataType) -> bool:
+  """Whether values of type `t` hold a float16 or float32 anywhere."""
+  if t in _NARROW:
+    return True
+  if pa.types.is_struct(t):
+    return any(_has_narrow(t.field(i).type) for i in range(t.num_fields))
+  if pa.types.is_map(t):
+    return _has_narrow(t.key_type) or _has_narrow(t.item_type)
+  if (pa.types.is_list(t) or pa.types.is_large_list(t)
+      or pa.types.is_fixed_size_list(t)):
+    return _has_narrow(t.value_type)
+  return False
+
+
+def _as_written(value: Any, t: pa.DataType) -> Any:
+  """`value` (of Arrow type `t`, as `to_pylist` gives it) with each float16
+  or float32 as the shortest decimal that reads back to it: a float32
+  column's 1.1 is 1.1, as pandas and numpy print it, not the
+  1.100000023841858 that the same bits make as a Python float."""
+  if value is None:
+    return None
+  if t in _NARROW:
+    return float(str(_NARROW[t](value)))
+  if pa.types.is_struct(t):
+    types = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
+    return {k: _as_written(v, types[k]) for k, v in value.items()}
+  if pa.types.is_map(t):
+    return [(_as_written(k, t.key_type), _as_written(v, t.item_type))
+            for k, v in value]
+  if (pa.types.is_list(t) or pa.types.is_large_list(t)
+      or pa.types.is_fixed_size_list(t)):
+    return [_as_written(v, t.value_type) for v in value]
+  return value
+
+
+def _row(table: pa.Table, row: int) -> dict[str, Any]:
+  """Row `row` of `table` as a dict of Python values (see `_as_written`)."""
+  record = table.slice(row, 1).to_pylist()[0]
+  for name, t in _narrow_columns(table.schema):
+    record[name] = _as_written(record[name], t)
+  return record
+
+
+@functools.lru_cache(maxsize=64)
+def _narrow_columns(schema: pa.Schema) -> tuple[tuple[str, pa.DataType], ...]:
+  """(name, type) of the columns holding a float16 or float32."""
+  return tuple((n, t) for n, t in zip(schema.names, schema.types)
+               if _has_narrow(t))
 
 
 class _File:
@@ -204,7 +259,7 @@ class ParquetSource:
     k, row = self._locate(index)
     f = self._files[k]
     if f.table is not None:
-      return f.table.slice(row, 1).to_pylist()[0]
+      return _row(f.table, row)
     g = bisect.bisect_right(f.starts, row) - 1
     try:
       group = self._group(k, g)
@@ -212,4 +267,4 @@ class ParquetSource:
       raise formats.BadRecordError(
           f'{self.describe(index)}: its row group ({g}) cannot be read '
           f'({e})') from None
-    return group.slice(row - f.starts[g], 1).to_pylist()[0]
+    return _row(group, row - f.starts[g])

@@ -202,6 +202,16 @@ class Squad2FormatTest(parameterized.TestCase):
       entry.DatasetSection(name='a', kind='jsonl', path='x', format='csv')
 
 
+  def test_numpy_float32_values_are_the_numbers_written(self):
+    # A TFDS tf.float32 feature comes as np.float32: 1.1 is the float32
+    # nearest it, 1.100000023841858 as a Python float.
+    record = {'prompt': np.bytes_(b'Halve 2.2'), 'answer': np.float32(1.1),
+              'w': np.array([0.1, 2.5], np.float32), 'h': np.float16(0.2)}
+    ex = formats.RecordFields(template='{prompt} {w[0]} {h}').example(
+        record, name='q', index=0, where=lambda: 'record 0')
+    self.assertEqual((ex.prompt, ex.answer), ('Halve 2.2 0.1 0.2', '1.1'))
+    self.assertEqual(formats.plain(record['w']), [0.1, 2.5])
+
 class Squad2FileTest(parameterized.TestCase):
 
   def _file(self, data) -> str:

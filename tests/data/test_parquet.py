@@ -6,6 +6,7 @@ import os
 import time
 
 from absl.testing import absltest
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -237,6 +238,45 @@ class VerlLayoutTest(absltest.TestCase):
                                 "field 'answer' must be text or a number, "
                                 'got NoneType'):
       ds[2]  # pylint: disable=pointless-statement
+
+  def test_float32_values_are_the_numbers_written(self):
+    # pandas' float32 columns (df.astype('float32')): 1.1 is stored as the
+    # float32 nearest it, which a Python float spells 1.100000023841858.
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, 'train.parquet')
+    f32, f16 = pa.float32(), pa.float16()
+    table = pa.table({
+        'prompt': ['Add', 'b', 'c'],
+        'answer': pa.array([1.1, 0.3, None], f32),
+        'a': pa.array([0.1, 2.5, 1.0], f32),
+        'b': pa.array([np.float16(0.2)] * 3, f16),
+        'extra': pa.array([{'gold': 3.3, 'golds': [4.4]}] * 3, pa.struct(
+            [('gold', f32), ('golds', pa.list_(f32))])),
+    })
+    pq.write_table(table, path)
+    ds = sources.make_dataset('parquet', name='q', path=path,
+                              record_format=formats.RecordFields(
+                                  template='{prompt} {a} {b}'))
+    self.assertEqual((ds[0].prompt, ds[0].answer),
+                     ('Add 0.1 0.2', '1.1'))
+    self.assertEqual(ds[1].answer, '0.3')
+    with self.assertRaisesRegex(formats.BadRecordError, 'got NoneType'):
+      ds[2]  # pylint: disable=pointless-statement
+    ds = sources.make_dataset('parquet', name='q', path=path,
+                              record_format=formats.RecordFields(
+                                  answer='extra.gold'))
+    self.assertEqual(ds[0].answer, '3.3')
+    self.assertEqual(parquet.ParquetSource(path)[0]['extra'],
+                     {'gold': 3.3, 'golds': [4.4]})
+    # A Hugging Face dataset saved to disk (Arrow) alike.
+    name = 'data-00000-of-00001.arrow'
+    with pa.OSFile(os.path.join(folder, name), 'wb') as sink:
+      with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    with open(os.path.join(folder, 'state.json'), 'w') as f:
+      json.dump({'_data_files': [{'filename': name}]}, f)
+    self.assertEqual(sources.make_dataset('parquet', name='q', path=folder)[0]
+                     .answer, '1.1')
 
   def test_a_field_named_in_another_case_is_suggested(self):
     path = write_parquet(
