@@ -624,6 +624,9 @@ class DataFileTest(FaultTestCase):
         (self._file('{"id": "a", "prompt": \n'), None,
          "error: data.datasets[0] (dataset 'qa'): /"),
         (self._file('[1, 2]\n'), None, 'qa.jsonl:1: expected a JSON object'),
+        (self._file('[\n  {"id": "a", "prompt": "1+0=", "answer": "1"}\n]\n'),
+         None, "qa.jsonl: holds a JSON array indented over several lines (its "
+         "first line is '[' alone), not JSON Lines (one object per line)"),
         (self._file('{"id": "a", "answer": "1"}\n'), None,
          "data.datasets[0]: /"),
     ]

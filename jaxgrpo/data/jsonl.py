@@ -8,6 +8,7 @@ without an import cycle.
 
 import json
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,34 @@ def check_not_compressed(path: str) -> None:
     if head.startswith(magic):
       raise ValueError(f'{path}: is {kind}-compressed; decompress it first '
                        f'({command} {path}) and give the decompressed file')
+
+
+def _check_json_lines(path: str, first: bytes, lines: int) -> None:
+  """Raises ValueError when a file is JSON but not JSON Lines: one array of
+  objects (`[{...}, {...}]`, as many datasets ship a `.json` file), or JSON
+  indented over several lines. Its lines would each be a bad record, named
+  'invalid JSON' one by one (all of them skipped with on_bad_record=skip).
+
+  Args:
+    path: the file, for the message.
+    first: its first non-blank line.
+    lines: how many non-blank lines it has.
+  """
+  text = first.removeprefix(_BOM).strip()
+  if text == b'{':
+    what, command = ("JSON objects indented over several lines (its first "
+                     "line is '{' alone)"), '.'
+  elif text == b'[':
+    what, command = ("a JSON array indented over several lines (its first "
+                     "line is '[' alone)"), "'.[]'"
+  elif re.match(rb'\[\s*\{', text) and (lines == 1
+                                         or not text.endswith(b']')):
+    what, command = 'a JSON array of objects', "'.[]'"
+  else:
+    return
+  raise ValueError(
+      f'{path}: holds {what}, not JSON Lines (one object per line); write '
+      f'it as JSON Lines first: jq -c {command} {path} > OUT.jsonl')
 
 
 def _index_lines(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +129,8 @@ class JsonlSource:
     self._starts, self._blank_starts = _index_lines(self.path)
     self.blank_lines = len(self._blank_starts)
     self._file = open(self.path, 'rb', buffering=0)
+    if len(self):
+      _check_json_lines(self.path, self._line(0), len(self))
 
   def __getstate__(self) -> dict[str, Any]:
     return {k: v for k, v in self.__dict__.items() if k != '_file'}
@@ -131,7 +162,8 @@ class JsonlSource:
     blank = int(np.searchsorted(self._blank_starts, offset))
     return f'{self.path}:{index + blank + 1}'
 
-  def __getitem__(self, index: int) -> dict[str, Any]:
+  def _line(self, index: int) -> bytes:
+    """The bytes of record `index`'s line, without its newline."""
     offset, fd = self._offset(index), self._file.fileno()
     line = os.pread(fd, _READ_BYTES, offset)
     while b'\n' not in line:
@@ -139,7 +171,10 @@ class JsonlSource:
       if not more:
         break
       line += more
-    line = line.split(b'\n', 1)[0]
+    return line.split(b'\n', 1)[0]
+
+  def __getitem__(self, index: int) -> dict[str, Any]:
+    line = self._line(index)
     try:
       record = json.loads(line.decode('utf-8-sig'))
     except UnicodeDecodeError as e:

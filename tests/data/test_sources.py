@@ -147,6 +147,37 @@ class JsonlSourceTest(parameterized.TestCase):
           "kind='parquet' \\(and format='gsm8k' or 'squad2'"):
         read(path)
 
+  def test_json_that_is_not_json_lines_is_refused_naming_the_fix(self):
+    # Each of its lines was a bad record, 'invalid JSON: Expecting value'
+    # and the like, one by one; with on_bad_record='skip' all were skipped.
+    folder = self.create_tempdir().full_path
+    for text, what, command in (
+        (json.dumps(_RECORDS, indent=2), "a JSON array indented over several"
+         " lines (its first line is '[' alone)", "'.[]'"),
+        ('\ufeff\n' + json.dumps(_RECORDS), 'a JSON array of objects',
+         "'.[]'"),
+        (json.dumps(_RECORDS).replace('}, ', '},\n'),
+         'a JSON array of objects', "'.[]'"),
+        ('\n'.join(json.dumps(r, indent=1) for r in _RECORDS),
+         "JSON objects indented over several lines (its first line is '{' "
+         'alone)', '.')):
+      path = _write(os.path.join(folder, 'train.json'), text)
+      for kind in ('jsonl', 'gsm8k'):
+        with self.assertRaisesRegex(ValueError, re.escape(
+            f'{path}: holds {what}, not JSON Lines (one object per line); '
+            f'write it as JSON Lines first: jq -c {command} {path} > '
+            'OUT.jsonl')):
+          sources.make_dataset(kind, name='q', path=path)
+    # A first record that is an array on a line of its own stays one bad
+    # record of the file.
+    for first in ('[1, 2]', '[{"a": 1}]', '[]'):
+      path = _write(os.path.join(folder, 'train.jsonl'),
+                    first + '\n' + _jsonl(_RECORDS))
+      src = sources.JsonlSource(path)
+      self.assertEqual(src[1], _RECORDS[0])
+      with self.assertRaisesRegex(ValueError, 'expected a JSON object'):
+        src[0]  # pylint: disable=pointless-statement
+
   def test_long_lines_and_bom(self):
     records = [{'prompt': 'x' * 10_000, 'answer': str(i)} for i in range(3)]
     path = _write(self.create_tempfile().full_path, '\ufeff' + _jsonl(records))
