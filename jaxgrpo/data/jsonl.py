@@ -38,12 +38,18 @@ _COMPRESSED = ((b'\x1f\x8b', 'gzip', 'gunzip -k'), (b'BZh', 'bzip2', 'bunzip2 -k
 
 def check_not_compressed(path: str) -> None:
   """Raises ValueError when `path` is a compressed file (JSONL records are
-  read by byte offset, from the file as it is), or a Parquet file."""
+  read by byte offset, from the file as it is), a Parquet file, or text in
+  UTF-16 (as Windows PowerShell 5 writes files), not UTF-8."""
   with open(path, 'rb') as f:
     head = f.read(6)
   if head.startswith(b'PAR1'):
     raise ValueError(f"{path}: is a Parquet file; read it with kind='parquet'"
                      " (and format='gsm8k' or 'squad2' for those records)")
+  if head[:2] in (b'\xff\xfe', b'\xfe\xff'):
+    raise ValueError(
+        f'{path}: is UTF-16 text (its first bytes are a UTF-16 byte order '
+        'mark); save it as UTF-8 first (iconv -f UTF-16 -t UTF-8 '
+        f'{path} > OUT)')
   for magic, kind, command in _COMPRESSED:
     if head.startswith(magic):
       raise ValueError(f'{path}: is {kind}-compressed; decompress it first '

@@ -147,6 +147,22 @@ class JsonlSourceTest(parameterized.TestCase):
           "kind='parquet' \\(and format='gsm8k' or 'squad2'"):
         read(path)
 
+  def test_utf16_files_are_refused_naming_the_fix(self):
+    # Windows PowerShell 5 writes `>` and Out-File as UTF-16 with a byte
+    # order mark: line 1 was 'not valid UTF-8', each later line 'invalid
+    # JSON: Expecting value (column 1)'.
+    folder = self.create_tempdir().full_path
+    for encoding in ('utf-16-le', 'utf-16-be'):
+      path = os.path.join(folder, f'{encoding}.jsonl')
+      with open(path, 'wb') as f:
+        f.write(('\ufeff' + _jsonl(_RECORDS)).encode(encoding))
+      for read in (sources.JsonlSource, squad2_file.Squad2File):
+        with self.assertRaisesRegex(ValueError, re.escape(
+            f'{path}: is UTF-16 text (its first bytes are a UTF-16 byte order '
+            f'mark); save it as UTF-8 first (iconv -f UTF-16 -t UTF-8 {path} '
+            '> OUT)')):
+          read(path)
+
   def test_json_that_is_not_json_lines_is_refused_naming_the_fix(self):
     # Each of its lines was a bad record, 'invalid JSON: Expecting value'
     # and the like, one by one; with on_bad_record='skip' all were skipped.
