@@ -9,6 +9,7 @@ of the training file that training then never sees.
 """
 
 import logging
+import os
 
 import grain
 import numpy as np
@@ -193,6 +194,9 @@ def _file_error(cfg: config_lib.Config, entry, key: str, path: str,
   if isinstance(e, OSError):
     why = e.strerror or str(e)
     why = 'no such file' if isinstance(e, FileNotFoundError) else why
+    if e.filename and os.path.abspath(e.filename) != os.path.abspath(
+        os.path.expanduser(path)):  # one of a glob's matches
+      why = f'{e.filename}: {why}'
   elif 'has no records' in str(e):
     why = 'the file has no records'
   else:

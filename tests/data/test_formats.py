@@ -440,6 +440,23 @@ class LoadDatasetTest(parameterized.TestCase):
                                 num_eval=10))
     self.assertEqual((len(ds), len(held)), (1219, 10))
 
+  def test_a_glob_match_that_cannot_be_read_is_named(self):
+    # It said `Is a directory`, naming the pattern alone.
+    folder = self.create_tempdir().full_path
+    with open(os.path.join(folder, 'a.jsonl'), 'wb') as f:
+      f.write(_gsm8k_line('One?', '1') + b'\n')
+    os.mkdir(os.path.join(folder, '0.jsonl'))  # read first
+    for kind in ('gsm8k', 'squad2'):
+      pattern = os.path.join(folder, '*.jsonl')
+      with self.assertRaisesRegex(errors.DataError, re.escape(
+          f"data.datasets[0].path='{pattern}' (dataset 'qa'): "
+          f'{folder}/0.jsonl: Is a directory')):
+        _load(_config(kind=kind, path=pattern))
+    with self.assertRaisesRegex(errors.DataError, re.escape(
+        f"data.datasets[0].path='{folder}/0.jsonl' (dataset 'qa'): Is a "
+        'directory')):
+      _load(_config(kind='gsm8k', path=f'{folder}/0.jsonl'))
+
   def test_holdout_must_leave_records_to_train(self):
     path = self._gsm8k_file()
     with self.assertRaisesRegex(errors.ConfigError,
