@@ -128,10 +128,17 @@ def _lookup(record: Mapping[str, Any], key: str, *, name: str,
   Parquet struct such as verl's `reward_model.ground_truth`)."""
   if key in record:
     return record[key]
-  value = record
-  for part in key.split('.'):
-    if not isinstance(value, Mapping) or part not in value:
-      same = [k for k in record if str(k).lower() == key.lower()]
+  value, parts = record, key.split('.')
+  for i, part in enumerate(parts):
+    if i and not isinstance(value, Mapping):  # e.g. a null struct
+      got = 'null' if value is None else f'a {type(value).__name__}'
+      raise BadRecordError(
+          f"{where()}: field {key!r}: {'.'.join(parts[:i])!r} is {got}, not "
+          f'an object holding {part!r}')
+    if part not in value:
+      same = [k for k in record if str(k).lower() == key.lower()] + [
+          '.'.join([*parts[:i], str(k), *parts[i + 1:]]) for k in value
+          if str(k).lower() == part.lower()]
       raise BadRecordError(
           f'{where()}: record has no field {key!r} (dataset {name!r}; its '
           f'fields: {_keys(record)}' + (

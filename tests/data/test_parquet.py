@@ -293,5 +293,42 @@ class VerlLayoutTest(absltest.TestCase):
       ds[0]  # pylint: disable=pointless-statement
 
 
+  def test_a_null_or_misnamed_struct_on_a_dotted_field_is_named(self):
+    # verl's reward_model null in a row: it said "record has no field
+    # 'reward_model.ground_truth' (...; its fields: prompt, reward_model)",
+    # listing the field it said was missing; a nested name in another case
+    # had no suggestion.
+    path = os.path.join(self.create_tempdir().full_path, 'train.parquet')
+    pq.write_table(pa.table({
+        'prompt': ['a', 'b', 'c'],
+        'reward_model': pa.array(
+            [{'Ground_truth': '1'}, None, {'Ground_truth': None}],
+            pa.struct([('Ground_truth', pa.string())])),
+        'extra_info': ['x', 'y', 'z']}), path)
+    def answers_or_errors(answer):
+      ds = sources.make_dataset('parquet', name='q', path=path,
+                                record_format=formats.RecordFields(
+                                    answer=answer))
+      out = []
+      for i in range(3):
+        try:
+          out.append(ds[i].answer)
+        except formats.BadRecordError as e:
+          out.append(str(e).split(': ', 1)[1])
+      return out
+    self.assertEqual(answers_or_errors('reward_model.Ground_truth'), [
+        '1',
+        "field 'reward_model.Ground_truth': 'reward_model' is null, not an "
+        "object holding 'Ground_truth'",
+        "field 'reward_model.Ground_truth' must be text or a number, got "
+        'NoneType'])
+    self.assertEqual(answers_or_errors('reward_model.ground_truth')[0], (
+        "record has no field 'reward_model.ground_truth' (dataset 'q'; its "
+        'fields: extra_info, prompt, reward_model; field names are '
+        "case-sensitive: 'reward_model.Ground_truth'?)"))
+    self.assertEqual(answers_or_errors('extra_info.index')[0], (
+        "field 'extra_info.index': 'extra_info' is a str, not an object "
+        "holding 'index'"))
+
 if __name__ == '__main__':
   absltest.main()
