@@ -57,9 +57,9 @@ def check_not_compressed(path: str) -> None:
 
 
 def _check_json_lines(path: str, first: bytes, lines: int) -> None:
-  """Raises ValueError when a file is JSON but not JSON Lines: one array of
-  objects (`[{...}, {...}]`, as many datasets ship a `.json` file), or JSON
-  indented over several lines. Its lines would each be a bad record, named
+  """Raises ValueError when a file is not JSON Lines: a CSV file (named
+  `.csv` or `.tsv`), one JSON array of objects (`[{...}, {...}]`, as many
+  datasets ship a `.json` file), or JSON indented over several lines. Its lines would each be a bad record, named
   'invalid JSON' one by one (all of them skipped with on_bad_record=skip).
 
   Args:
@@ -68,6 +68,14 @@ def _check_json_lines(path: str, first: bytes, lines: int) -> None:
     lines: how many non-blank lines it has.
   """
   text = first.removeprefix(_BOM).strip()
+  suffix = os.path.splitext(path)[1].lower()
+  if suffix in ('.csv', '.tsv') and not text.startswith(b'{'):
+    sep = ', sep=chr(9)' if suffix == '.tsv' else ''
+    raise ValueError(
+        f'{path}: is CSV, not JSON Lines (one JSON object per line), and '
+        'CSV is not read; write it as JSON Lines first: python -c "import '
+        f"pandas; pandas.read_csv('{path}'{sep}).to_json('OUT.jsonl', "
+        "orient='records', lines=True, force_ascii=False)\"")
   if text == b'{':
     what, command = ("JSON objects indented over several lines (its first "
                      "line is '{' alone)"), '.'

@@ -194,6 +194,24 @@ class JsonlSourceTest(parameterized.TestCase):
       with self.assertRaisesRegex(ValueError, 'expected a JSON object'):
         src[0]  # pylint: disable=pointless-statement
 
+  def test_csv_files_are_refused_naming_the_fix(self):
+    # Each line was a bad record ('invalid JSON: Expecting value'); a
+    # quoted newline split a row in two.
+    folder = self.create_tempdir().full_path
+    for name, text, sep in (
+        ('qa.csv', '\ufeffprompt,answer\n"two\nlines",1\n', ''),
+        ('qa.TSV', 'prompt\tanswer\nx\t1\n', ', sep=chr(9)')):
+      path = _write(os.path.join(folder, name), text)
+      with self.assertRaisesRegex(ValueError, re.escape(
+          f'{path}: is CSV, not JSON Lines (one JSON object per line), and '
+          'CSV is not read; write it as JSON Lines first: python -c "import '
+          f"pandas; pandas.read_csv('{path}'{sep}).to_json('OUT.jsonl', "
+          "orient='records', lines=True, force_ascii=False)\"")):
+        sources.make_dataset('jsonl', name='q', path=path)
+    # JSON Lines named .csv are read.
+    path = _write(os.path.join(folder, 'lines.csv'), _jsonl(_RECORDS))
+    self.assertEqual(sources.JsonlSource(path)[2], _RECORDS[2])
+
   def test_long_lines_and_bom(self):
     records = [{'prompt': 'x' * 10_000, 'answer': str(i)} for i in range(3)]
     path = _write(self.create_tempfile().full_path, '\ufeff' + _jsonl(records))
