@@ -99,16 +99,22 @@ def _check_one_split(folder: str, files: list[str]) -> None:
   """Raises ParquetError when a folder holds training and held-out files
   (verl's train.parquet beside test.parquet, a Hub dataset's
   train-*.parquet beside test-*.parquet): read together, the held-out
-  records would be trained on."""
+  records would be trained on; pandas' and Spark's folders partitioned by
+  a split column (`split=train/`, `split=test/`) too."""
   def words(f):
-    return set(re.split(r'[/._-]', os.path.relpath(f, folder).lower()))
-  train = [f for f in files if 'train' in words(f)]
-  held = [f for f in files if words(f) & _HELD_OUT_WORDS]
+    return set(re.split(r'[/._=-]', f.lower()))
+  train = [f for f in files if 'train' in words(os.path.relpath(f, folder))]
+  held = [f for f in files
+          if words(os.path.relpath(f, folder)) & _HELD_OUT_WORDS]
   if train and held:
+    parts = os.path.relpath(train[0], folder).split(os.sep)
+    where = [i for i, p in enumerate(parts[:-1]) if 'train' in words(p)]
+    ones = (os.path.join(folder, *parts[:where[0] + 1]) if where else
+            os.path.join(folder, *parts[:-1], 'train*.parquet'))
     raise ParquetError(
         f'{folder}: holds training and held-out files ({train[0]}, '
-        f'{held[0]}); name the training ones ({os.path.join(folder, "")}'
-        'train*.parquet, or the file) and give the others as eval_path')
+        f'{held[0]}); name the training ones ({ones}, or the file) and give '
+        'the others as eval_path')
 
 
 def _has_narrow(t: pa.DataType) -> bool:

@@ -3,6 +3,7 @@
 import decimal
 import json
 import os
+import re
 import time
 
 from absl.testing import absltest
@@ -84,9 +85,14 @@ class ParquetSourceTest(absltest.TestCase):
   def test_a_folder_of_training_and_held_out_files_is_refused(self):
     # verl writes train.parquet and test.parquet side by side; a Hub
     # dataset holds train-*.parquet and test-*.parquet shards.
-    for names in (('train.parquet', 'test.parquet'),
-                  ('main/train-00000-of-00001.parquet',
-                   'main/validation-00000-of-00001.parquet')):
+    # pandas' to_parquet(partition_cols=['split']) and Spark's partitionBy
+    # write split=train/ beside split=test/ (read together, unrefused).
+    for names, ones in (
+        (('train.parquet', 'test.parquet'), 'train*.parquet'),
+        (('main/train-00000-of-00001.parquet',
+          'main/validation-00000-of-00001.parquet'), 'main/train*.parquet'),
+        (('split=train/part-0.parquet', 'split=test/part-0.parquet'),
+         'split=train')):
       folder = self.create_tempdir().full_path
       for name in names:
         os.makedirs(os.path.dirname(os.path.join(folder, name)),
@@ -95,9 +101,11 @@ class ParquetSourceTest(absltest.TestCase):
       with self.assertRaisesRegex(
           parquet.ParquetError,
           f'^{folder}: holds training and held-out files .*; name the '
-          f'training ones \\({folder}/train\\*.parquet, or the file\\)'):
+          rf'training ones \({re.escape(os.path.join(folder, ones))}, or the '
+          r'file\)'):
         parquet.ParquetSource(folder)
-      train = os.path.join(folder, os.path.dirname(names[0]), 'train*')
+      train = os.path.join(folder, os.path.dirname(names[0]),
+                           '' if '=' in names[0] else 'train*')
       self.assertLen(parquet.ParquetSource(train), 3)
 
   def test_hugging_face_save_to_disk_folder(self):
