@@ -56,6 +56,7 @@ def find_files(path: str) -> list[str]:
     files = sorted(glob.glob(path))
   elif os.path.isdir(path):
     state = os.path.join(path, 'state.json')
+    _check_not_dataset_dict(path)
     if os.path.isfile(state):  # Dataset.save_to_disk
       with open(state, encoding='utf-8') as f:
         names = [d['filename'] for d in json.load(f).get('_data_files', [])]
@@ -73,6 +74,28 @@ def find_files(path: str) -> list[str]:
   if missing:
     raise ParquetError(f'{path}: {missing[0]} is missing')
   return files
+
+
+def _check_not_dataset_dict(folder: str) -> None:
+  """Raises ParquetError when `folder` is a `DatasetDict.save_to_disk`
+  folder (`dataset_dict.json` and a folder per split): one split is read."""
+  index = os.path.join(folder, 'dataset_dict.json')
+  if not os.path.isfile(index):
+    return
+  try:
+    with open(index, encoding='utf-8') as f:
+      splits = [str(s) for s in json.load(f)['splits']]
+  except (OSError, ValueError, KeyError, TypeError):
+    splits = []
+  splits = splits or ['train']
+  train = next((s for s in splits if 'train' in s), splits[0])
+  held = [s for s in splits if s != train]
+  raise ParquetError(
+      f'{folder}: is a DatasetDict saved with save_to_disk (splits: '
+      f'{", ".join(splits)}); name one split\'s folder: '
+      f'{os.path.join(folder, train)}' + (
+          f', and give {os.path.join(folder, held[0])} as eval_path'
+          if held else ''))
 
 
 def _columns(file: pq.ParquetFile, fields: tuple[str, ...] | None

@@ -122,6 +122,28 @@ class ParquetSourceTest(absltest.TestCase):
     self.assertLen(source, 5)
     self.assertEqual(source[3]['prompt'][0]['role'], 'user')
 
+  def test_a_hugging_face_dataset_dict_folder_names_its_splits(self):
+    # DatasetDict.save_to_disk writes dataset_dict.json and a folder per
+    # split: it said 'no Parquet or Arrow file there'.
+    folder = self.create_tempdir().full_path
+    table = pa.Table.from_pylist(verl_rows(5))
+    name = 'data-00000-of-00001.arrow'
+    for split in ('train', 'test'):
+      os.makedirs(os.path.join(folder, split))
+      with pa.OSFile(os.path.join(folder, split, name), 'wb') as sink:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+          writer.write_table(table)
+      with open(os.path.join(folder, split, 'state.json'), 'w') as f:
+        json.dump({'_data_files': [{'filename': name}]}, f)
+    with open(os.path.join(folder, 'dataset_dict.json'), 'w') as f:
+      json.dump({'splits': ['train', 'test']}, f)
+    with self.assertRaisesRegex(parquet.ParquetError, re.escape(
+        f'{folder}: is a DatasetDict saved with save_to_disk (splits: train, '
+        f"test); name one split's folder: {folder}/train, and give "
+        f'{folder}/test as eval_path')):
+      parquet.ParquetSource(folder)
+    self.assertLen(parquet.ParquetSource(os.path.join(folder, 'train')), 5)
+
   def test_missing_and_broken_files_are_named(self):
     folder = self.create_tempdir().full_path
     with self.assertRaisesRegex(parquet.ParquetError,
