@@ -84,7 +84,7 @@ _GROUP_SEP_RE = re.compile(r"(?<=\d)['\u2019\u066c](?=\d{3}(?!\d))")
 _DOT_GROUPS_RE = re.compile(r'(?<![\d.])' + _DOT_GROUPS)
 _LAKH_RE = re.compile(r'(?<![\d,])\d{1,2}(?:,\d\d)+,\d{3}(?![\d,])')
 _PARENS_RE = re.compile(r'\(([^()]*)\)')  # '(18)'
-_INTEGER_RE = re.compile(r'(-?)\+?(\d+)(?:\.0*)?')  # sign, digits
+_WHOLE_RE = re.compile(r'\d+(?:\.0*)?')  # '18', '18.00'
 _VULGAR = {'\u00bd': '1/2', '\u2153': '1/3', '\u2154': '2/3', '\u00bc': '1/4',
            '\u00be': '3/4', '\u2155': '1/5', '\u215b': '1/8'}
 _CHAR_MAP = str.maketrans({
@@ -260,18 +260,25 @@ def _clean(text: str) -> str:
   return inner.group(1).strip() if inner else text
 
 
-def _number(text: str) -> float | None:
+def _number(text: str) -> int | float | None:
   """The value of a cleaned number such as '-1,000.5', '3/4', '2 1/2', '25%'.
 
   Unit words after the number, spaced or not, are dropped without conversion
   ('50 cents' is 50, '25 percent' is 25, '5km' is 5, '2nd' is 2); a scale
-  letter glued to it ('18k', '2M', '3B', '1bn') makes it no number.
+  letter glued to it ('18k', '2M', '3B', '1bn') makes it no number. A whole
+  number is an int, exact however long (a float holds integers up to 2^53
+  only); one too large for a float (past 1.8e308) is no number.
   """
   m = _NUMBER_RE.fullmatch(text)
   if m is None or (m['s1'] and m['s2']):
     return None
-  value = float(m['a'].replace(',', '').replace(' ', ''))
-  if m['b'] is not None:
+  digits = m['a'].replace(',', '').replace(' ', '')
+  value = float(digits)
+  if not math.isfinite(value):  # past 1.8e308: no number, the texts decide
+    return None
+  if m['b'] is None and m['n'] is None and _WHOLE_RE.fullmatch(digits):
+    value = int(digits.split('.')[0])  # exact: 10**18 + 1 is no float
+  elif m['b'] is not None:
     denominator = float(m['b'].replace(',', '').replace(' ', ''))
     if denominator == 0:
       return None
@@ -348,19 +355,6 @@ def _normalise(text: str) -> tuple[float | None, str]:
   return _normalise_uncached(text)
 
 
-def _same_integer(text: str, gold_text: str) -> bool:
-  """False when two cleaned answers that are equal as floats are integers
-  that differ in digits a float drops (2^53 and past: 12345678901234567891
-  is no 12345678901234567890); compared as digits, not ints, whose
-  conversion stops at 4300 digits."""
-  a, b = (_INTEGER_RE.fullmatch(t.replace(',', ''))
-          for t in (text, gold_text))
-  if a is None or b is None:
-    return True  # '18 dollars', '3/4': the floats decide
-  return (a.group(1) == b.group(1)
-          and a.group(2).lstrip('0') == b.group(2).lstrip('0'))
-
-
 def _load_math_verify() -> Any:
   try:
     return importlib.import_module('math_verify')
@@ -410,7 +404,8 @@ class MathAnswer:
   20' counts, while '18 or 20' is none. When both sides are numbers (or the
   answer states one and the gold is one) they are compared as numbers:
   exactly when the gold is an integer (so 1000001 never passes for
-  1000000; integers of more than 15 digits digit by digit), else within
+  1000000, nor '10^18 + 1 dollars' written out for 10^18: whole numbers
+  are read as exact integers, with or without units), else within
   `rel_tol`. Otherwise the cleaned texts must be
   equal, ignoring whitespace, so a non-numeric gold such as 'x+1' can still
   match.
@@ -502,9 +497,12 @@ class MathAnswer:
     if value is None and gold_value is not None:
       value = _stated_number(answer)
     if value is not None and gold_value is not None:
-      if gold_value.is_integer():
+      if isinstance(gold_value, int) or gold_value.is_integer():
+        # Exact; past 2^53 a float stands for many integers, so only an
+        # integer answer can equal it ('1000000000000000000.5' reads as
+        # the float 1e18).
         equal = value == gold_value and (
-            abs(gold_value) < 2**53 or _same_integer(text, gold_text))
+            isinstance(value, int) or abs(gold_value) < 2**53)
       else:
         equal = math.isclose(value, gold_value, rel_tol=self.rel_tol)
     else:
