@@ -85,8 +85,12 @@ _DOT_GROUPS_RE = re.compile(r'(?<![\d.])' + _DOT_GROUPS)
 _LAKH_RE = re.compile(r'(?<![\d,])\d{1,2}(?:,\d\d)+,\d{3}(?![\d,])')
 _PARENS_RE = re.compile(r'\(([^()]*)\)')  # '(18)'
 _WHOLE_RE = re.compile(r'\d+(?:\.0*)?')  # '18', '18.00'
-_VULGAR = {'\u00bd': '1/2', '\u2153': '1/3', '\u2154': '2/3', '\u00bc': '1/4',
-           '\u00be': '3/4', '\u2155': '1/5', '\u215b': '1/8'}
+_VULGAR = {  # every vulgar fraction character: '\u00bd', '\u2153', '\u215c'
+    '\u00bc': '1/4', '\u00bd': '1/2', '\u00be': '3/4', '\u2150': '1/7',
+    '\u2151': '1/9', '\u2152': '1/10', '\u2153': '1/3', '\u2154': '2/3',
+    '\u2155': '1/5', '\u2156': '2/5', '\u2157': '3/5', '\u2158': '4/5',
+    '\u2159': '1/6', '\u215a': '5/6', '\u215b': '1/8', '\u215c': '3/8',
+    '\u215d': '5/8', '\u215e': '7/8', '\u2189': '0/3'}
 _CHAR_MAP = str.maketrans({
     '$': '', '\u00b0': '', '\u2212': '-', '\ufe63': '-', '\uff0d': '-',
     '\u00a0': ' ', '\u2009': ' ', '\u202f': ' ',
@@ -103,7 +107,7 @@ _NUMBER_RE = re.compile(
     r'| (?P<n>\d+) ?/ ?(?P<d>\d+))?'                      # 2 1/2
     r' ?(?:%|[\u20ac\u00a3\u00a5\u20b9\u00a2])?'          # 25%, 5€
     r"(?:(?: | ?/ ?|(?![kKMB]\b|bn\b))"                # 5 km, 5km; not 5k
-    r"[^\W\d_](?:[^\W\d_]|[ ./'\u2019\u00b2\u00b3()])*)?")
+    r"(?P<u>[^\W\d_])(?:[^\W\d_]|[ ./'\u2019\u00b2\u00b3()])*)?")
 # An answer that is no number alone may still state one: the number before a
 # comment ('18 (9 x 2)', '18 dollars, since ...', '18 because ...', '18 \u2014
 # her pay'), or the result of arithmetic ('20 - 2 = 18'). Commas before
@@ -132,8 +136,8 @@ _TERM = (r'[-\u2212]?\$?\d[\d,.]*%?'
 _WORDY_SUM_RE = re.compile(
     r'\s*' + _TERM + r'(?:\s*(?:[-+*/\u00d7\u00f7\u00b7\u2212]|' + _OP_WORD
     + r')\s*' + _TERM + r')+\s*')
-_ARITHMETIC_RE = re.compile(
-    r'(?:[\d\s.,+\-*/xX\u00d7\u00f7\u00b7()\[\]{}$%^=]'
+_ARITHMETIC_RE = re.compile(  # '4\u00b2 = 16' as '4^2 = 16'
+    r'(?:[\d\s.,+\-*/xX\u00d7\u00f7\u00b7()\[\]{}$%^=\u00b2\u00b3\u00b9\u2070-\u2079]'
     r'|\\(?:times|cdot|div|left|right)(?![A-Za-z]))*')
 
 
@@ -231,9 +235,31 @@ def _after_lead_in(text: str) -> str | None:
   return None
 
 
+def _numeral(char: str) -> bool:
+  """Whether `char` is a numeral but no decimal digit: '²', '₂', '①', 'Ⅻ',
+  '⅜'. Such a numeral is no digit (Python's int() refuses it) and no unit
+  letter either, so a number glued to it ('10²') is no number."""
+  return char.isnumeric() and not char.isdecimal()
+
+
+def _stray_numeral(text: str) -> bool:
+  """Whether `text` holds a numeral that is no digit and ends no unit word
+  ('5 \u2460', not '5 m\u00b2'): another number, for `_only_number`."""
+  return not text.isascii() and any(
+      _numeral(char) and not text[i - 1:i].isalpha()
+      for i, char in enumerate(text))
+
+
 def _last_number(text: str) -> str | None:
-  numbers = _NUMBER_TOKEN_RE.findall(text)
-  return numbers[-1] if numbers else None
+  """The last number token, with a vulgar fraction glued to it ('2½'); None
+  when it is glued to another numeral ('10²')."""
+  found = _last(_NUMBER_TOKEN_RE, text)
+  if found is None:
+    return None
+  after = text[found.end():found.end() + 1]
+  if after in _VULGAR:
+    return found.group() + after
+  return None if _numeral(after) else found.group()
 
 
 _EXTRACTORS: dict[str, Callable[[str], str | None]] = {
@@ -265,12 +291,15 @@ def _number(text: str) -> int | float | None:
 
   Unit words after the number, spaced or not, are dropped without conversion
   ('50 cents' is 50, '25 percent' is 25, '5km' is 5, '2nd' is 2); a scale
-  letter glued to it ('18k', '2M', '3B', '1bn') makes it no number. A whole
+  letter glued to it ('18k', '2M', '3B', '1bn') makes it no number, as does
+  a numeral that is no decimal digit ('10\u00b2', '5\u2460'), while the
+  decimal digits of any script are digits ('\u0661\u0668' and
+  '\uff11\uff18' are 18, as Python's int() reads them). A whole
   number is an int, exact however long (a float holds integers up to 2^53
   only); one too large for a float (past 1.8e308) is no number.
   """
   m = _NUMBER_RE.fullmatch(text)
-  if m is None or (m['s1'] and m['s2']):
+  if m is None or (m['s1'] and m['s2']) or _numeral(m['u'] or ''):
     return None
   digits = m['a'].replace(',', '').replace(' ', '')
   value = float(digits)
@@ -327,14 +356,15 @@ def _only_number(text: str) -> float | None:
   None when it holds none, several, or a word that makes it no value ('not
   18', 'half of 36', 'about 18', 'more than 18')."""
   cleaned = _clean(text)
-  if _NOT_VALUE_RE.search(cleaned):
+  if _NOT_VALUE_RE.search(cleaned) or _stray_numeral(cleaned):
     return None
   numbers = list(_NUMBER_TOKEN_RE.finditer(cleaned))
   if len(numbers) != 1:
     return None
   start, end = numbers[0].span()
   if (cleaned[start - 1:start] in ('-', '+')  # '--10' is no -10
-      or _SCALE_AFTER_RE.match(cleaned, end)):
+      or _SCALE_AFTER_RE.match(cleaned, end)
+      or _numeral(cleaned[end:end + 1])):
     return None
   return _normalise(numbers[0].group())[0]
 
@@ -392,9 +422,11 @@ class MathAnswer:
   trailing period, '%' and unit words go, spaced or not, without unit
   conversion ('25%' and '25 percent' are 25, '50 cents' is 50, '5km/h' is
   5, '2nd' is 2, and a scale word too: '18 thousand' is 18); '3/4',
-  '\\frac{3}{4}', '\\dfrac34', '2 1/2' and '2\u00bd' become numbers, while
-  '1,5' is ambiguous, '1.080' is 1.08, and '18k', '1.5M' and '3:30' are no
-  numbers. An answer that is no number
+  '\\frac{3}{4}', '\\dfrac34', '2 1/2' and '2\u00bd' become numbers, and the
+  decimal digits of any script are digits ('\u0661\u0668'), while '1,5'
+  is ambiguous, '1.080' is 1.08, and '18k', '1.5M', '3:30' and '10\u00b2'
+  (glued to a numeral that is no decimal digit) are no numbers (with
+  symbolic=True superscript digits are powers). An answer that is no number
   alone may state one: the number before a comment ('18 (9 x 2)', '18
   dollars, since ...', '18 because ...', '18, not 20', '18 \u2014 her pay')
   or, failing that, the result of arithmetic ('20 - 2 = 18', '3 apples
@@ -570,8 +602,23 @@ def _too_large(text: str) -> bool:
   return False
 
 
+_SUPERSCRIPT_RE = re.compile('[\u2070\u00b9\u00b2\u00b3\u2074-\u207b]+')
+_SUPERSCRIPTS = str.maketrans(
+    '\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079'
+    '\u207a\u207b', '0123456789+-')
+
+
+def _power(m: re.Match[str]) -> str:
+  return f'^{{{m.group().translate(_SUPERSCRIPTS)}}}'
+
+
 def _symbolic_equal(answer: str, gold: str) -> bool:
-  """math_verify equivalence of two cleaned answers, without its timers."""
+  """math_verify equivalence of two cleaned answers, without its timers.
+
+  Superscript digits are powers ('10\u00b2' is 10^{2}): math_verify reads
+  '2\u00b2' as 2.
+  """
+  answer, gold = (_SUPERSCRIPT_RE.sub(_power, t) for t in (answer, gold))
   if (not answer or not gold or len(answer) > _SYMBOLIC_MAX_CHARS
       or _PROSE_RE.search(answer) or _too_large(answer)):
     return False

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import unicodedata
 from unittest import mock
 
 from absl.testing import absltest
@@ -147,6 +148,26 @@ _CASES = (
     ('rel_tol_default', '#### 0.3333', '1/3', 0),
     ('rel_tol_loose', '#### 0.3333', '1/3', 1, {'rel_tol': 1e-3}),
     ('rel_tol_within_default', '#### 0.5000001', '0.5', 1),
+    # Decimal digits of any script are digits, as Python's int() reads them;
+    # other numerals ('\u00b2', '\u2460') are neither digits nor unit letters.
+    ('arabic_indic_digits', '#### \u0661\u0668', '18', 1),
+    ('fullwidth_digits_last_number', 'The total is \uff11\uff18.', '18', 1),
+    ('arabic_indic_gold', '#### 18', '\u0661\u0668', 1),
+    ('arabic_indic_grouped', '#### \u0661\u066c\u0660\u0660\u0660', '1000',
+     1),
+    ('superscript_is_no_unit', '#### 2\u00b2', '2', 0),
+    ('superscript_power_is_no_base', '#### 10\u00b2', '10', 0),
+    ('superscript_power_unread', '#### 10\u00b2', '100', 0),
+    ('superscript_alone_is_no_number', '#### \u00b2', '2', 0),
+    ('superscript_digits_are_no_number', '#### \u00b9\u00b2', '12', 0),
+    ('circled_digit_is_no_unit', '#### 5\u2460', '5', 0),
+    ('every_vulgar_fraction', '#### 2\u215c', '2.375', 1),
+    ('spaced_numeral_is_another_number', 'The answer is 5 \u2460.', '5', 0),
+    ('superscript_unit_still_a_unit', '#### 5 m\u00b2', '5', 1),
+    ('superscript_phrase_no_value', 'The answer is 10\u00b2 apples.', '10', 0),
+    ('superscript_arithmetic_result', 'The answer is 4\u00b2 = 16.', '16', 1),
+    ('superscript_last_number_none', 'The area is 10\u00b2', '10', 0),
+    ('vulgar_fraction_last_number', 'She ate 2\u00bd pies', '2.5', 1),
 )
 
 
@@ -165,6 +186,28 @@ class MathAnswerTableTest(parameterized.TestCase):
 
 
 class MathAnswerTest(absltest.TestCase):
+
+  def test_every_unicode_numeral_reads_one_way(self):
+    # Every decimal digit of every script is its digit; every other numeral
+    # ('\u00b2', '\u2460', '\u216b', '\u215c') leaves a number it is glued
+    # to no number, wherever it stands, and nothing raises.
+    numerals = [chr(c) for c in range(sys.maxunicode + 1)
+                if chr(c).isnumeric()]
+    self.assertGreater(len(numerals), 1500)
+    verify = math_answer.MathAnswer()
+    for char in numerals:
+      gold = Example(id='t', prompt='', answer='5')
+      if char.isdecimal():
+        digit = unicodedata.decimal(char)
+        for text in (f'#### {char}', f'It is {char}.', f'\\boxed{{{char}}}'):
+          example = Example(id='t', prompt='', answer=str(digit))
+          self.assertEqual(verify(text, example).reward, 1, repr(text))
+      elif char not in math_answer._VULGAR:
+        for text in (f'#### 5{char}', f'The answer is 5{char} kg.',
+                     f'It is 5{char}', f'#### 5 {char}'):
+          self.assertEqual(verify(text, gold).reward, 0, repr(text))
+      verify(char, gold)
+      verify('7', Example(id='t', prompt='', answer=f'1{char}'))
 
   def test_details_name_extracted_text_and_rule(self):
     cases = (
@@ -338,6 +381,10 @@ class SymbolicTest(parameterized.TestCase):
       ('The answer is $2^3$.', '8', 1, 0),
       ('\\boxed{\\frac{2}{3}}', '0.5', 0, 0),
       ('\\boxed{\\sqrt{3}}', '\\frac{1}{\\sqrt{2}}', 0, 0),
+      # Superscript digits are powers (math_verify reads 2\u00b2 as 2).
+      ('#### 10\u00b2', '100', 1, 0),
+      ('#### 2\u00b2', '2', 0, 0),
+      ('The answer is x\u00b2+2x+1.', '(x+1)^2', 1, 0),
   )
   def test_equivalence(self, completion, gold, expected, plain_expected):
     example = Example(id='t', prompt='', answer=gold)
