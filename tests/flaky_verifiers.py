@@ -2,10 +2,18 @@
 
 import dataclasses
 import os
+import re
 import signal
 import time
 
 from jaxgrpo.verifiers import base
+
+class Unreducible:
+  """Pickling it raises ValueError, as an object's own code may."""
+
+  def __reduce__(self):
+    raise ValueError('cannot pickle this')
+
 
 @dataclasses.dataclass(frozen=True)
 class Flaky:
@@ -13,8 +21,9 @@ class Flaky:
   misbehaves on 'raise', 'big' (2.0), 'nan', 'sleep' (Python sleep), 'stuck'
   (blind to the timer signal, like a call stuck in C code), 'die' (the
   process exits), 'exit' (raises SystemExit(0)), 'ctrl-c' (raises
-  KeyboardInterrupt), 'huge' (an int too large for a float) and 'text'
-  (returns the string '1')."""
+  KeyboardInterrupt), 'huge' (an int too large for a float), 'text'
+  (returns the string '1'), 'unsendable' and 'unpicklable' (reward 1 with
+  details that do not pickle: pickling raises ValueError, TypeError)."""
 
   sleep_s: float = 30.0
 
@@ -44,6 +53,10 @@ class Flaky:
       return 10**400
     if completion == 'text':
       return '1'
+    if completion == 'unsendable':
+      return base.Verdict(1.0, {'why': Unreducible()})
+    if completion == 'unpicklable':
+      return base.Verdict(1.0, {'why': re.match('a', 'a')})
     return float(completion == 'ok')
 
 

@@ -334,6 +334,7 @@ def as_reward(value: Any) -> float:
 
 _short = reprlib.Repr()  # for messages: long values are cut short
 _short.maxstring, _short.maxother = 80, 200
+short_repr = _short.repr
 
 
 def score_one(

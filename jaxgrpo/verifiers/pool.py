@@ -33,6 +33,7 @@ import contextlib
 import importlib
 import multiprocessing
 from multiprocessing import connection
+from multiprocessing import reduction
 from multiprocessing import spawn
 import os
 import pickle
@@ -90,12 +91,30 @@ def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
       results.append((slot, base.score_one(verifiers[key], text, example,
                                            timeout_s)))
     try:
-      conn.send(results)
-    except (pickle.PicklingError, TypeError, AttributeError) as e:
-      conn.send([(slot, base.Outcome(
-          out.reward if out.kind == 'ok' else 0.0, out.kind, out.message,
-          {'unsent': f'details could not be sent back: {e!r}'}))
-                 for slot, out in results])
+      conn.send_bytes(_encode(results))
+    except (EOFError, OSError):
+      return
+
+
+def _encode(results: list[tuple[int, base.Outcome]]) -> bytes:
+  """A chunk's results pickled for the parent (`Connection.recv` reads
+  them). Details that do not pickle (a lambda, a regex match, an object
+  whose `__reduce__` raises, nesting too deep) are replaced, for that
+  completion only, by {'unsent': why}; its reward still counts.
+  """
+  try:
+    return reduction.ForkingPickler.dumps(results)
+  except Exception:  # pylint: disable=broad-except
+    pass  # pickling runs the objects' own code: it may raise anything
+  sendable = []
+  for slot, out in results:
+    try:
+      reduction.ForkingPickler.dumps(out)
+    except Exception as e:  # pylint: disable=broad-except
+      out = out._replace(details={
+          'unsent': f'details could not be sent back: {base.short_repr(e)}'})
+    sendable.append((slot, out))
+  return reduction.ForkingPickler.dumps(sendable)
 
 
 def _load(payload: bytes, imports: Sequence[str]):
@@ -437,6 +456,7 @@ class Scorer:
         try:
           results = w.conn.recv()
         except (EOFError, OSError):
+          w.process.join(timeout=1.0)  # its pipe closes before it is reaped
           code = w.process.exitcode
           replace(w, w.current()[0], 'error',
                   f'the verifier worker died (exit code {code})')

@@ -83,6 +83,36 @@ class ScorerTest(parameterized.TestCase):
     np.testing.assert_array_equal(rewards, [1, 0, 1, 0.5])
     self.assertEqual(stats.errors, 1)
 
+  def test_a_dead_workers_exit_code_is_named(self):
+    with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=1,
+                     timeout_s=5.0) as scorer:
+      _, _, outcomes = scorer.score(['die'], _examples(1), with_details=True)
+    self.assertEqual(outcomes[0].message,
+                     'the verifier worker died (exit code 3)')
+
+  @parameterized.parameters(0, 1)
+  def test_details_that_do_not_pickle_lose_only_themselves(self, workers):
+    # Pickling a chunk's results ran the details' own code: a ValueError
+    # ended the worker, so the chunk's valid rewards scored 0 and each
+    # retry lost one more; a TypeError cost every completion its details.
+    texts = ['half', 'unsendable', 'half', 'unpicklable', 'ok'] * 3
+    with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=workers,
+                     timeout_s=5.0) as scorer:
+      rewards, stats, outcomes = scorer.score(
+          texts, _examples(len(texts)), with_details=True)
+      self.assertEqual(scorer.restarts, 0)
+    np.testing.assert_array_equal(rewards, [0.5, 1, 0.5, 1, 1] * 3)
+    self.assertEqual((stats.errors, stats.out_of_range, stats.timeouts),
+                     (0, 0, 0))
+    self.assertEqual([o.kind for o in outcomes], ['ok'] * len(texts))
+    self.assertEqual(outcomes[0].details, {'why': 'half'})
+    self.assertEqual(outcomes[2].details, {'why': 'half'})
+    if workers:
+      self.assertEqual(outcomes[1].details, {
+          'unsent': "details could not be sent back: "
+                    "ValueError('cannot pickle this')"})
+      self.assertIn('TypeError', outcomes[3].details['unsent'])
+
   @parameterized.parameters(0, 1)
   def test_bad_exits_and_results_score_zero_and_are_counted(self, workers):
     texts = ['ok', 'exit', 'huge', 'text', 'true', 'ok']
