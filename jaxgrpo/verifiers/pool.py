@@ -20,7 +20,9 @@ report that it has (or a ConfigError naming the module).
 
 Workers ignore SIGINT and SIGTERM: a signal to the whole process group (Ctrl-C,
 `timeout`, a scheduler) is the trainer's to act on. One that dies anyway (the
-OOM killer) is replaced when the parent next finds its pipe closed. SIGTERM
+OOM killer, which on Linux they ask to take them first, so that a verifier
+leaking memory costs a worker and not the trainer) is replaced when the
+parent next finds its pipe closed. SIGTERM
 does end the forkserver, after which multiprocessing takes its workers for
 dead: `_Worker.kill` asks the pipe.
 
@@ -69,6 +71,7 @@ def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
   # They end when their pipe closes or the parent kills them.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  _first_to_kill()
   verifiers, failure = _load(payload, imports)
   try:
     conn.send(failure)
@@ -115,6 +118,15 @@ def _encode(results: list[tuple[int, base.Outcome]]) -> bytes:
           'unsent': f'details could not be sent back: {base.short_repr(e)}'})
     sendable.append((slot, out))
   return reduction.ForkingPickler.dumps(sendable)
+
+
+def _first_to_kill() -> None:
+  """Asks Linux's OOM killer to end this worker before any other process:
+  a verifier that leaks memory costs a worker, which the parent replaces,
+  not the trainer (whose memory it would otherwise pick as the largest)."""
+  with contextlib.suppress(OSError):  # not Linux; any process may raise it
+    with open('/proc/self/oom_score_adj', 'w') as f:
+      f.write('1000')
 
 
 def _load(payload: bytes, imports: Sequence[str]):

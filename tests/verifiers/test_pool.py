@@ -83,6 +83,23 @@ class ScorerTest(parameterized.TestCase):
     np.testing.assert_array_equal(rewards, [1, 0, 1, 0.5])
     self.assertEqual(stats.errors, 1)
 
+  @absltest.skipUnless(os.path.exists('/proc/self/oom_score_adj'),
+                       'Linux only')
+  def test_workers_are_the_oom_killers_first_choice(self):
+    # A verifier that leaks memory must cost a worker (replaced), not the
+    # trainer, which the OOM killer would pick as the largest process.
+    def adj(pid):
+      with open(f'/proc/{pid}/oom_score_adj') as f:
+        return int(f.read())
+    own = adj(os.getpid())
+    with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=2,
+                     timeout_s=5.0) as scorer:
+      rewards, _ = scorer.score(['ok', 'die', 'ok'], _examples(3))
+      pids = [w.process.pid for w in scorer._workers]
+      self.assertEqual([adj(pid) for pid in pids], [1000, 1000])  # replaced too
+    np.testing.assert_array_equal(rewards, [1, 0, 1])
+    self.assertEqual(adj(os.getpid()), own)
+
   def test_a_dead_workers_exit_code_is_named(self):
     with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=1,
                      timeout_s=5.0) as scorer:
