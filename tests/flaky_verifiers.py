@@ -23,7 +23,8 @@ class Flaky:
   process exits), 'exit' (raises SystemExit(0)), 'ctrl-c' (raises
   KeyboardInterrupt), 'huge' (an int too large for a float), 'text'
   (returns the string '1'), 'unsendable' and 'unpicklable' (reward 1 with
-  details that do not pickle: pickling raises ValueError, TypeError)."""
+  details that do not pickle: pickling raises ValueError, TypeError),
+  'swallow' (sleeps in a bare `try: ... except: pass`, then returns 1)."""
 
   sleep_s: float = 30.0
 
@@ -53,6 +54,12 @@ class Flaky:
       return 10**400
     if completion == 'text':
       return '1'
+    if completion == 'swallow':
+      try:
+        time.sleep(self.sleep_s)
+      except:  # pylint: disable=bare-except  # noqa: E722
+        pass
+      return 1.0
     if completion == 'unsendable':
       return base.Verdict(1.0, {'why': Unreducible()})
     if completion == 'unpicklable':

@@ -288,8 +288,15 @@ class Outcome(NamedTuple):
   details: Mapping[str, Any] = {}
 
 
+# Whether the current call's timer has fired: a verifier that catches
+# everything (a bare `except:`) may swallow VerifierTimeout and return.
+_alarm_fired = False
+
+
 def _on_alarm(signum, frame):
+  global _alarm_fired
   del signum, frame
+  _alarm_fired = True
   raise VerifierTimeout()
 
 
@@ -349,31 +356,43 @@ def score_one(
   Any exception from the call is an 'error', SystemExit included, but a
   KeyboardInterrupt outside a worker is a real Ctrl-C of the trainer
   (verify.workers=0) and propagates. A result that `as_reward` rejects is
-  'range'.
+  'range'. A call whose timer fired is a 'timeout' whatever it returns or
+  raises (a bare `except:` in the verifier may have caught the timer).
   """
+  global _alarm_fired
   use_alarm = (timeout_s is not None and timeout_s > 0
                and threading.current_thread() is threading.main_thread())
   if use_alarm:
     if not _alarm_kept:
       previous = signal.signal(signal.SIGALRM, _on_alarm)
+    _alarm_fired = False
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
   try:
     value = verify(text, example)
   except VerifierTimeout:
     return Outcome(0.0, 'timeout', f'took longer than {timeout_s} s')
   except _caught as e:
+    if use_alarm and _alarm_fired:
+      return _swallowed(timeout_s)
     return Outcome(0.0, 'error', _short.repr(e))
   finally:
     if use_alarm:
       signal.setitimer(signal.ITIMER_REAL, 0)
       if not _alarm_kept:
         signal.signal(signal.SIGALRM, previous)
+  if use_alarm and _alarm_fired:
+    return _swallowed(timeout_s)
   details = value.details if isinstance(value, Verdict) else {}
   try:
     return Outcome(as_reward(value), 'ok', '', details)
   except _caught as e:
     return Outcome(0.0, 'range', f'returned {_short.repr(value)} '
                    f'({type(e).__name__}: {e})')
+
+
+def _swallowed(timeout_s: float) -> Outcome:
+  return Outcome(0.0, 'timeout', f'took longer than {timeout_s} s (the '
+                 'verifier caught the timer and went on; its result is void)')
 
 
 def tally(

@@ -100,6 +100,22 @@ class ScorerTest(parameterized.TestCase):
     np.testing.assert_array_equal(rewards, [1, 0, 1])
     self.assertEqual(adj(os.getpid()), own)
 
+  @parameterized.parameters(0, 1)
+  def test_a_timeout_the_verifier_swallows_is_a_timeout(self, workers):
+    # A bare `except:` caught the timer's exception: the call ran past the
+    # limit, returned 1, and scored 1 as an ordinary result.
+    start = time.monotonic()
+    with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=workers,
+                     timeout_s=0.5) as scorer:
+      rewards, stats, outcomes = scorer.score(
+          ['ok', 'swallow', 'ok'], _examples(3), with_details=True)
+      self.assertEqual(scorer.restarts, 0)
+    self.assertLess(time.monotonic() - start, 10.0)
+    np.testing.assert_array_equal(rewards, [1, 0, 1])
+    self.assertEqual(stats.timeouts, 1)
+    self.assertEqual(outcomes[1].kind, 'timeout')
+    self.assertIn('caught the timer', outcomes[1].message)
+
   def test_a_dead_workers_exit_code_is_named(self):
     with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=1,
                      timeout_s=5.0) as scorer:
