@@ -308,10 +308,14 @@ def _number(text: str) -> int | float | None:
   if m['b'] is None and m['n'] is None and _WHOLE_RE.fullmatch(digits):
     value = int(digits.split('.')[0])  # exact: 10**18 + 1 is no float
   elif m['b'] is not None:
-    denominator = float(m['b'].replace(',', '').replace(' ', ''))
+    b = m['b'].replace(',', '').replace(' ', '')
+    denominator = float(b)
     if denominator == 0:
       return None
     value /= denominator
+    if _WHOLE_RE.fullmatch(digits) and _WHOLE_RE.fullmatch(b):
+      q, r = divmod(int(digits.split('.')[0]), int(b.split('.')[0]))
+      value = value if r else q  # '2000000000000000002/2' is exact too
   elif m['n'] is not None:
     denominator = float(m['d'])
     if denominator == 0:
