@@ -91,6 +91,18 @@ _VULGAR = {  # every vulgar fraction character: '\u00bd', '\u2153', '\u215c'
     '\u2155': '1/5', '\u2156': '2/5', '\u2157': '3/5', '\u2158': '4/5',
     '\u2159': '1/6', '\u215a': '5/6', '\u215b': '1/8', '\u215c': '3/8',
     '\u215d': '5/8', '\u215e': '7/8', '\u2189': '0/3'}
+# Fullwidth forms are their ASCII characters ('\uff11\uff12\uff0e\uff15' is
+# 12.5, '\uff03\uff03\uff03\uff03' is ####), as the Arabic decimal
+# separator is a point and the ideographic space a space: the decimal digits
+# of any script are digits, so their points and separators read too.
+_FULLWIDTH = {0xff01 + k: 0x21 + k for k in range(94)}
+_FULLWIDTH.update({0x066b: '.', 0x3000: ' '})
+
+
+def _halfwidth(text: str) -> str:
+  return text if text.isascii() else text.translate(_FULLWIDTH)
+
+
 _CHAR_MAP = str.maketrans({
     '$': '', '\u00b0': '', '\u2212': '-', '\ufe63': '-', '\uff0d': '-',
     '\u00a0': ' ', '\u2009': ' ', '\u202f': ' ',
@@ -269,6 +281,7 @@ _EXTRACTORS: dict[str, Callable[[str], str | None]] = {
 
 def _clean(text: str) -> str:
   """`text` without LaTeX wrappers, markdown emphasis and spacing variants."""
+  text = _halfwidth(text)
   if '\\' in text:
     inner = _boxed(text)
     if inner is not None:
@@ -516,6 +529,7 @@ class MathAnswer:
 
   def extract_answer(self, completion: str) -> tuple[str | None, str]:
     """(answer text or None, rule that found it) for a completion."""
+    completion = _halfwidth(completion)
     for rule in self.extract:
       found = _EXTRACTORS[rule](completion)
       if found is not None:
@@ -548,6 +562,7 @@ class MathAnswer:
     return equal
 
   def __call__(self, completion: str, example: Example) -> base.Verdict:
+    completion = _halfwidth(completion)
     answer, how = self.extract_answer(completion)
     reward = 0.0
     if answer is not None and self.matches(answer, example.answer):
