@@ -7,6 +7,7 @@ against each other on one table (tests/verifiers/test_gsm8k_corpus.py).
 
 from collections.abc import Callable
 import dataclasses
+import decimal
 import functools
 import importlib
 import math
@@ -55,6 +56,7 @@ _NUMBER_TOKEN_RE = re.compile(
     r"|\d{1,3}(?:(?:,|\{,\}|\\,|[\u00a0\u2009\u202f'\u2019\u066c])\d{3})+"
     r'(?!\d)|\d+)'
     r'(?:\.\d+)?|\.\d+)'
+    r'(?:[eE][-+]?\d+)?'  # 1.5e3
     r'(?:\s*/\s*\d+(?:\.\d+)?)?')
 
 # (pattern, replacement) pairs that strip LaTeX down to plain text.
@@ -114,7 +116,7 @@ _CUR = r'(?:[\u20ac\u00a3\u00a5\u20b9]|(?:US|USD|EUR|GBP|Rs\.?)(?=[ \d]))'
 _NUMBER_RE = re.compile(
     r'(?:[A-Za-z] ?= ?)?'                                 # x = 5
     r'(?P<s1>[-+]?) ?(?:' + _CUR + r' ?)?(?P<s2>[-+]?) ?'  # -$5, $-5
-    r'(?P<a>' + _NUM + r')'
+    r'(?P<a>' + _NUM + r')(?P<e>[eE][-+]?\d{1,3})?'       # 1.5e3
     r'(?: ?/ ?(?P<b>' + _NUM + r')'                       # 3/4
     r'| (?P<n>\d+) ?/ ?(?P<d>\d+))?'                      # 2 1/2
     r' ?(?:%|[\u20ac\u00a3\u00a5\u20b9\u00a2])?'          # 25%, 5€
@@ -307,7 +309,8 @@ def _number(text: str) -> int | float | None:
   letter glued to it ('18k', '2M', '3B', '1bn') makes it no number, as does
   a numeral that is no decimal digit ('10\u00b2', '5\u2460'), while the
   decimal digits of any script are digits ('\u0661\u0668' and
-  '\uff11\uff18' are 18, as Python's int() reads them). A whole
+  '\uff11\uff18' are 18, as Python's int() reads them). Scientific notation
+  reads as Python's float() does ('1e3' is 1000, '2.5E-3' 0.0025). A whole
   number is an int, exact however long (a float holds integers up to 2^53
   only); one too large for a float (past 1.8e308) is no number.
   """
@@ -315,10 +318,14 @@ def _number(text: str) -> int | float | None:
   if m is None or (m['s1'] and m['s2']) or _numeral(m['u'] or ''):
     return None
   digits = m['a'].replace(',', '').replace(' ', '')
-  value = float(digits)
+  value = float(digits + (m['e'] or ''))
   if not math.isfinite(value):  # past 1.8e308: no number, the texts decide
     return None
-  if m['b'] is None and m['n'] is None and _WHOLE_RE.fullmatch(digits):
+  if m['e'] is not None:  # '1.5e3', not within a fraction
+    value = _scientific(digits + m['e']) if m['b'] is m['n'] is None else None
+    if value is None:
+      return None
+  elif m['b'] is None and m['n'] is None and _WHOLE_RE.fullmatch(digits):
     value = int(digits.split('.')[0])  # exact: 10**18 + 1 is no float
   elif m['b'] is not None:
     b = m['b'].replace(',', '').replace(' ', '')
@@ -337,6 +344,18 @@ def _number(text: str) -> int | float | None:
   if '-' in (m['s1'], m['s2']):
     value = -value
   return value if math.isfinite(value) else None
+
+
+def _scientific(text: str) -> int | float | None:
+  """The value of '1.5e3' (an int when whole: 1500), as Python's float()
+  reads it; None past a float's range (1e400, 1e-400)."""
+  try:
+    value = decimal.Decimal(text)
+  except (ArithmeticError, ValueError):  # decimal.InvalidOperation
+    return None
+  if not 1e-300 < abs(value) < 1e300:
+    return 0 if value == 0 else None
+  return int(value) if value == value.to_integral_value() else float(value)
 
 
 def _stated_number(text: str) -> float | None:
@@ -439,8 +458,8 @@ class MathAnswer:
   trailing period, '%' and unit words go, spaced or not, without unit
   conversion ('25%' and '25 percent' are 25, '50 cents' is 50, '5km/h' is
   5, '2nd' is 2, and a scale word too: '18 thousand' is 18); '3/4',
-  '\\frac{3}{4}', '\\dfrac34', '2 1/2' and '2\u00bd' become numbers, and the
-  decimal digits of any script are digits ('\u0661\u0668'), while '1,5'
+  '\\frac{3}{4}', '\\dfrac34', '2 1/2', '2\u00bd' and '1e3' become numbers,
+  and the decimal digits of any script are digits ('\u0661\u0668'), while '1,5'
   is ambiguous, '1.080' is 1.08, and '18k', '1.5M', '3:30' and '10\u00b2'
   (glued to a numeral that is no decimal digit) are no numbers (with
   symbolic=True superscript digits are powers). An answer that is no number
