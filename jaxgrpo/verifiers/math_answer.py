@@ -136,6 +136,7 @@ _NOT_VALUE_RE = re.compile(
     r"|minus|plus|less|more|fewer|than|divided|multiplied|least|most|about"
     r"|around|approximately|roughly|nearly|almost|over|under)\b|n['\u2019]t\b",
     re.I)
+_OPERATOR_BEFORE = ('^', '\u221a', '\u221b', '\u221c')  # 10^3, roots
 _SCALE_AFTER_RE = re.compile(r'(?:[kKMB]|bn)(?![A-Za-z])|:\d')  # 18k, 3:30
 # What 'the answer is' may mark instead of an answer: a few words, then a
 # colon or the end of the sentence ('simple:', 'as follows', 'easy to see').
@@ -264,11 +265,17 @@ def _stray_numeral(text: str) -> bool:
       for i, char in enumerate(text))
 
 
+def _operand(text: str, start: int) -> bool:
+  """Whether the number at `start` is an exponent or under a root sign
+  ('10^3', '\u221a16'): not the value of what it is part of."""
+  return text[max(0, start - 8):start].rstrip()[-1:] in _OPERATOR_BEFORE
+
+
 def _last_number(text: str) -> str | None:
   """The last number token, with a vulgar fraction glued to it ('2½'); None
-  when it is glued to another numeral ('10²')."""
+  when it is glued to another numeral ('10²') or an operand ('10^3')."""
   found = _last(_NUMBER_TOKEN_RE, text)
-  if found is None:
+  if found is None or _operand(text, found.start()):
     return None
   after = text[found.end():found.end() + 1]
   if after in _VULGAR:
@@ -399,6 +406,7 @@ def _only_number(text: str) -> float | None:
     return None
   start, end = numbers[0].span()
   if (cleaned[start - 1:start] in ('-', '+')  # '--10' is no -10
+      or _operand(cleaned, start)
       or _SCALE_AFTER_RE.match(cleaned, end)
       or _numeral(cleaned[end:end + 1])):
     return None

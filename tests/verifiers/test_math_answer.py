@@ -161,6 +161,12 @@ _CASES = (
     ('scientific_out_of_range', '#### 1e999', '1', 0),
     ('scientific_long_exponent', '#### 1e' + '9' * 5000, '1', 0),
     ('unit_starting_with_e', '#### 12 eggs', '12', 1),
+    # An exponent or a number under a root sign is not the answer's value.
+    ('root_is_not_its_radicand', '#### \u221a4', '4', 0),
+    ('root_phrase_is_not_its_radicand', 'The answer is \u221a16.', '16', 0),
+    ('exponent_is_no_last_number', 'The total is 10^3', '3', 0),
+    ('spaced_exponent_is_no_last_number', 'The total is 2^ 10', '10', 0),
+    ('power_then_result_last_number', '3^2 = 9', '9', 1),
     ('rel_tol_default', '#### 0.3333', '1/3', 0),
     ('rel_tol_loose', '#### 0.3333', '1/3', 1, {'rel_tol': 1e-3}),
     ('rel_tol_within_default', '#### 0.5000001', '0.5', 1),
