@@ -436,13 +436,14 @@ class SymbolicTest(parameterized.TestCase):
         'verify = math_answer.MathAnswer(symbolic=True)\n'
         'example = Example(id="t", prompt="", answer="x+1")\n'
         'for a in ("9^{9^{9}}", "10^{10^{10}}", "9^{(9^{9})}", "9^{99}!",\n'
-        '          "(9^{9})!", "9!!!", "2^{123456789}", "1234567!"):\n'
+        '          "(9^{9})!", "9!!!", "2^{123456789}", "1234567!",\n'
+        '          "9\u2079\u2079\u2079\u2079\u2079\u2079", "9^{9\u2079}"):\n'
         '  print(verify(f"The answer is ${a}$.", example).reward)\n')
     done = subprocess.run(
         [sys.executable, '-c', script], capture_output=True, text=True,
         timeout=20, env={**os.environ, 'PYTHONPATH': os.pathsep.join(
             p for p in sys.path if p)})
-    self.assertEqual(done.stdout.split(), ['0.0'] * 8, done.stderr)
+    self.assertEqual(done.stdout.split(), ['0.0'] * 10, done.stderr)
 
   @parameterized.parameters(
       ('\\boxed{2^{10}}', '1024', 1),
