@@ -336,7 +336,7 @@ def as_reward(value: Any) -> float:
     raise TypeError(f'a {type(value).__name__} is not a number')
   if not 0.0 <= reward <= 1.0:
     raise ValueError('rewards must lie in [0, 1]')
-  return reward
+  return reward + 0.0  # -0.0 (a penalty of 0 negated) is 0.0
 
 
 _short = reprlib.Repr()  # for messages: long values are cut short

@@ -30,6 +30,16 @@ class VerifierTest(absltest.TestCase):
               base.as_reward(verifiers.build(name)(completion, example)), 0.0,
               (name, completion, gold))
 
+  def test_a_negative_zero_reward_is_zero(self):
+    # -0.0 passed as a reward, and a step whose rewards were all -0.0
+    # reported reward/mean -0.0.
+    for value in (-0.0, np.float32(-0.0), np.array([-0.0]),
+                  base.Verdict(-0.0)):
+      reward = base.as_reward(value)
+      self.assertEqual(np.copysign(1.0, reward), 1.0, repr(value))
+    rewards, _ = base.score_batch(lambda text, ex: -0.0, ['a'], [_EX])
+    self.assertFalse(np.signbit(rewards).any())
+
   def test_unknown_name_lists_known(self):
     with self.assertRaisesRegex(ValueError, 'exact_match'):
       verifiers.get('nope')
