@@ -152,7 +152,8 @@ _WORDY_SUM_RE = re.compile(
     r'\s*' + _TERM + r'(?:\s*(?:[-+*/\u00d7\u00f7\u00b7\u2212]|' + _OP_WORD
     + r')\s*' + _TERM + r')+\s*')
 _ARITHMETIC_RE = re.compile(  # '4\u00b2 = 16' as '4^2 = 16'
-    r'(?:[\d\s.,+\-*/xX\u00d7\u00f7\u00b7()\[\]{}$%^=\u00b2\u00b3\u00b9\u2070-\u2079]'
+    r'(?:[\d\s.,+\-*/xX\u00d7\u00f7\u00b7()\[\]{}$%^='
+    r'\u00b2\u00b3\u00b9\u2070-\u2079]'
     r'|\\(?:times|cdot|div|left|right)(?![A-Za-z]))*')
 
 
@@ -251,8 +252,8 @@ def _after_lead_in(text: str) -> str | None:
 
 
 def _numeral(char: str) -> bool:
-  """Whether `char` is a numeral but no decimal digit: '²', '₂', '①', 'Ⅻ',
-  '⅜'. Such a numeral is no digit (Python's int() refuses it) and no unit
+  """Whether `char` is a numeral but no decimal digit: '²', '₂', '①',
+  'Ⅻ', '⅜'. Such a numeral is no digit (Python's int() refuses it) and no unit
   letter either, so a number glued to it ('10²') is no number."""
   return char.isnumeric() and not char.isdecimal()
 
