@@ -217,7 +217,7 @@ class Config(Section):
   def _validate(self):
     """The checks across sections."""
     b = self.rollout.batch_size
-    floors = {d.name: math.ceil(d.min_fraction * b) for d in self.data.datasets}
+    floors = mixture.floors(self.data.datasets, b)
     yield 'rollout.batch_size', sum(floors.values()) <= b, (
         f'the min_fraction floors of data.datasets ({floors}) exceed it')
     yield 'rl.num_minibatches', (

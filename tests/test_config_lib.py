@@ -245,6 +245,11 @@ class ConfigTest(parameterized.TestCase):
     c.data.datasets = [common.arithmetic_dataset('a', min_fraction=0.3),
                        common.arithmetic_dataset('b', min_fraction=0.5)]
     config_lib.from_config_dict(c)  # floors 2 + 2 = 4
+    c.rollout.batch_size = 100  # 0.56 * 100 is 56.00000000000001 in floats
+    for entry, fraction in zip(c.data.datasets, (0.44, 0.56)):
+      entry['min_fraction'] = fraction
+    config_lib.from_config_dict(c)  # floors 44 + 56 = 100
+    c.rollout.batch_size = 4
     for fractions in ((0.3, 0.7), (0.6, 0.6)):
       for entry, fraction in zip(c.data.datasets, fractions):
         entry['min_fraction'] = fraction

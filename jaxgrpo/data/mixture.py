@@ -15,7 +15,7 @@ Balance modes:
     examples, or `max_rounds` was hit) hands its slots to the others, and
     the metrics count the hand-over.
 `min_fraction` reserves ceil(min_fraction * B) slots of a dataset in either
-mode, against starvation.
+mode, against starvation (`min_slots`).
 
 Datasets with offline difficulty strata (`curriculum.Strata`) offer each
 example with its stratum's weight at the current step (`curriculum`), and
@@ -74,6 +74,19 @@ def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
   order = np.argsort(-(exact - counts), kind='stable')
   counts[order[:total - counts.sum()]] += 1
   return counts
+
+
+def min_slots(fraction: float, batch_size: int) -> int:
+  """Batch slots a `min_fraction` reserves: ceil(fraction * B), where a
+  product within float rounding of a whole number is that number (0.07 *
+  100 is 7.000000000000001 in floats: 7 slots, not 8)."""
+  return math.ceil(round(fraction * batch_size, 9))
+
+
+def floors(entries: Sequence, batch_size: int) -> dict[str, int]:
+  """`min_slots` of each dataset entry (anything with `name` and
+  `min_fraction`), by name."""
+  return {e.name: min_slots(e.min_fraction, batch_size) for e in entries}
 
 
 def _seed_of(seed: int, name: str) -> int:
@@ -155,8 +168,8 @@ class MixtureSampler:
     self._stratum_used: dict[tuple[int, int], int] = {}
     self._chosen = 0
     self._closed = np.zeros(len(names), bool)
-    self.floors = np.array(
-        [math.ceil(s.min_fraction * batch_size) for s in self.specs], np.int64)
+    self.floors = np.array(list(floors(self.specs, batch_size).values()),
+                           np.int64)
     if self.floors.sum() > batch_size:
       raise ValueError(
           f'min_fraction floors {dict(zip(names, self.floors.tolist()))} '

@@ -97,6 +97,30 @@ class MixtureTest(parameterized.TestCase):
     for res in _run(ro, 5):
       self.assertGreaterEqual(res.metrics['rollout/groups_used/easy'], 2)
 
+  def test_min_fraction_floor_is_that_share_of_the_batch(self):
+    # 0.07 * 100 and 0.56 * 100 are 7.000000000000001 and 56.00000000000001
+    # in floats; their ceilings reserved 8 and 57 slots, and 0.44 + 0.56 of
+    # a batch of 100 (44 + 57 floors) was refused.
+    def sampler(balance, **fractions):
+      return mixture.MixtureSampler(
+          [(mixture.DatasetSpec(name=n, weight=1.0, min_fraction=f,
+                                policy=snooze.PolicyConfig(group_size=2)),
+            scripted.make_examples(n, 8)) for n, f in fractions.items()],
+          balance=balance, batch_size=100, seed=0)
+    for balance in mixture.BALANCES:
+      np.testing.assert_array_equal(
+          sampler(balance, a=0.07, b=0.0).floors, [7, 0])
+      np.testing.assert_array_equal(
+          sampler(balance, a=0.44, b=0.56).floors, [44, 56])
+    np.testing.assert_array_equal(
+        sampler('post_filter', a=0.07, b=0.0).quotas, [50, 50])
+    np.testing.assert_array_equal(
+        sampler('pre_filter', a=0.44, b=0.56).quotas, [44, 56])
+    self.assertEqual(mixture.min_slots(0.3, 4), 2)  # a share is rounded up
+    self.assertEqual(mixture.min_slots(0.55, 100), 55)
+    with self.assertRaisesRegex(ValueError, 'exceed the batch of 100'):
+      sampler('pre_filter', a=0.45, b=0.56)
+
   def test_snooze_saves_generation_against_none(self):
     rates = [1.0] * 48 + [0.5] * 16
     generated = {}
