@@ -43,7 +43,11 @@ order is a keyed Feistel bijection on the next power of two above the size
 index) with splitmix64. Per-example state is 13 bytes: status uint8,
 wake_epoch int32 (a tiny dataset can walk past 2^16 epochs in a long run),
 successes and trials uint16 (halved together before trials would overflow,
-which keeps the pass rate) and last_step int32.
+which keeps the pass rate) and last_step int32. A group's reward sum joins
+`successes` rounded up with chance its fraction (keyed by the completions
+scored so far, so a restore repeats it): the count's expectation is the sum,
+so with partial credit the pass rate is the mean reward (rounding to the
+nearest count read a group of 0.1 and 0.3 as 0 forever).
 
 Size: one class, `SnoozeTable`, whose per-example arrays, skip rules,
 epoch walk and saved state change together; split, each part would reach
@@ -101,6 +105,7 @@ _PER_EXAMPLE = ('status', 'wake_epoch', 'successes', 'trials', 'last_step')
 _SKIPS = ('skipped_snoozed', 'skipped_filtered', 'skipped_weighted',
           'skipped_curriculum')
 _ORDER_SALT, _SKIP_SALT, _STAGE_SALT = 0x6F72646572, 0x736B6970, 0x7374616765
+_ROUND_SALT = 0x726F756E64
 _ROUNDS = 6  # Even, so the unbalanced halves end where they started.
 _COUNT_MAX = int(np.iinfo(np.uint16).max)
 _MAX_CHUNK = 1 << 16
@@ -172,7 +177,8 @@ class SnoozeTable:
       the next power of two above size and passes over the surplus).
     status: [size] uint8, ACTIVE, SNOOZED, FILTERED or EASY.
     wake_epoch: [size] int32, first epoch a SNOOZED example is offered again.
-    successes: [size] uint16, rounded sum of its rewards (see module doc).
+    successes: [size] uint16, sum of its rewards, each group's rounded up or
+      down at random to a whole count (see module doc).
     trials: [size] uint16, completions scored.
     last_step: [size] int32, last step it was drawn or scored; -1 never.
   """
@@ -405,11 +411,14 @@ class SnoozeTable:
     cfg, g = self.cfg, rewards.shape[1]
     # Clipping keeps successes <= trials for rewards slightly out of range.
     sums = np.clip(rewards, 0.0, 1.0).sum(axis=1, dtype=np.float64)
+    whole = np.floor(sums)
+    whole += uniform(self.seed, self._total_trials, np.arange(idx.size),
+                     _ROUND_SALT) < sums - whole
     self._total_successes += float(sums.sum())
     self._total_trials += idx.size * g
     uniq, inverse = np.unique(idx, return_inverse=True)
     s = self.successes[uniq] + np.bincount(
-        inverse, np.rint(sums), len(uniq)).astype(np.int64)
+        inverse, whole, len(uniq)).astype(np.int64)
     t = self.trials[uniq] + np.bincount(inverse, None, len(uniq)) * g
     over = t > _COUNT_MAX
     while over.any():

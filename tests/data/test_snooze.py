@@ -519,6 +519,39 @@ class SnoozeTableTest(parameterized.TestCase):
     self.assertAlmostEqual(fixed.informative_prob()[2],
                            1 - 0.1**4 - 0.9**4)
 
+  def test_partial_credit_pass_rate_is_the_mean_reward(self):
+    # Groups of G=2 repeated 5000 times: mean rewards 0.2, 0.7, 0.25, 0.5.
+    # Rounded to the nearest count, 0.1 + 0.3 read as 0 and 0.6 + 0.8 as 1
+    # (and 0.5 as 0, half to even): pass rates 0, 0.5 and 0.
+    groups = np.array([[0.1, 0.3], [0.6, 0.8], [0.25, 0.25], [1.0, 0.0]])
+    reps = 5000
+    idx = np.repeat(np.arange(4), reps)
+    table = _table('weighted', 4, group_size=2, prior_mean=0.5)
+    table.observe(idx, groups[idx], step=0)
+    np.testing.assert_array_equal(table.trials, [2 * reps] * 4)
+    rates = table.successes / table.trials
+    # Within 5 standard errors of the mean reward (a sum's fraction f adds
+    # variance f(1-f) per group); binary rewards are counted exactly.
+    se = np.sqrt(np.array([0.24, 0.24, 0.25, 0.0]) * reps) / (2 * reps)
+    np.testing.assert_array_less(np.abs(rates - [0.2, 0.7, 0.25, 0.5]),
+                                 5 * se + 1e-12)
+    self.assertEqual(table.successes[3], reps)
+    p = (0.5 * 2 + table.successes.astype(float)) / (2 + 2 * reps)
+    np.testing.assert_allclose(table.informative_prob(), 1 - p**2 - (1 - p)**2)
+    self.assertAlmostEqual(table.informative_prob()[0], 1 - 0.2**2 - 0.8**2,
+                           delta=0.02)
+    # The rounding is keyed by the completions scored so far: the same
+    # rounds give the same counts, also across a restore.
+    halves = (idx[:idx.size // 2], idx[idx.size // 2:])
+    tables = [_table('weighted', 4, group_size=2, prior_mean=0.5)
+              for _ in range(3)]
+    for step, half in enumerate(halves):
+      tables[0].observe(half, groups[half], step)
+    tables[1].observe(halves[0], groups[halves[0]], 0)
+    tables[2].set_state(tables[1].get_state())
+    tables[2].observe(halves[1], groups[halves[1]], 1)
+    np.testing.assert_array_equal(tables[2].successes, tables[0].successes)
+
   @parameterized.parameters(
       dict(policy='snoze'), dict(snooze_factor=-1), dict(snooze_factor=0),
       dict(w_min=0.0),
