@@ -5,6 +5,10 @@ from absl.testing import parameterized
 import jax
 import numpy as np
 
+from jaxgrpo import config_lib
+from jaxgrpo.configs import common
+from jaxgrpo.configs import demo
+from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
 from jaxgrpo.data import snooze
 from jaxgrpo.example import Example
@@ -120,6 +124,56 @@ class MixtureTest(parameterized.TestCase):
     self.assertEqual(mixture.min_slots(0.55, 100), 55)
     with self.assertRaisesRegex(ValueError, 'exceed the batch of 100'):
       sampler('pre_filter', a=0.45, b=0.56)
+
+  def test_post_filter_quotas_make_room_for_the_floors(self):
+    def quotas(balance):
+      return mixture.MixtureSampler(
+          [(mixture.DatasetSpec(name=n, weight=w, min_fraction=f,
+                                policy=snooze.PolicyConfig(group_size=2)),
+            scripted.make_examples(n, 8))
+           for n, w, f in (('a', 0.9, 0.0), ('b', 0.1, 0.3))],
+          balance=balance, batch_size=10, seed=0).quotas.tolist()
+    # round(0.9 * 10), round(0.1 * 10) = 9, 1; b's floor ceil(0.3 * 10) = 3
+    # takes 2 of a's slots. pre_filter reserves the floor alone.
+    self.assertEqual(quotas('post_filter'), [7, 3])
+    self.assertEqual(quotas('pre_filter'), [0, 3])
+
+  def test_post_filter_hands_over_the_slots_left_at_max_rounds(self):
+    # 'b' is always right: never informative, yet never out of examples
+    # (policy none), so only max_rounds ends its step. short_batch='train'
+    # trains on what the rounds found.
+    ro, _, gen = scripted.make_rollout(
+        [('a', 0.5, [0.5] * 64), ('b', 0.5, [1.0] * 64)],
+        balance='post_filter', batch_size=8, round_size=8, max_rounds=3,
+        short_batch='train')
+    m = ro.collect(None, jax.random.key(0), 0).metrics
+    self.assertEqual(gen.calls, 3)
+    self.assertEqual(m['data/quota/a'], 4)
+    self.assertEqual(m['data/quota/b'], 4)
+    self.assertEqual(m['data/exhausted/b'], 0.0)
+    self.assertEqual(m['rollout/groups_used/b'], 0)
+    self.assertGreaterEqual(m['rollout/groups_used/a'], 4)
+    self.assertEqual(m['data/handover_out/b'], 4)
+    self.assertEqual(m['data/handover_out/a'], 0)
+    self.assertEqual(m['data/handover_in/a'], m['rollout/groups_used/a'] - 4)
+    self.assertEqual(m['rollout/batch_short'], 8 - m['rollout/groups_used'])
+
+  def test_a_datasets_own_snooze_factor_wins(self):
+    c = demo.get_config()
+    c.sampler.update(policy='snooze', snooze_factor=4)
+    c.rollout.update(group_size=2, easy_threshold=0.9, hard_threshold=0.1)
+    c.data.datasets = [common.arithmetic_dataset('own', snooze_factor=2),
+                       common.arithmetic_dataset('shared')]
+    cfg = config_lib.from_config_dict(c)
+    for entry, n in zip(cfg.data.datasets, (2, 4)):
+      policy = loading.policy_config(cfg, entry)
+      self.assertEqual((policy.policy, policy.snooze_factor), ('snooze', n))
+      self.assertEqual((policy.group_size, policy.easy_threshold,
+                        policy.hard_threshold), (2, 0.9, 0.1))
+      table = snooze.SnoozeTable(4, policy, seed=0)
+      table.observe(table.draw(4, step=0), np.ones((4, 2)), step=0)
+      table.draw(4, step=1)  # Asleep N epochs, offered in epoch N + 1.
+      self.assertEqual(table.counts()['epoch'], n + 1, entry.name)
 
   def test_snooze_saves_generation_against_none(self):
     rates = [1.0] * 48 + [0.5] * 16

@@ -269,6 +269,28 @@ class SnoozeTableTest(parameterized.TestCase):
     # Skipped: 4 in epoch 1, 10 in epoch 2, the 6 later sleepers in epoch 3.
     self.assertEqual(table.counts()['skipped_snoozed'], 4 + 10 + 6)
 
+  def test_none_offers_every_example_every_epoch(self):
+    table = _table('none', 4, snooze_factor=2)
+    first = table.draw(4, step=0)  # All of epoch 0.
+    table.observe(first, np.ones((4, 2)), step=0)  # Every group too easy.
+    second = table.draw(4, step=1)
+    self.assertCountEqual(second.tolist(), range(4))
+    self.assertEqual(table.counts()['epoch'], 1)
+    self.assertEqual(table.counts()['snoozed'], 0)
+    self.assertEqual(table.counts()['skipped_snoozed'], 0)
+
+  def test_too_hard_is_snoozed_only_with_snooze_hard_factor(self):
+    for hard, epoch, skipped in ((0, 1, 0), (2, 3, 8)):
+      table = _table('snooze', 4, snooze_factor=5, snooze_hard_factor=hard)
+      first = table.draw(4, step=0)  # All of epoch 0.
+      table.observe(first, np.zeros((4, 2)), step=0)  # All too hard.
+      self.assertEqual(table.counts()['snoozed'], 4 if hard else 0)
+      # Off: offered again in epoch 1. H = 2: asleep in epochs 1 and 2,
+      # offered in epoch 3 (not N = 5, the too-easy side's).
+      self.assertCountEqual(table.draw(4, step=1).tolist(), range(4))
+      self.assertEqual(table.counts()['epoch'], epoch, hard)
+      self.assertEqual(table.counts()['skipped_snoozed'], skipped, hard)
+
   def test_filter_never_offers_again_and_terminates(self):
     table = _table('filter', 50)
     drawn = table.draw(30, step=0)

@@ -69,6 +69,28 @@ class RolloutTest(absltest.TestCase):
     # Feedback reached the dataset's table.
     self.assertEqual(int(sampler.tables[0].get_state()['trials'].sum()), 9 * G)
 
+  def test_reward_mean_counts_the_dropped_groups(self):
+    # Three always right, three always wrong: every group is dropped, and
+    # the reward is still that of the 24 completions generated.
+    ro, _, _ = _rollout([1.0] * 3 + [0.0] * 3, batch_size=3, round_size=6,
+                        max_rounds=1)
+    m = ro.collect(None, jax.random.key(0)).metrics
+    self.assertEqual(m['rollout/groups_used'], 0)
+    self.assertEqual(m['reward/mean'], 0.5)
+    self.assertEqual(m['reward/mean/d'], 0.5)
+
+  def test_outcomes_reach_the_sampler_before_the_next_round(self):
+    # Under filter, round 1's four groups are all too easy: round 2 of the
+    # same step has nothing left to offer, and the step ends after one call.
+    ro, _, gen = _rollout([1.0] * 4, policy='filter', batch_size=4,
+                          round_size=4, max_rounds=3)
+    m = ro.collect(None, jax.random.key(0)).metrics
+    self.assertEqual(gen.calls, 1)
+    self.assertEqual(m['rollout/rounds'], 1)
+    self.assertEqual(m['rollout/prompts_generated'], 4)
+    self.assertEqual(m['data/filtered/d'], 4)
+    self.assertEqual(m['data/exhausted/d'], 1.0)
+
   def test_rounds_until_batch_full_and_surplus_carried(self):
     ro, _, gen = _rollout([0.5] * 12, batch_size=4, round_size=3,
                           max_rounds=10)
