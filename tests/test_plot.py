@@ -147,6 +147,57 @@ class PlotRunTest(absltest.TestCase):
     self.assertLen(paths, 1)
     self.assertEqual([str(w.message) for w in caught], [])
 
+  def test_many_datasets_and_long_names_keep_the_legend_readable(self):
+    # Twelve datasets: the tenth was drawn in the overall curve's colour
+    # ('C10' is 'C0') and the eleventh and twelfth in the first two's. A
+    # 200-character name: its legend covered the curves, and matplotlib's
+    # 'Tight layout not applied' warning reached the run's stderr.
+    from matplotlib import figure  # pylint: disable=g-import-not-at-top
+    from matplotlib import colors  # pylint: disable=g-import-not-at-top
+    names = [f'set {i}' for i in range(11)] + ['x' * 200]
+    records = [{'step': s, 'reward/mean': 0.5,
+                **{f'reward/mean/{n}': 0.5 for n in names},
+                **{f'data/snoozed/{n}': s for n in names}} for s in (1, 2)]
+    (panel,) = plot_panels.reward_panels(records, 1)
+    rgb = [colors.to_hex(line.style['color']) for line in panel.lines
+           if line.label]
+    self.assertLen(rgb, 13)
+    self.assertLen(set(rgb), 13)  # 'all' and each dataset its own colour
+    for n in (1, 9, 10, 18, 19, 40):
+      hexes = [colors.to_hex(c) for c in plot_panels.dataset_colors(n)]
+      self.assertLen(set(hexes + [colors.to_hex('C0')]), n + 1)
+    workdir = self.create_tempdir().full_path
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.writelines(json.dumps(r) + '\n' for r in records)
+    drawn = []
+    save = figure.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+      drawn.append(fig)
+      save(fig, *args, **kwargs)
+
+    with warnings.catch_warnings(record=True) as caught, mock.patch.object(
+        figure.Figure, 'savefig', keep):
+      warnings.simplefilter('always')
+      paths = plot.plot_run(workdir, window=1)
+    self.assertEqual([str(w.message) for w in caught], [])
+    self.assertEqual([os.path.basename(p) for p in paths],
+                     ['reward.png', 'snoozed_filtered.png'])
+    for fig in drawn:
+      (ax,) = fig.axes
+      legend = ax.get_legend()
+      # Beside the panel, not over its curves.
+      self.assertGreater(legend.get_window_extent().x0,
+                         ax.get_window_extent().x1)
+      labels = [t.get_text() for t in legend.get_texts()]
+      self.assertLessEqual(max(map(len, labels)), plot.LABEL_CHARS)
+    self.assertIn('x' * 25 + '...' + 'x' * 12,
+                  [t.get_text() for t in drawn[0].axes[0].get_legend()
+                   .get_texts()])
+    self.assertIn('x' * 25 + '...' + 'x' * 4 + ' snoozed',
+                  [t.get_text() for t in drawn[1].axes[0].get_legend()
+                   .get_texts()])
+
   def test_two_draws_of_one_figure_at_once(self):
     # A run that ends while jaxgrpo-plot draws its figures: the second
     # rename found the shared temporary file gone (FileNotFoundError).

@@ -72,6 +72,30 @@ def drawable(panels: Sequence[Panel]) -> list[Panel]:
   return out
 
 
+# Longest label a legend shows (a dataset may be named at any length: its
+# legend covered the curves and pushed the panels out of the figure).
+LABEL_CHARS = 40
+
+
+def shorten(text: str, limit: int = LABEL_CHARS) -> str:
+  """`text` cut to `limit` characters by '...' in its middle: its start
+  and its end (a subset, 'snoozed') stay readable."""
+  if len(text) <= limit:
+    return text
+  tail = (limit - 3) // 3
+  return text[:limit - 3 - tail] + '...' + text[len(text) - tail:]
+
+
+# Legend entries drawn inside a panel; more go beside it.
+LEGEND_INSIDE = 8
+
+
+def legend_entries(panel: Panel) -> int:
+  """How many entries the panel's legend has."""
+  return sum(bool(line.label) for line in panel.lines) + len(
+      panel.hlines)
+
+
 def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
   """Writes the panels side by side as a PNG at `path`.
 
@@ -82,24 +106,30 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
   from matplotlib import figure as figure_lib
   from matplotlib import ticker
   # pylint: enable=g-import-not-at-top
-  fig = figure_lib.Figure(figsize=(5.0 * len(panels), 3.4), dpi=90)
+  # A long legend (many datasets) goes beside its panel, not over it.
+  beside = [legend_entries(panel) > LEGEND_INSIDE for panel in panels]
+  fig = figure_lib.Figure(figsize=(5.0 * len(panels) + 2.4 * sum(beside),
+                                   3.4), dpi=90)
   axes = fig.subplots(1, len(panels), squeeze=False)[0]
-  for ax, panel in zip(axes, panels):
+  for ax, panel, outside in zip(axes, panels, beside):
     for line in panel.lines:
-      ax.plot(line.x, line.y, label=line.label, **line.style)
+      label = None if line.label is None else shorten(line.label)
+      ax.plot(line.x, line.y, label=label, **line.style)
     for label, y in panel.hlines:
       ax.axhline(y, color='gray', ls=':', lw=1.0, label=label)
     if panel.unit_range:
       ax.set_ylim(-0.03, 1.03)
-    ax.set_title(panel.title, fontsize=9)
+    ax.set_title(shorten(panel.title, 2 * LABEL_CHARS), fontsize=9)
     ax.set_xlabel('step', fontsize=8)
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.set_ylabel(panel.ylabel, fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
-    if any(line.label for line in panel.lines) or panel.hlines:
+    if outside:
+      ax.legend(fontsize=6, loc='upper left', bbox_to_anchor=(1.02, 1.0))
+    elif legend_entries(panel):
       ax.legend(fontsize=6)
-  fig.suptitle(title, fontsize=10)
+  fig.suptitle(shorten(title, 2 * LABEL_CHARS), fontsize=10)
   # Its own temporary file: a run ending while jaxgrpo-plot draws the same
   # figure would otherwise write into one file, and rename it away from the
   # other.
@@ -108,6 +138,9 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
     # A label the font lacks (a dataset named in CJK) is drawn as boxes:
     # matplotlib's warning per glyph would reach the run's stderr.
     warnings.filterwarnings('ignore', 'Glyph .* missing from font')
+    # Labels too wide for the figure: drawn as they are, without a warning
+    # to the run's stderr.
+    warnings.filterwarnings('ignore', 'Tight layout not applied')
     fig.tight_layout()
     fig.savefig(tmp, format='png')
   os.replace(tmp, path)

@@ -8,6 +8,7 @@ comes out empty and is skipped.
 """
 
 from collections.abc import Callable, Sequence
+import colorsys
 import dataclasses
 import os
 
@@ -103,6 +104,23 @@ def _keys(records: Records, prefix: str, depth: int) -> list[str]:
 # The figures, as panels.
 
 _DASHES = ('--', ':', '-.')
+# Datasets' colours past nine: matplotlib's 'tab20' without its two blues
+# ('C0' draws the overall curve), then evenly spaced hues.
+_TAB20 = ('#ff7f0e', '#ffbb78', '#2ca02c', '#98df8a', '#d62728', '#ff9896',
+          '#9467bd', '#c5b0d5', '#8c564b', '#c49c94', '#e377c2', '#f7b6d2',
+          '#7f7f7f', '#c7c7c7', '#bcbd22', '#dbdb8d', '#17becf', '#9edae5')
+
+
+def dataset_colors(n: int) -> list[str]:
+  """`n` distinct colours, none 'C0': 'C1'..'C9' for up to nine datasets
+  (matplotlib's 'CN' colours repeat after ten: a tenth dataset was drawn in
+  the overall curve's colour); more take other palettes."""
+  if n <= 9:
+    return [f'C{i + 1}' for i in range(n)]
+  if n <= len(_TAB20):
+    return list(_TAB20[:n])
+  return ['#%02x%02x%02x' % tuple(round(255 * c) for c in colorsys.hsv_to_rgb(
+      i / n, 0.8, 0.9 if i % 2 else 0.6)) for i in range(n)]
 
 
 def _smoothed(label: str, x: np.ndarray, y: np.ndarray, window: int,
@@ -123,7 +141,8 @@ def _per_dataset(records: Records, prefix: str, window: int,
   dataset's colour."""
   lines = []
   datasets = _keys(records, prefix, 1)
-  colors = {k[len(prefix):]: f'C{i + 1}' for i, k in enumerate(datasets)}
+  colors = dict(zip((k[len(prefix):] for k in datasets),
+                    dataset_colors(len(datasets))))
   for key in datasets:
     name = key[len(prefix):]
     x, y = series(records, key)
@@ -226,8 +245,9 @@ def batch_share_panels(records: Records, window: int) -> list[Panel]:
     x, y = series(records, key)
     return Line(key.rsplit('/', 1)[1], x, smooth(y, window), style)
   panels = [Panel(f'batch share per dataset ({window}-step mean)', 'share',
-                  tuple(line(k, color=f'C{i + 1}', lw=1.3)
-                        for i, k in enumerate(datasets)), unit_range=True)]
+                  tuple(line(k, color=c, lw=1.3) for k, c in zip(
+                      datasets, dataset_colors(len(datasets)))),
+                  unit_range=True)]
   for key in datasets:
     strata = [k for k in _keys(records, prefix, 2) if k.startswith(f'{key}/')]
     if strata:
@@ -245,12 +265,12 @@ def sampler_panels(records: Records, window: int) -> list[Panel]:
   names = sorted({k.split('/')[2] for kind, _ in kinds
                   for k in _keys(records, f'data/{kind}/', 1)})
   lines = []
-  for i, name in enumerate(names):
+  for name, color in zip(names, dataset_colors(len(names))):
     for kind, ls in kinds:
       x, y = series(records, f'data/{kind}/{name}')
       if x.size:
         lines.append(Line(f'{name} {kind}', x, y,
-                          {'color': f'C{i + 1}', 'ls': ls, 'lw': 1.2}))
+                          {'color': color, 'ls': ls, 'lw': 1.2}))
   if not lines:
     return []
   return [Panel('examples snoozed, filtered, postponed', 'examples',
