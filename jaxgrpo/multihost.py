@@ -286,15 +286,22 @@ def agree_on_step(step: int) -> list[int]:
   return [int(v) for v in np.asarray(every).reshape(-1)]
 
 
+# Stop requests that are no signal, with codes past every signal's.
+_REQUESTS = {'on_step': 1000}
+
+
 def agree_on_signal(name: str | None) -> str | None:
-  """The stop signal one process received (the lowest such process's), on
-  every process; None when none did. A collective, like `check_agree`."""
+  """The stop signal one process received (the lowest such process's), or
+  its `on_step` callback's request to stop, on every process; None when
+  none did. A collective, like `check_agree`."""
   if jax.process_count() == 1:
     return name
-  mine = np.asarray([signal.Signals[name].value if name else 0], np.int32)
-  every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1)
+  code = _REQUESTS.get(name) or (signal.Signals[name].value if name else 0)
+  every = np.asarray(multihost_utils.process_allgather(
+      np.asarray([code], np.int32))).reshape(-1)
   got = [int(v) for v in every if v]
-  return signal.Signals(got[0]).name if got else None
+  names = {v: k for k, v in _REQUESTS.items()}
+  return (names.get(got[0]) or signal.Signals(got[0]).name) if got else None
 
 
 # What a collective or the coordination service raises when another

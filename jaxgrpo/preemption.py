@@ -37,6 +37,12 @@ class StopRequest:
     elif signum == signal.SIGINT:
       raise KeyboardInterrupt  # a second Ctrl-C stops at once
 
+  def request(self, name: str) -> None:
+    """Records a stop asked for by the run's code (`'on_step'`), as a
+    signal would be, unless a signal came first."""
+    if self.signal is None:
+      self.signal = name
+
   def agree(self) -> str | None:
     """The signal to act on now, the same on every process (a collective
     over several processes: each calls it at the same point); None while

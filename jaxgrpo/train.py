@@ -1,11 +1,17 @@
 """The training loop: build (`build.build_run`), resume or start
 (`resume.restore_or_start`, else the warm start), then step, log,
-evaluate, save, stop."""
+evaluate, save, stop.
+
+Size: the run's start, its steps and its end share one state (`_Loop`), and
+`StepInfo`, what a notebook's `on_step` callback sees and how it stops the
+run, belongs with the loop that calls it.
+"""
 
 from collections.abc import Callable
 import contextlib
 import dataclasses
 import os
+import reprlib
 import time
 
 import jax
@@ -41,16 +47,20 @@ class StepInfo:
     state: the train state after it (params, optimizer state); valid
       during the call only: the next step donates its buffers (copy what
       you keep, e.g. with jax.device_get).
-    metrics: the step's metrics, as written to metrics.jsonl.
+    metrics: the step's metrics, as written to metrics.jsonl (a copy:
+      changing it changes nothing of the run).
     sampler_state: returns the data-side state a checkpoint holds (the
       prompt sampler's per-example tables, the rollout counters and carried
       groups, as numpy arrays); called on demand, as it copies them.
+    stop: asks the run to stop after this step, as a stop signal does: the
+      step is saved, and `run` returns with `stopped_by='on_step'`.
   """
 
   step: int
   state: train_state_lib.TrainState
   metrics: dict[str, float]
   sampler_state: Callable[[], dict]
+  stop: Callable[[], None]
 
 
 def run(
@@ -70,8 +80,10 @@ def run(
     workdir: where checkpoints and `metrics.jsonl` go.
     log: receives the lines the run shows.
     on_step: called after each step (and its checkpoint, when one is due)
-      on every process, e.g. for custom logging or checks; an exception it
-      raises ends the run.
+      on every process, e.g. for custom logging or checks; `info.stop()`
+      ends the run after the step, saved; an exception it raises ends it
+      at once (the step unsaved unless a save was due); what it returns is
+      not used (a value other than None is noticed once).
     progress: show progress bars with rate and time left (stderr) for the
       warm start, evaluation and training steps.
     quiet: show only what needs attention (a resume, skipped updates, a
@@ -250,6 +262,7 @@ class _Loop:
     self.nonfinite_run = 0  # steps in a row with NaN/inf loss or gradients
     self.start_step = self.loop_start = self.last_save = 0
     self.saved_step = -1  # the step of the last save started
+    self.told_return = False  # whether on_step's return value was noticed
 
   def run(self, start_step: int,
           on_step: Callable[[StepInfo], None] | None) -> tuple[int, str | None]:
@@ -277,18 +290,33 @@ class _Loop:
         # Over several processes, a signal any one received stops all.
         self.save_if_due(step, stopping=stop.agree() is not None)
         if on_step is not None:
-          on_step(StepInfo(step, self.state, metrics, parts.data_state))
+          self.call(on_step, step, metrics)
         self.check_finite(step, metrics)
         signal = stop.agree()
         if signal is not None:
           # One that came during on_step: the step is saved all the same.
           self.save_if_due(step, stopping=True)
+          said = 'asked to stop' if signal == 'on_step' else 'received'
           console.notice(
-              f'{signal} received: saved the checkpoint of step {step} '
-              f'in {parts.ckpt.directory} and stopped; run the same command '
+              f'{signal} {said}: saved the checkpoint of step {step} in '
+              f'{parts.ckpt.directory} and stopped; run the same command '
               'to resume')
           return step, signal
     return step, None
+
+  def call(self, on_step: Callable[[StepInfo], None], step: int,
+           metrics: dict[str, float]) -> None:
+    """Calls `on_step` with a copy of the step's metrics; its `stop()`
+    stops the run as a signal does, and a value it returns is noticed once
+    (it was dropped unseen: a `return True` stopped nothing)."""
+    returned = on_step(StepInfo(step, self.state, dict(metrics),
+                                self.parts.data_state,
+                                lambda: self.stop.request('on_step')))
+    if returned is not None and not self.told_return:
+      self.told_return = True
+      self.console.notice(
+          f'on_step returned {reprlib.repr(returned)} at step {step}: not '
+          'used (call info.stop() to stop the run after the step, saved)')
 
   def step(self, step: int) -> dict[str, float]:
     """One GRPO step (rollout, update), with the evaluation when due;

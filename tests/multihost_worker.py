@@ -51,6 +51,11 @@ def primitives(out: dict) -> None:
   out['no_signal'] = stop.agree()
   stop.signal = 'SIGTERM' if jax.process_index() == 1 else None
   out['agreed_signal'] = stop.agree()
+  # An on_step callback's stop on one process (info.stop()) stops every one.
+  asked = preemption.StopRequest()
+  if jax.process_index() == 0:
+    asked.request('on_step')
+  out['agreed_request'] = asked.agree()
   try:
     stop.check('while testing')
   except preemption.Stopped as e:

@@ -163,6 +163,7 @@ class TwoProcessTest(absltest.TestCase):
       # SIGTERM to process 1 alone: both act on it at the same point.
       self.assertIsNone(p['no_signal'])
       self.assertEqual(p['agreed_signal'], 'SIGTERM')
+      self.assertEqual(p['agreed_request'], 'on_step')
       self.assertRegex(p['stopped'], '^SIGTERM received while testing')
       self.assertRegex(p['run_differs'],
                        r'^the run \(config, model or data\) differs between '

@@ -441,6 +441,40 @@ class EarlyStopTest(absltest.TestCase):
                      ['0', '1'])
     self.assertIs(signal.getsignal(signal.SIGINT), before)  # restored
 
+  def test_on_step_stops_the_run_saved_and_its_changes_stay_its_own(self):
+    # A notebook's early stop: info.stop() saves the step and returns the
+    # summary (raising lost the step unless a save was due). A value it
+    # returns is noticed once (`return True` stopped nothing, unseen). The
+    # metrics it gets are its own: one it changed was read by the NaN check.
+    workdir = self.create_tempdir().full_path
+    seen = []
+
+    def on_step(info):
+      seen.append(info.step)
+      info.metrics['train/nonfinite'] = 1.0
+      if info.step == 2:
+        info.stop()
+      return True
+
+    lines = []
+    summary = train.run(
+        _config(total_steps=4, **{'eval.every': 0,
+                                  'rl.max_nonfinite_steps': 1}),
+        workdir, log=lines.append, on_step=on_step)
+    self.assertEqual((summary.steps, summary.stopped_by), (2, 'on_step'))
+    self.assertEqual(seen, [1, 2])
+    self.assertIn('on_step asked to stop: saved the checkpoint of step 2 in '
+                  f'{workdir}/checkpoints and stopped; run the same command '
+                  'to resume', lines)
+    self.assertEqual([line for line in lines if 'on_step returned' in line],
+                     ['on_step returned True at step 1: not used (call '
+                      'info.stop() to stop the run after the step, saved)'])
+    self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),
+                     ['0', '2'])
+    records = metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in records], [0, 1, 2])
+    self.assertEqual([r.get('train/nonfinite', 0) for r in records], [0] * 3)
+
   def test_an_error_waits_for_the_save_in_progress(self):
     workdir = self.create_tempdir().full_path
 
