@@ -177,6 +177,43 @@ class TensorBoardWhileTrainingTest(absltest.TestCase):
     self.assertEqual(events['eval/accuracy'], [(0, 0.5), (1, 0.5)])
     self.assertEqual([s for s, _ in events['train/loss']], [0, 1])
 
+  def test_a_resume_that_writes_no_events_leaves_no_dropped_step_in_them(
+      self):
+    """Steps 0-3 with events, then a resume from step 1 with tensorboard
+    off: TensorBoard went on showing steps 2 and 3, which the run redoes."""
+    if tensorboard_events.missing():
+      self.skipTest(tensorboard_events.missing())
+    workdir = self.create_tempdir().full_path
+    logdir = os.path.join(workdir, 'tensorboard')
+    writer = metrics_lib.MetricsWriter(workdir, tensorboard=True)
+    for step in range(4):
+      writer.write(step, {'reward/mean': step / 10})
+    writer.close()
+    writer = metrics_lib.MetricsWriter(workdir, resume_step=1)
+    self.assertEqual(writer.notes, [
+        f'{logdir}: rewritten from metrics.jsonl (its events held steps this '
+        'run drops); this run adds none (tensorboard is off)'])
+    writer.write(2, {'reward/mean': 0.9})
+    writer.close()
+    kept = [(0, 0.0), (1, float(np.float32(0.1)))]
+    self.assertEqual(tensorboard_events.scalars(logdir)['reward/mean'], kept)
+    # A resume that drops no step leaves them as they are, and says nothing.
+    writer = metrics_lib.MetricsWriter(workdir, resume_step=2)
+    writer.close()
+    self.assertEqual(writer.notes, [])
+    # Without tensorboardX they cannot be rewritten: named.
+    with mock.patch.dict(sys.modules, {'tensorboardX': None}):
+      writer = metrics_lib.MetricsWriter(workdir, resume_step=0,
+                                         tensorboard=True)
+    writer.close()
+    self.assertLen(writer.notes, 1)
+    self.assertStartsWith(writer.notes[0], f'{logdir} holds events of steps '
+                          'metrics.jsonl no longer has, which TensorBoard '
+                          'shows, and this run adds none (tensorboardX is not '
+                          "installed): pip install 'jaxgrpo[tensorboard]', "
+                          f'then `jaxgrpo-plot --tensorboard {workdir}`')
+    self.assertEqual(tensorboard_events.scalars(logdir)['reward/mean'], kept)
+
   def test_events_that_cannot_be_written_turn_tensorboard_off(self):
     if tensorboard_events.missing():
       self.skipTest(tensorboard_events.missing())

@@ -99,6 +99,8 @@ class MetricsWriter:
       self._events(lambda: setattr(self, 'tensorboard', tensorboard_lib
                                    .EventWriter(workdir, kept)),
                    self.notes.append)
+    elif self._dropped and tensorboard_lib.has_events(workdir):
+      self._stale_events(kept)
 
   def _events(self, action: Callable[[], object],
               notice: Callable[[str], None] | None = None) -> None:
@@ -114,8 +116,31 @@ class MetricsWriter:
              f'off for this run; {METRICS} holds every value (`jaxgrpo-plot '
              '--tensorboard WORKDIR` writes the events later)')
 
+  def _stale_events(self, kept: list[dict]) -> None:
+    """An earlier run's events in WORKDIR/tensorboard hold steps this run
+    drops, and this run writes none: they are rewritten from the kept
+    records where tensorboardX is installed, else named."""
+    logdir = self._workdir / tensorboard_lib.TENSORBOARD
+    if not tensorboard_lib.available():
+      self.notes.append(
+          f'{logdir} holds events of steps {METRICS} no longer has, which '
+          'TensorBoard shows, and this run adds none (tensorboardX is not '
+          f'installed): {tensorboard_lib.INSTALL}, then `jaxgrpo-plot '
+          f'--tensorboard {self._workdir}` rewrites them')
+      return
+
+    def rewrite():
+      tensorboard_lib.write_all(str(self._workdir), kept)
+      self.notes.append(
+          f'{logdir}: rewritten from {METRICS} (its events held steps this '
+          'run drops); this run adds none (tensorboard is off)')
+
+    self._events(rewrite, self.notes.append)
+
   def _truncate_after(self, step: int) -> list[dict]:
-    """Keeps the lines of steps <= `step`; returns their records."""
+    """Keeps the lines of steps <= `step`; returns their records (and
+    counts those it drops in `self._dropped`)."""
+    self._dropped = 0
     if not os.path.exists(self.path):
       return []
     # A damaged line may not be UTF-8: its bytes are kept as they are.
@@ -141,6 +166,7 @@ class MetricsWriter:
           f'{METRICS} held steps of an earlier run with no checkpoint left '
           f'(up to step {max(steps)}): moved to {self._workdir / name}')
     records = [r for r in parsed if r is not None and r.get('step', 0) <= step]
+    self._dropped = sum(r is not None for r in parsed) - len(records)
     tmp = self.path + '.tmp'
     with open(tmp, 'w', encoding='utf-8') as f:
       f.writelines(json.dumps(r) + '\n' for r in records)

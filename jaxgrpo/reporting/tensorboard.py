@@ -4,7 +4,9 @@ Training writes every step's scalars to WORKDIR/tensorboard as it goes
 (`EventWriter`), and `jaxgrpo-plot --tensorboard` rewrites them from
 metrics.jsonl (`write_all`). Either way the folder is rebuilt from the
 metrics file when it opens, so a resumed run, which cuts metrics.jsonl back
-to its checkpoint, never shows a step twice.
+to its checkpoint, never shows a step twice. A resumed run that writes no
+events (`tensorboard=False`) rewrites an earlier run's from the kept
+records, so that they hold no step it drops.
 
 Each scalar is one event, as `tf.summary.scalar` writes it: the metric's key
 as the tag, the step, and the value as a float32 tensor marked for the
@@ -178,6 +180,12 @@ class EventWriter:
 
   def close(self) -> None:
     self._file.close()
+
+
+def has_events(workdir: str) -> bool:
+  """Whether WORKDIR/tensorboard holds event files."""
+  logdir = epath.Path(workdir) / TENSORBOARD
+  return logdir.is_dir() and any(logdir.glob('events.out.tfevents.*'))
 
 
 def write_all(workdir: str, records: Iterable[Mapping[str, Any]]
