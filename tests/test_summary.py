@@ -10,6 +10,7 @@ import sys
 from absl.testing import absltest
 
 from jaxgrpo.reporting import console
+from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.reporting import summary as summary_lib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
@@ -114,6 +115,32 @@ class SummaryTest(absltest.TestCase):
     starts = {console.width(key) + len(gap) for key, gap in (
         re.match(r'(.*?\S)( {2,})\S', row).groups() for row in rows)}
     self.assertLen(starts, 1, rows)
+
+  def test_a_long_dataset_name_is_cut_in_its_rows(self):
+    # A name of 200 characters pushed every value past column 200, and the
+    # console line's shares and counts as far.
+    long = 'q' * 100 + '-' + 'z' * 99
+    records = [{(k[:-1] + long if k.endswith('/a') else k): v
+                for k, v in r.items()} for r in _records()]
+    s = summary_lib.summarize(
+        records, steps=10, resumed_from=None, stopped_by=None,
+        warmstart={}, cum_prompts_generated=200, cum_groups_used=80,
+        seconds=31.0, dataset_names=[long, 'b'])
+    short = 'q' * 25 + '...' + 'z' * 12
+    self.assertEqual(console.shorten(long), short)
+    table = summary_lib.format_summary(s)
+    self.assertIn(f'{short}: accuracy, batch share          0.200 -> 0.400, '
+                  '0.250', table)
+    self.assertIn(f'{short}: snoozed / filtered at the end  10 / 0', table)
+    steps_row = table.splitlines()[2]
+    self.assertStartsWith(steps_row, 'steps ')
+    self.assertLess(steps_row.index('10'), 80, table)  # the values' column
+    window = metrics_lib.ConsoleWindow()
+    line = window.line(1, 10, {f'data/batch_share/{long}': 0.25,
+                               'data/batch_share/b': 0.75,
+                               f'data/snoozed/{long}': 12.0})
+    self.assertEqual(line, f'step  1/10  share b=0.75 {short}=0.25  '
+                     f'snoozed {short}=12')
 
   def test_a_last_evaluation_before_the_last_step_is_named(self):
     # eval.every=0 evaluates step 0 only: the table read '0.250 -> 0.250',

@@ -43,6 +43,21 @@ def _columns(c: str) -> int:
   return 2 if unicodedata.east_asian_width(c) in ('W', 'F') else 1
 
 
+# Longest dataset name a console line, the summary or a plot's legend
+# shows (a name may be of any length: one of 200 characters pushed every
+# value of the summary past column 200).
+NAME_CHARS = 40
+
+
+def shorten(text: str, limit: int = NAME_CHARS) -> str:
+  """`text` cut to `limit` characters by '...' in its middle: its start
+  and its end (a subset, 'snoozed') stay readable."""
+  if len(text) <= limit:
+    return text
+  tail = (limit - 3) // 3
+  return text[:limit - 3 - tail] + '...' + text[len(text) - tail:]
+
+
 def pad(text: str, columns: int, *, right: bool = False) -> str:
   """`text` padded with spaces to `columns` terminal columns (`width`), on
   the right, or on the left with `right` (right-aligned)."""

@@ -269,13 +269,15 @@ class ConsoleWindow:
               if k.startswith('data/batch_share/') and k.count('/') == 2}
     if len(shares) > 1:
       parts.append('share ' + ' '.join(
-          f'{name}={v:.2f}' for name, v in sorted(shares.items())))
+          f'{console.shorten(name)}={v:.2f}'
+          for name, v in sorted(shares.items())))
     for kind in ('snoozed', 'filtered'):
       counts = {k.rsplit('/', 1)[1]: v for k, v in latest.items()
                 if k.startswith(f'data/{kind}/')}
       if any(counts.values()):
         parts.append(f'{kind} ' + ' '.join(
-            f'{name}={int(v)}' for name, v in sorted(counts.items())))
+            f'{console.shorten(name)}={int(v)}'
+            for name, v in sorted(counts.items())))
     return '  '.join(parts)
 
 

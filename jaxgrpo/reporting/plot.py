@@ -74,16 +74,8 @@ def drawable(panels: Sequence[Panel]) -> list[Panel]:
 
 # Longest label a legend shows (a dataset may be named at any length: its
 # legend covered the curves and pushed the panels out of the figure).
-LABEL_CHARS = 40
-
-
-def shorten(text: str, limit: int = LABEL_CHARS) -> str:
-  """`text` cut to `limit` characters by '...' in its middle: its start
-  and its end (a subset, 'snoozed') stay readable."""
-  if len(text) <= limit:
-    return text
-  tail = (limit - 3) // 3
-  return text[:limit - 3 - tail] + '...' + text[len(text) - tail:]
+LABEL_CHARS = console.NAME_CHARS
+shorten = console.shorten
 
 
 # Legend entries drawn inside a panel; more go beside it.

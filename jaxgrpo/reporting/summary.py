@@ -5,6 +5,7 @@ import dataclasses
 
 import numpy as np
 
+from jaxgrpo.reporting import console
 from jaxgrpo.reporting import metrics as metrics_lib
 
 
@@ -150,7 +151,8 @@ def format_summary(s: RunSummary) -> str:
         f'sampler {rest / s.step_seconds:.0%}')))
   if len(s.datasets) > 1 or any(
       (v[3] or 0) + (v[4] or 0) for v in s.datasets.values()):
-    for name, (start, end, share, snoozed, filtered) in s.datasets.items():
+    for full, (start, end, share, snoozed, filtered) in s.datasets.items():
+      name = console.shorten(full)
       rows.append((
           f'{name}: accuracy, batch share',
           f'{fmt(start)} -> {fmt(end)}, {fmt(share)}'))
