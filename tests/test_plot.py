@@ -198,6 +198,24 @@ class PlotRunTest(absltest.TestCase):
                   [t.get_text() for t in drawn[1].axes[0].get_legend()
                    .get_texts()])
 
+  def test_a_figure_of_other_records_is_not_left_beside_the_new_ones(self):
+    # A fresh start in a workdir whose earlier run drew every figure (its
+    # metrics.jsonl kept aside), now without evaluation: the earlier run's
+    # accuracy.png and the others stayed beside this run's reward.png.
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir, steps=3, eval_every=2)
+    out = os.path.join(workdir, 'plots')
+    self.assertLen(plot.plot_run(workdir, window=1), len(ALL_FIGURES))
+    open(os.path.join(out, 'mine.png'), 'w').close()  # not a figure: kept
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      for step in (1, 2):
+        f.write(json.dumps({'step': step, 'reward/mean': 0.5}) + '\n')
+    problems = []
+    paths = plot.plot_run(workdir, window=1, log=problems.append)
+    self.assertEqual(paths, [os.path.join(out, 'reward.png')])
+    self.assertEqual(sorted(os.listdir(out)), ['mine.png', 'reward.png'])
+    self.assertEmpty(problems)
+
   def test_two_draws_of_one_figure_at_once(self):
     # A run that ends while jaxgrpo-plot draws its figures: the second
     # rename found the shared temporary file gone (FileNotFoundError).

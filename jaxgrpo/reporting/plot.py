@@ -5,7 +5,7 @@ r"""Figures of a run's `metrics.jsonl` (PNG), and its scalars for TensorBoard.
 (the command line is `jaxgrpo.cli.plot`)
 
 Writes, for the metrics the run recorded (a figure whose metrics are absent
-is skipped):
+is skipped, and a PNG of it already there removed):
 
   reward.png            sampled reward, overall and per dataset (and subset)
   prompts.png           prompts generated per step against the groups used
@@ -144,7 +144,8 @@ def plot_run(workdir: str, out: str | None = None, window: int = 20, *,
 
   Never raises: without matplotlib, without metrics.jsonl, or with too few
   records for a figure, fewer figures (or none) are written; what went
-  wrong goes to `log`.
+  wrong goes to `log`. A figure the records leave empty is removed from
+  `out` when a PNG of it is there (drawn from other records).
 
   Args:
     workdir: the run's workdir, holding metrics.jsonl.
@@ -173,10 +174,14 @@ def plot_run(workdir: str, out: str | None = None, window: int = 20, *,
     # A plot must not fail the run that calls this at its end.
     try:
       panels = drawable(make_panels(records, window))
+      path = os.path.join(out, f'{figure}.png')
       if panels:
-        path = os.path.join(out, f'{figure}.png')
         draw(path, f'{name}: {figure.replace("_", " ")}', panels)
         paths.append(path)
+      elif os.path.isfile(path):
+        # Drawn from other records (the run before a fresh start, another
+        # run's --out): it would pass for this run's figure.
+        os.remove(path)
     except Exception as e:  # pylint: disable=broad-except
       log(f'plot {figure!r} failed: {type(e).__name__}: {e}')
   return paths
