@@ -216,6 +216,37 @@ class PlotRunTest(absltest.TestCase):
     self.assertEqual(sorted(os.listdir(out)), ['mine.png', 'reward.png'])
     self.assertEmpty(problems)
 
+  def test_labels_with_dollar_signs_are_drawn_as_written(self):
+    # matplotlib reads text between two '$' as math: a subset label from
+    # the data ('$\frac$') failed the whole reward figure, and 'cost $5 to
+    # $10' was drawn as 'cost 5 to 10' with '5 to ' in italics.
+    from matplotlib import figure  # pylint: disable=g-import-not-at-top
+    workdir = self.create_tempdir().full_path + '/run$1$'
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      for step in (1, 2):
+        f.write(json.dumps({'step': step, 'reward/mean': 0.5,
+                            'reward/mean/cost $5 to $10': 0.5,
+                            'reward/mean/qa': 0.5,
+                            'reward/mean/qa/$\\frac$': 0.5}) + '\n')
+    drawn = []
+    save = figure.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+      drawn.append(fig)
+      save(fig, *args, **kwargs)
+
+    problems = []
+    with mock.patch.object(figure.Figure, 'savefig', keep):
+      paths = plot.plot_run(workdir, window=1, log=problems.append)
+    self.assertEmpty(problems)
+    self.assertEqual([os.path.basename(p) for p in paths], ['reward.png'])
+    (ax,) = drawn[0].axes
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    self.assertEqual(labels, ['all', r'cost \$5 to \$10', 'qa',
+                              r'qa/\$\frac\$'])
+    self.assertEqual(drawn[0].get_suptitle(), r'run\$1\$: reward')
+
   def test_two_draws_of_one_figure_at_once(self):
     # A run that ends while jaxgrpo-plot draws its figures: the second
     # rename found the shared temporary file gone (FileNotFoundError).

@@ -78,6 +78,13 @@ LABEL_CHARS = console.NAME_CHARS
 shorten = console.shorten
 
 
+def as_text(text: str, limit: int = LABEL_CHARS) -> str:
+  """`text` shortened, as matplotlib shows it verbatim: '$' escaped (a
+  label holding two, e.g. a subset 'cost $5 to $10', was read as math, and
+  one that is no valid math failed its whole figure)."""
+  return shorten(text, limit).replace('$', r'\$')
+
+
 # Legend entries drawn inside a panel; more go beside it.
 LEGEND_INSIDE = 8
 
@@ -105,13 +112,13 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
   axes = fig.subplots(1, len(panels), squeeze=False)[0]
   for ax, panel, outside in zip(axes, panels, beside):
     for line in panel.lines:
-      label = None if line.label is None else shorten(line.label)
+      label = None if line.label is None else as_text(line.label)
       ax.plot(line.x, line.y, label=label, **line.style)
     for label, y in panel.hlines:
       ax.axhline(y, color='gray', ls=':', lw=1.0, label=label)
     if panel.unit_range:
       ax.set_ylim(-0.03, 1.03)
-    ax.set_title(shorten(panel.title, 2 * LABEL_CHARS), fontsize=9)
+    ax.set_title(as_text(panel.title, 2 * LABEL_CHARS), fontsize=9)
     ax.set_xlabel('step', fontsize=8)
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.set_ylabel(panel.ylabel, fontsize=8)
@@ -121,7 +128,7 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
       ax.legend(fontsize=6, loc='upper left', bbox_to_anchor=(1.02, 1.0))
     elif legend_entries(panel):
       ax.legend(fontsize=6)
-  fig.suptitle(shorten(title, 2 * LABEL_CHARS), fontsize=10)
+  fig.suptitle(as_text(title, 2 * LABEL_CHARS), fontsize=10)
   # Its own temporary file: a run ending while jaxgrpo-plot draws the same
   # figure would otherwise write into one file, and rename it away from the
   # other.
