@@ -216,6 +216,30 @@ class PlotRunTest(absltest.TestCase):
     self.assertEqual(sorted(os.listdir(out)), ['mine.png', 'reward.png'])
     self.assertEmpty(problems)
 
+  def test_a_legend_of_49_entries_stays_in_the_figure(self):
+    # Twelve datasets of three subsets each: one column of 49 entries ran
+    # off the figure's bottom and right edges.
+    from matplotlib import figure  # pylint: disable=g-import-not-at-top
+    x = np.arange(3.0)
+    panel = plot_panels.Panel('accuracy', 'y', tuple(
+        plot_panels.Line(f'dataset{i:02d}', x, x) for i in range(49)))
+    drawn = []
+    save = figure.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+      drawn.append(fig)
+      save(fig, *args, **kwargs)
+
+    path = os.path.join(self.create_tempdir().full_path, 'accuracy.png')
+    with mock.patch.object(figure.Figure, 'savefig', keep):
+      plot.draw(path, 'run', [panel])
+    _check_png(self, path)
+    (fig,) = drawn
+    box = fig.axes[0].get_legend().get_window_extent()
+    self.assertLen(fig.axes[0].get_legend().get_texts(), 49)
+    self.assertGreaterEqual(box.y0, 0)
+    self.assertLessEqual(box.x1, fig.bbox.width)
+
   def test_labels_with_dollar_signs_are_drawn_as_written(self):
     # matplotlib reads text between two '$' as math: a subset label from
     # the data ('$\frac$') failed the whole reward figure, and 'cost $5 to

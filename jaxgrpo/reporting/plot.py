@@ -85,8 +85,10 @@ def as_text(text: str, limit: int = LABEL_CHARS) -> str:
   return shorten(text, limit).replace('$', r'\$')
 
 
-# Legend entries drawn inside a panel; more go beside it.
+# Legend entries drawn inside a panel; more go beside it, in columns of at
+# most LEGEND_ROWS (one column of 49 ran off the figure).
 LEGEND_INSIDE = 8
+LEGEND_ROWS = 20
 
 
 def legend_entries(panel: Panel) -> int:
@@ -105,8 +107,11 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
   from matplotlib import figure as figure_lib
   from matplotlib import ticker
   # pylint: enable=g-import-not-at-top
-  # A long legend (many datasets) goes beside its panel, not over it.
-  beside = [legend_entries(panel) > LEGEND_INSIDE for panel in panels]
+  # A long legend (many datasets) goes beside its panel, not over it: its
+  # columns, 0 for a legend inside.
+  beside = [-(-legend_entries(panel) // LEGEND_ROWS)
+            if legend_entries(panel) > LEGEND_INSIDE else 0
+            for panel in panels]
   fig = figure_lib.Figure(figsize=(5.0 * len(panels) + 2.4 * sum(beside),
                                    3.4), dpi=90)
   axes = fig.subplots(1, len(panels), squeeze=False)[0]
@@ -125,7 +130,8 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     if outside:
-      ax.legend(fontsize=6, loc='upper left', bbox_to_anchor=(1.02, 1.0))
+      ax.legend(fontsize=6, loc='upper left', bbox_to_anchor=(1.02, 1.0),
+                ncol=outside)
     elif legend_entries(panel):
       ax.legend(fontsize=6)
   fig.suptitle(as_text(title, 2 * LABEL_CHARS), fontsize=10)
