@@ -240,6 +240,31 @@ class PlotRunTest(absltest.TestCase):
     self.assertGreaterEqual(box.y0, 0)
     self.assertLessEqual(box.x1, fig.bbox.width)
 
+  def test_many_panels_wrap_onto_rows(self):
+    # A curriculum's strata of 12 datasets: 13 batch-share panels side by
+    # side made a figure 65 inches (5,850 pixels) wide.
+    from matplotlib import figure  # pylint: disable=g-import-not-at-top
+    x = np.arange(3.0)
+    def panel(n):
+      return plot_panels.Panel('p', 'y', tuple(
+          plot_panels.Line(f's{i}', x, x) for i in range(n)))
+    drawn = []
+    save = figure.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+      drawn.append(fig)
+      save(fig, *args, **kwargs)
+
+    path = os.path.join(self.create_tempdir().full_path, 'batch_share.png')
+    with mock.patch.object(figure.Figure, 'savefig', keep):
+      plot.draw(path, 'run', [panel(12)] + [panel(3)] * 12)
+    _check_png(self, path)
+    (fig,) = drawn
+    self.assertLen(fig.axes, 13)
+    np.testing.assert_allclose(fig.get_size_inches(), (3 * 5.0 + 2.4, 5 * 3.4))
+    self.assertEqual(plot.layout([panel(1), panel(12)]),
+                     (1, 2, [0, 1], (5.0 + 7.4, 3.4)))  # one row as before
+
   def test_labels_with_dollar_signs_are_drawn_as_written(self):
     # matplotlib reads text between two '$' as math: a subset label from
     # the data ('$\frac$') failed the whole reward figure, and 'cost $5 to

@@ -97,8 +97,29 @@ def legend_entries(panel: Panel) -> int:
       panel.hlines)
 
 
+# Panels in a row of a figure; more wrap onto further rows (13 side by side,
+# a curriculum's strata of 12 datasets, made a figure 65 inches wide).
+PANELS_PER_ROW = 3
+
+
+def layout(panels: Sequence[Panel]
+           ) -> tuple[int, int, list[int], tuple[float, float]]:
+  """The rows and columns of a figure's panels, the columns of each
+  panel's legend beside it (0: inside it), and the figure's size (inches).
+  """
+  # A long legend (many datasets) goes beside its panel, not over it.
+  beside = [-(-legend_entries(panel) // LEGEND_ROWS)
+            if legend_entries(panel) > LEGEND_INSIDE else 0
+            for panel in panels]
+  ncols = min(len(panels), PANELS_PER_ROW)
+  nrows = -(-len(panels) // ncols)
+  width = sum(5.0 + 2.4 * max(beside[c::ncols]) for c in range(ncols))
+  return nrows, ncols, beside, (width, 3.4 * nrows)
+
+
 def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
-  """Writes the panels side by side as a PNG at `path`.
+  """Writes the panels side by side (PANELS_PER_ROW to a row) as a PNG at
+  `path`.
 
   Uses matplotlib's object API, not pyplot: no global backend is switched
   (a notebook's inline plots keep working) and nothing is left open.
@@ -107,14 +128,11 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
   from matplotlib import figure as figure_lib
   from matplotlib import ticker
   # pylint: enable=g-import-not-at-top
-  # A long legend (many datasets) goes beside its panel, not over it: its
-  # columns, 0 for a legend inside.
-  beside = [-(-legend_entries(panel) // LEGEND_ROWS)
-            if legend_entries(panel) > LEGEND_INSIDE else 0
-            for panel in panels]
-  fig = figure_lib.Figure(figsize=(5.0 * len(panels) + 2.4 * sum(beside),
-                                   3.4), dpi=90)
-  axes = fig.subplots(1, len(panels), squeeze=False)[0]
+  nrows, ncols, beside, size = layout(panels)
+  fig = figure_lib.Figure(figsize=size, dpi=90)
+  axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+  for ax in axes[len(panels):]:  # a last row not filled
+    fig.delaxes(ax)
   for ax, panel, outside in zip(axes, panels, beside):
     for line in panel.lines:
       label = None if line.label is None else as_text(line.label)
@@ -146,7 +164,8 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
     # Labels too wide for the figure: drawn as they are, without a warning
     # to the run's stderr.
     warnings.filterwarnings('ignore', 'Tight layout not applied')
-    fig.tight_layout()
+    # Over several rows, room is kept for the figure's title.
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / size[1]) if nrows > 1 else None)
     fig.savefig(tmp, format='png')
   os.replace(tmp, path)
 
