@@ -542,10 +542,13 @@ class MixtureSampler:
       else:
         report[name] = {'kept': 0, 'new': table.size, 'removed': 0}
     self._held = []
-    for name, held in state.get('held', {}).items():
-      if name not in self.names:  # a dataset left out on a resume (remap)
-        continue
-      d = self.names.index(name)
+    # In this run's dataset order, as `hold` keeps them: a checkpoint gives
+    # its dicts back with their keys sorted, and a retry admits the held
+    # examples in this order. A dataset left out on a resume (remap) is
+    # not held.
+    saved = state.get('held', {})
+    for d, name in enumerate(self.names):
+      held = saved.get(name, ())
       for i in np.asarray(held, np.int64).reshape(-1).tolist():
         if name in remap:  # matched by id hash; one removed is not held
           saved_ids, ids = remap[name]

@@ -5,6 +5,7 @@ from absl.testing import parameterized
 import jax
 import numpy as np
 
+from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
 from jaxgrpo.configs import common
 from jaxgrpo.configs import demo
@@ -244,6 +245,41 @@ class MixtureTest(parameterized.TestCase):
     ro3, _, g3 = scripted.make_rollout(datasets, **kw)
     _run(ro3, 7)
     self.assertEqual(g1.prompts_seen, g3.prompts_seen)
+
+
+class HeldRestoreTest(absltest.TestCase):
+
+  def test_held_examples_restore_in_the_order_of_the_datasets(self):
+    # rollout.in_flight='retry' admits the held examples first, in this
+    # order. A checkpoint gives the held indices back keyed by dataset name
+    # in sorted order ('alpha' before 'zeta'); the resumed run admitted
+    # them in that order, and its steps differed from the run's that never
+    # stopped.
+    policy = snooze.PolicyConfig(policy='none', group_size=2)
+
+    def sampler():
+      return mixture.MixtureSampler(
+          [(mixture.DatasetSpec(name=n, weight=1.0, policy=policy),
+            scripted.make_examples(n, 20)) for n in ('zeta', 'alpha')],
+          balance='pre_filter', batch_size=4, seed=0)
+
+    before = sampler()
+    before.start_step(1)
+    drawn = before.next_prompts(8)
+    self.assertEqual({ex.dataset for ex in drawn}, {'zeta', 'alpha'})
+    before.hold(drawn)
+    held = before.held()
+    self.assertEqual(held[0].dataset, 'zeta')
+    ckpt = checkpoint_lib.Checkpointer(self.create_tempdir().full_path,
+                                       every=1, max_to_keep=1)
+    ckpt.save(1, {'x': np.zeros(1)}, {'source': before.get_state()}, {})
+    ckpt.wait()
+    saved = ckpt.restore_data(1)['source']
+    ckpt.close()
+    self.assertEqual(list(saved['held']), ['alpha', 'zeta'])
+    after = sampler()
+    after.set_state(saved)
+    self.assertEqual(after.held(), held)
 
 
 if __name__ == '__main__':
