@@ -97,11 +97,8 @@ def run(
       or in its warm start, before it had anything new to save (in the
       GRPO steps a signal saves a checkpoint and returns instead).
   """
-  cfg = (
-      config
-      if isinstance(config, config_lib.Config)
-      else config_lib.from_config_dict(config)
-  )
+  cfg = (config if isinstance(config, config_lib.Config)
+         else config_lib.from_config_dict(config))
   # Closes what the run starts (verifier worker processes) however it ends.
   with contextlib.ExitStack() as resources:
     console = console_lib.Console(log, progress=progress, quiet=quiet)
@@ -259,7 +256,8 @@ class _Loop:
     self.writer, self.state, self.meta = writer, state, meta
     self.window = metrics_lib.ConsoleWindow()
     self.waiting = False  # whether the last step held a short batch
-    self.nonfinite_run = 0  # steps in a row with NaN/inf loss or gradients
+    # NaN/inf steps in a row, a checkpoint note: a resume goes on counting.
+    self.nonfinite_run = int(meta.get('nonfinite_run', 0))
     self.start_step = self.loop_start = self.last_save = 0
     self.saved_step = -1  # the step of the last save started
     self.told_return = False  # whether on_step's return value was noticed
@@ -335,6 +333,10 @@ class _Loop:
           self.state, batch, jax.random.fold_in(step_rng, 1))
       metrics.update(
           {k: float(v) for k, v in jax.device_get(train_metrics).items()})
+      # A step without an update neither adds to the row nor ends it.
+      self.nonfinite_run = (self.nonfinite_run + 1
+                            if metrics.get('train/nonfinite') else 0)
+      self.meta['nonfinite_run'] = self.nonfinite_run  # saved with the step
     else:
       metrics['train/skipped'] = 1.0
       console_lib.explain_no_update(step, metrics, cfg.rollout, self.console,
@@ -389,13 +391,10 @@ class _Loop:
       self.last_save = time.monotonic()
 
   def check_finite(self, step: int, metrics: dict[str, float]) -> None:
-    """Stops the run after rl.max_nonfinite_steps NaN/inf steps in a row
-    (a step without an update neither adds to the streak nor ends it)."""
-    if metrics.get('train/skipped'):
-      return
-    self.nonfinite_run = (self.nonfinite_run + 1
-                          if metrics.get('train/nonfinite') else 0)
-    if self.nonfinite_run >= self.cfg.rl.max_nonfinite_steps:
+    """Stops the run at a NaN/inf step that makes rl.max_nonfinite_steps
+    in a row (counted by `step`)."""
+    if (metrics.get('train/nonfinite')
+        and self.nonfinite_run >= self.cfg.rl.max_nonfinite_steps):
       self.parts.ckpt.close()
       self.writer.close()
       raise errors.TrainingError(
