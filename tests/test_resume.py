@@ -315,21 +315,21 @@ class NonFiniteTest(absltest.TestCase):
     self.assertTrue(np.isfinite(final.get('train/loss', 0.0)))
 
   def test_a_resume_goes_on_counting_the_streak(self):
-    # Killed after 2 NaN steps of 3 allowed in a row, resumed: the run that
-    # never stopped stops at step 3, and so does the resumed one (it began
+    # Stopped after 1 NaN step of 2 allowed in a row, resumed: the run that
+    # never stopped stops at step 2, and so does the resumed one (it began
     # counting again from 0 and trained on).
-    c = _config(total_steps=2, **{'rl.max_nonfinite_steps': 3,
+    c = _config(total_steps=1, **{'rl.max_nonfinite_steps': 2,
                                   'rollout.short_batch': 'train',
-                                  'checkpoint.every': 1, 'eval.every': 0})
+                                  'eval.every': 0})
     workdir = self.create_tempdir().full_path
     with mock.patch.object(rollout_lib, 'assemble', _poisoned_assemble):
       train.run(c, workdir, log=lambda _: None)
-      c.total_steps = 4
+      c.total_steps = 3
       with self.assertRaisesRegex(errors.TrainingError,
-                                  'step 3: NaN/inf .* in 3 steps in a row'):
+                                  'step 2: NaN/inf .* in 2 steps in a row'):
         train.run(c, workdir, log=lambda _: None)
     self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)
-                      if r.get('train/nonfinite')], [1, 2, 3])
+                      if r.get('train/nonfinite')], [1, 2])
 
   def test_steps_without_an_update_do_not_break_the_streak(self):
     # One round of 4 prompts a step for a batch of 8: steps without an
