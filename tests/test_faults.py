@@ -8,6 +8,7 @@ workdir is copied for each case that needs checkpoints.
 import contextlib
 import functools
 import glob
+import hashlib
 import importlib.util
 import io
 import os
@@ -488,6 +489,38 @@ class TrainedWorkdirTest(FaultTestCase):
         'config.json', 'model.safetensors', 'tokenizer.json',
         'tokenizer_config.json', 'notes.txt', 'config.json.d'])
 
+  def test_an_export_that_cannot_be_written_leaves_the_earlier_one(self):
+    # The disk fills midway (here: a file size limit, so that the weights'
+    # write fails): the earlier export's files were removed first and the
+    # new ones left half-written (a complete-looking config.json beside an
+    # empty tokenizer.json, or cut-short weights), with a traceback.
+    workdir, out = self.copy(), self.create_tempdir().full_path
+    export.export_run(workdir, out, step=3)
+    before = {name: hashlib.sha256(open(os.path.join(out, name), 'rb').read(
+    )).hexdigest() for name in os.listdir(out)}
+    limited = ('import resource, signal, sys\n'
+               'signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n'
+               'resource.setrlimit(resource.RLIMIT_FSIZE, (100000, 100000))\n'
+               'from jaxgrpo.cli import export\n'
+               'sys.exit(export.main(sys.argv[1:]))\n')
+    proc = subprocess.run(
+        [sys.executable, '-c', limited, f'--workdir={workdir}',
+         f'--out={out}'], cwd=REPO, capture_output=True, text=True,
+        env={**os.environ, 'PYTHONPATH': REPO}, timeout=300)
+    self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+    self.assertLen(proc.stderr.splitlines(), 1, proc.stderr[-3000:])
+    self.assertStartsWith(proc.stderr, f'jaxgrpo-export: error: --out={out}: '
+                          'the export could not be written there (')
+    self.assertIn('; nothing of it was left there, and an earlier export '
+                  'there is kept', proc.stderr)
+    self.assertEqual({name: hashlib.sha256(open(os.path.join(
+        out, name), 'rb').read()).hexdigest() for name in os.listdir(out)},
+                     before)
+    # A folder that a killed export left is removed by the next one.
+    os.mkdir(os.path.join(out, '.jaxgrpo-export-killed'))
+    export.export_run(workdir, out)
+    self.assertCountEqual(os.listdir(out), before)
+
   def test_export_only_reads_the_workdir_and_names_its_mistakes(self):
     workdir = self.copy()
     # A save in progress by a run still training there: export leaves it.
@@ -537,7 +570,8 @@ class TrainedWorkdirTest(FaultTestCase):
     with self.assertRaisesRegex(export.common.UsageError,
                                 "the run's model.path, the model the run "
                                 'started from'):
-      export._out_dir(source + '/.', source, self.create_tempdir().full_path)  # pylint: disable=protected-access
+      export.export_out.out_dir(source + '/.', source,
+                               self.create_tempdir().full_path)
 
   def test_no_checkpoint_restores_names_the_folders(self):
     workdir = self.copy()

@@ -13,7 +13,9 @@ built-in preset its `char` or `byte` tokenizer with the same ids (and a
 chat template that leaves prompts as they are, as the run saw them). The
 result loads with `model.path=DIR` here and with transformers'
 `from_pretrained`. The files of an earlier export to DIR are replaced
-(other files stay), so none of another model's is read with this one.
+(other files stay), so none of another model's is read with this one; the
+export is written in a folder inside DIR first, so one that fails midway
+(disk full) leaves DIR as it was.
 
 A LoRA run (model.lora.rank > 0) exports its base model, rebuilt from the
 run's model, with the adapter merged into the weights; with `--peft` it
@@ -36,6 +38,7 @@ from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
 from jaxgrpo import model_spec
 from jaxgrpo.cli import common
+from jaxgrpo.cli import export_out
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import decoder
 from jaxgrpo.model import hf
@@ -46,12 +49,6 @@ from jaxgrpo.model import pretrained
 from jaxgrpo.model.config import ModelConfig
 
 PROG = 'jaxgrpo-export'
-_TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json',
-                    'special_tokens_map.json', 'generation_config.json',
-                    'chat_template.jinja')
-# What an export writes besides the weights, in one layout or the other.
-_EXPORT_FILES = ('config.json', 'adapter_config.json',
-                 'adapter_model.safetensors', *_TOKENIZER_FILES)
 
 
 def export_run(workdir: str, out: str, *, step: int | None = None,
@@ -112,14 +109,15 @@ def _export(workdir: str, directory: str, step: int, out: str, *, peft: bool,
   if source and not os.path.exists(source):
     raise errors.UserError(f"--workdir {workdir}: the run's model.path "
                            f'{source} is missing (its tokenizer is needed)')
-  out = _out_dir(out, source, workdir)
+  out = export_out.out_dir(out, source, workdir)
   cfg = ModelConfig(**meta['model'])
   if model_spec.lora_section(meta) is not None:
     with _reading(workdir, directory, step):
       base, section, _, adapter = model_spec.load_adapter(workdir, step)
     if peft:
-      _clear(out)
-      return _write_peft(out, adapter, section, meta)
+      with export_out.staged(out) as stage:
+        _write_peft(stage, adapter, section, meta)
+      return out
     params = _merged(base.params, adapter, section.alpha, dtype, log)
   elif peft:
     raise errors.UserError(f'--peft: the run in {workdir} trained every '
@@ -136,16 +134,16 @@ def _export(workdir: str, directory: str, step: int, out: str, *, peft: bool,
   context = pretrained.context_length(source) if source else None
   if context is not None:  # else transformers' default for the family
     extra['max_position_embeddings'] = context
-  _clear(out)
-  out_dir = hf.export(cfg, params, out, hf_config_extra=extra)
-  if source and os.path.isdir(source):
-    for name in _TOKENIZER_FILES:
-      if os.path.exists(os.path.join(source, name)):
-        shutil.copy(os.path.join(source, name), os.path.join(out_dir, name))
-    _keep_template(tokenizer, str(out_dir))
-  else:
-    _write_tokenizer(tokenizer, str(out_dir))
-  return str(out_dir)
+  with export_out.staged(out) as stage:
+    hf.export(cfg, params, stage, hf_config_extra=extra)
+    if source and os.path.isdir(source):
+      for name in export_out.TOKENIZER_FILES:
+        if os.path.exists(os.path.join(source, name)):
+          shutil.copy(os.path.join(source, name), os.path.join(stage, name))
+      _keep_template(tokenizer, stage)
+    else:
+      _write_tokenizer(tokenizer, stage)
+  return out
 
 
 def _checkpoint(workdir: str, step: int | None) -> tuple[str, int]:
@@ -183,44 +181,6 @@ def _reading(workdir: str, directory: str, step: int) -> Iterator[None]:
     raise errors.UserError(
         f'{where} is damaged ({checkpoint_lib.describe_damage(e)}); export '
         'an earlier one with --step') from None
-
-
-def _out_dir(out: str, source: str | None, workdir: str) -> str:
-  """`out` as an absolute folder, made if missing, after checking that
-  writing there loses nothing of the run's."""
-  path = os.path.abspath(os.path.expanduser(out))
-  real = os.path.realpath(path)
-  if source and os.path.isdir(source) and real == os.path.realpath(source):
-    raise common.UsageError(
-        f"--out={out}: it is the run's model.path, the model the run started "
-        'from; exporting there would overwrite it: choose another folder')
-  checkpoints = os.path.realpath(os.path.join(workdir, model_spec.CHECKPOINTS))
-  if real == checkpoints or real.startswith(checkpoints + os.sep):
-    raise common.UsageError(f'--out={out}: it is inside the run\'s '
-                            'checkpoints; choose another folder')
-  if os.path.exists(path) and not os.path.isdir(path):
-    raise common.UsageError(f'--out={out}: {path} is a file; name a folder '
-                            '(it is created if missing)')
-  try:
-    os.makedirs(path, exist_ok=True)
-  except OSError as e:
-    raise common.UsageError(
-        f'--out={out}: cannot write there ({e.strerror})') from None
-  if not os.access(path, os.W_OK | os.X_OK):
-    raise common.UsageError(f'--out={out}: cannot write there (Permission '
-                            'denied)')
-  return path
-
-
-def _clear(out: str) -> None:
-  """Removes the files of an earlier export from `out`, so that none of
-  another model's (a chat template, generation settings, an adapter or
-  merged weights) is read with this one's; other files stay."""
-  for name in os.listdir(out):
-    path = os.path.join(out, name)
-    if os.path.isfile(path) and (name in _EXPORT_FILES
-                                 or hf.WEIGHT_FILES.fullmatch(name)):
-      os.remove(path)
 
 
 def _write_peft(out: str, adapter, section: lora.LoraSection,
