@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from unittest import mock
 
@@ -209,6 +210,11 @@ class _LoraRun:
                      ('LORA', 8, 16.0))
     self.assertEqual(config['base_model_name_or_path'], self.base_model)
     self.assertLen(config['target_modules'], 7)
+    # Readable as the config beside it is (safetensors wrote it owner-only,
+    # 0600: a server or colleague under another account could not load it).
+    mode = lambda name: stat.S_IMODE(os.stat(os.path.join(out, name)).st_mode)
+    self.assertEqual(mode('adapter_model.safetensors'),
+                     mode('adapter_config.json'))
     from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
     tensors = st.load_file(os.path.join(out, 'adapter_model.safetensors'))
     self.assertLen(tensors, self.layers * 7 * 2)

@@ -196,9 +196,13 @@ def _write_peft(out: str, adapter, section: lora.LoraSection,
                             layers=layers)
   with open(os.path.join(out, 'adapter_config.json'), 'w') as f:
     json.dump(config, f, indent=2)
-  safetensors_numpy.save_file(lora.peft_tensors(adapter, layers),
-                              os.path.join(out, 'adapter_model.safetensors'),
+  path = os.path.join(out, 'adapter_model.safetensors')
+  safetensors_numpy.save_file(lora.peft_tensors(adapter, layers), path,
                               metadata={'format': 'pt'})
+  # safetensors creates its files owner-only; give it the usual mode.
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(path, 0o666 & ~umask)
   return out
 
 
