@@ -351,13 +351,21 @@ class TrainedWorkdirTest(FaultTestCase):
     workdir = self.copy()
     remove_array_files(self.ckpt(workdir, 4))
     remove_item('meta')(self.ckpt(workdir, 3))
+    remove_item('meta')(self.ckpt(workdir, 0))
     out = self.create_tempdir().full_path
     for module, args, code, needle in (
+        # The steps it could export instead are named (it said `export an
+        # earlier one with --step`, which left the user to guess them).
         ('export', ['--workdir', workdir, '--out', out], 1,
          'the checkpoint of step 4 is damaged (an array file cannot be read '
-         '(truncated or missing)); export an earlier one with --step'),
+         '(truncated or missing)); export an earlier one with --step (steps '
+         'there: 0, 1, 2, 3)'),
         ('export', ['--workdir', workdir, '--out', out, '--step=3'], 1,
-         "the checkpoint of step 3 is damaged (its 'meta' item is missing)"),
+         "the checkpoint of step 3 is damaged (its 'meta' item is missing); "
+         'export an earlier one with --step (steps there: 0, 1, 2)'),
+        ('export', ['--workdir', workdir, '--out', out, '--step=0'], 1,
+         "the checkpoint of step 0 is damaged (its 'meta' item is missing); "
+         'no earlier checkpoint is there to export'),
         ('evaluate', ['--config', 'configs/demo.py:runlocal', '--checkpoint',
                       workdir, '--limit=2', '--quiet'], 1,
          '(step 4 in ' + os.path.join(workdir, 'checkpoints') + '): cannot '

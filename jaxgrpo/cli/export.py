@@ -178,9 +178,12 @@ def _reading(workdir: str, directory: str, step: int) -> Iterator[None]:
           directory, step)) from None
     if isinstance(e, errors.UserError):  # named already (a LoRA base)
       raise
+    earlier = [s for s in checkpoint_lib.saved_steps(directory) if s < step]
     raise errors.UserError(
-        f'{where} is damaged ({checkpoint_lib.describe_damage(e)}); export '
-        'an earlier one with --step') from None
+        f'{where} is damaged ({checkpoint_lib.describe_damage(e)}); ' + (
+            'export an earlier one with --step (steps there: '
+            f'{", ".join(map(str, earlier))})' if earlier else
+            'no earlier checkpoint is there to export')) from None
 
 
 def _write_peft(out: str, adapter, section: lora.LoraSection,
