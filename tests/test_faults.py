@@ -567,6 +567,22 @@ class TrainedWorkdirTest(FaultTestCase):
     code, line = run(f'--workdir={a_file}', '--out=x')
     self.assertEqual(code, 2)
     self.assertIn('is a file, not a run workdir', line)
+    # The run's checkpoints folder, or one step's folder in it: the run and
+    # step to pass are named (it read `no checkpoint in
+    # W/checkpoints/checkpoints`).
+    checkpoints = os.path.join(workdir, 'checkpoints')
+    self.assertEqual(run(f'--workdir={checkpoints}', '--out=x'), (
+        2, f'jaxgrpo-export: error: --workdir {checkpoints}: no checkpoint in '
+        f'{checkpoints}/checkpoints: it is the checkpoints folder of the run '
+        f'in {workdir}; pass --workdir={workdir}'))
+    self.assertEqual(run(f'--workdir={checkpoints}/3', '--out=x'), (
+        2, f'jaxgrpo-export: error: --workdir {checkpoints}/3: no checkpoint '
+        f'in {checkpoints}/3/checkpoints: it is the checkpoint of step 3 of '
+        f'the run in {workdir}; pass --workdir={workdir} --step=3'))
+    empty = self.create_tempdir().full_path
+    self.assertEqual(run(f'--workdir={empty}', '--out=x'), (
+        2, f'jaxgrpo-export: error: --workdir {empty}: no checkpoint in '
+        f'{empty}/checkpoints'))
     out = os.path.join(self.create_tempdir().full_path, 'hf')
     self.assertEqual(export.main([f'--workdir={workdir}', f'--out={out}',
                                   '--step=3']), 0)

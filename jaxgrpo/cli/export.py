@@ -157,12 +157,26 @@ def _checkpoint(workdir: str, step: int | None) -> tuple[str, int]:
   steps = checkpoint_lib.saved_steps(directory)
   if not steps:
     raise common.UsageError(f'--workdir {workdir}: no checkpoint in '
-                            f'{directory}')
+                            f'{directory}' + _inside_a_run(workdir))
   if step is not None and step not in steps:
     raise common.UsageError(
         f'--step={step}: no checkpoint of step {step} in {directory} (steps '
         f'there: {", ".join(map(str, steps))})')
   return directory, steps[-1] if step is None else step
+
+
+def _inside_a_run(folder: str) -> str:
+  """What to pass instead of `folder` when it is a run's checkpoints
+  folder or one checkpoint's folder in it ('' otherwise)."""
+  parent, name = os.path.split(folder)
+  if checkpoint_lib.saved_steps(folder):
+    return (f': it is the checkpoints folder of the run in {parent}; pass '
+            f'--workdir={parent}')
+  if name.isdigit() and int(name) in checkpoint_lib.saved_steps(parent):
+    run = os.path.dirname(parent)
+    return (f': it is the checkpoint of step {int(name)} of the run in {run}; '
+            f'pass --workdir={run} --step={int(name)}')
+  return ''
 
 
 @contextlib.contextmanager
