@@ -352,7 +352,9 @@ class TrainedWorkdirTest(FaultTestCase):
     remove_array_files(self.ckpt(workdir, 4))
     remove_item('meta')(self.ckpt(workdir, 3))
     remove_item('meta')(self.ckpt(workdir, 0))
-    out = self.create_tempdir().full_path
+    # Made by the export (step 4's is damaged past its meta): not left
+    # behind, empty.
+    out = os.path.join(self.create_tempdir().full_path, 'new', 'hf')
     for module, args, code, needle in (
         # The steps it could export instead are named (it said `export an
         # earlier one with --step`, which left the user to guess them).
@@ -379,6 +381,7 @@ class TrainedWorkdirTest(FaultTestCase):
         self.assertEqual(proc.returncode, code, proc.stderr[-3000:])
         self.assertLen(proc.stderr.splitlines(), 1, proc.stderr[-3000:])
         self.assertIn(needle, proc.stderr)
+        self.assertFalse(os.path.exists(os.path.dirname(out)))
 
   def test_readers_name_a_checkpoint_removed_while_read(self):
     # A run training in the workdir removes all but its latest

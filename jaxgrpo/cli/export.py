@@ -109,7 +109,16 @@ def _export(workdir: str, directory: str, step: int, out: str, *, peft: bool,
   if source and not os.path.exists(source):
     raise errors.UserError(f"--workdir {workdir}: the run's model.path "
                            f'{source} is missing (its tokenizer is needed)')
-  out = export_out.out_dir(out, source, workdir)
+  with export_out.made(out, source, workdir) as out:
+    return _write(workdir, directory, step, out, meta, source, peft=peft,
+                  dtype=dtype, log=log)
+
+
+def _write(workdir: str, directory: str, step: int, out: str, meta: dict,
+           source: str | None, *, peft: bool, dtype: str | None,
+           log: Callable[[str], None]) -> str:
+  """`_export` into the folder `out`, once checked: the params read, then
+  the files written."""
   cfg = ModelConfig(**meta['model'])
   if model_spec.lora_section(meta) is not None:
     with _reading(workdir, directory, step):

@@ -58,6 +58,26 @@ def out_dir(out: str, source: str | None, workdir: str) -> str:
 
 
 @contextlib.contextmanager
+def made(out: str, source: str | None, workdir: str) -> Iterator[str]:
+  """`out_dir(out, source, workdir)`; the folders it made are removed
+  again, if still empty, when the export then fails (a damaged checkpoint):
+  a refused export leaves no empty `--out` behind."""
+  path, new = os.path.abspath(os.path.expanduser(out)), []
+  while not os.path.lexists(path):
+    new.append(path)  # deepest first
+    path = os.path.dirname(path)
+  try:
+    yield out_dir(out, source, workdir)
+  except BaseException:
+    for folder in new:
+      try:
+        os.rmdir(folder)
+      except OSError:  # not empty, or never made
+        break
+    raise
+
+
+@contextlib.contextmanager
 def staged(out: str) -> Iterator[str]:
   """A new folder in `out` to write the export into. Once it is written,
   its files replace an earlier export's in `out` (renamed in, the config
