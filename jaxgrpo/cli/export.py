@@ -78,8 +78,9 @@ def export_run(workdir: str, out: str, *, step: int | None = None,
       cannot be written or is the run's own model.path (checked before
       anything is written), or `dtype` is given with `peft`.
     errors.UserError: a damaged checkpoint, `peft` for a run without an
-      adapter, a run whose model.path is gone, or a model without a Hugging
-      Face equivalent (a built-in preset exports too: a llama config).
+      adapter, a run whose model.path is gone, a model without a Hugging
+      Face equivalent (a built-in preset exports too: a llama config), or
+      files that could not be written (disk full: `out` is left as it was).
   """
   if peft and dtype is not None:
     raise common.UsageError('--dtype: a --peft export writes the adapter as '
