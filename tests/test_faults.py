@@ -592,6 +592,21 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertTrue(os.path.exists(os.path.join(out, 'config.json')))
     self.assertEqual(listing(workdir), before)
 
+  def test_export_names_a_read_only_file_system(self):
+    # It said `cannot write there (Permission denied)` of a folder on a
+    # read-only mount (a dataset volume, a snapshot), sending the user to
+    # its permissions.
+    folder = self.create_tempdir().full_path
+    if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro,size=64k', 'tmpfs',
+                       folder], capture_output=True).returncode:
+      self.skipTest('mounting a read-only tmpfs needs root')
+    self.addCleanup(subprocess.run, ['umount', folder], check=True)
+    with self.assertRaisesRegex(
+        export.common.UsageError,
+        re.escape(f'--out={folder}: cannot write there (Read-only file '
+                  'system)')):
+      export.export_out.out_dir(folder, None, self.create_tempdir().full_path)
+
   def test_export_refuses_to_overwrite_the_runs_model(self):
     source = self.create_tempdir().full_path
     with self.assertRaisesRegex(export.common.UsageError,

@@ -51,9 +51,12 @@ def out_dir(out: str, source: str | None, workdir: str) -> str:
   except OSError as e:
     raise common.UsageError(
         f'--out={out}: cannot write there ({e.strerror})') from None
-  if not os.access(path, os.W_OK | os.X_OK):
-    raise common.UsageError(f'--out={out}: cannot write there (Permission '
-                            'denied)')
+  try:  # the reason itself: a read-only file system, permissions, quota
+    with tempfile.TemporaryFile(dir=path):
+      pass
+  except OSError as e:
+    raise common.UsageError(
+        f'--out={out}: cannot write there ({e.strerror})') from None
   return path
 
 
