@@ -322,7 +322,7 @@ class NonFiniteTest(absltest.TestCase):
                                   'rollout.short_batch': 'train',
                                   'eval.every': 0})
     workdir = self.create_tempdir().full_path
-    with mock.patch.object(rollout_lib, 'assemble', _poisoned_assemble):
+    with mock.patch.object(batch_lib, 'assemble', _poisoned_assemble):
       train.run(c, workdir, log=lambda _: None)
       c.total_steps = 3
       with self.assertRaisesRegex(errors.TrainingError,
