@@ -4,6 +4,7 @@ import dataclasses
 import os
 import re
 import signal
+import sys
 import time
 
 from jaxgrpo.verifiers import base
@@ -96,3 +97,62 @@ def informative_demo_config():
   c.verify.imports = ('tests.flaky_verifiers',)
   c.verify.workers = 0
   return c
+
+
+# What `AlarmAfterReturn` did on its latest call in this process: the
+# opcode it fired the timer at (None: the call was scored before it).
+alarm_fired_at: list[int | None] = [None]
+
+
+@dataclasses.dataclass(frozen=True)
+class AlarmAfterReturn:
+  """Returns 1.0 and has the per-call timer fire right after: the completion
+  'N' raises SIGALRM at the N-th bytecode that runs once this call has
+  returned, until the scoring code (jaxgrpo/verifiers/base.py) hands the
+  outcome back. It fires only while the scorer's handler is installed, as a
+  real timer does (an armed timer's signal goes to that handler).
+
+  Opcode tracing reaches every instruction of the window between the
+  verifier returning and the timer being disarmed, where a real signal lands
+  only at the interpreter's next check, so running N = 1, 2, ... is a
+  deterministic stand-in for a timer that expires just as the call returns.
+  """
+
+  def __call__(self, completion, example):
+    del example
+    target = int(completion)
+    scoring = sys._getframe(1)  # pylint: disable=protected-access
+    frames = []
+    while scoring.f_code.co_filename == base.__file__:
+      frames.append(scoring)
+      scoring = scoring.f_back
+    stop = scoring  # the scorer's caller: the outcome has been handed back
+    count = [0]
+    alarm_fired_at[0] = None
+
+    def done():
+      sys.settrace(None)
+      for f in frames:
+        f.f_trace = None
+
+    def local(frame, event, arg):
+      del arg
+      if frame is stop:
+        done()
+        return None
+      frame.f_trace_opcodes = True
+      if event != 'opcode':
+        return local
+      count[0] += 1
+      if count[0] == target and (
+          signal.getsignal(signal.SIGALRM) is base._on_alarm):  # pylint: disable=protected-access
+        done()
+        alarm_fired_at[0] = target
+        signal.raise_signal(signal.SIGALRM)  # runs the handler here
+      return local
+
+    stop.f_trace = local
+    for f in frames:
+      f.f_trace, f.f_trace_opcodes = local, True
+    sys.settrace(local)
+    return 1.0

@@ -291,11 +291,19 @@ class Outcome(NamedTuple):
 # Whether the current call's timer has fired: a verifier that catches
 # everything (a bare `except:`) may swallow VerifierTimeout and return.
 _alarm_fired = False
+# Whether a call is running under the timer. The handler raises only then,
+# and at most once per call: a timer that expires as the call returns, or
+# whose signal is handled after it returned, is ignored instead of raising
+# where nothing catches it (`_timed_call`).
+_armed = False
 
 
 def _on_alarm(signum, frame):
-  global _alarm_fired
+  global _alarm_fired, _armed
   del signum, frame
+  if not _armed:
+    return
+  _armed = False
   _alarm_fired = True
   raise VerifierTimeout()
 
@@ -359,35 +367,60 @@ def score_one(
   'range'. A call whose timer fired is a 'timeout' whatever it returns or
   raises (a bare `except:` in the verifier may have caught the timer).
   """
-  global _alarm_fired
   use_alarm = (timeout_s is not None and timeout_s > 0
                and threading.current_thread() is threading.main_thread())
   if use_alarm:
-    if not _alarm_kept:
-      previous = signal.signal(signal.SIGALRM, _on_alarm)
-    _alarm_fired = False
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
-  try:
-    value = verify(text, example)
-  except VerifierTimeout:
-    return Outcome(0.0, 'timeout', f'took longer than {timeout_s} s')
-  except _caught as e:
-    if use_alarm and _alarm_fired:
-      return _swallowed(timeout_s)
-    return Outcome(0.0, 'error', _short.repr(e))
-  finally:
-    if use_alarm:
-      signal.setitimer(signal.ITIMER_REAL, 0)
-      if not _alarm_kept:
-        signal.signal(signal.SIGALRM, previous)
+    value, error = _timed_call(verify, text, example, timeout_s)
+  else:
+    try:
+      value, error = verify(text, example), None
+    except _caught as e:
+      value, error = None, e
+  if error is not None and not isinstance(error, _caught + (VerifierTimeout,)):
+    raise error  # a real Ctrl-C of the trainer (verify.workers=0)
   if use_alarm and _alarm_fired:
+    if isinstance(error, VerifierTimeout):
+      return Outcome(0.0, 'timeout', f'took longer than {timeout_s} s')
     return _swallowed(timeout_s)
+  if error is not None:
+    return Outcome(0.0, 'error', _short.repr(error))
   details = value.details if isinstance(value, Verdict) else {}
   try:
     return Outcome(as_reward(value), 'ok', '', details)
   except _caught as e:
     return Outcome(0.0, 'range', f'returned {_short.repr(value)} '
                    f'({type(e).__name__}: {e})')
+
+
+def _timed_call(
+    verify: VerifyFn, text: str, example: Example, timeout_s: float,
+) -> tuple[Any, BaseException | None]:
+  """Calls `verify` under a SIGALRM timer: (its result, None) or (None, what
+  it raised), with `_alarm_fired` telling whether the timer fired.
+
+  The timer may expire at any instruction, also just as the call returns
+  and before it is disarmed. It is armed inside the `try` and `_armed` is
+  cleared in the inner `finally`: until then the handler's VerifierTimeout
+  lands in the outer `except`, and after it the handler ignores the signal.
+  So a timeout never escapes, which in a worker would cost a worker restart
+  and with verify.workers=0 end the training run.
+  """
+  global _alarm_fired, _armed
+  previous = None if _alarm_kept else signal.signal(signal.SIGALRM, _on_alarm)
+  _alarm_fired = False
+  try:
+    try:
+      _armed = True
+      signal.setitimer(signal.ITIMER_REAL, timeout_s)
+      return verify(text, example), None
+    finally:
+      _armed = False
+  except BaseException as e:  # pylint: disable=broad-except  # sorted by score_one
+    return None, e
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    if previous is not None:
+      signal.signal(signal.SIGALRM, previous)
 
 
 def _swallowed(timeout_s: float) -> Outcome:

@@ -116,6 +116,35 @@ class ScorerTest(parameterized.TestCase):
     self.assertEqual(outcomes[1].kind, 'timeout')
     self.assertIn('caught the timer', outcomes[1].message)
 
+  @parameterized.parameters(0, 1)
+  def test_a_timer_that_fires_as_the_call_returns_never_escapes(self, workers):
+    # The timer fires at the n-th bytecode after the verifier returned, for
+    # every n up to past the outcome's return: between the return and the
+    # disarm it used to escape the call (the run ended, or the worker died).
+    n = 150
+    texts = [str(i) for i in range(1, n + 1)]
+    with pool.Scorer({'d': flaky_verifiers.AlarmAfterReturn()},
+                     workers=workers, timeout_s=60.0) as scorer:
+      if workers:
+        rewards, stats, outcomes = scorer.score(
+            texts, _examples(n), with_details=True)
+      else:
+        outcomes, fired = [], []
+        for text in texts:
+          outcomes += scorer.score([text], _examples(1), with_details=True)[2]
+          fired.append(flaky_verifiers.alarm_fired_at[0] is not None)
+        self.assertTrue(fired[0])
+        self.assertFalse(fired[-1])  # n reaches past the scoring code
+        # Alarms after the call was over were ignored: scored as returned.
+        self.assertIn('ok', [o.kind for o, f in zip(outcomes, fired) if f])
+      self.assertEqual(scorer.restarts, 0)
+    kinds = [o.kind for o in outcomes]
+    self.assertEqual(set(kinds), {'ok', 'timeout'})
+    self.assertEqual(kinds[0], 'timeout')  # fired before the call was over
+    self.assertEqual(kinds[-1], 'ok')
+    for o in outcomes:
+      self.assertEqual(o.reward, float(o.kind == 'ok'))
+
   def test_a_dead_workers_exit_code_is_named(self):
     with pool.Scorer({'d': flaky_verifiers.Flaky()}, workers=1,
                      timeout_s=5.0) as scorer:
