@@ -35,6 +35,7 @@ import numpy as np
 
 from jaxgrpo import errors
 from jaxgrpo.example import Example
+from jaxgrpo.verifiers import qa
 
 FORMATS = ('fields', 'gsm8k', 'squad2')
 
@@ -420,7 +421,11 @@ class Squad2Format:
   default template asks for (what a warm start teaches; the `qa` verifier
   accepts any refusal); `meta['answers']` lists
   the distinct gold texts in order and `meta['answerable']` says whether
-  there are any; the subset is 'answerable' or 'unanswerable'. A missing
+  there are any; the subset is 'answerable' or 'unanswerable'. As in the
+  official SQuAD 2.0 evaluation, a gold that normalises to nothing ('.',
+  'the') is dropped, and a question left with none is scored as
+  unanswerable (answer `UNANSWERABLE`, `meta['answerable']` False) but
+  stays in subset 'answerable', where the official script counts it. A missing
   id, question or context, `answers` that is not a list of texts, or an
   `is_impossible` that contradicts `answers` makes a bad record.
 
@@ -476,14 +481,17 @@ class Squad2Format:
             f"{where()}: 'is_impossible' is {json.dumps(impossible)} but "
             f"'answers' has {len(texts)} entries"
         )
+    # As in the official evaluation, golds that normalise to nothing ('.',
+    # 'the') are dropped; with none left the question is scored as
+    # unanswerable (its gold becomes the empty answer there).
+    golds = [t for t in dict.fromkeys(texts) if qa.normalize_answer(t)]
     return Example(
         id=values['id'],
         prompt=_render(self.template, record, values, name=name, where=where),
-        answer=texts[0] if texts else UNANSWERABLE,
+        answer=golds[0] if golds else UNANSWERABLE,
         dataset=name,
         subset='answerable' if answerable else 'unanswerable',
-        meta={'answers': list(dict.fromkeys(texts)),
-              'answerable': answerable},
+        meta={'answers': golds, 'answerable': bool(golds)},
     )
 
 

@@ -8,7 +8,9 @@ question with the answer "unanswerable", or any refusal).
 The model's answer is extracted from the completion, then:
 
 - on an unanswerable question it scores 1 only if it is a refusal (e.g.
-  "unanswerable", "I don't know"); an empty answer is not a refusal;
+  "unanswerable", "I don't know"); an empty answer is not a refusal. A
+  question whose golds all normalise to nothing ('.', 'the') is
+  unanswerable, as the official evaluation scores it;
 - on an answerable question an answer equal to a gold scores 1 (a gold
   may read as a refusal: 'None'); else a refusal scores 0, and any other
   answer the official SQuAD v2 exact match against any gold, or the best
@@ -343,7 +345,9 @@ class GroundedQA:
     answerable = example.meta.get('answerable')
     if answerable is None:
       answerable = not all(map(self.is_refusal, golds))  # False if none
-    answerable = bool(answerable)
+    # No gold left that can score ('.' normalises to nothing): unanswerable,
+    # as the official evaluation scores it.
+    answerable = bool(answerable) and bool(golds)
     refused = self.is_refusal(answer)
     pred = normalize_answer(answer)
     if answerable and any(pred == _normalized_gold(g) for g in golds):

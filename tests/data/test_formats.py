@@ -12,6 +12,7 @@ import numpy as np
 
 from jaxgrpo import config_lib
 from jaxgrpo import errors
+from jaxgrpo import example as example_lib
 from jaxgrpo.configs import demo
 from jaxgrpo.data import formats
 from jaxgrpo.data import loading
@@ -19,6 +20,7 @@ from jaxgrpo.data import entry
 from jaxgrpo.data import sources
 from jaxgrpo.data import squad2_file
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.verifiers import qa
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..',
                      '..', 'shared', 'data')
@@ -134,6 +136,20 @@ class Squad2FormatTest(parameterized.TestCase):
     # Answers as plain texts, no is_impossible: answerable iff any.
     ex = self._example({'id': 'a2', 'question': 'q', 'answers': ['x']})
     self.assertEqual((ex.answer, ex.subset), ('x', 'answerable'))
+
+  def test_golds_that_normalise_to_nothing_are_dropped(self):
+    # The official evaluation drops golds that normalise to nothing: a
+    # warm start taught '.' (the shortest gold), which never scores.
+    ex = self._example(_qa('a4', 'Why?', ['renewal of hostilities', '.']))
+    self.assertEqual(ex.meta, {'answers': ['renewal of hostilities'],
+                               'answerable': True})
+    self.assertEqual(example_lib.shortest_answer(ex), 'renewal of hostilities')
+    # None left: scored as unanswerable, as the official script does, in
+    # the subset it counts the question in (HasAns).
+    ex = self._example(_qa('a5', 'Which?', ['.', 'The']))
+    self.assertEqual((ex.answer, ex.subset), ('unanswerable', 'answerable'))
+    self.assertEqual(ex.meta, {'answers': [], 'answerable': False})
+    self.assertEqual(qa.GroundedQA()('<answer>unanswerable</answer>', ex).reward, 1.0)
 
   def test_hugging_face_answers_a_dict_of_lists(self):
     # rajpurkar/squad_v2's Parquet files and TFDS squad/v2.0 hold `answers`

@@ -26,6 +26,10 @@ _PLAIN = Example(id='q/3', prompt='When?', answer='10th and 11th centuries')
 _NO_GOLD = Example(id='q/4', prompt='Who?', answer='')
 # A file's record of format 'fields' marks an unanswerable question so.
 _REFUSAL_GOLD = Example(id='q/5', prompt='Who?', answer='unanswerable')
+# Every gold normalises to nothing: the official evaluation's gold is then
+# the empty answer, an unanswerable question (it could never score 1).
+_EMPTY_GOLDS = Example(id='q/7', prompt='Where?', answer='.',
+                       meta={'answers': ['.', 'the'], 'answerable': True})
 # SQuAD's dev set has 'None' as a gold (of 'How many ...?').
 _NONE_GOLD = Example(id='q/6', prompt='How many?', answer='None',
                      meta={'answers': ['None'], 'answerable': True})
@@ -34,7 +38,7 @@ _NONE_GOLD = Example(id='q/6', prompt='How many?', answer='None',
 def _example(name):
   return {'ans': _ANS, 'unans': _UNANS, 'plain': _PLAIN,
           'no_gold': _NO_GOLD, 'refusal_gold': _REFUSAL_GOLD,
-          'none_gold': _NONE_GOLD}[name]
+          'none_gold': _NONE_GOLD, 'empty_golds': _EMPTY_GOLDS}[name]
 
 
 class NormalizeTest(parameterized.TestCase):
@@ -159,6 +163,10 @@ class QaTest(parameterized.TestCase):
       ('no_gold_is_unanswerable', 'no answer', 'no_gold', {}, 1.0,
        'no answer'),
       ('empty_on_no_gold', '', 'no_gold', {}, 0.0, ''),
+      ('refusal_on_golds_normalising_to_nothing', 'unanswerable',
+       'empty_golds', {}, 1.0, 'unanswerable'),
+      ('answer_on_golds_normalising_to_nothing', 'the', 'empty_golds',
+       {'metric': 'f1'}, 0.0, 'the'),
       ('refusal_gold_is_unanswerable', "I don't know.", 'refusal_gold', {},
        1.0, "I don't know."),
       ('refusal_gold_own_words', 'Unanswerable', 'refusal_gold', {}, 1.0,
@@ -218,7 +226,7 @@ class QaTest(parameterized.TestCase):
     self.assertAlmostEqual(verdict.reward, reward)
     self.assertEqual(verdict.details['extracted'], extracted)
     self.assertEqual(verdict.details['answerable'], example.meta.get(
-        'answerable', example is _PLAIN))
+        'answerable', example is _PLAIN) and example is not _EMPTY_GOLDS)
 
   def test_refused_detail(self):
     verify = qa.GroundedQA()
