@@ -25,6 +25,10 @@ _BOM = b'\xef\xbb\xbf'
 # Bytes that may start a line holding nothing but whitespace.
 _SPACE = np.frombuffer(b' \t\r\x0b\x0c', np.uint8)
 
+# Records ended by a bare CR (classic Mac OS line ends): '}' then '{' with
+# a CR between, which no JSON value holds (objects need a comma between).
+_CR_ENDS = re.compile(rb'\}[ \t]*\r\s*\{')
+
 # Defined with the formats that raise it.
 BadRecordError = formats.BadRecordError
 
@@ -68,6 +72,8 @@ def _check_json_lines(path: str, first: bytes, lines: int) -> None:
     lines: how many non-blank lines it has.
   """
   text = first.removeprefix(_BOM).strip()
+  if _CR_ENDS.search(text):
+    raise ValueError(f'{path}: {_cr_ends(path)}')
   suffix = os.path.splitext(path)[1].lower()
   if suffix in ('.csv', '.tsv') and not text.startswith(b'{'):
     sep = ', sep=chr(9)' if suffix == '.tsv' else ''
@@ -90,6 +96,12 @@ def _check_json_lines(path: str, first: bytes, lines: int) -> None:
   raise ValueError(
       f'{path}: holds {what}, not JSON Lines (one object per line); write '
       f'it as JSON Lines first: jq -c {command} {path} > OUT.jsonl')
+
+
+def _cr_ends(path: str) -> str:
+  return ('ends its lines with a bare CR (classic Mac OS line ends), so its '
+          'records read as one line; convert them to newlines first: '
+          f"tr '\\r' '\\n' < {path} > OUT.jsonl")
 
 
 def _index_lines(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -196,9 +208,11 @@ class JsonlSource:
           f'{self.describe(index)}: not valid UTF-8 ({e})'
       ) from e
     except json.JSONDecodeError as e:
+      # A file whose first line is fine may still end later ones with a CR.
+      cr = f'; it {_cr_ends(self.path)}' if _CR_ENDS.search(line) else ''
       raise BadRecordError(
           f'{self.describe(index)}: invalid JSON: {e.msg} (column {e.colno})'
-      ) from e
+          f'{cr}') from e
     except (ValueError, RecursionError) as e:  # an integer of 4,300+ digits,
       # arrays nested past the recursion limit: valid JSON Python won't read
       raise BadRecordError(

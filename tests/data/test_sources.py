@@ -212,6 +212,36 @@ class JsonlSourceTest(parameterized.TestCase):
     path = _write(os.path.join(folder, 'lines.csv'), _jsonl(_RECORDS))
     self.assertEqual(sources.JsonlSource(path)[2], _RECORDS[2])
 
+  def test_bare_cr_line_ends_are_refused_naming_the_fix(self):
+    # Classic Mac OS line ends: the whole file was one bad record, 'invalid
+    # JSON: Extra data', and with on_bad_record='skip' none was read.
+    folder = self.create_tempdir().full_path
+    lines = [json.dumps(r, ensure_ascii=False) for r in _RECORDS]
+    path = os.path.join(folder, 'mac.jsonl')
+    for text in ('\r'.join(lines) + '\r', '\ufeff' + '\r\r'.join(lines)):
+      with open(path, 'wb') as f:
+        f.write(text.encode('utf-8'))
+      for kind in ('jsonl', 'gsm8k'):
+        with self.assertRaisesRegex(ValueError, re.escape(
+            f'{path}: ends its lines with a bare CR (classic Mac OS line '
+            'ends), so its records read as one line; convert them to '
+            f"newlines first: tr '\\r' '\\n' < {path} > OUT.jsonl")):
+          sources.make_dataset(kind, name='q', path=path)
+    # Later lines so ended are one bad record naming the same fix.
+    with open(path, 'wb') as f:
+      f.write((lines[0] + '\n' + '\r'.join(lines[1:]) + '\n').encode())
+    src = sources.JsonlSource(path)
+    self.assertEqual(src[0], _RECORDS[0])
+    with self.assertRaisesRegex(formats.BadRecordError, re.escape(
+        f'{path}:2: invalid JSON: Extra data (column 72); it ends its lines '
+        'with a bare CR')):
+      src[1]  # pylint: disable=pointless-statement
+    # Windows line ends, and a CR between a record's tokens, are read.
+    with open(path, 'wb') as f:
+      f.write(('\r\n'.join(lines) + '\r\n{"a":\r 1}\r\n').encode())
+    src = sources.JsonlSource(path)
+    self.assertEqual([src[i] for i in range(len(src))], _RECORDS + [{'a': 1}])
+
   def test_long_lines_and_bom(self):
     records = [{'prompt': 'x' * 10_000, 'answer': str(i)} for i in range(3)]
     path = _write(self.create_tempfile().full_path, '\ufeff' + _jsonl(records))
