@@ -180,7 +180,7 @@ def _field(record: Mapping[str, Any], key: str, *, name: str,
 def _as_text(value: Any, key: str, where: Where) -> str:
   """A field's value as text: text, or a finite number (not a bool:
   `True` would become 'True'; a whole float or decimal is written as an
-  int); BadRecordError naming the field if not."""
+  int, 1e16 too); BadRecordError naming the field if not."""
   if isinstance(value, decimal.Decimal) and value.is_finite():
     # A Parquet decimal column (SQL and Spark exports).
     value = int(value) if value == value.to_integral_value() else str(value)
@@ -192,8 +192,8 @@ def _as_text(value: Any, key: str, where: Where) -> str:
   if isinstance(value, float) and not np.isfinite(value):
     raise BadRecordError(f'{where()}: field {key!r} must be text or a finite '
                          f'number, got {value}')
-  if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-    value = int(value)  # 18, not '18.0' (Parquet stores ints with nulls so)
+  if isinstance(value, float) and value.is_integer():
+    value = _whole(value)
   text = str(value)
   try:
     text.encode('utf-8')
@@ -204,16 +204,30 @@ def _as_text(value: Any, key: str, where: Where) -> str:
   return text
 
 
+def _whole(value: float) -> int:
+  """A whole float as the int it is written as: 18, not '18.0' (Parquet
+  stores ints with nulls so); from 2**53 on, the integer of the shortest
+  decimal that reads back to it, as float32s are read (`plain`): 1e16 is
+  10000000000000000, not '1e+16'."""
+  if abs(value) < 2**53:
+    return int(value)
+  return int(decimal.Decimal(repr(value)))
+
+
 class _PromptFormatter(string.Formatter):
   """`str.format` for prompt templates: every value it puts in the prompt
-  must be text or a number (a null, a list or a bool is a bad record)."""
+  must be text or a number (a null, a list or a bool is a bad record); a
+  whole float is put as its int, as `_as_text` writes it."""
 
   def __init__(self, where: Where):
     self.where = where
 
   def get_field(self, field_name, args, kwargs):
     value, used = super().get_field(field_name, args, kwargs)
-    _as_text(plain(value), field_name, self.where)
+    number = plain(value)
+    _as_text(number, field_name, self.where)
+    if isinstance(number, float) and number.is_integer():
+      value = _whole(number)  # as in answers: 18, 10000000000000000
     return value, used
 
 

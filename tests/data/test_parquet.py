@@ -308,6 +308,41 @@ class VerlLayoutTest(absltest.TestCase):
     self.assertEqual(sources.make_dataset('parquet', name='q', path=folder)[0]
                      .answer, '1.1')
 
+  def test_whole_floats_past_53_bits_are_the_integers_written(self):
+    # A float64 (or float32) whole number from 2**53 on was written as
+    # '1e+16' in prompts and answers; below it, 18.0 was already '18'.
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, 'train.parquet')
+    table = pa.table({
+        'prompt': ['Add', 'b', 'c', 'd'],
+        'answer': pa.array([1e16, 2.0**60, -9007199254740992.0, 18.0]),
+        'a': pa.array([1e20, 2.0**53, 1.5e17, 18.0], pa.float32()),
+        'b': pa.array([1e22, 2.5, 1e300, -0.0]),
+    })
+    pq.write_table(table, path)
+    ds = sources.make_dataset('parquet', name='q', path=path,
+                              record_format=formats.RecordFields(
+                                  template='{prompt} {a} {b}'))
+    self.assertEqual(
+        [(ds[i].prompt, ds[i].answer) for i in range(3)],
+        [('Add 100000000000000000000 10000000000000000000000',
+          '10000000000000000'),
+         # As repr and pandas print them: 1.152921504606847e+18, and the
+         # float32 2**53 as 9.007199e+15.
+         ('b 9007199000000000 2.5', '1152921504606847000'),
+         ('c 150000000000000000 1' + '0' * 300, '-9007199254740992')])
+    # In a template a whole float was printed as is ('d 18.0 -0.0').
+    self.assertEqual((ds[3].prompt, ds[3].answer), ('d 18 0', '18'))
+    # A Hugging Face dataset saved to disk (Arrow) alike.
+    name = 'data-00000-of-00001.arrow'
+    with pa.OSFile(os.path.join(folder, name), 'wb') as sink:
+      with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    with open(os.path.join(folder, 'state.json'), 'w') as f:
+      json.dump({'_data_files': [{'filename': name}]}, f)
+    self.assertEqual(sources.make_dataset('parquet', name='q', path=folder)[0]
+                     .answer, '10000000000000000')
+
   def test_a_field_named_in_another_case_is_suggested(self):
     path = write_parquet(
         os.path.join(self.create_tempdir().full_path, 'train.parquet'),
