@@ -419,7 +419,7 @@ def _timed_call(
     return None, e
   finally:
     signal.setitimer(signal.ITIMER_REAL, 0)
-    if previous is not None:
+    if previous is not None:  # None: set outside Python, cannot be put back
       signal.signal(signal.SIGALRM, previous)
 
 
