@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -391,6 +392,29 @@ class PlotRunTest(absltest.TestCase):
       paths = plot.plot_run(workdir, log=problems.append)
     self.assertLen(paths, len(ALL_FIGURES) - 1)
     self.assertEqual(problems, ["plot 'reward' failed: RuntimeError: boom"])
+
+  def test_an_argument_of_the_wrong_type_is_named(self):
+    # `plot_run(workdir, 10)` took the 10 as the output folder: a TypeError
+    # from os.makedirs that named neither the argument nor the function.
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir, steps=3, eval_every=2)
+    for args, message in (
+        ((workdir, 10), 'plot_run: out=10 (int) is not a folder path (str or '
+                        'os.PathLike) (for a trailing mean of 10 steps, pass '
+                        'window=10)'),
+        ((workdir, None, 'ten'),
+         "plot_run: window='ten' is not a whole number of steps"),
+        ((None,), 'plot_run: workdir=None (NoneType) is not a folder path '
+                  '(str or os.PathLike)'),
+    ):
+      with self.assertRaises(TypeError) as raised:
+        plot.plot_run(*args, log=self.fail)
+      self.assertEqual(str(raised.exception), message)
+    self.assertFalse(os.path.exists(os.path.join(workdir, 'plots')))
+    # A path object, and a window given as a float, are taken as before.
+    paths = plot.plot_run(pathlib.Path(workdir), pathlib.Path(workdir) / 'f',
+                          2.0, log=self.fail)
+    self.assertLen(paths, len(ALL_FIGURES))
 
   def test_without_matplotlib(self):
     workdir = self.create_tempdir().full_path

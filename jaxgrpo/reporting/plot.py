@@ -29,6 +29,7 @@ import dataclasses
 import importlib
 import os
 import threading
+from typing import Any
 import warnings
 
 import numpy as np
@@ -170,24 +171,55 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
   os.replace(tmp, path)
 
 
+def _arguments(workdir: Any, out: Any, window: Any
+               ) -> tuple[str, str | None, int]:
+  """`plot_run`'s arguments as it uses them; TypeError for a wrong type,
+  naming the argument (an int taken as `out` was a TypeError from deep in
+  os.makedirs)."""
+  def path(name: str, value: Any) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+      hint = (f' (for a trailing mean of {value} steps, pass '
+              f'window={value})' if name == 'out' and isinstance(
+                  value, (int, float)) and not isinstance(value, bool)
+              else '')
+      raise TypeError(f'plot_run: {name}={value!r} ({type(value).__name__}) '
+                      f'is not a folder path (str or os.PathLike){hint}')
+    return os.fspath(value)
+
+  try:
+    steps = max(1, int(window))
+  except (TypeError, ValueError, OverflowError):
+    raise TypeError(f'plot_run: window={window!r} is not a whole number of '
+                    'steps') from None
+  return (path('workdir', workdir),
+          None if out is None else path('out', out), steps)
+
+
 def plot_run(workdir: str, out: str | None = None, window: int = 20, *,
              log: Log = console.print_line) -> list[str]:
   """Writes the PNG figures of a run's metrics (module docstring).
 
-  Never raises: without matplotlib, without metrics.jsonl, or with too few
-  records for a figure, fewer figures (or none) are written; what went
-  wrong goes to `log`. A figure the records leave empty is removed from
-  `out` when a PNG of it is there (drawn from other records).
+  Never raises for what it reads, draws or writes: without matplotlib,
+  without metrics.jsonl, or with too few records for a figure, fewer
+  figures (or none) are written; what went wrong goes to `log`. A figure
+  the records leave empty is removed from `out` when a PNG of it is there
+  (drawn from other records). Only arguments of the wrong type raise,
+  before anything is read.
 
   Args:
-    workdir: the run's workdir, holding metrics.jsonl.
-    out: directory of the PNGs (default: WORKDIR/plots).
-    window: steps in the trailing mean of per-step series.
+    workdir: the run's workdir, holding metrics.jsonl (str or os.PathLike).
+    out: directory of the PNGs (str or os.PathLike; default: WORKDIR/plots).
+    window: steps in the trailing mean of per-step series (a whole number).
     log: receives a line about each problem.
 
   Returns:
     The paths written.
+
+  Raises:
+    TypeError: `workdir` or `out` is no path, or `window` no number (a
+      window given second, `plot_run(workdir, 10)`, is named as such).
   """
+  workdir, out, window = _arguments(workdir, out, window)
   if not have_matplotlib():
     log(f'matplotlib is not installed: no plots ({INSTALL_PLOTS})')
     return []
@@ -199,7 +231,6 @@ def plot_run(workdir: str, out: str | None = None, window: int = 20, *,
   except OSError as e:
     log(f'no plots: {e}')
     return []
-  window = max(1, int(window))
   name = os.path.basename(os.path.abspath(workdir).rstrip('/'))
   paths = []
   for figure, make_panels in FIGURES.items():
