@@ -36,9 +36,11 @@ def as_float(v: object) -> float | None:
 
 def record(line: str) -> dict | None:
   """A metrics line's record; None for a line that is not a JSON object
-  (cut short by a crash or a live write, or damaged)."""
+  (cut short by a crash or a live write, or damaged). A UTF-8 byte order
+  mark before it (the first line of a file saved by a Windows editor) is
+  no part of the line."""
   try:
-    value = json.loads(line)
+    value = json.loads(line.removeprefix('\ufeff'))
   except (ValueError, RecursionError):  # an integer of 5,000 digits too
     return None
   return value if isinstance(value, dict) else None

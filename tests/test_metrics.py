@@ -109,6 +109,25 @@ class MetricsWriterTest(absltest.TestCase):
     self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
                      [0, 1])
 
+  def test_a_byte_order_mark_before_the_first_line_is_read_past(self):
+    # A metrics.jsonl saved by a Windows editor (UTF-8 with BOM, CRLF):
+    # its first line counted as damaged, set aside on resume.
+    workdir = self.create_tempdir().full_path
+    path = os.path.join(workdir, 'metrics.jsonl')
+    with open(path, 'wb') as f:
+      f.write(b'\xef\xbb\xbf{"step": 0, "a": 1}\r\n{"step": 1, "a": 2}\r\n'
+              b'{"step": 2, "a": 3}\r\n')
+    self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
+                     [0, 1, 2])
+    self.assertEqual([r['step'] for r in plot_panels.read_records(workdir)],
+                     [0, 1, 2])
+    writer = metrics_lib.MetricsWriter(workdir, resume_step=1)
+    writer.close()
+    self.assertEqual(writer.notes, [])
+    self.assertFalse(os.path.exists(path + '.damaged'))
+    self.assertEqual(metrics_lib.read_metrics(workdir),
+                     [{'step': 0, 'a': 1}, {'step': 1, 'a': 2}])
+
   def test_a_fresh_start_keeps_an_earlier_runs_steps_aside(self):
     workdir = self.create_tempdir().full_path
     earlier = '{"step": 0, "a": 1}\n{"step": 7, "a": 2}\n'
