@@ -53,7 +53,9 @@ class StepInfo:
       prompt sampler's per-example tables, the rollout counters and carried
       groups, as numpy arrays); called on demand, as it copies them.
     stop: asks the run to stop after this step, as a stop signal does: the
-      step is saved, and `run` returns with `stopped_by='on_step'`.
+      step is saved, and `run` returns with `stopped_by='on_step'`; at the
+      last step (`total_steps`) there is nothing left to stop: the run
+      finishes as it would have, `stopped_by=None`.
   """
 
   step: int
@@ -291,6 +293,10 @@ class _Loop:
           self.call(on_step, step, metrics)
         self.check_finite(step, metrics)
         signal = stop.agree()
+        if signal == 'on_step' and step == cfg.total_steps:
+          # Every step ran: the run finished (and saved its last step), as
+          # without the stop; it is no stopped run to resume.
+          signal = None
         if signal is not None:
           # One that came during on_step: the step is saved all the same.
           self.save_if_due(step, stopping=True)

@@ -492,6 +492,23 @@ class EarlyStopTest(absltest.TestCase):
     self.assertEqual([r['step'] for r in records], [0, 1, 2])
     self.assertEqual([r.get('train/nonfinite', 0) for r in records], [0] * 3)
 
+  def test_a_stop_at_the_last_step_is_a_finished_run(self):
+    # A callback that stops "once good enough" and is asked at the last
+    # step: every step ran, but the run said `stopped_by='on_step'` and
+    # `run the same command to resume`, which had nothing left to train.
+    workdir = self.create_tempdir().full_path
+    lines = []
+    summary = train.run(_config(total_steps=2, **{'eval.every': 0}), workdir,
+                        log=lines.append, on_step=lambda info: info.stop())
+    self.assertEqual((summary.steps, summary.stopped_by), (1, 'on_step'))
+    lines = []
+    summary = train.run(_config(total_steps=2, **{'eval.every': 0}), workdir,
+                        log=lines.append, on_step=lambda info: info.stop())
+    self.assertEqual((summary.steps, summary.stopped_by), (2, None))
+    self.assertEqual([line for line in lines if 'asked to stop' in line
+                      or 'stopped by' in line], [])
+    self.assertIn('2', os.listdir(os.path.join(workdir, 'checkpoints')))
+
   def test_an_error_waits_for_the_save_in_progress(self):
     workdir = self.create_tempdir().full_path
 
