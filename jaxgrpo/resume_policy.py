@@ -72,8 +72,13 @@ FREE_AT_START = ('sampler', 'rollout', 'data', 'curriculum')
 
 # Settings that only one mode reads: while the mode is off in both the
 # checkpoint's config and this run's, a change computes nothing different
-# and is free. (The mode itself is a 'refuse' key.)
+# and is free. (The mode itself is a 'refuse' key.) A setting that two
+# modes read lists both, and is free while each is off on both sides.
 _SNOOZING = ('snooze', 'snooze_prob')
+# The Beta prior of a prompt's pass rate: the `weighted` policy offers by
+# it, and adaptive round sizes are sized by it under every policy.
+_PRIOR = (('sampler', 'policy', ('weighted',)),
+          ('rollout', 'round_size', ('adaptive',)))
 USED_ONLY_WHEN = {
     'rollout.slots': ('rollout', 'engine', ('continuous',)),
     'rollout.verify_overlap': ('rollout', 'collect', ('streaming',)),
@@ -81,6 +86,8 @@ USED_ONLY_WHEN = {
     'rollout.max_round_size': ('rollout', 'round_size', ('adaptive',)),
     'sampler.w_min': ('sampler', 'policy', ('weighted',)),
     'sampler.snooze_factor': ('sampler', 'policy', _SNOOZING),
+    'sampler.prior_mean': _PRIOR,
+    'sampler.prior_strength': _PRIOR,
     'data.datasets[].snooze_factor': ('sampler', 'policy', _SNOOZING),
 }
 
@@ -123,9 +130,11 @@ def _unused(key: str, *configs: Mapping[str, Any]) -> bool:
     generic = 'data.datasets[]' + key[key.index(']') + 1:]
   if generic not in USED_ONLY_WHEN:
     return False
-  section, mode, values = USED_ONLY_WHEN[generic]
+  modes = USED_ONLY_WHEN[generic]
+  if isinstance(modes[0], str):  # one mode
+    modes = (modes,)
   return all(c.get(section, {}).get(mode, values[0]) not in values
-             for c in configs)
+             for section, mode, values in modes for c in configs)
 
 
 def _flat(config: Mapping[str, Any],

@@ -188,14 +188,28 @@ class TrainedWorkdirTest(FaultTestCase):
     unused = as_dict(rollout__slots=8, rollout__max_round_size=64,
                      rollout__max_staleness=3, sampler__w_min=0.5)
     self.assertEqual(resume_policy.check(saved, unused, where='x', step=4), [])
+    # The Beta prior: read by `weighted` and by adaptive round sizes, neither
+    # on here (it was refused under every policy).
+    self.assertEqual(saved['rollout']['round_size'], 4)
+    prior = dict(sampler__prior_mean=0.3, sampler__prior_strength=4.0)
+    self.assertEqual(resume_policy.check(
+        saved, as_dict(**prior), where='x', step=4), [])
     # Read by the mode in force (the default's snooze), or once it is on.
-    for changed, shown in (
-        (as_dict(sampler__snooze_factor=4), 'sampler.snooze_factor: 3 -> 4'),
-        (as_dict(rollout__engine='continuous', rollout__slots=8),
+    for before, changed, shown in (
+        (saved, as_dict(sampler__snooze_factor=4),
+         'sampler.snooze_factor: 3 -> 4'),
+        (saved, as_dict(rollout__engine='continuous', rollout__slots=8),
          'rollout.engine'),
+        (as_dict(sampler__policy='weighted'),
+         as_dict(sampler__policy='weighted', **prior),
+         'sampler.prior_strength: 2.0 -> 4.0; sampler.prior_mean: None -> '
+         '0.3; these cannot change'),
+        (as_dict(rollout__round_size='adaptive'),
+         as_dict(rollout__round_size='adaptive', sampler__prior_strength=3.0),
+         'sampler.prior_strength: 2.0 -> 3.0'),
     ):
       with self.assertRaisesRegex(errors.ResumeError, shown):
-        resume_policy.check(saved, changed, where='x', step=4)
+        resume_policy.check(before, changed, where='x', step=4)
     older = as_dict()  # written before rollout.engine existed
     del older['rollout']['engine']
     with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
