@@ -11,6 +11,7 @@ import glob
 import hashlib
 import importlib.util
 import io
+import json
 import os
 import re
 import shutil
@@ -487,6 +488,8 @@ class TrainedWorkdirTest(FaultTestCase):
                        tokenizer_lib.prompt_ids(char, text))
     self.assertEqual(tok.decode(char.encode('12+3=') + [char.EOS, 7]),
                      '12+3=')
+    with open(os.path.join(out, 'config.json')) as f:  # one stop token
+      self.assertEqual(json.load(f)['eos_token_id'], char.EOS)
     if importlib.util.find_spec('transformers') is None:
       return
     import transformers  # pylint: disable=g-import-not-at-top

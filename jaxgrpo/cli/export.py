@@ -139,7 +139,11 @@ def _write(workdir: str, directory: str, step: int, out: str, meta: dict,
   else:  # a preset's built-in tokenizer, with the same ids
     tokenizer = tokenizer_lib.to_hf(tokenizer_lib.make_tokenizer(
         meta.get('config', {}).get('model', {}).get('tokenizer', 'auto')))
-  extra = {'bos_token_id': tokenizer.bos_id, 'eos_token_id': tokenizer.eos_id,
+  # Every token the run stopped on (EOS first): transformers' generate
+  # stops on the list where no generation_config.json says otherwise.
+  stops = list(getattr(tokenizer, 'stop_ids', ()))
+  extra = {'bos_token_id': tokenizer.bos_id,
+           'eos_token_id': stops if len(stops) > 1 else tokenizer.eos_id,
            'pad_token_id': tokenizer.pad_id}
   context = pretrained.context_length(source) if source else None
   if context is not None:  # else transformers' default for the family

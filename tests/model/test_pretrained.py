@@ -143,6 +143,22 @@ class HuggingFaceDirTest(absltest.TestCase):
     export.export_run(workdir, out)
     self.assertTrue(os.path.exists(os.path.join(out, 'tokenizer.json')))
     again = pretrained.load(out)
+    # Every token the run stopped on, EOS first, where transformers'
+    # generate reads them without a generation_config.json (it was the
+    # EOS alone: <|endoftext|> no longer ended a reply).
+    stops = list(pretrained.load(model_dir).tokenizer.stop_ids)
+    vocab = again.tokenizer.backend.get_vocab()
+    self.assertEqual(stops, [vocab['<|im_end|>'], vocab['<|endoftext|>']])
+    with open(os.path.join(out, 'config.json')) as f:
+      self.assertEqual(json.load(f)['eos_token_id'], stops)
+    self.assertFalse(os.path.exists(
+        os.path.join(out, 'generation_config.json')))
+    if importlib.util.find_spec('transformers') is not None:
+      import transformers  # pylint: disable=g-import-not-at-top
+      reread = transformers.AutoModelForCausalLM.from_pretrained(out)
+      self.assertEqual(reread.config.eos_token_id, stops)
+      self.assertEqual(reread.generation_config.eos_token_id, stops)
+    self.assertEqual(again.tokenizer.stop_ids, tuple(stops))
     # The source's context (it was left out: transformers' default for the
     # family, 2,048 for a Llama, was read back).
     self.assertEqual(again.context, 640)
