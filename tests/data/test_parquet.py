@@ -41,6 +41,19 @@ def write_parquet(path: str, rows: list[dict], row_group_size: int = 4):
   return path
 
 
+def save_to_disk(folder: str, table) -> str:
+  """`folder` as Dataset.save_to_disk writes it: Arrow stream files named
+  in state.json."""
+  name = 'data-00000-of-00001.arrow'
+  os.makedirs(folder, exist_ok=True)
+  with pa.OSFile(os.path.join(folder, name), 'wb') as sink:
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+      writer.write_table(table)
+  with open(os.path.join(folder, 'state.json'), 'w') as f:
+    json.dump({'_data_files': [{'filename': name}]}, f)
+  return folder
+
+
 def verl_entry(path: str, **extra) -> dict:
   return dict(name='gsm8k', kind='parquet', path=path,
               prompt_field='prompt', answer_field='reward_model.ground_truth',
@@ -109,15 +122,9 @@ class ParquetSourceTest(absltest.TestCase):
       self.assertLen(parquet.ParquetSource(train), 3)
 
   def test_hugging_face_save_to_disk_folder(self):
-    # Dataset.save_to_disk writes Arrow stream files named in state.json.
     folder = self.create_tempdir().full_path
     table = pa.Table.from_pylist(verl_rows(5))
-    name = 'data-00000-of-00001.arrow'
-    with pa.OSFile(os.path.join(folder, name), 'wb') as sink:
-      with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    with open(os.path.join(folder, 'state.json'), 'w') as f:
-      json.dump({'_data_files': [{'filename': name}]}, f)
+    save_to_disk(folder, table)
     source = parquet.ParquetSource(folder)
     self.assertLen(source, 5)
     self.assertEqual(source[3]['prompt'][0]['role'], 'user')
@@ -127,14 +134,8 @@ class ParquetSourceTest(absltest.TestCase):
     # split: it said 'no Parquet or Arrow file there'.
     folder = self.create_tempdir().full_path
     table = pa.Table.from_pylist(verl_rows(5))
-    name = 'data-00000-of-00001.arrow'
     for split in ('train', 'test'):
-      os.makedirs(os.path.join(folder, split))
-      with pa.OSFile(os.path.join(folder, split, name), 'wb') as sink:
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-          writer.write_table(table)
-      with open(os.path.join(folder, split, 'state.json'), 'w') as f:
-        json.dump({'_data_files': [{'filename': name}]}, f)
+      save_to_disk(os.path.join(folder, split), table)
     with open(os.path.join(folder, 'dataset_dict.json'), 'w') as f:
       json.dump({'splits': ['train', 'test']}, f)
     with self.assertRaisesRegex(parquet.ParquetError, re.escape(
@@ -299,12 +300,7 @@ class VerlLayoutTest(absltest.TestCase):
     self.assertEqual(parquet.ParquetSource(path)[0]['extra'],
                      {'gold': 3.3, 'golds': [4.4]})
     # A Hugging Face dataset saved to disk (Arrow) alike.
-    name = 'data-00000-of-00001.arrow'
-    with pa.OSFile(os.path.join(folder, name), 'wb') as sink:
-      with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    with open(os.path.join(folder, 'state.json'), 'w') as f:
-      json.dump({'_data_files': [{'filename': name}]}, f)
+    save_to_disk(folder, table)
     self.assertEqual(sources.make_dataset('parquet', name='q', path=folder)[0]
                      .answer, '1.1')
 
@@ -334,12 +330,7 @@ class VerlLayoutTest(absltest.TestCase):
     # In a template a whole float was printed as is ('d 18.0 -0.0').
     self.assertEqual((ds[3].prompt, ds[3].answer), ('d 18 0', '18'))
     # A Hugging Face dataset saved to disk (Arrow) alike.
-    name = 'data-00000-of-00001.arrow'
-    with pa.OSFile(os.path.join(folder, name), 'wb') as sink:
-      with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    with open(os.path.join(folder, 'state.json'), 'w') as f:
-      json.dump({'_data_files': [{'filename': name}]}, f)
+    save_to_disk(folder, table)
     self.assertEqual(sources.make_dataset('parquet', name='q', path=folder)[0]
                      .answer, '10000000000000000')
 
