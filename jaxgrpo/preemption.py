@@ -12,8 +12,10 @@ another step: `agree` (and `check`) make every process act on the same
 signal at the same point, so that all save the same step and stop.
 """
 
+import os
 import signal
 import threading
+from typing import Callable
 
 from jaxgrpo import multihost
 
@@ -23,19 +25,44 @@ class Stopped(Exception):
   it started, or in its warm start); the message says what happened."""
 
 
+def acknowledgement(name: str) -> str:
+  """The line shown when signal `name` first arrives."""
+  line = f'{name} received: stopping at the end of the current step'
+  if name == 'SIGINT':
+    line += ' (a second Ctrl-C stops at once, without saving it)'
+  return line
+
+
 class StopRequest:
   """Records SIGTERM/SIGINT while active; `.signal` names the first one."""
 
-  def __init__(self):
+  def __init__(self, notice: Callable[[str], None] | None = None):
+    """`notice` shows the line that acknowledges the first signal (None:
+    standard error)."""
     self.signal: str | None = None
     self._previous = {}
+    self._notice = notice
 
   def _handle(self, signum, frame):
     del frame
     if self.signal is None:
       self.signal = signal.Signals(signum).name
+      self._acknowledge(acknowledgement(self.signal))
     elif signum == signal.SIGINT:
       raise KeyboardInterrupt  # a second Ctrl-C stops at once
+
+  def _acknowledge(self, line: str) -> None:
+    """Shows `line` from the handler; a handler that interrupted a write to
+    the same stream (a reentrant call) falls back to a raw write."""
+    try:
+      if self._notice is None:
+        raise RuntimeError('no notice')
+      self._notice(line)
+    except Exception:  # pylint: disable=broad-except
+      try:
+        os.write(2, (line + '\n').encode())
+      except OSError:
+        pass
 
   def request(self, name: str) -> None:
     """Records a stop asked for by the run's code (`'on_step'`), as a

@@ -125,7 +125,7 @@ def _run(
   workdir = checkpoint_lib.absolute(workdir)
   workdir_lib.check(workdir)
   resources.enter_context(workdir_lib.lock(workdir))
-  stop = resources.enter_context(preemption.StopRequest())
+  stop = resources.enter_context(preemption.StopRequest(console.notice))
   resume_policy.check_settings(os.path.join(workdir, 'checkpoints'),
                                config_lib.to_dict(cfg))
   parts = build.build_run(cfg, workdir, console, resources)

@@ -369,6 +369,9 @@ class PreemptionTest(absltest.TestCase):
     out, _ = proc.communicate(timeout=120)
     self.assertEqual(proc.returncode, 0, out[-3000:])
     self.assertIn('SIGTERM received: saved the checkpoint of step', out)
+    # Acknowledged when it arrives, also under --quiet.
+    self.assertIn('SIGTERM received: stopping at the end of the current '
+                  'step\n', out)
     # --quiet: what needs attention and the summary, no progress lines, no
     # library INFO logs (orbax logs every save).
     self.assertIn('run summary', out)
@@ -451,12 +454,41 @@ class EarlyStopTest(absltest.TestCase):
     summary = train.run(_config(total_steps=3, **{'eval.every': 0}), workdir,
                         log=lines.append, on_step=interrupt)
     self.assertEqual((summary.steps, summary.stopped_by), (1, 'SIGINT'))
+    # Acknowledged as it arrives, before the step ends and is saved.
+    ack = ('SIGINT received: stopping at the end of the current step (a '
+           'second Ctrl-C stops at once, without saving it)')
+    self.assertIn(ack, lines)
+    self.assertLess(lines.index(ack), [
+        i for i, line in enumerate(lines)
+        if line.startswith('SIGINT received: saved')][0])
     self.assertIn('SIGINT received: saved the checkpoint of step 1 in '
                   f'{workdir}/checkpoints and stopped; run the same command '
                   'to resume', lines)
     self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),
                      ['0', '1'])
     self.assertIs(signal.getsignal(signal.SIGINT), before)  # restored
+
+  def test_an_acknowledgement_that_cannot_be_shown_goes_to_stderr(self):
+    # The handler interrupted a write to the run's stream (print raises
+    # "reentrant call"): the line goes to file descriptor 2, nothing raises.
+    def reentrant(line):
+      raise RuntimeError(f'reentrant call ({line})')
+
+    with tempfile.TemporaryFile() as f:
+      saved = os.dup(2)
+      os.dup2(f.fileno(), 2)
+      try:
+        with preemption.StopRequest(reentrant) as stop:
+          os.kill(os.getpid(), signal.SIGTERM)
+          time.sleep(0.01)  # the handler runs at the next bytecode
+      finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+      f.seek(0)
+      self.assertEqual(f.read().decode(),
+                       'SIGTERM received: stopping at the end of the current '
+                       'step\n')
+    self.assertEqual(stop.signal, 'SIGTERM')
 
   def test_on_step_stops_the_run_saved_and_its_changes_stay_its_own(self):
     # A notebook's early stop: info.stop() saves the step and returns the
