@@ -436,7 +436,10 @@ def build_run(
   batch_shardings = sharding.batch_shardings(batch_spec)
   step_fn = _step_fn(cfg, graphdef, optimizer, state_shardings,
                      batch_shardings, base_graphdef)
-  check_memory(cfg, step_fn, abstract_state, batch_spec, log)
+  # Placed as the loop's batches are: the loop's first step then finds the
+  # executable compiled here instead of compiling the step again.
+  check_memory(cfg, step_fn, abstract_state,
+               sharding.with_shardings(batch_spec, batch_shardings), log)
   check_kv_cache(cfg, model_cfg, log)
   source = _source(cfg, datasets, log)
   rollout = rollout_lib.Rollout.for_model(

@@ -14,6 +14,7 @@ import sys
 from unittest import mock
 
 from absl.testing import absltest
+import jax
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -174,6 +175,23 @@ class TrainTest(absltest.TestCase):
     c.model.preset = 'gpt5'
     with self.assertRaisesRegex(config_lib.ConfigError, 'model.preset'):
       train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+
+
+class StartupTest(absltest.TestCase):
+
+  def test_the_train_step_compiles_once(self):
+    # The memory check before the first step compiles the train step; the
+    # loop's first step reuses that executable (it compiled it again, as
+    # the check's batch carried no placement: minutes on a pretrained model
+    # on a CPU).
+    workdir = self.create_tempdir().full_path
+    c = _config(total_steps=1, **{'eval.every': 0,
+                                  'rollout.short_batch': 'train'})
+    with jax.log_compiles(True), self.assertLogs('jax', 'WARNING') as logs:
+      train.run(c, workdir, log=lambda _: None)
+    compiles = [r for r in logs.output if 'Compiling jit(step_fn)' in r]
+    self.assertEqual(len(compiles), 1)
+    self.assertLen(metrics_lib.read_metrics(workdir), 2)  # it did train
 
 
 class CommandLineTest(absltest.TestCase):
