@@ -515,7 +515,11 @@ class TrainedWorkdirTest(FaultTestCase):
     export.export_run(self.copy(), out)
     self.assertCountEqual(os.listdir(out), [
         'config.json', 'model.safetensors', 'tokenizer.json',
-        'tokenizer_config.json', 'notes.txt', 'config.json.d'])
+        'tokenizer_config.json', 'generation_config.json', 'notes.txt',
+        'config.json.d'])
+    # The run's own generation settings, not the earlier export's.
+    with open(os.path.join(out, 'generation_config.json')) as f:
+      self.assertIn('eos_token_id', json.load(f))
 
   def test_an_export_that_cannot_be_written_leaves_the_earlier_one(self):
     # The disk fills midway (here: a file size limit, so that the weights'

@@ -307,7 +307,9 @@ def _keep_template(tokenizer, out_dir: str) -> None:
 
 
 def _write_tokenizer(tokenizer, out_dir: str) -> None:
-  """tokenizer.json and tokenizer_config.json of an HFTokenizer."""
+  """tokenizer.json and tokenizer_config.json of an HFTokenizer, and
+  generation_config.json naming every token a completion stops at, so
+  that transformers' `generate` stops where jaxgrpo's generator does."""
   backend = tokenizer.backend
   backend.save(os.path.join(out_dir, 'tokenizer.json'))
   config = {
@@ -324,6 +326,13 @@ def _write_tokenizer(tokenizer, out_dir: str) -> None:
     config['chat_template'] = tokenizer.chat_template
   with open(os.path.join(out_dir, 'tokenizer_config.json'), 'w') as f:
     json.dump(config, f, indent=2)
+  stops = list(getattr(tokenizer, 'stop_ids', ())) or [tokenizer.eos_id]
+  generation = {'eos_token_id': stops if len(stops) > 1 else stops[0],
+                'pad_token_id': tokenizer.pad_id}
+  if tokenizer.bos_id is not None:
+    generation['bos_token_id'] = tokenizer.bos_id
+  with open(os.path.join(out_dir, 'generation_config.json'), 'w') as f:
+    json.dump(generation, f, indent=2)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -299,6 +299,11 @@ class GGUFParityTest(test_hf_parity.TorchParityCase):
     np.testing.assert_allclose(
         test_hf_parity._hf_logits(reread, self.tokens, self.mask), theirs,
         atol=1e-4)
+    # generate stops where jaxgrpo's generator does: at EOS and at the end
+    # of a turn (config.json's EOS alone left <|im_end|> out).
+    self.assertLen(loaded.tokenizer.stop_ids, 2)
+    self.assertEqual(reread.generation_config.eos_token_id,
+                     list(loaded.tokenizer.stop_ids))
     text = "<|im_start|>user\ncafe\u0301 He's 12 world<|im_end|>"
     self.assertEqual(
         transformers.AutoTokenizer.from_pretrained(out)(
