@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from jaxgrpo.model import layers
 from jaxgrpo.model.config import RopeScaling
 
 # llama.cpp's converter: original_max_position_embeddings unless the config
@@ -31,22 +32,19 @@ _LOW, _HIGH = 1.0, 4.0
 _RTOL = 1e-4
 
 
-def _inv_freq(head_dim: int, theta: float) -> np.ndarray:
-  """The H / 2 rotary frequencies as `layers.rope_frequencies` computes them."""
-  half = head_dim // 2
-  return np.float32(theta) ** (-np.arange(half, dtype=np.float32) / half)
+def _inv_freq(head_dim: int, theta: float,
+              scaling: RopeScaling | None = None) -> np.ndarray:
+  """The H / 2 rotary frequencies the decoder uses (`layers.rope_frequencies`),
+  as float64."""
+  return np.asarray(layers.rope_frequencies(head_dim, theta=theta,
+                                            scaling=scaling), np.float64)
 
 
 def factors_of(scaling: RopeScaling, head_dim: int,
                theta: float) -> np.ndarray:
-  """The factors llama.cpp's converter writes for `scaling` (float64)."""
-  context = scaling.original_max_position_embeddings
-  low, high = scaling.low_freq_factor, scaling.high_freq_factor
-  wavelen = 2 * math.pi / _inv_freq(head_dim, theta).astype(np.float64)
-  smooth = (context / wavelen - low) / (high - low)
-  band = 1 / ((1 - smooth) / scaling.factor + smooth)
-  return np.where(wavelen < context / high, 1.0,
-                  np.where(wavelen > context / low, scaling.factor, band))
+  """The factors llama.cpp's converter writes for `scaling`: each plain
+  frequency over the decoder's rescaled one (float64)."""
+  return _inv_freq(head_dim, theta) / _inv_freq(head_dim, theta, scaling)
 
 
 def _matches(scaling: RopeScaling, factors: np.ndarray, head_dim: int,
@@ -64,7 +62,7 @@ def _solved(factors: np.ndarray, factor: float, head_dim: int,
     return None
   x = _inv_freq(head_dim, theta)[inside] / (2 * math.pi)  # 1 / wavelength
   s = (1 / factors[inside] - 1 / factor) / (1 - 1 / factor)
-  slope, intercept = np.polyfit(x.astype(np.float64), s, 1)
+  slope, intercept = np.polyfit(x, s, 1)
   if not slope > 0 or not intercept < 0:
     return None
   low = float(f'{-intercept * _CONTEXT / slope:.6g}')
