@@ -139,11 +139,8 @@ def _write(workdir: str, directory: str, step: int, out: str, meta: dict,
   else:  # a preset's built-in tokenizer, with the same ids
     tokenizer = tokenizer_lib.to_hf(tokenizer_lib.make_tokenizer(
         meta.get('config', {}).get('model', {}).get('tokenizer', 'auto')))
-  # Every token the run stopped on (EOS first): transformers' generate
-  # stops on the list where no generation_config.json says otherwise.
-  stops = list(getattr(tokenizer, 'stop_ids', ()))
   extra = {'bos_token_id': tokenizer.bos_id,
-           'eos_token_id': stops if len(stops) > 1 else tokenizer.eos_id,
+           'eos_token_id': _eos_token_id(tokenizer),
            'pad_token_id': tokenizer.pad_id}
   context = pretrained.context_length(source) if source else None
   if context is not None:  # else transformers' default for the family
@@ -306,6 +303,14 @@ def _keep_template(tokenizer, out_dir: str) -> None:
     f.write(tokenizer.chat_template)
 
 
+def _eos_token_id(tokenizer) -> int | list[int]:
+  """A Hugging Face config's `eos_token_id`: every token the run's
+  completions stop at (EOS first) where there are several, else the EOS;
+  transformers' generate stops on the list."""
+  stops = list(getattr(tokenizer, 'stop_ids', ()))
+  return stops if len(stops) > 1 else tokenizer.eos_id
+
+
 def _write_tokenizer(tokenizer, out_dir: str) -> None:
   """tokenizer.json and tokenizer_config.json of an HFTokenizer, and
   generation_config.json naming every token a completion stops at, so
@@ -326,8 +331,7 @@ def _write_tokenizer(tokenizer, out_dir: str) -> None:
     config['chat_template'] = tokenizer.chat_template
   with open(os.path.join(out_dir, 'tokenizer_config.json'), 'w') as f:
     json.dump(config, f, indent=2)
-  stops = list(getattr(tokenizer, 'stop_ids', ())) or [tokenizer.eos_id]
-  generation = {'eos_token_id': stops if len(stops) > 1 else stops[0],
+  generation = {'eos_token_id': _eos_token_id(tokenizer),
                 'pad_token_id': tokenizer.pad_id}
   if tokenizer.bos_id is not None:
     generation['bos_token_id'] = tokenizer.bos_id
