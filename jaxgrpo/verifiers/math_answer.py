@@ -557,7 +557,10 @@ class MathAnswer:
 
   def extract_answer(self, completion: str) -> tuple[str | None, str]:
     """(answer text or None, rule that found it) for a completion."""
-    completion = _halfwidth(completion)
+    return self._extract(_halfwidth(completion))
+
+  def _extract(self, completion: str) -> tuple[str | None, str]:
+    """`extract_answer` of a completion already in half-width forms."""
     for rule in self.extract:
       found = _EXTRACTORS[rule](completion)
       if found is not None:
@@ -591,7 +594,7 @@ class MathAnswer:
 
   def __call__(self, completion: str, example: Example) -> base.Verdict:
     completion = _halfwidth(completion)
-    answer, how = self.extract_answer(completion)
+    answer, how = self._extract(completion)
     reward = 0.0
     if answer is not None and self.matches(answer, example.answer):
       reward = 1.0
