@@ -63,8 +63,9 @@ def check_not_compressed(path: str) -> None:
 def _check_json_lines(path: str, first: bytes, lines: int) -> None:
   """Raises ValueError when a file is not JSON Lines: a CSV file (named
   `.csv` or `.tsv`), one JSON array of objects (`[{...}, {...}]`, as many
-  datasets ship a `.json` file), or JSON indented over several lines. Its lines would each be a bad record, named
-  'invalid JSON' one by one (all of them skipped with on_bad_record=skip).
+  datasets ship a `.json` file), or JSON indented over several lines. Its
+  lines would each be a bad record, named 'invalid JSON' one by one (all
+  of them skipped with on_bad_record=skip).
 
   Args:
     path: the file, for the message.

@@ -336,9 +336,10 @@ def from_hf(
     ValueError: an invalid `dtype` or `param_dtype`.
     CheckpointError: an unsupported model type or feature (RoPE types
       other than default, linear, dynamic, llama3 and yarn, an entry of
-      the rope dict transformers does not read, sliding-window attention, attention biases outside Qwen2, MLP
-      biases, a non-SiLU activation), a missing key or a value of the wrong
-      type; the message names the file, the key and the value.
+      the rope dict transformers does not read, sliding-window attention,
+      attention biases outside Qwen2, MLP biases, a non-SiLU activation), a
+      missing key or a value of the wrong type; the message names the
+      file, the key and the value.
   """
   if not isinstance(config, Mapping):
     kind = {list: 'list', str: 'string', bool: 'boolean',
