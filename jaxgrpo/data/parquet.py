@@ -162,7 +162,7 @@ def _as_written(value: Any, t: pa.DataType) -> Any:
   if value is None:
     return None
   if t in _NARROW:
-    return float(str(_NARROW[t](value)))
+    return formats.plain(_NARROW[t](value))
   if pa.types.is_struct(t):
     types = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
     return {k: _as_written(v, types[k]) for k, v in value.items()}
