@@ -393,7 +393,9 @@ class SnoozeTable:
       step: the training step, recorded as last_step.
 
     An index may repeat (a dataset smaller than the round): every row counts
-    towards its pass rate, and its last row decides its status.
+    towards its pass rate, and its last row decides its status, except under
+    `filter`: a too-easy row filters its example for good, whichever row
+    (or round) comes later.
     """
     idx = np.asarray(indices, np.int64).reshape(-1)
     # Thresholds compare in the rewards' own float type (a float32 0.9 meets
@@ -432,7 +434,11 @@ class SnoozeTable:
     hard = np.all(rewards[last] <= cfg.hard_threshold, axis=1)
     status = np.full(uniq.size, ACTIVE, np.uint8)
     sleep = np.full(uniq.size, -1, np.int64)  # Epochs to sleep; -1 awake.
-    if cfg.policy == 'filter':
+    if cfg.policy == 'filter':  # Never offered again, whatever came after.
+      easy = self.status[uniq] == FILTERED
+      easy |= np.bincount(inverse, np.all(
+          rewards >= cfg.easy_threshold, axis=1), len(uniq)) > 0
+      hard &= ~easy
       status[easy] = FILTERED
     elif cfg.policy == 'snooze':
       sleep[easy] = cfg.snooze_factor

@@ -115,6 +115,8 @@ class _Reference:
       self.total_t += len(row)
       easy = all(r >= cfg.easy_threshold for r in row)
       hard = all(r <= cfg.hard_threshold for r in row)
+      if self.status[i] == FILTERED:  # For good, whatever comes after.
+        continue
       self.status[i] = ACTIVE
       if easy and cfg.policy == 'filter':
         self.status[i] = FILTERED
@@ -511,6 +513,26 @@ class SnoozeTableTest(parameterized.TestCase):
     self.assertEqual(table.status[1], SNOOZED)
     np.testing.assert_array_equal(table.trials,
                                   2 * np.bincount(drawn, minlength=3))
+
+  def test_filter_a_too_easy_row_filters_whatever_comes_after(self):
+    # DESIGN: under filter a too-easy example is never offered again, even
+    # when a later row of the same round (a round past an epoch's end) or a
+    # later round at the same step (two groups in flight) is informative.
+    table = _table('filter', 3, snooze_hard_factor=2)
+    drawn = table.draw(7, step=0)  # A dataset smaller than the round.
+    rows = {int(i): [r for r, j in enumerate(drawn) if j == i]
+            for i in set(drawn.tolist())}
+    self.assertGreater(len(rows[0]), 1)
+    rewards = np.full((7, 2), [0.0, 1.0])  # Informative, but:
+    rewards[rows[0][0]] = [1.0, 1.0]  # example 0 too easy first,
+    rewards[rows[1][0]] = [1.0, 1.0]  # example 1 too easy, then too hard.
+    rewards[rows[1][-1]] = [0.0, 0.0]
+    table.observe(drawn, rewards, step=0)
+    np.testing.assert_array_equal(table.status, [FILTERED, FILTERED, ACTIVE])
+    table.observe(np.array([0, 2, 2]), np.array([[0.0, 1.0], [1.0, 1.0],
+                                                 [0.0, 0.0]]), step=0)
+    np.testing.assert_array_equal(table.status, [FILTERED] * 3)
+    self.assertNotIn(0, table.draw(3, step=1).tolist())  # All filtered.
 
   def test_counts_saturate_keeping_the_pass_rate(self):
     table = _table('none', 2)
