@@ -43,6 +43,12 @@ Experiments:
   size1000     the regime on 1,000 training problems; size500 on 500:
                none against N = 3, to see where snoozing saves before
                the target (each problem seen often by then).
+  replica      the regime again, every policy, at a later commit and in
+               another environment (each data file's header names its
+               packages and CPU): do its findings hold when run again? Its
+               `filter` drops an example found too easy even when another
+               group of it at the same step is informative (the earlier
+               `filter` runs let the last group scored decide).
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
@@ -53,8 +59,10 @@ import contextlib
 import dataclasses
 import fcntl
 import gzip
+import importlib.metadata
 import json
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -246,7 +254,9 @@ def experiments() -> dict[str, Experiment]:
           num_train=n, num_eval=1024)],
       variants={k: POLICIES[k] for k in ('none', 'snooze3')})
            for n in (1000, 500)]
-  return {e.name: e for e in (regime, long, warm, broad, memorise,
+  # The regime run again in another environment; see the module docstring.
+  replica = dataclasses.replace(regime, name='replica')
+  return {e.name: e for e in (regime, replica, long, warm, broad, memorise,
                                 short_batch, drift, mixed, conflict, *sizes)}
 
 
@@ -297,6 +307,35 @@ def commit() -> str:
   except (OSError, subprocess.CalledProcessError):
     return 'unknown'
   return head + ('+dirty' if dirty.strip() else '')
+
+
+# The packages whose numerics a run's trajectory depends on.
+PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy')
+
+
+def environment() -> dict:
+  """The packages and machine that made a run. The same commit and settings
+  give the same numbers only where these are the same: another XLA build or
+  CPU rounds some sums differently, and a sampled token that flips there
+  sends the run down another path (docs/results.md#reproducing-a-run)."""
+  packages = {}
+  for name in PACKAGES:
+    try:
+      packages[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      packages[name] = None
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8') as f:
+      info = {k.strip(): v.strip() for k, v in (
+          line.split(':', 1) for line in f if ':' in line)}
+    flags = set(info.get('flags', '').split())
+    cpu = ' '.join([info.get('model name', cpu), *sorted(
+        flags & {'avx2', 'avx512f', 'avx512_bf16', 'amx_tile'})])
+  except OSError:
+    pass
+  return {'packages': packages, 'python': platform.python_version(),
+          'cpu': cpu, 'cores': os.cpu_count()}
 
 
 def data_path(data: str, experiment: str, run: str) -> str:
@@ -363,8 +402,19 @@ def _warm_start(experiment: Experiment, seed: int, work: str,
                 is_smoke: bool, log) -> tuple[str, dict]:
   """The seed's shared warm start (made once; shards wait on a lock)."""
   start = os.path.join(work, experiment.name, f'_warm_s{seed}')
+  # A warm start made under other settings (the experiment was changed
+  # since) is made again, not copied into runs it does not belong to.
+  made_by = json.loads(json.dumps({
+      'settings': experiment.settings, 'datasets': experiment.datasets,
+      'seed': seed, 'smoke': is_smoke}))
   with _lock(start + '.lock'):
     info_path = os.path.join(start, 'warmstart.json')
+    if os.path.exists(info_path):
+      with open(info_path) as f:
+        if json.load(f).get('config') != made_by:
+          log(f'{experiment.name}: the warm start for seed {seed} was made '
+              'under other settings; making it again')
+          os.remove(info_path)
     if not os.path.exists(info_path):
       shutil.rmtree(start, ignore_errors=True)
       c = config(experiment, '', seed, is_smoke=is_smoke)
@@ -374,13 +424,16 @@ def _warm_start(experiment: Experiment, seed: int, work: str,
       info = {'seconds': time.perf_counter() - t0,
               'steps': summary.warmstart_steps,
               'pass_rate': summary.warmstart_pass_rate,
-              'eval_accuracy': summary.eval_accuracy_start}
+              'eval_accuracy': summary.eval_accuracy_start,
+              'environment': environment(), 'config': made_by}
       with open(info_path, 'w') as f:
         json.dump(info, f)
       log(f'{experiment.name}: warm start for seed {seed} in '
           f'{info["seconds"]:.0f}s')
     with open(info_path) as f:
-      return start, json.load(f)
+      info = json.load(f)
+  del info['config']  # the header has the settings
+  return start, info
 
 
 def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
@@ -415,6 +468,7 @@ def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
       'overrides': {**experiment.settings, **experiment.variants[variant]},
       'datasets': experiment.datasets, 'steps': experiment.steps,
       'warmstart': warm, 'seconds_last_leg': seconds,
+      'environment': environment(),
       'batch_size': c.rollout.batch_size, 'group_size': c.rollout.group_size,
   }
   export(records, header, out)

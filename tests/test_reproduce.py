@@ -8,6 +8,8 @@ import os
 import sys
 
 from absl.testing import absltest
+import jax
+import numpy as np
 
 from jaxgrpo import config_lib
 from jaxgrpo.data import arithmetic
@@ -104,6 +106,11 @@ class ReproduceTest(absltest.TestCase):
     self.assertEqual(header['variant'], 'none')
     self.assertIn('--smoke', header['command'])
     self.assertRegex(header['commit'], r'^([0-9a-f]{40}(\+dirty)?|unknown)$')
+    env = header['environment']  # what the numbers depend on besides code
+    self.assertEqual(env['packages']['jax'], jax.__version__)
+    self.assertEqual(env['packages']['numpy'], np.__version__)
+    self.assertTrue(env['cpu'])
+    self.assertEqual(header['warmstart']['environment'], env)
     self.assertEqual([r['step'] for r in records], [0, 1, 2])
     self.assertIn('train/batch_fill', records[1])
     self.assertIn('rollout/tokens_generated', records[1])
@@ -117,6 +124,14 @@ class ReproduceTest(absltest.TestCase):
     reproduce.main(args)
     self.assertEqual(os.path.getmtime(paths[0]), mtime)
     self.assertEqual(reproduce.read_run(paths[1])[1], records_of(paths[1]))
+    # A warm start is reused only under the settings that made it.
+    logs = []
+    reproduce._warm_start(e, 0, work, True, logs.append)
+    self.assertEqual(logs, [])
+    changed = dataclasses.replace(
+        e, settings={**e.settings, 'warmstart.target_pass_rate': 0.5})
+    reproduce._warm_start(changed, 0, work, True, logs.append)
+    self.assertIn('made under other settings', logs[0])
     # The report reads them (`regime` is the 3,000-problem regime's blocks;
     # sections 1 and 3 are `results_report.MAIN`'s).
     blocks = results_report.render_blocks(data)
