@@ -421,6 +421,49 @@ def replication(runs, first, second) -> str:
                  'final accuracy minus none\'s'), rows)
 
 
+def replica_warm(first, again) -> str:
+  """Per seed, the warm start of the regime as recorded and as run again
+  (the same settings at a later commit, in another environment)."""
+  rows = []
+  for seed in sorted(set(first.get('none', {})) | set(again.get('none', {}))):
+    cells = [seed]
+    for runs in (first, again):
+      run = runs.get('none', {}).get(seed)
+      warm = run.header['warmstart'] if run else {}
+      cells += [f'{warm["steps"]:,}' if warm else '',
+                _fmt(warm['pass_rate']) if warm else '',
+                _fmt(warm['eval_accuracy']) if warm else '']
+    rows.append(cells)
+  return _table(('seed', 'recorded: warm-start steps', 'sampled pass rate',
+                 'held-out accuracy', 'run again: warm-start steps',
+                 'sampled pass rate', 'held-out accuracy'), rows)
+
+
+def replica_table(first, again) -> str:
+  """Each policy's findings in the regime as recorded and as run again,
+  each paired with `none` of its own runs."""
+  if 'none' not in again:
+    return '_No `replica` runs yet._\n'
+  rows = []
+  for variant in again:
+    if variant == 'none':
+      continue
+    for name, runs in (('recorded', first), ('run again', again)):
+      if variant not in runs or 'none' not in runs:
+        continue
+      st = policy_stats({'none': runs['none'], variant: runs[variant]})[
+          variant]
+      reached = sum(st['costs'][s] is not None for s in st['seeds'])
+      rows.append((f'`{variant}`', name, f'{reached}/{len(st["seeds"])}',
+                   _ratio(st['ratios'][0]), _ratio(st['whole']),
+                   _ci(st['finals']), _ci(st['diffs']),
+                   f'{min(runs[variant][s].updates() for s in st["seeds"])}'))
+  return _table(('policy', 'runs', 'seeds reaching target',
+                 'saving: prompts to target', 'saving: prompts, whole run',
+                 'final accuracy', 'minus none\'s (paired)',
+                 'updates (fewest)'), rows)
+
+
 # The replication of section 3, fixed before its runs (docs/results.md,
 # "A replication fixed in advance"): the policy, the target as a fraction
 # of `none`'s final accuracy, the seeds that found the effect, the new
@@ -831,6 +874,10 @@ def render_blocks(data: str) -> dict[str, str]:
   regime_stats = policy_stats(regime)
   blocks['first_checks'] = regime_checks(regime)
   blocks['first_savings'] = savings(regime, regime_stats)[0]
+  replica = load(data, 'replica')
+  blocks['replica_warm'] = replica_warm(regime, replica)
+  blocks['replica_checks'] = regime_checks(replica)
+  blocks['replica_savings'] = replica_table(regime, replica)
   memorise = load(data, 'memorise')
   blocks['memorise_checks'] = regime_checks(memorise)
   blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
@@ -868,7 +915,7 @@ def provenance(data: str) -> str:
     runs = load(data, name)
     headers = [r.header for seeds in runs.values() for r in seeds.values()]
     if not headers:
-      rows.append((name, 0, '', '', '', ''))
+      rows.append((name, 0, '', '', '', '', ''))
       continue
     commits = sorted({h['commit'][:12] for h in headers})
     seeds = sorted({h['seed'] for h in headers})
@@ -876,10 +923,21 @@ def provenance(data: str) -> str:
     ran = sorted({h['command'].split()[3] for h in headers})
     rows.append((name, len(headers), ', '.join(map(str, seeds)),
                  ', '.join(commits), ', '.join(f'`{x}`' for x in ran),
+                 '; '.join(sorted({_environment(h) for h in headers})),
                  f'{sum(h["seconds_last_leg"] for h in headers) / 60:.0f}'))
   return _table(('experiment', 'runs', 'seeds', 'commits',
-                 'recorded command ran', 'minutes (last leg of each run)'),
-                rows)
+                 'recorded command ran', 'environment',
+                 'minutes (last leg of each run)'), rows)
+
+
+def _environment(header: dict) -> str:
+  """The packages and CPU a data file's header names (recorded since the
+  `replica` runs)."""
+  env = header.get('environment')
+  if not env:
+    return 'not recorded'
+  return (', '.join(f'{k} {v}' for k, v in env['packages'].items())
+          + f'; {env["cpu"]}, {env["cores"]} cores')
 
 
 def read_blocks(doc_text: str) -> dict[str, str]:
