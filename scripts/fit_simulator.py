@@ -139,6 +139,8 @@ def main(argv=None):
       result = json.load(f)
     experiment = reproduce.experiments()['regime']
     result['predictions'] = predict(result['params'], experiment)
+    # The fit's commit stays; the predictions name the code that made them.
+    result['predicted_at'] = reproduce.commit()
     with open(args.out, 'w') as f:
       json.dump(result, f, indent=1)
     print(f'wrote {args.out}')
@@ -169,6 +171,7 @@ def main(argv=None):
       'command': 'python scripts/fit_simulator.py',
       'commit': reproduce.commit(),
   }
+  result['predicted_at'] = result['commit']
   with open(args.out, 'w') as f:
     json.dump(result, f, indent=1)
   print(f'wrote {args.out}')
