@@ -212,7 +212,8 @@ def _ratio(ratios) -> str:
   if not ratios:
     return 'n/a'
   if any(r == 0 for r in ratios):
-    return f'n/r in {sum(r == 0 for r in ratios)} seeds'
+    missed = sum(r == 0 for r in ratios)
+    return f'n/r in {missed} seed{"s" * (missed > 1)}'
   m, lo, hi = ratio_interval(ratios)
   if not np.isfinite(lo):
     return f'{m:.2f}x'
