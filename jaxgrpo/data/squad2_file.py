@@ -7,6 +7,7 @@ ArrayRecord.
 
 from collections.abc import Mapping
 import json
+import logging
 import os
 from typing import Any
 
@@ -14,6 +15,11 @@ import numpy as np
 
 from jaxgrpo.data import formats
 from jaxgrpo.data import jsonl
+from jaxgrpo.verifiers import qa as qa_lib
+
+_LOG = logging.getLogger(__name__)  # `jaxgrpo.*`: the CLIs show them
+# Questions named in the log per kind; the counts cover the rest.
+_SHOWN = 3
 
 
 class Squad2File:
@@ -28,8 +34,18 @@ class Squad2File:
   raises BadRecordError, as does a question that is not a dict: errors name
   the file and the JSON path, e.g. `data[3].paragraphs[2].qas[5]`.
 
+  Questions with gold answers that SQuAD normalisation empties ('.',
+  'the') are counted when the file is read and logged once, as a warning
+  naming the first few: those left with no gold are scored as unanswerable
+  but stay in subset 'answerable' (`formats.Squad2Format`), as in the
+  official evaluation.
+
   Attributes:
     path: the JSON file.
+    no_gold_left: where each question whose gold answers all normalise to
+      nothing is, e.g. "data[0].paragraphs[1].qas[2] (id 'q7')".
+    golds_dropped: questions that lose some of their golds that way and
+      keep others.
   """
 
   def __init__(self, path: str):
@@ -69,6 +85,39 @@ class Squad2File:
           continue
         places.extend((a, p, q) for q in range(len(qas)))
     self._places = np.asarray(places, np.int32).reshape(-1, 3)
+    self.no_gold_left: tuple[str, ...] = ()
+    self.golds_dropped = 0
+    self._count_empty_golds()
+
+  def _count_empty_golds(self) -> None:
+    """Counts the questions with golds that normalise to nothing and logs
+    them (records that are bad are left to their access to report)."""
+    no_gold, dropped = [], 0
+    for index in range(len(self)):
+      a, p, q = self._place(index)
+      qa = self._articles[a]['paragraphs'][p]['qas'][q] if q >= 0 else None
+      if not isinstance(qa, dict) or not qa.get('answers'):
+        continue
+      try:
+        texts = formats.squad2_answers(qa['answers'], lambda: '')
+      except formats.BadRecordError:
+        continue
+      kept = sum(bool(qa_lib.normalize_answer(t)) for t in texts)
+      if not kept:
+        no_gold.append(f'{self.json_path(index)} (id {qa.get("id")!r:.40})')
+      elif kept < len(texts):
+        dropped += 1
+    self.no_gold_left, self.golds_dropped = tuple(no_gold), dropped
+    if no_gold:
+      _LOG.warning(
+          '%s: %d of %d questions have gold answers that all normalise to '
+          "nothing under SQuAD normalisation (such as '.' or 'the'): %s%s. "
+          'They are scored as unanswerable (a refusal scores 1, as the '
+          "official evaluation's empty gold) and counted in subset "
+          "'answerable', as the official evaluation counts them in HasAns; "
+          '%d other questions lost some of their golds that way',
+          self.path, len(no_gold), len(self), '; '.join(no_gold[:_SHOWN]),
+          '; ...' if len(no_gold) > _SHOWN else '', dropped)
 
   def __len__(self) -> int:
     return len(self._places)

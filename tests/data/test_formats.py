@@ -277,6 +277,36 @@ class Squad2FileTest(parameterized.TestCase):
           f'^{re.escape(path)}: {re.escape(where)}: .*{message}'):
         ds[index]  # pylint: disable=pointless-statement
 
+  def test_questions_left_without_gold_are_counted_and_logged(self):
+    # Golds that SQuAD normalisation empties are dropped (fault 301); a
+    # question left with none is scored as unanswerable in subset
+    # 'answerable', as the official script does: said when the file loads.
+    path = self._file(_squad([_article({'context': 'c', 'qas': [
+        _qa('a', 'qa?', ['x']), _qa('dot', 'q1?', ['.', '!']),
+        _qa('b', 'qb?', ['y', '.']), _qa('u', 'qu?'),
+        _qa('the', 'q2?', ['The', ' the ']),
+    ]})]))
+    with self.assertLogs('jaxgrpo.data.squad2_file', 'WARNING') as logs:
+      src = squad2_file.Squad2File(path)
+    self.assertEqual(src.no_gold_left, (
+        "data[0].paragraphs[0].qas[1] (id 'dot')",
+        "data[0].paragraphs[0].qas[4] (id 'the')"))
+    self.assertEqual(src.golds_dropped, 1)
+    self.assertLen(logs.output, 1)
+    self.assertRegex(logs.output[0], (
+        f"{re.escape(path)}: 2 of 5 questions have gold answers that all "
+        r"normalise to nothing .*qas\[1\] \(id 'dot'\); .*qas\[4\] "
+        r"\(id 'the'\)\. They are scored as unanswerable .*subset "
+        r"'answerable'.*HasAns; 1 other questions lost some"))
+    ds = sources.make_dataset('squad2', name='sq', path=path)
+    self.assertEqual(
+        [(ds[i].subset, ds[i].meta['answerable']) for i in (1, 4)],
+        [('answerable', False)] * 2)
+    with self.assertNoLogs('jaxgrpo.data.squad2_file', 'WARNING'):
+      src = squad2_file.Squad2File(self._file(_squad([_article(
+          {'context': 'c', 'qas': [_qa('b', 'qb?', ['y', '.'])]})])))
+    self.assertEqual((src.no_gold_left, src.golds_dropped), ((), 1))
+
   @parameterized.named_parameters(
       ('invalid_json', b'{"version": "v2.0",\n "data": [}',
        ':2:11: invalid JSON: Expecting value'),
@@ -329,6 +359,11 @@ class Gsm8kRealFileTest(absltest.TestCase):
 class Squad2RealFileTest(absltest.TestCase):
 
   def test_counts_subsets_and_ids(self):
+    with self.assertNoLogs('jaxgrpo.data.squad2_file', 'WARNING'):
+      src = squad2_file.Squad2File(_SQUAD2)
+    # Three questions have a gold '.' beside real ones; none is left
+    # without a gold.
+    self.assertEqual((src.no_gold_left, src.golds_dropped), ((), 3))
     ds = sources.make_dataset('squad2', name='squad2', path=_SQUAD2)
     examples = [ds[i] for i in range(len(ds))]
     self.assertLen(examples, 6078)
@@ -412,7 +447,7 @@ class LoadDatasetTest(parameterized.TestCase):
     path = os.path.join(self.create_tempdir().full_path, 'squad.json')
     with open(path, 'w') as f:
       json.dump(_squad([_article({'context': 'Ctx.', 'qas': [
-          _qa('a', 'Q1?', ['A']), {'id': 'b', 'answers': []},
+          _qa('a', 'Q1?', ['Ans']), {'id': 'b', 'answers': []},
           _qa('c', 'Q3?'), dict(_qa('d', 'Q4?'), is_impossible=False),
       ]})]), f)
     _, ds, _ = _load(_config(kind='squad2', path=path))
