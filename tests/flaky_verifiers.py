@@ -68,6 +68,28 @@ class Flaky:
     return float(completion == 'ok')
 
 
+# What `Leaky` holds on to in this process, as a verifier's cache might.
+kept: list = []
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaky:
+  """Scores 1 and keeps what it used: 'memory' keeps `mib` MiB (written,
+  so resident), 'files' keeps `files` open files; the details name the
+  process that scored."""
+
+  mib: int = 64
+  files: int = 100
+
+  def __call__(self, completion, example):
+    del example
+    if completion == 'memory':
+      kept.append(b'\x01' * (self.mib << 20))
+    if completion == 'files':
+      kept.extend(open(os.devnull, 'rb') for _ in range(self.files))  # pylint: disable=consider-using-with
+    return base.Verdict(1.0, {'pid': os.getpid()})
+
+
 @base.register('starts_with_digit')
 def starts_with_digit(completion, example):
   """An untrained model passes this about one time in five: mixed groups."""

@@ -18,6 +18,11 @@ one defined in a notebook, whose main module cannot run again, is sent by
 value (`_dumps`). A pool starts all its workers, then waits for each to
 report that it has (or a ConfigError naming the module).
 
+After each call a worker reads its memory and, every few calls, counts
+its open files (`_Health`): one that grew by more than `MAX_GROWTH_BYTES`
+since its first call, or holds half the files it may, sends what it scored
+and ends, and the parent gives the rest of its chunk to a new worker.
+
 Workers ignore SIGINT and SIGTERM: a signal to the whole process group (Ctrl-C,
 `timeout`, a scheduler) is the trainer's to act on. One that dies anyway (the
 OOM killer, which on Linux they ask to take them first, so that a verifier
@@ -39,6 +44,7 @@ from multiprocessing import reduction
 from multiprocessing import spawn
 import os
 import pickle
+import resource
 import signal
 import sys
 import time
@@ -55,6 +61,15 @@ from jaxgrpo.verifiers import base
 _GRACE_S = 1.0
 # How long a new worker may take to import `imports` and load the verifiers.
 _START_S = 300.0
+# A worker whose resident memory grows by more than this since its first
+# call is replaced once that call returns (`_Health`): a verifier keeping
+# something per call (a cache without bound, a list it appends to) costs a
+# worker restart, long before the machine's memory runs out.
+MAX_GROWTH_BYTES = 1 << 30
+# A worker's open files are counted after every this many calls (a count
+# costs as much as a small verifier's call): a verifier would have to leave
+# 1/32 of the open-file limit open per call to run out between two counts.
+_FILES_EVERY = 16
 
 
 def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
@@ -80,6 +95,7 @@ def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
   if failure is not None:
     return
   base.enter_worker()
+  health = _Health()
   while True:
     try:
       chunk = conn.recv()
@@ -87,26 +103,34 @@ def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
       return
     if chunk is None:
       return
-    results = []
+    results, worn = [], None
     for k, (slot, key, text, example) in enumerate(chunk):
       progress[1] = time.monotonic()  # the time first: see score_batch's timeout check
       progress[0] = k
       results.append((slot, base.score_one(verifiers[key], text, example,
                                            timeout_s)))
+      worn = health.worn()
+      if worn:  # the rest of the chunk goes to a new worker
+        worn = f'{worn}, after example {example.id}'
+        break
     try:
-      conn.send_bytes(_encode(results))
+      conn.send_bytes(_encode(results, worn))
     except (EOFError, OSError):
+      return
+    if worn:
       return
 
 
-def _encode(results: list[tuple[int, base.Outcome]]) -> bytes:
-  """A chunk's results pickled for the parent (`Connection.recv` reads
-  them). Details that do not pickle (a lambda, a regex match, an object
-  whose `__reduce__` raises, nesting too deep) are replaced, for that
-  completion only, by {'unsent': why}; its reward still counts.
+def _encode(results: list[tuple[int, base.Outcome]],
+            worn: str | None = None) -> bytes:
+  """A chunk's results and `worn` (why the worker must be replaced, or
+  None) pickled for the parent (`Connection.recv` reads them). Details that
+  do not pickle (a lambda, a regex match, an object whose `__reduce__`
+  raises, nesting too deep) are replaced, for that completion only, by
+  {'unsent': why}; its reward still counts.
   """
   try:
-    return reduction.ForkingPickler.dumps(results)
+    return reduction.ForkingPickler.dumps((results, worn))
   except Exception:  # pylint: disable=broad-except
     pass  # pickling runs the objects' own code: it may raise anything
   sendable = []
@@ -117,7 +141,54 @@ def _encode(results: list[tuple[int, base.Outcome]]) -> bytes:
       out = out._replace(details={
           'unsent': f'details could not be sent back: {base.short_repr(e)}'})
     sendable.append((slot, out))
-  return reduction.ForkingPickler.dumps(sendable)
+  return reduction.ForkingPickler.dumps((sendable, worn))
+
+
+class _Health:
+  """A worker's resident memory, read after each call, and its open files,
+  counted after every `_FILES_EVERY`-th (about 1 µs a call, from /proc: on
+  Linux; elsewhere nothing is read).
+
+  `worn` says why the worker should be replaced: its memory grew by more
+  than `MAX_GROWTH_BYTES` since its first call, or it holds more than half
+  the open files it may (`RLIMIT_NOFILE`). A verifier that leaks either
+  then costs a worker restart, not the machine's memory or, once the
+  files run out, every later call raising 'Too many open files'.
+  """
+
+  def __init__(self):
+    self._statm = None
+    with contextlib.suppress(OSError):
+      self._statm = os.open('/proc/self/statm', os.O_RDONLY)
+    self._page = os.sysconf('SC_PAGE_SIZE')
+    self._files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    self._first: int | None = None  # resident bytes after the first call
+    self._calls = 0
+
+  def worn(self) -> str | None:
+    """Why the worker should be replaced now, or None."""
+    if self._statm is None:
+      return None
+    rss = int(os.pread(self._statm, 128, 0).split()[1]) * self._page
+    if self._first is None:
+      self._first = rss
+    elif rss - self._first > MAX_GROWTH_BYTES:
+      return (f'its memory grew by {_gib(rss - self._first)} since its '
+              f'first call, to {_gib(rss)} (more than '
+              f'{_gib(MAX_GROWTH_BYTES)}: a verifier keeps memory between '
+              'calls)')
+    self._calls += 1
+    if (self._files != resource.RLIM_INFINITY
+        and not self._calls % _FILES_EVERY):
+      held = len(os.listdir('/proc/self/fd')) - 1  # listdir's own
+      if held > self._files // 2:
+        return (f'it holds {held} open files, more than half of its limit '
+                f'{self._files} (a verifier leaves files open)')
+    return None
+
+
+def _gib(n: int) -> str:
+  return f'{n / (1 << 30):.2f} GiB'
 
 
 def _first_to_kill() -> None:
@@ -309,6 +380,7 @@ class Scorer:
     self.names = dict(names or {})
     self.imports = tuple(imports)
     self.restarts = 0
+    self.worn = 0  # workers replaced as their memory or files grew
     self._workers: list[_Worker] = []
     base.forget_logged()  # a new run logs each failure kind again
     if workers:
@@ -466,7 +538,7 @@ class Scorer:
         if w.conn not in ready:
           continue
         try:
-          results = w.conn.recv()
+          results, worn = w.conn.recv()
         except (EOFError, OSError):
           w.process.join(timeout=1.0)  # its pipe closes before it is reaped
           code = w.process.exitcode
@@ -475,7 +547,16 @@ class Scorer:
           continue
         for slot, out in results:
           outcomes[slot] = out
-        w.pending = []
+        w.pending = w.pending[len(results):]
+        if worn:  # it ends: the chunk's rest goes to a new worker
+          self.worn += 1
+          dataset = examples[results[-1][0]].dataset
+          base.log_once('worn', 'pool', (
+              'a verifier worker was replaced: '
+              f'{worn} (dataset {dataset}, verifier '
+              f'{self.names.get(dataset, dataset)})'))
+          replace(w)
+          continue
         feed(w)
       if limit is not None:
         now = time.monotonic()

@@ -100,6 +100,54 @@ class ScorerTest(parameterized.TestCase):
     np.testing.assert_array_equal(rewards, [1, 0, 1])
     self.assertEqual(adj(os.getpid()), own)
 
+  @absltest.skipUnless(os.path.exists('/proc/self/statm'), 'Linux only')
+  def test_a_worker_whose_memory_grows_is_replaced(self):
+    # A verifier that keeps 64 MiB a call: its worker grew until the OOM
+    # killer took it (or the machine), scoring the call it was in 0.
+    texts = ['memory'] * 22 + ['ok'] * 4
+    with self.assertLogs(level='WARNING') as logs:
+      with pool.Scorer({'d': flaky_verifiers.Leaky()}, workers=1,
+                       timeout_s=30.0) as scorer:
+        rewards, stats, outcomes = scorer.score(
+            texts, _examples(len(texts)), with_details=True)
+        self.assertEqual((scorer.worn, scorer.restarts, scorer.workers),
+                         (1, 1, 1))
+    np.testing.assert_array_equal(rewards, [1] * len(texts))
+    self.assertEqual((stats.errors, stats.timeouts), (0, 0))
+    pids = [o.details['pid'] for o in outcomes]
+    # 1 GiB past the first call's memory: the 18th call (64 MiB each).
+    first = pids.count(pids[0])
+    self.assertBetween(first, 17, 18)
+    self.assertEqual(pids[:first], [pids[0]] * first)
+    self.assertEqual(set(pids[first:]), {pids[-1]})
+    self.assertNotEqual(pids[-1], pids[0])
+    self.assertRegex(
+        '\n'.join(logs.output),
+        r'a verifier worker was replaced: its memory grew by 1\.0\d GiB since '
+        rf'its first call, .*after example d/{first - 1} \(dataset d')
+
+  @absltest.skipUnless(os.path.isdir('/proc/self/fd'), 'Linux only')
+  def test_a_worker_that_leaves_files_open_is_replaced(self):
+    # Once its open files ran out, every call raised 'Too many open files'.
+    import resource  # pylint: disable=g-import-not-at-top
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    # Counted every 16 calls: after the 16th, 0.8 of the limit is open.
+    leaky = flaky_verifiers.Leaky(files=limit // 20 + 1)
+    texts = ['files'] * 40
+    with self.assertLogs(level='WARNING') as logs:
+      with pool.Scorer({'d': leaky}, workers=1, timeout_s=30.0) as scorer:
+        rewards, stats, outcomes = scorer.score(
+            texts, _examples(len(texts)), with_details=True)
+        self.assertEqual(scorer.worn, 2)
+    np.testing.assert_array_equal(rewards, [1] * len(texts))
+    self.assertEqual(stats.errors, 0)
+    pids = [o.details['pid'] for o in outcomes]
+    self.assertEqual([pids.count(p) for p in dict.fromkeys(pids)],
+                     [16, 16, 8])
+    self.assertRegex(
+        '\n'.join(logs.output), r'a verifier worker was replaced: it holds '
+        rf'\d+ open files, more than half of its limit {limit} ')
+
   @parameterized.parameters(0, 1)
   def test_a_timeout_the_verifier_swallows_is_a_timeout(self, workers):
     # A bare `except:` caught the timer's exception: the call ran past the
