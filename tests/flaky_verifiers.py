@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 
 from jaxgrpo.verifiers import base
@@ -88,6 +89,30 @@ class Leaky:
     if completion == 'files':
       kept.extend(open(os.devnull, 'rb') for _ in range(self.files))  # pylint: disable=consider-using-with
     return base.Verdict(1.0, {'pid': os.getpid()})
+
+
+# Set by `Chatty` on 'wait' once it has printed; it then waits for `go`.
+printing = threading.Event()
+go = threading.Event()
+
+
+@dataclasses.dataclass(frozen=True)
+class Chatty:
+  """Scores 1 and prints to stdout on the way: a line with print() and one
+  with sys.stdout.write; on 'raw' a line to file descriptor 1 (as C code or
+  a child process writes); on 'wait' it prints, sets `printing` and waits
+  for `go`."""
+
+  def __call__(self, completion, example):
+    print(f'checking {example.id}: {completion}')
+    sys.stdout.write('more\n')
+    sys.stdout.flush()
+    if completion == 'raw':
+      os.write(1, b'raw line\n')
+    if completion == 'wait':
+      printing.set()
+      go.wait(30)
+    return 1.0
 
 
 @base.register('starts_with_digit')

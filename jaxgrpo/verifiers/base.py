@@ -16,7 +16,8 @@ plain dataclasses and functions live at module level.
 
 Scoring turns a verifier's exception (SystemExit included) or an invalid or
 out-of-range result into reward 0 and counts it, so one bad call never stops
-a training run. `score_batch` scores in the calling process;
+a training run; what a call prints to stdout goes to stderr, counted.
+`score_batch` scores in the calling process;
 `jaxgrpo.verifiers.pool.Scorer` adds worker processes and per-call timeouts
 on top of it.
 
@@ -32,6 +33,7 @@ import math
 import numbers
 import reprlib
 import signal
+import sys
 import threading
 from typing import Any, NamedTuple, Protocol
 
@@ -280,12 +282,14 @@ class VerifierTimeout(BaseException):
 
 
 class Outcome(NamedTuple):
-  """One scored completion: reward, how it went, and the verdict details."""
+  """One scored completion: reward, how it went, the verdict details, and
+  how many characters the call printed to stdout (sent to stderr)."""
 
   reward: float
   kind: str  # 'ok', 'error', 'range' or 'timeout'
   message: str = ''
   details: Mapping[str, Any] = {}
+  printed: int = 0
 
 
 # Whether the current call's timer has fired: a verifier that catches
@@ -366,7 +370,58 @@ def score_one(
   (verify.workers=0) and propagates. A result that `as_reward` rejects is
   'range'. A call whose timer fired is a 'timeout' whatever it returns or
   raises (a bare `except:` in the verifier may have caught the timer).
+
+  What the call prints to `sys.stdout` goes to stderr, counted in
+  `Outcome.printed`: stdout holds the program's own lines (`jaxgrpo-eval`'s
+  table, the step lines), also when they are kept in a file or read by
+  another program.
   """
+  printed = _Printed()
+  try:
+    outcome = _score_one(verify, text, example, timeout_s)
+  finally:
+    printed.remove()
+  return outcome._replace(printed=printed.chars) if printed.chars else outcome
+
+
+class _Printed:
+  """`sys.stdout` during a verifier call: what the calling thread writes
+  goes to stderr and is counted; other threads' writes (the trainer's
+  lines, while a thread scores) go where stdout went."""
+
+  def __init__(self):
+    self.previous = sys.stdout
+    self.thread = threading.get_ident()
+    self.chars = 0
+    sys.stdout = self
+
+  def remove(self) -> None:
+    if sys.stdout is self:
+      sys.stdout = self.previous
+
+  def _target(self) -> Any:
+    if threading.get_ident() == self.thread:
+      return sys.stderr
+    return self.previous
+
+  def write(self, text: str) -> int:
+    target = self._target()
+    if target is sys.stderr:
+      self.chars += len(text)
+    return len(text) if target is None else target.write(text)
+
+  def flush(self) -> None:
+    if self._target() is not None:
+      self._target().flush()
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self._target(), name)  # fileno, isatty, buffer, ...
+
+
+def _score_one(
+    verify: VerifyFn, text: str, example: Example, timeout_s: float | None,
+) -> Outcome:
+  """`score_one`, but for what the call prints."""
   use_alarm = (timeout_s is not None and timeout_s > 0
                and threading.current_thread() is threading.main_thread())
   if use_alarm:
@@ -436,6 +491,12 @@ def tally(
   rewards = np.zeros(len(outcomes), np.float32)
   for i, (out, example) in enumerate(zip(outcomes, examples)):
     rewards[i] = out.reward
+    if out.printed:
+      log_once('printed', name,
+               f'verifier {name} printed {out.printed} characters to stdout '
+               f'on example {example.id} (dataset {example.dataset}): they '
+               "went to stderr, so that stdout holds only the program's own "
+               'lines')
     if out.kind == 'ok':
       continue
     if out.kind == 'error':

@@ -18,6 +18,9 @@ one defined in a notebook, whose main module cannot run again, is sent by
 value (`_dumps`). A pool starts all its workers, then waits for each to
 report that it has (or a ConfigError naming the module).
 
+What a worker writes to stdout goes to stderr (`_stdout_to_stderr`): the
+trainer's stdout, which it shares, holds only the trainer's lines.
+
 After each call a worker reads its memory and, every few calls, counts
 its open files (`_Health`): one that grew by more than `MAX_GROWTH_BYTES`
 since its first call, or holds half the files it may, sends what it scored
@@ -87,6 +90,7 @@ def _worker_main(conn, progress, payload: bytes, imports: Sequence[str],
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, signal.SIG_IGN)
   _first_to_kill()
+  _stdout_to_stderr()
   verifiers, failure = _load(payload, imports)
   try:
     conn.send(failure)
@@ -189,6 +193,18 @@ class _Health:
 
 def _gib(n: int) -> str:
   return f'{n / (1 << 30):.2f} GiB'
+
+
+def _stdout_to_stderr() -> None:
+  """Sends what this worker writes to stdout to stderr: `print` in a
+  verifier or a module it imports, C code and child processes (file
+  descriptor 1) alike. The trainer's stdout, which the worker shares, holds
+  only the trainer's lines (`jaxgrpo-eval`'s table, kept by `> file`)."""
+  with contextlib.suppress(OSError, ValueError, AttributeError):
+    sys.stdout.flush()
+  with contextlib.suppress(OSError):
+    os.dup2(2, 1)
+  sys.stdout = sys.stderr
 
 
 def _first_to_kill() -> None:
@@ -381,6 +397,7 @@ class Scorer:
     self.imports = tuple(imports)
     self.restarts = 0
     self.worn = 0  # workers replaced as their memory or files grew
+    self.printed = 0  # calls that printed to stdout (sent to stderr)
     self._workers: list[_Worker] = []
     base.forget_logged()  # a new run logs each failure kind again
     if workers:
@@ -478,6 +495,7 @@ class Scorer:
       outcomes = [
           base.score_one(self._verifier(ex), text, ex, self.timeout_s)
           for text, ex in zip(completions, examples)]
+    self.printed += sum(1 for out in outcomes if out.printed)
     by_dataset: dict[str, list[int]] = {}
     for i, ex in enumerate(examples):
       by_dataset.setdefault(ex.dataset, []).append(i)

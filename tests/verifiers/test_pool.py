@@ -1,6 +1,9 @@
 """Tests for the verifier worker pool: timeouts, errors and crashes."""
 
+import contextlib
 import importlib
+import io
+import json
 import os
 import signal
 import subprocess
@@ -147,6 +150,60 @@ class ScorerTest(parameterized.TestCase):
     self.assertRegex(
         '\n'.join(logs.output), r'a verifier worker was replaced: it holds '
         rf'\d+ open files, more than half of its limit {limit} ')
+
+  @parameterized.parameters(0, 2)
+  def test_what_a_verifier_prints_goes_to_stderr(self, workers):
+    # It was written between the program's own lines on stdout (from a
+    # worker, whenever its buffer filled or it exited): `jaxgrpo-eval ... >
+    # table.txt` kept it in the table.
+    script = textwrap.dedent('''
+        import json, sys
+        from jaxgrpo.verifiers import pool
+        from tests import flaky_verifiers
+        from tests.verifiers.test_pool import _examples
+        workers = int(sys.argv[1])
+        texts = ['a', 'b', 'c'] + ['raw'] * bool(workers)
+        print('before', flush=True)
+        with pool.Scorer({'d': flaky_verifiers.Chatty()},
+                         workers=workers) as scorer:
+          rewards, _ = scorer.score(texts, _examples(len(texts)))
+          print(json.dumps({'rewards': rewards.tolist(),
+                            'printed': scorer.printed}))
+        ''')
+    out = subprocess.run(
+        [sys.executable, '-c', script, str(workers)], capture_output=True,
+        text=True, timeout=120, cwd=_REPO,
+        env={**os.environ, 'PYTHONPATH': _REPO}, check=False)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    n = 4 if workers else 3
+    self.assertEqual(out.stdout, 'before\n' + json.dumps(
+        {'rewards': [1.0] * n, 'printed': n}) + '\n')
+    # Two workers' lines may interleave on stderr, as any two processes'.
+    for line in ('checking d/0: a', 'checking d/2: c',
+                 'verifier d printed 21 characters to stdout on example d/0 '
+                 '(dataset d): they went to stderr'):
+      self.assertIn(line, out.stderr)
+    self.assertEqual(out.stderr.count('more\n'), n)
+    self.assertEqual(out.stderr.count('raw line\n'), int(bool(workers)))
+
+  def test_a_verifier_printing_in_a_thread_leaves_other_lines_on_stdout(self):
+    # Scoring overlaps generation in a thread (rollout.verify_overlap): the
+    # trainer's lines printed meanwhile stay on stdout.
+    stdout, stderr = io.StringIO(), io.StringIO()
+    flaky_verifiers.printing.clear()
+    flaky_verifiers.go.clear()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(
+        stderr), pool.Scorer({'d': flaky_verifiers.Chatty()}) as scorer:
+      scoring = threading.Thread(
+          target=scorer.score, args=(['wait'], _examples(1)))
+      scoring.start()
+      self.assertTrue(flaky_verifiers.printing.wait(30))
+      print('step 1 line')
+      flaky_verifiers.go.set()
+      scoring.join(30)
+      self.assertEqual(scorer.printed, 1)
+    self.assertEqual(stdout.getvalue(), 'step 1 line\n')
+    self.assertIn('checking d/0: wait\nmore\n', stderr.getvalue())
 
   @parameterized.parameters(0, 1)
   def test_a_timeout_the_verifier_swallows_is_a_timeout(self, workers):
