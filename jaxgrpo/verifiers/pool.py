@@ -47,7 +47,6 @@ from multiprocessing import reduction
 from multiprocessing import spawn
 import os
 import pickle
-import resource
 import signal
 import sys
 import time
@@ -164,8 +163,12 @@ class _Health:
     self._statm = None
     with contextlib.suppress(OSError):
       self._statm = os.open('/proc/self/statm', os.O_RDONLY)
+    if self._statm is None:
+      return
+    import resource  # pylint: disable=g-import-not-at-top  # not on Windows
     self._page = os.sysconf('SC_PAGE_SIZE')
-    self._files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    self._files = None if soft == resource.RLIM_INFINITY else soft
     self._first: int | None = None  # resident bytes after the first call
     self._calls = 0
 
@@ -173,7 +176,11 @@ class _Health:
     """Why the worker should be replaced now, or None."""
     if self._statm is None:
       return None
-    rss = int(os.pread(self._statm, 128, 0).split()[1]) * self._page
+    try:
+      rss = int(os.pread(self._statm, 128, 0).split()[1]) * self._page
+    except OSError:  # a verifier closed it (os.closerange): no more checks
+      self._statm = None
+      return None
     if self._first is None:
       self._first = rss
     elif rss - self._first > MAX_GROWTH_BYTES:
@@ -182,8 +189,7 @@ class _Health:
               f'{_gib(MAX_GROWTH_BYTES)}: a verifier keeps memory between '
               'calls)')
     self._calls += 1
-    if (self._files != resource.RLIM_INFINITY
-        and not self._calls % _FILES_EVERY):
+    if self._files is not None and not self._calls % _FILES_EVERY:
       held = len(os.listdir('/proc/self/fd')) - 1  # listdir's own
       if held > self._files // 2:
         return (f'it holds {held} open files, more than half of its limit '
