@@ -10,7 +10,10 @@ The model's answer is extracted from the completion, then:
 - on an unanswerable question it scores 1 only if it is a refusal (e.g.
   "unanswerable", "I don't know"); an empty answer is not a refusal. A
   question whose golds all normalise to nothing ('.', 'the') is
-  unanswerable, as the official evaluation scores it;
+  unanswerable, as the official evaluation scores it; but an `answer`
+  without `meta['answers']` that normalises to nothing (a file's 'A', a
+  choice letter) raises ValueError: it is a mistake, which the scorer
+  counts and logs (scored 0), not an unanswerable question;
 - on an answerable question an answer equal to a gold scores 1 (a gold
   may read as a refusal: 'None'); else a refusal scores 0, and any other
   answer the official SQuAD v2 exact match against any gold, or the best
@@ -342,6 +345,13 @@ class GroundedQA:
     if answer is None:
       return base.Verdict(0.0, {'failed': f'no {self.tag} tag'})
     golds = golds_of(example)
+    if not golds and 'answers' not in example.meta and example.answer.strip():
+      # A file's answer 'A' (a choice letter), 'The' or '.': an error that
+      # is counted and logged, not an unanswerable question (a refusal
+      # scored 1 and the answer itself 0).
+      raise ValueError(
+          f'gold {example.answer!r:.20} normalises to nothing (SQuAD drops '
+          'punctuation, a, an, the): no answer can match it; use exact_match')
     answerable = example.meta.get('answerable')
     if answerable is None:
       answerable = not all(map(self.is_refusal, golds))  # False if none

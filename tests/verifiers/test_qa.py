@@ -9,8 +9,10 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from jaxgrpo import verifiers
+from jaxgrpo.data import sources
 from jaxgrpo.example import Example
 from jaxgrpo.verifiers import base
+from jaxgrpo.verifiers import pool
 from jaxgrpo.verifiers import qa
 
 _SQUAD = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared',
@@ -227,6 +229,34 @@ class QaTest(parameterized.TestCase):
     self.assertEqual(verdict.details['extracted'], extracted)
     self.assertEqual(verdict.details['answerable'], example.meta.get(
         'answerable', example is _PLAIN) and example is not _EMPTY_GOLDS)
+
+  def test_a_file_answer_that_normalises_to_nothing_is_an_error(self):
+    # A choice letter 'A' (or 'The', '.') in a file of format 'fields':
+    # it was an unanswerable question, so a refusal scored 1 and the
+    # answer 'A' itself 0, without a word.
+    path = os.path.join(self.create_tempdir().full_path, 'mc.jsonl')
+    with open(path, 'w') as f:
+      for i, answer in enumerate(['A', 'B', 'The', '.', 'unanswerable']):
+        f.write(json.dumps({'prompt': f'Q{i}? (A) x (B) y', 'answer': answer})
+                + '\n')
+    ds = sources.make_dataset('jsonl', name='mc', path=path)
+    examples = [ds[i] for i in range(len(ds))]
+    for workers in (0, 1):
+      with self.assertLogs(level='WARNING') as logs:
+        with pool.Scorer({'mc': qa.GroundedQA()}, workers=workers,
+                         names={'mc': 'qa'}) as scorer:
+          rewards, stats = scorer.score(
+              ['A', 'B', 'unanswerable', 'unanswerable', "I don't know"],
+              examples)
+      self.assertEqual(rewards.tolist(), [0, 1, 0, 0, 1])
+      self.assertEqual(stats.errors, 3)
+      self.assertEqual(logs.output, [
+          'WARNING:jaxgrpo.verifiers.base:verifier qa raised on example '
+          'mc/0 (dataset mc): ValueError("gold \'A\' normalises to nothing '
+          '(SQuAD drops punctuation, a, an, the): no answer can match it; '
+          'use exact_match"); scored 0 (logged once per verifier and kind)'])
+    # An Example made in code without an answer stays unanswerable.
+    self.assertEqual(qa.GroundedQA()('no answer', _NO_GOLD).reward, 1.0)
 
   def test_refused_detail(self):
     verify = qa.GroundedQA()
