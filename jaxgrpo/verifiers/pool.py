@@ -178,7 +178,7 @@ class _Health:
       return None
     try:
       rss = int(os.pread(self._statm, 128, 0).split()[1]) * self._page
-    except OSError:  # a verifier closed it (os.closerange): no more checks
+    except (OSError, ValueError, IndexError):  # a verifier closed it
       self._statm = None
       return None
     if self._first is None:
@@ -190,7 +190,10 @@ class _Health:
               'calls)')
     self._calls += 1
     if self._files is not None and not self._calls % _FILES_EVERY:
-      held = len(os.listdir('/proc/self/fd')) - 1  # listdir's own
+      try:
+        held = len(os.listdir('/proc/self/fd')) - 1  # listdir's own
+      except OSError as e:  # EMFILE: none left to list them with
+        return f'it cannot open a file ({e.strerror})'
       if held > self._files // 2:
         return (f'it holds {held} open files, more than half of its limit '
                 f'{self._files} (a verifier leaves files open)')
