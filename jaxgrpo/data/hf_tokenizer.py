@@ -57,8 +57,9 @@ class HFTokenizer:
     add_bos: whether prompts start with `bos_id` (True exactly when it is
       set).
     eos_id: the end-of-sequence token.
-    stop_ids: EOS first, then the end-of-turn tokens (`END_TOKENS` and
-      generation_config.json's eos_token_id) in the vocabulary.
+    stop_ids: EOS first, then the other end tokens: those the model's files
+      name (generation_config.json's and config.json's eos_token_id, GGUF's
+      eot and eom ids) and `END_TOKENS` in the vocabulary.
     chat_template: the Jinja chat template, or None.
     backend: the wrapped `tokenizers.Tokenizer`.
     source: where the tokenizer came from, for error messages.
@@ -109,7 +110,7 @@ class HFTokenizer:
     stops = [eos_id, *extra_stop_ids]
     stops += [backend.token_to_id(t) for t in END_TOKENS]
     self.stop_ids = tuple(dict.fromkeys(
-        int(i) for i in stops if i is not None and 0 <= i < size))
+        int(i) for i in stops if i is not None and 0 <= i < self.vocab_size))
     self._stop_set = frozenset(self.stop_ids)
     self.chat_template = chat_template
     if template_tokens is None:
@@ -133,6 +134,7 @@ class HFTokenizer:
       chat_template: str | None,
       add_bos: bool,
       vocab_size: int | None = None,
+      extra_stop_ids: Sequence[int] = (),
       source: str = 'tokenizer',
   ) -> 'HFTokenizer':
     """A tokenizer built from parts, e.g. those stored in a GGUF file.
@@ -147,6 +149,8 @@ class HFTokenizer:
       add_bos: whether the model puts `bos_id` before a prompt.
       vocab_size: the model's embedding rows, when more than the tokenizer's
         size.
+      extra_stop_ids: more tokens that end a completion (a GGUF file's
+        end-of-turn and end-of-message tokens).
       source: where the parts came from, for error messages.
 
     Returns:
@@ -154,7 +158,8 @@ class HFTokenizer:
     """
     return cls(tokenizer, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
                chat_template=chat_template, add_bos=add_bos,
-               vocab_size=vocab_size, source=source)
+               vocab_size=vocab_size, extra_stop_ids=extra_stop_ids,
+               source=source)
 
   @classmethod
   def from_dir(cls, path: str | os.PathLike[str], *,
@@ -167,9 +172,11 @@ class HFTokenizer:
     add_bos_token and chat_template (a string, or a list of named templates
     of which 'default' is used); chat_template.jinja, which replaces the
     config's template, and chat_template.json, a processor's template
-    where neither has one; and generation_config.json's eos_token_id (more stop
-    tokens; the first is the EOS where no file names an eos_token, else
-    config.json's eos_token_id). The model adds
+    where neither has one; and the eos_token_id (an int or a list) of
+    generation_config.json and of config.json: every one ends a
+    completion (transformers' generate stops at the first file's, or
+    the second's where there is no first), and the first is the EOS where
+    no file names an eos_token. The model adds
     BOS when tokenizer.json's post-processor puts it first, as in
     transformers 5; add_bos_token counts only where tokenizer.json has no
     post-processor.
@@ -186,8 +193,9 @@ class HFTokenizer:
       The tokenizer.
 
     Raises:
-      TokenizerFileError: a file is missing or malformed, or eos_token is
-        missing or not in the vocabulary.
+      TokenizerFileError: a file is missing or malformed, eos_token is
+        missing or not in the vocabulary, or an eos_token_id is outside
+        the model's ids.
       ImportError: the `tokenizers` package is not installed.
     """
     try:
@@ -222,8 +230,14 @@ class HFTokenizer:
         return None
       return backend.token_to_id(specials[key][0])
 
-    gen_file = os.path.join(path, 'generation_config.json')
-    extra_stops = _eos_ids(gen_file)
+    # Every end token the model's files name: generation_config.json's
+    # (what transformers' generate stops at) and config.json's (what it
+    # stops at without a generation_config.json).
+    bound = max(vocab_size or 0, 1 + max(
+        backend.get_vocab(with_added_tokens=True).values(), default=-1))
+    gen_stops, model_stops = (
+        _eos_ids(os.path.join(path, name), bound, tok_file)
+        for name in ('generation_config.json', 'config.json'))
     eos_id = token_id('eos_token')
     if 'eos_token' in specials and eos_id is None:
       token, file = specials['eos_token']
@@ -233,7 +247,7 @@ class HFTokenizer:
       )
     if eos_id is None:
       # No file names the token: the id transformers' generate stops at.
-      model_eos = extra_stops or _eos_ids(os.path.join(path, 'config.json'))
+      model_eos = gen_stops or model_stops
       if not model_eos:
         raise TokenizerFileError(
             f'{path} names no end-of-sequence token: no eos_token in '
@@ -253,7 +267,8 @@ class HFTokenizer:
     return cls(
         backend, bos_id=bos_id, eos_id=eos_id, pad_id=token_id('pad_token'),
         chat_template=_chat_template(path, config, config_file),
-        add_bos=add_bos, vocab_size=vocab_size, extra_stop_ids=extra_stops,
+        add_bos=add_bos, vocab_size=vocab_size,
+        extra_stop_ids=gen_stops + model_stops,
         template_tokens={k: v for k, v in template_tokens.items() if v},
         source=path,
     )
@@ -372,9 +387,15 @@ def _read_json(file: str) -> dict[str, Any]:
   return data
 
 
-def _eos_ids(file: str) -> list[int]:
+def _eos_ids(file: str, bound: int, tok_file: str) -> list[int]:
   """The eos_token_id (an int or a list) of generation_config.json or
-  config.json, as a list; empty when the file or the entry is absent."""
+  config.json, as a list; empty when the file or the entry is absent.
+
+  Raises:
+    TokenizerFileError: an entry is not an int, or is outside the `bound`
+      ids of the model (whose tokenizer is `tok_file`): the model would
+      never stop there.
+  """
   if not os.path.isfile(file):
     return []
   value = _read_json(file).get('eos_token_id')
@@ -384,6 +405,11 @@ def _eos_ids(file: str) -> list[int]:
     raise TokenizerFileError(
         f'{file}: eos_token_id must be an int or a list of ints, not '
         f'{value!r}')
+  for i in ids:
+    if not 0 <= i < bound:
+      raise TokenizerFileError(
+          f'{file}: eos_token_id {i} is outside the {bound} token ids of '
+          f'the model ({tok_file}): no completion could stop there')
   return ids
 
 

@@ -476,9 +476,11 @@ def tokenizer_parts(
 
   Returns:
     (tokenizer, info) with info keys 'eos_id' (an int), 'bos_id', 'pad_id'
-    (ints, or None when the file names none), 'chat_template' (Jinja source or None)
-    and 'add_bos' (whether the model expects a leading BOS; None when the
-    file does not say).
+    (ints, or None when the file names none), 'chat_template' (Jinja source or None),
+    'add_bos' (whether the model expects a leading BOS; None when the
+    file does not say) and 'stop_ids' (the end-of-turn and end-of-message
+    tokens, tokenizer.ggml.eot_token_id and eom_token_id, that also end a
+    completion; empty when the file names none).
 
   Raises:
     GGUFError: no tokenizer or no EOS token id, or a tokenizer model or
@@ -551,5 +553,10 @@ def tokenizer_parts(
       'chat_template': _typed(reader, 'tokenizer.chat_template', 'a string',
                               None),
       'add_bos': None if add_bos is None else bool(add_bos),
+      # The end-of-turn (Llama 3's <|eot_id|>) and end-of-message
+      # (<|eom_id|>) tokens newer files name; llama.cpp stops at them too.
+      'stop_ids': tuple(i for i in map(token_id, (
+          'tokenizer.ggml.eot_token_id', 'tokenizer.ggml.eom_token_id'))
+                        if i is not None),
   }
   return tokenizer, info

@@ -127,6 +127,21 @@ def _hf(path):
   return transformers.AutoTokenizer.from_pretrained(path)
 
 
+def _generate_eos(path):
+  """The ids transformers' generate stops at for the model in `path`: its
+  generation_config.json's eos_token_id, else config.json's (as
+  GenerationMixin's loading reads them)."""
+  os.environ['HF_HUB_OFFLINE'] = '1'
+  from transformers import GenerationConfig  # pylint: disable=g-import-not-at-top
+  try:
+    config = GenerationConfig.from_pretrained(path)
+  except OSError:
+    config = GenerationConfig.from_pretrained(
+        path, config_file_name='config.json', _from_model_config=True)
+  ids = config.eos_token_id
+  return [ids] if isinstance(ids, int) else list(ids)
+
+
 @absltest.skipUnless(_HAS_DEPS, _SKIP_DEPS)
 class HFTokenizerTest(parameterized.TestCase):
 
@@ -299,16 +314,76 @@ class HFTokenizerTest(parameterized.TestCase):
     path = _write(os.path.join(self.tmp, 'gen'), self.backends['chatml'],
                   {'eos_token': '<|im_end|>'})
     with open(os.path.join(path, 'generation_config.json'), 'w') as f:
-      json.dump({'eos_token_id': [2, 7, 100000]}, f)
+      json.dump({'eos_token_id': [2, 7]}, f)
     tok = hf_tokenizer.HFTokenizer.from_dir(path)
     self.assertEqual(tok.stop_ids[:2], (2, 7))
     self.assertIn(0, tok.stop_ids)  # <|endoftext|> is in the vocabulary
     self.assertEqual(tok.decode([5, 7, 5]), tok.decode([5]))
+    # An id the model's rows include, past the tokenizer, is kept.
+    self.assertIn(7, tok.stop_ids)
+    with open(os.path.join(path, 'generation_config.json'), 'w') as f:
+      json.dump({'eos_token_id': [2, 420]}, f)
+    self.assertIn(420, hf_tokenizer.HFTokenizer.from_dir(
+        path, vocab_size=512).stop_ids)
     with open(os.path.join(path, 'generation_config.json'), 'w') as f:
       json.dump({'eos_token_id': '</s>'}, f)
     with self.assertRaisesRegex(hf_tokenizer.TokenizerFileError,
                                 'generation_config.json: eos_token_id'):
       hf_tokenizer.HFTokenizer.from_dir(path)
+
+  def test_end_token_ids_outside_the_model_are_named(self):
+    # It was dropped without a word: the model never stopped where its
+    # files said.
+    size = self.backends['chatml'].get_vocab_size()
+    for name in ('generation_config.json', 'config.json'):
+      path = _write(os.path.join(self.tmp, 'far_' + name),
+                    self.backends['chatml'], {'eos_token': '<|im_end|>'})
+      with open(os.path.join(path, name), 'w') as f:
+        json.dump({'eos_token_id': [2, 100000]}, f)
+      with self.assertRaisesRegex(
+          hf_tokenizer.TokenizerFileError,
+          f'far_{name}/{name}: eos_token_id 100000 is outside the {size} '
+          'token ids of the model'):
+        hf_tokenizer.HFTokenizer.from_dir(path)
+      with self.assertRaisesRegex(hf_tokenizer.TokenizerFileError,
+                                  'is outside the 600 token ids'):
+        hf_tokenizer.HFTokenizer.from_dir(path, vocab_size=600)
+
+  @parameterized.named_parameters(
+      # Llama 3.1 Instruct: both files list <|end_of_text|>, <|eom_id|> and
+      # <|eot_id|>; the tokenizer's EOS is <|eot_id|>.
+      ('llama31', _LLAMA_SPECIALS + ['<|eom_id|>'], '<|eot_id|>',
+       ['<|end_of_text|>', '<|eom_id|>', '<|eot_id|>'],
+       ['<|end_of_text|>', '<|eom_id|>', '<|eot_id|>']),
+      # Qwen2.5 Instruct: config.json names <|im_end|>,
+      # generation_config.json <|im_end|> and <|endoftext|>.
+      ('qwen25', _CHATML_SPECIALS, '<|im_end|>', ['<|im_end|>'],
+       ['<|im_end|>', '<|endoftext|>']),
+      # No generation_config.json: generate stops at config.json's list,
+      # here with an end token of no known family (it was not read).
+      ('config_only', _CHATML_SPECIALS + ['<|stop|>'], '<|im_end|>',
+       ['<|im_end|>', '<|endoftext|>', '<|stop|>'], None),
+  )
+  @absltest.skipUnless(_HAS_TRANSFORMERS, _SKIP_HF)
+  def test_stop_ids_match_generate(self, specials, eos, model_eos, gen_eos):
+    backend = _train(specials, _byte_level)
+    vocab = backend.token_to_id
+    path = _write(os.path.join(self.tmp, 'stops_' + '_'.join(model_eos)),
+                  backend, {'eos_token': eos})
+    files = {'config.json': model_eos, 'generation_config.json': gen_eos}
+    for name, tokens in files.items():
+      if tokens is not None:
+        with open(os.path.join(path, name), 'w') as f:
+          json.dump({'eos_token_id': [vocab(t) for t in tokens]}, f)
+    ours = hf_tokenizer.HFTokenizer.from_dir(path)
+    self.assertEqual(ours.stop_ids[0], vocab(eos))
+    self.assertCountEqual(ours.stop_ids, _generate_eos(path))
+    # Every file's end tokens, where generate reads only
+    # generation_config.json's.
+    with open(os.path.join(path, 'config.json'), 'w') as f:
+      json.dump({'eos_token_id': vocab(specials[1])}, f)
+    self.assertIn(vocab(specials[1]),
+                  hf_tokenizer.HFTokenizer.from_dir(path).stop_ids)
 
   def test_folder_without_tokenizer_config(self):
     # tokenizer.json alone, its special tokens in special_tokens_map.json

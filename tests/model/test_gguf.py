@@ -213,7 +213,7 @@ class TinyGGUFTest(parameterized.TestCase):
     self.assertEqual(
         info,
         dict(bos_id=1, eos_id=2, pad_id=None, chat_template=_TEMPLATE,
-             add_bos=True),
+             add_bos=True, stop_ids=()),
     )
     text = 'ab cd ab\n12<|im_end|><tool>'
     tokens = tokenizer.encode(text).tokens
@@ -226,6 +226,29 @@ class TinyGGUFTest(parameterized.TestCase):
     self.assertEqual(ids[-2:], [2, 3])
     self.assertEqual(tokenizer.decode(ids, skip_special_tokens=False), text)
     self.assertEqual(tokenizer.decode(ids), 'ab cd ab\n12<tool>')
+
+  def test_end_of_turn_and_message_tokens_end_completions(self):
+    # Newer files (Llama 3.x) name <|eot_id|> and <|eom_id|> apart from the
+    # EOS; llama.cpp stops at each. They were read as text tokens: an
+    # instruct model's reply ran on past its turn to max_new_tokens.
+    eot, eom = 3, _TOKENS.index('<unused0>')  # names END_TOKENS lacks
+    uint32 = gguf.GGUFValueType.UINT32
+    path = self.write(metadata={
+        'tokenizer.ggml.eot_token_id': (eot, uint32),
+        'tokenizer.ggml.eom_token_id': (eom, uint32)})
+    _, info = gguf_loader.tokenizer_parts(path)
+    self.assertEqual(info['stop_ids'], (eot, eom))
+    tok = pretrained.load_tokenizer(path)
+    self.assertEqual(tok.stop_ids[:3], (2, eot, eom))
+    ab = tok.encode('ab')
+    for stop in (eot, eom):
+      self.assertEqual(tok.decode(ab + [stop] + ab), 'ab')
+    key = 'tokenizer.ggml.eot_token_id'
+    path = self.write(metadata={key: (len(_TOKENS), uint32)})
+    with self.assertRaisesRegex(
+        gguf_loader.GGUFError,
+        f'^{path}: {key} = {len(_TOKENS)} is outside the 64-token vocab'):
+      pretrained.load_tokenizer(path)
 
   def test_gpt2_pre_tokenizer_keeps_digit_merges(self):
     tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre='gpt-2'))
@@ -500,7 +523,7 @@ class SmolLM2Test(absltest.TestCase):
   def test_tokenizer(self):
     self.assertEqual(
         {k: v for k, v in self.info.items() if k != 'chat_template'},
-        dict(bos_id=1, eos_id=2, pad_id=2, add_bos=False),
+        dict(bos_id=1, eos_id=2, pad_id=2, add_bos=False, stop_ids=()),
     )
     self.assertEqual(self.tokenizer.get_vocab_size(), self.cfg.vocab_size)
     self.assertEqual(self.tokenizer.encode(' Paris').tokens, ['ĠParis'])

@@ -238,7 +238,8 @@ class GGUFParityTest(test_hf_parity.TorchParityCase):
     pad, eos = tokenizer.convert_tokens_to_ids(['<|endoftext|>',
                                                 '<|im_end|>'])
     self.assertEqual(info, dict(bos_id=pad, eos_id=eos, pad_id=pad,
-                                chat_template=_CHATML, add_bos=False))
+                                chat_template=_CHATML, add_bos=False,
+                                stop_ids=()))
 
   def test_llama3_rope_freqs(self):
     sizes = dict(_SIZES, rope_theta=10_000.0, tie_word_embeddings=False,
