@@ -496,9 +496,14 @@ class TrainedWorkdirTest(FaultTestCase):
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     self.assertEqual(hf_tok('12+3=')['input_ids'],
                      [char.BOS] + char.encode('12+3='))
+    # The template writes the BOS the run's prompts started with (it wrote
+    # none, and transformers' apply_chat_template adds none).
+    messages = [{'role': 'user', 'content': '12+3='}]
     self.assertEqual(hf_tok.apply_chat_template(
-        [{'role': 'user', 'content': '12+3='}], tokenize=False,
-        add_generation_prompt=True), '12+3=')
+        messages, tokenize=False, add_generation_prompt=True), '<s>12+3=')
+    self.assertEqual(hf_tok.apply_chat_template(
+        messages, tokenize=True, return_dict=False,
+        add_generation_prompt=True), [char.BOS] + char.encode('12+3='))
 
   def test_export_replaces_an_earlier_exports_files(self):
     # Another model's export in --out: its chat template, generation

@@ -109,10 +109,11 @@ class ByteTokenizer:
 
 TOKENIZERS = ('char', 'byte')
 
-# The chat template of a model trained on prompts as they are: the user's
-# text, nothing around it (a system turn goes before it, on its own line).
+# The chat template of a model trained on prompts as they are: the BOS and
+# the user's text, nothing around it (a system turn goes before it, on its
+# own line).
 PLAIN_TEMPLATE = (
-    "{% for m in messages %}{{ m['content'] }}"
+    "{{ bos_token }}{% for m in messages %}{{ m['content'] }}"
     "{% if not loop.last %}{{ '\\n' }}{% endif %}{% endfor %}")
 
 
@@ -204,11 +205,14 @@ def prompt_ids(tokenizer: Tokenizer, text: str,
   """The token ids a model sees for prompt `text`.
 
   BOS comes first when the tokenizer adds one (`adds_bos`) and the text does
-  not already start with it (a chat template that writes the BOS string).
-  With `max_len`, a longer prompt keeps its BOS, if any, and its last tokens.
+  not already start with it. With `max_len`, a longer prompt keeps its BOS,
+  if any, and its last tokens.
 
-  A tokenizer with a `prompt_text` method (a chat model's) turns the prompt
-  into the text to encode first. A longer chat prompt loses the start of the
+  A tokenizer that applies a chat template (`chat`, set by
+  `HFTokenizer.with_prompts`) turns the prompt into the text to encode
+  first, and adds no BOS of its own: the template writes one (Llama 3's,
+  Gemma's) or none (Qwen2's, ChatML's), as transformers'
+  `apply_chat_template`. A longer chat prompt loses the start of the
   user's text instead: the template's tokens around it (BOS, system turn,
   user header, end of turn and generation prompt) are kept, unless they
   alone do not fit.
@@ -234,9 +238,10 @@ def prompt_ids(tokenizer: Tokenizer, text: str,
 
 
 def _encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
-  prompt_text = getattr(tokenizer, 'prompt_text', None)
-  if prompt_text is not None:  # a chat template, see HFTokenizer.with_prompts
-    text = prompt_text(text)
+  if getattr(tokenizer, 'chat', False):  # see HFTokenizer.with_prompts
+    # The chat template writes the BOS, or none (Qwen2's): as transformers'
+    # apply_chat_template, which encodes with add_special_tokens=False.
+    return tokenizer.encode(tokenizer.prompt_text(text))
   ids = tokenizer.encode(text)
   if adds_bos(tokenizer) and not _starts_with_bos(tokenizer, ids):
     ids = [tokenizer.bos_id] + ids

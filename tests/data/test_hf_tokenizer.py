@@ -385,6 +385,38 @@ class HFTokenizerTest(parameterized.TestCase):
     self.assertIn(vocab(specials[1]),
                   hf_tokenizer.HFTokenizer.from_dir(path).stop_ids)
 
+  @parameterized.named_parameters(('chatml', _CHATML, 0),
+                                  ('llama3', _LLAMA3, 1))
+  @absltest.skipUnless(_HAS_TRANSFORMERS, _SKIP_HF)
+  def test_chat_prompts_get_the_bos_their_template_writes(self, template,
+                                                          bos_count):
+    # A tokenizer that adds a BOS to text (its post-processor) under a
+    # template that writes none, as a Qwen2 template: transformers'
+    # apply_chat_template adds none. A BOS was put before every chat prompt.
+    backend = _train(_LLAMA_SPECIALS + _CHATML_SPECIALS, _bos_template)
+    path = _write(os.path.join(self.tmp, f'bos_{bos_count}'), backend, {
+        'bos_token': '<|begin_of_text|>', 'eos_token': '<|im_end|>',
+        'chat_template': template})
+    ours, hf = hf_tokenizer.HFTokenizer.from_dir(path), _hf(path)
+    self.assertTrue(ours.add_bos)
+    for system in (None, 'Be brief.'):
+      chat = ours.with_prompts(chat=True, system=system)
+      for prompt in ('What is 12 + 30?', ''):
+        messages = [{'role': 'user', 'content': prompt}]
+        if system:
+          messages.insert(0, {'role': 'system', 'content': system})
+        want = hf.apply_chat_template(messages, tokenize=True,
+                                      return_dict=False,
+                                      add_generation_prompt=True)
+        ids = tokenizer_lib.prompt_ids(chat, prompt)
+        self.assertEqual(ids, want, (system, prompt))
+        self.assertEqual(ids.count(ours.bos_id), bos_count)
+        tokens, mask, _ = tokenizer_lib.encode_prompts(chat, [prompt], 64)
+        self.assertEqual(tokens[0][mask[0]].tolist(), want)
+    # Without the template, the text gets the tokenizer's BOS.
+    self.assertEqual(tokenizer_lib.prompt_ids(ours, 'hi'), hf.encode('hi'))
+    self.assertEqual(hf.encode('hi')[0], ours.bos_id)
+
   def test_folder_without_tokenizer_config(self):
     # tokenizer.json alone, its special tokens in special_tokens_map.json
     # (a legacy folder) or only the model's eos_token_id: each was

@@ -174,7 +174,12 @@ class AsHuggingFaceTest(absltest.TestCase):
           ids = ours.encode(text) + [ours.eos_id, 5]
           self.assertEqual(hf.decode(ids), ours.decode(ids))
       chat = hf.with_prompts(chat=True, system='Be brief.')
-      self.assertEqual(chat.prompt_text('1+2='), 'Be brief.\n1+2=')
+      self.assertEqual(chat.prompt_text('1+2='), '<s>Be brief.\n1+2=')
+      # The template writes the BOS: chat prompts start with one, as the
+      # run's prompts did.
+      self.assertEqual(tokenizer_lib.prompt_ids(hf.with_prompts(chat=True),
+                                                '1+2='),
+                       tokenizer_lib.prompt_ids(ours, '1+2='))
     with self.assertRaisesRegex(Exception, 'UNK'):  # not in the alphabet
       tokenizer_lib.to_hf(tokenizer_lib.make_tokenizer('char')).encode('A')
 
