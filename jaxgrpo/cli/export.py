@@ -152,6 +152,7 @@ def _write(workdir: str, directory: str, step: int, out: str, meta: dict,
         if os.path.exists(os.path.join(source, name)):
           shutil.copy(os.path.join(source, name), os.path.join(stage, name))
       _keep_template(tokenizer, stage)
+      _keep_stops(tokenizer, stage)
     else:
       _write_tokenizer(tokenizer, stage)
   return out
@@ -301,6 +302,21 @@ def _keep_template(tokenizer, out_dir: str) -> None:
   with open(os.path.join(out_dir, 'chat_template.jinja'), 'w',
             encoding='utf-8') as f:
     f.write(tokenizer.chat_template)
+
+
+def _keep_stops(tokenizer, out_dir: str) -> None:
+  """Sets the `eos_token_id` of a generation_config.json copied from the
+  source to every token the run's completions stopped at: transformers'
+  `generate` reads that file's list, not config.json's, and the run also
+  stopped at the end tokens config.json and the vocabulary name."""
+  file = os.path.join(out_dir, 'generation_config.json')
+  if not os.path.exists(file):
+    return
+  with open(file, encoding='utf-8') as f:
+    generation = json.load(f)
+  generation['eos_token_id'] = _eos_token_id(tokenizer)
+  with open(file, 'w', encoding='utf-8') as f:
+    json.dump(generation, f, indent=2)
 
 
 def _eos_token_id(tokenizer) -> int | list[int]:

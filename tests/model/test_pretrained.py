@@ -159,6 +159,24 @@ class HuggingFaceDirTest(absltest.TestCase):
       self.assertEqual(reread.config.eos_token_id, stops)
       self.assertEqual(reread.generation_config.eos_token_id, stops)
     self.assertEqual(again.tokenizer.stop_ids, tuple(stops))
+    # A source generation_config.json naming fewer end tokens than the run
+    # stopped at (here only the EOS): the export's lists them all, its other
+    # settings kept (it was copied as is, and transformers' generate, which
+    # reads its list before config.json's, ran past <|endoftext|>).
+    source_gen = os.path.join(model_dir, 'generation_config.json')
+    with open(source_gen, 'w') as f:
+      json.dump({'eos_token_id': stops[0], 'temperature': 0.7}, f)
+    gen_out = self.create_tempdir().full_path
+    export.export_run(workdir, gen_out)
+    os.remove(source_gen)
+    with open(os.path.join(gen_out, 'generation_config.json')) as f:
+      self.assertEqual(json.load(f),
+                       {'eos_token_id': stops, 'temperature': 0.7})
+    self.assertEqual(pretrained.load(gen_out).tokenizer.stop_ids,
+                     tuple(stops))
+    if importlib.util.find_spec('transformers') is not None:
+      reread = transformers.AutoModelForCausalLM.from_pretrained(gen_out)
+      self.assertEqual(reread.generation_config.eos_token_id, stops)
     # The source's context (it was left out: transformers' default for the
     # family, 2,048 for a Llama, was read back).
     self.assertEqual(again.context, 640)
