@@ -457,12 +457,13 @@ def replica_table(first, again) -> str:
       reached = sum(st['costs'][s] is not None for s in st['seeds'])
       rows.append((f'`{variant}`', name, f'{reached}/{len(st["seeds"])}',
                    _ratio(st['ratios'][0]), _ratio(st['whole']),
-                   _ci(st['finals']), _ci(st['diffs']),
+                   _ci(st['finals']), _ci(st['diffs']), _ci(st['matched']),
                    f'{min(runs[variant][s].updates() for s in st["seeds"])}'))
   return _table(('policy', 'runs', 'seeds reaching target',
                  'saving: prompts to target', 'saving: prompts, whole run',
                  'final accuracy', 'minus none\'s (paired)',
-                 'updates (fewest)'), rows)
+                 'minus none\'s at the same prompts', 'updates (fewest)'),
+                rows)
 
 
 # The replication of section 3, fixed before its runs (docs/results.md,
