@@ -49,6 +49,8 @@ Experiments:
                `filter` drops an example found too easy even when another
                group of it at the same step is informative (the earlier
                `filter` runs let the last group scored decide).
+  replica_long replica's runs continued to 300 steps, as `long` continues
+               the regime's (from their step-150 checkpoints).
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
@@ -256,8 +258,10 @@ def experiments() -> dict[str, Experiment]:
            for n in (1000, 500)]
   # The regime run again in another environment; see the module docstring.
   replica = dataclasses.replace(regime, name='replica')
-  return {e.name: e for e in (regime, replica, long, warm, broad, memorise,
-                                short_batch, drift, mixed, conflict, *sizes)}
+  replica_long = dataclasses.replace(long, name='replica_long')
+  return {e.name: e for e in (regime, replica, long, replica_long, warm,
+                              broad, memorise, short_batch, drift, mixed,
+                              conflict, *sizes)}
 
 
 def smoke(experiment: Experiment) -> Experiment:
