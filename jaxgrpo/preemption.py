@@ -25,8 +25,12 @@ class Stopped(Exception):
   it started, or in its warm start); the message says what happened."""
 
 
-def acknowledgement(name: str) -> str:
-  """The line shown when signal `name` first arrives."""
+def acknowledgement(name: str, done: bool = False) -> str:
+  """The line shown when signal `name` first arrives; `done`: after the
+  run's last step, when nothing is left to stop."""
+  if done:
+    return (f'{name} received after the last step: the run is complete, '
+            'finishing its last checkpoint and summary')
   line = f'{name} received: stopping at the end of the current step'
   if name == 'SIGINT':
     line += ' (a second Ctrl-C stops at once, without saving it)'
@@ -40,6 +44,8 @@ class StopRequest:
     """`notice` shows the line that acknowledges the first signal (None:
     standard error)."""
     self.signal: str | None = None
+    # Set once the run's last step is done: a signal then stops nothing.
+    self.done = False
     self._previous = {}
     self._notice = notice
 
@@ -47,7 +53,7 @@ class StopRequest:
     del frame
     if self.signal is None:
       self.signal = signal.Signals(signum).name
-      self._acknowledge(acknowledgement(self.signal))
+      self._acknowledge(acknowledgement(self.signal, self.done))
     elif signum == signal.SIGINT:
       raise KeyboardInterrupt  # a second Ctrl-C stops at once
 

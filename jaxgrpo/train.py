@@ -276,7 +276,7 @@ class _Loop:
         f'({model_config.param_count(parts.model_cfg) / 1e6:.2f}M params)')
     step, self.start_step, stop = start_step, start_step, self.stop
     self.last_save = self.loop_start = time.monotonic()
-    signal = stop.agree()
+    signal = self.stopped_by(step)
     if signal is not None:  # in the first evaluation: step 0 is saved
       console.notice(f'{signal} received: stopped at step {step}, whose '
                      'checkpoint is saved; run the same command to resume')
@@ -292,11 +292,7 @@ class _Loop:
         if on_step is not None:
           self.call(on_step, step, metrics)
         self.check_finite(step, metrics)
-        signal = stop.agree()
-        if signal == 'on_step' and step == cfg.total_steps:
-          # Every step ran: the run finished (and saved its last step), as
-          # without the stop; it is no stopped run to resume.
-          signal = None
+        signal = self.stopped_by(step)
         if signal is not None:
           # One that came during on_step: the step is saved all the same.
           self.save_if_due(step, stopping=True)
@@ -307,6 +303,21 @@ class _Loop:
               'to resume')
           return step, signal
     return step, None
+
+  def stopped_by(self, step: int) -> str | None:
+    """The signal (or on_step's request) that stops the run after `step`,
+    the same on every process; None while none came, and at the last step:
+    every step ran, the last saved and evaluated, so the run is complete,
+    not a stopped run to resume (a signal is noted, a request is not)."""
+    signal = self.stop.agree()
+    if step < self.cfg.total_steps:
+      return signal
+    self.stop.done = True  # one that comes later is acknowledged as such
+    if signal not in (None, 'on_step'):
+      self.console.notice(
+          f'{signal} received at the last step ({step}): the run is '
+          'complete, its last checkpoint saved; nothing is left to resume')
+    return None
 
   def call(self, on_step: Callable[[StepInfo], None], step: int,
            metrics: dict[str, float]) -> None:

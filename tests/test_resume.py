@@ -541,6 +541,34 @@ class EarlyStopTest(absltest.TestCase):
                       or 'stopped by' in line], [])
     self.assertIn('2', os.listdir(os.path.join(workdir, 'checkpoints')))
 
+  def test_a_signal_at_the_last_step_is_a_finished_run(self):
+    # SIGTERM while the last step runs (after its log line, before its
+    # save): the run is complete, with its last checkpoint and evaluation;
+    # it said `(stopped by SIGTERM)` and `run the same command to resume`,
+    # and a sweep (scripts/reproduce.py) took it for unfinished.
+    workdir = self.create_tempdir().full_path
+    lines, run = self._run(_config(total_steps=1, **{'eval.every': 1}),
+                           workdir, 'step 1/1')
+    summary = run()
+    self.assertEqual((summary.steps, summary.stopped_by,
+                      summary.eval_step_end), (1, None, 1))
+    self.assertIn('SIGTERM received at the last step (1): the run is '
+                  'complete, its last checkpoint saved; nothing is left to '
+                  'resume', lines)
+    self.assertEqual([line for line in lines if 'same command' in line
+                      or 'stopped by' in line], [])
+    self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),
+                     ['0', '1'])
+    # One after the last step (here as the summary shows): acknowledged as
+    # such, not as a stop at the end of a step.
+    workdir = self.create_tempdir().full_path
+    lines, run = self._run(_config(total_steps=1, **{'eval.every': 0}),
+                           workdir, 'run summary')
+    self.assertIsNone(run().stopped_by)
+    self.assertEqual(lines[-1], 'SIGTERM received after the last step: the '
+                     'run is complete, finishing its last checkpoint and '
+                     'summary')
+
   def test_an_error_waits_for_the_save_in_progress(self):
     workdir = self.create_tempdir().full_path
 
