@@ -16,9 +16,11 @@ damage checks.
 """
 
 from collections.abc import Callable, Mapping
+import contextlib
 import dataclasses
 import json
 import os
+import threading
 import time
 from typing import Any, TypeVar
 import warnings
@@ -103,6 +105,8 @@ class Checkpointer:
   def __init__(self, directory: str, *, every: int, max_to_keep: int):
     self.every = every
     self._confirmed = False  # whether a save of this process completed
+    # Held while a save starts, and for good by `stop_saving`.
+    self._starting = threading.Lock()
     # Orbax's tensorstore paths must be absolute; users pass relative ones.
     self.directory = absolute(directory)
     self.manager = ocp.CheckpointManager(
@@ -170,6 +174,11 @@ class Checkpointer:
       TrainingError: this or the previous save could not be written (disk
         full, permissions); the last complete checkpoint is untouched.
     """
+    with self._starting:
+      self._save(step, state, data, meta)
+
+  def _save(self, step: int, state: PyTree, data: Mapping[str, Any],
+            meta: Mapping[str, Any]) -> None:
     data = _to_arrays(data)
     meta = {**meta, INTEGRITY: {'state': integrity.digests(state),
                                 'data': integrity.digests(data)}}
@@ -192,6 +201,15 @@ class Checkpointer:
       # that a folder that cannot hold a checkpoint stops the run at once.
       self.wait()
       self._confirmed = True
+
+  def stop_saving(self) -> None:
+    """Lets the save in progress complete, one being started included, and
+    starts no other (for another thread that ends the process: a save it
+    cut short would leave a temporary folder); a failed save is left to the
+    next start."""
+    self._starting.acquire()  # pylint: disable=consider-using-with
+    with contextlib.suppress(Exception):
+      self.wait()
 
   def read_meta(self, step: int) -> dict[str, Any]:
     """The JSON item of step `step` alone (cheap; checks before a restore)."""

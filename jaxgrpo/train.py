@@ -73,6 +73,7 @@ def run(
     on_step: Callable[[StepInfo], None] | None = None,
     progress: bool = False,
     quiet: bool = False,
+    on_quit: Callable[[], None] | None = None,
 ) -> summary_lib.RunSummary:
   """Trains per `config`, resuming from `workdir` when it holds a checkpoint.
 
@@ -90,6 +91,12 @@ def run(
       warm start, evaluation and training steps.
     quiet: show only what needs attention (a resume, skipped updates, a
       stop signal) and the final summary.
+    on_quit: where the run owns its process (the command line): a second
+      Ctrl-C then quits promptly, even while a device computation runs: a
+      checkpoint being written completes, `on_quit()` (on a thread of its
+      own) says where the run resumes, and the process exits with status
+      130; a third Ctrl-C exits at once. None (a notebook): a second Ctrl-C
+      raises KeyboardInterrupt once the main thread runs Python again.
 
   Returns:
     The run summary.
@@ -104,7 +111,7 @@ def run(
   # Closes what the run starts (verifier worker processes) however it ends.
   with contextlib.ExitStack() as resources:
     console = console_lib.Console(log, progress=progress, quiet=quiet)
-    return _run(cfg, workdir, console, resources, on_step)
+    return _run(cfg, workdir, console, resources, on_step, on_quit)
 
 
 def _run(
@@ -113,6 +120,7 @@ def _run(
     console: console_lib.Console,
     resources: contextlib.ExitStack,
     on_step: Callable[[StepInfo], None] | None = None,
+    on_quit: Callable[[], None] | None = None,
 ) -> summary_lib.RunSummary:
   """The body of `run`: build, resume or start, loop, summarize;
   `resources` closes what it opens."""
@@ -125,10 +133,20 @@ def _run(
   workdir = checkpoint_lib.absolute(workdir)
   workdir_lib.check(workdir)
   resources.enter_context(workdir_lib.lock(workdir))
-  stop = resources.enter_context(preemption.StopRequest(console.notice))
+  saving = []  # the run's checkpointer, once built
+
+  def quit_now():
+    """A second Ctrl-C: the save in progress completes first."""
+    for ckpt in saving:
+      ckpt.stop_saving()
+    on_quit()
+
+  stop = resources.enter_context(preemption.StopRequest(
+      console.notice, on_quit=None if on_quit is None else quit_now))
   resume_policy.check_settings(os.path.join(workdir, 'checkpoints'),
                                config_lib.to_dict(cfg))
   parts = build.build_run(cfg, workdir, console, resources)
+  saving.append(parts.ckpt)
   multihost.check_same_run(parts.meta)  # before anything diverges
   # Whatever ends the run, a save in progress completes (or fails) first.
   resources.callback(parts.ckpt.close_after_error)
@@ -398,6 +416,8 @@ class _Loop:
     # A save that failed in the background stops the run at the next step.
     self.parts.ckpt.check_for_errors()
     minutes = (time.monotonic() - self.last_save) / 60
+    if self.stop.quitting:  # a second Ctrl-C: no new save to cut short
+      return
     if step != self.saved_step and (
         self.parts.ckpt.should_save(step) or step == cfg.total_steps
         or stopping or 0 < cfg.checkpoint.every_minutes <= minutes):

@@ -394,6 +394,113 @@ class PreemptionTest(absltest.TestCase):
     self.assertEqual(steps, list(range(stopped + 3)))
 
 
+  def test_a_second_ctrl_c_quits_once_the_save_is_complete(self):
+    workdir = self.create_tempdir().full_path
+    args = [sys.executable, '-m', 'jaxgrpo.main',
+            '--config=configs/demo.py:runlocal', f'--workdir={workdir}',
+            '--config.total_steps=400', '--config.warmstart.enabled=False',
+            '--config.checkpoint.every=1', '--config.eval.every=0', '--quiet']
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    path = os.path.join(workdir, 'metrics.jsonl')
+    deadline = time.time() + 120
+    while time.time() < deadline:
+      if os.path.exists(path) and len(open(path).readlines()) >= 4:
+        break
+      time.sleep(0.2)
+    # Two Ctrl-Cs as a save is under way (one each step).
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    self.assertEqual(proc.returncode, 130, out[-2000:] + err[-2000:])
+    self.assertIn(
+        'SIGINT received: stopping at the end of the current step (Ctrl-C '
+        'again: quit without saving it, once a checkpoint being written is '
+        'complete; a third time: at once)\n', out)
+    self.assertIn(preemption.AGAIN + '\n', out)
+    last = re.fullmatch(
+        r'jaxgrpo-train: error: interrupted; run the same command to resume '
+        r'from step (\d+), the last complete checkpoint\n', err)
+    self.assertIsNotNone(last, err[-2000:])
+    # The save under way completed: no temporary folder, the step named.
+    folder = os.path.join(workdir, 'checkpoints')
+    self.assertEqual([name for name in os.listdir(folder)
+                      if not name.isdigit()], [])
+    stopped = int(last.group(1))
+    self.assertEqual(max(checkpoint_lib.saved_steps(folder)), stopped)
+    c = _config(total_steps=stopped + 1, **{'eval.every': 0})
+    c.data.datasets[0]['verifier'] = 'exact_match'
+    c.rollout.group_size = 4
+    summary = train.run(c, workdir, log=lambda _: None)
+    self.assertEqual(summary.resumed_from, stopped)
+    steps = [r['step'] for r in metrics_lib.read_metrics(workdir)]
+    self.assertEqual(steps, list(range(stopped + 2)))
+
+  def test_a_second_ctrl_c_does_not_wait_for_the_device(self):
+    # The main thread waits for a computation that takes minutes (as a
+    # large model's step does): Python's handlers run only once it ends, and
+    # a second Ctrl-C waited for it.
+    workdir = self.create_tempdir().full_path
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'tests.interrupt_worker', workdir], cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+      lines.append(line)
+      if line == 'busy\n':
+        break
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+      out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      out, _ = proc.communicate()
+    waited = time.monotonic() - sent
+    self.assertEqual(proc.returncode, 130, ''.join(lines)[-2000:] + out)
+    self.assertLess(waited, 30)
+    # Step 1's save, started before on_step, completed; step 2 never ran.
+    self.assertEqual(out.splitlines()[-2:], [preemption.AGAIN, 'quit: [0, 1]'])
+    self.assertEqual(sorted(os.listdir(os.path.join(workdir, 'checkpoints'))),
+                     ['0', '1'])
+
+  def test_a_third_ctrl_c_quits_at_once(self):
+    # `quit` waits (a save that takes minutes): a third Ctrl-C ends it.
+    script = (
+        'import time\n'
+        'from jaxgrpo import preemption\n'
+        'def quit():\n'
+        '  print("quit waits", flush=True)\n'
+        '  time.sleep(600)\n'
+        'with preemption.StopRequest(lambda line: print(line, flush=True),\n'
+        '                            on_quit=quit):\n'
+        '  print("ready", flush=True)\n'
+        '  time.sleep(600)\n')
+    proc = subprocess.Popen([sys.executable, '-c', script], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines = [proc.stdout.readline()]
+    for _ in range(2):
+      proc.send_signal(signal.SIGINT)
+      lines.append(proc.stdout.readline())
+    lines.append(proc.stdout.readline())  # quit waits
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    self.assertEqual(proc.returncode, 130)
+    self.assertEqual(''.join(lines) + out, (
+        'ready\n'
+        'SIGINT received: stopping at the end of the current step (Ctrl-C '
+        'again: quit without saving it, once a checkpoint being written is '
+        'complete; a third time: at once)\n'
+        f'{preemption.AGAIN}\nquit waits\n{preemption.THIRD}\n'))
+    # In this process: the wakeup fd it set is taken back with the handlers.
+    with preemption.StopRequest(lambda _: None, on_quit=lambda: None):
+      self.assertNotEqual(signal.set_wakeup_fd(-1), -1)
+    self.assertEqual(signal.set_wakeup_fd(-1), -1)
+
+
 class EarlyStopTest(absltest.TestCase):
   """A stop signal before the GRPO steps: a clean stop, never a crash."""
 

@@ -93,8 +93,9 @@ def _quiet_logs(on: bool) -> None:
 
 
 def _interrupted(workdir: str) -> str:
-  """The line of a run stopped at once by a second Ctrl-C (a save it was
-  making is abandoned): where running the command again resumes."""
+  """The line of a run ended by a second Ctrl-C (once the save it was
+  making is complete) or a third (which abandons it): where running the
+  command again resumes."""
   again = 'interrupted; run the same command to resume from'
   if records.is_remote(workdir):
     return f'{again} the last complete checkpoint'
@@ -129,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     progress = not args.quiet and (args.progress == 'on' or (
         args.progress == 'auto' and sys.stderr.isatty()))
     try:
-      train.run(cfg, args.workdir, progress=progress, quiet=args.quiet)
+      # A second Ctrl-C quits promptly, where the same line says where
+      # the run resumes (a KeyboardInterrupt waited for the device).
+      train.run(cfg, args.workdir, progress=progress, quiet=args.quiet,
+                on_quit=lambda: common.fail(PROG, _interrupted(args.workdir),
+                                            130))
     except preemption.Stopped as e:  # a clean stop, with nothing to save
       print(e, flush=True)
     except KeyboardInterrupt:  # a second Ctrl-C, which does not wait
