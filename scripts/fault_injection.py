@@ -16,6 +16,10 @@ reference, its metrics.jsonl has every step exactly once with the same
 values (timings aside), and every damaged checkpoint was set aside with the
 restart resuming from the one before it.
 
+--signal SIGTERM or SIGINT stops the run instead of killing it (a
+preemption, a Ctrl-C, in steps, in saves, at the last step): each stop must
+end it cleanly, with status 0, and the resumed run must match all the same.
+
   python scripts/fault_injection.py --kills 20 --steps 12
   python scripts/fault_injection.py --collect streaming --kills 8 --steps 12
 
@@ -176,10 +180,13 @@ def _lines(path: str) -> int:
 
 
 def run_with_kills(workdir: str, argv: list[str], kills: int,
-                   rng: random.Random, damage_every: int = 2) -> dict:
+                   rng: random.Random, damage_every: int = 2,
+                   sig: signal.Signals = signal.SIGKILL) -> dict:
   """Runs `argv` (training in `workdir`) to completion, SIGKILLing `kills`
   times and damaging the latest checkpoint after every `damage_every`-th
-  kill.
+  kill. `sig` SIGTERM or SIGINT stops it instead (a preemption, a Ctrl-C):
+  each stop must end the run cleanly (status 0); one that comes at its last
+  step leaves it complete, and counts as no kill.
 
   Returns:
     kills, starts, restorable (kills after which the latest checkpoint
@@ -210,12 +217,17 @@ def run_with_kills(workdir: str, argv: list[str], kills: int,
           time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 1.5))
         if proc.poll() is None:
-          proc.send_signal(signal.SIGKILL)
+          proc.send_signal(sig)
           proc.wait()
           killed = True
       _, err = proc.communicate()
     with open(log_path) as f:
       out = f.read()
+    if killed and sig != signal.SIGKILL:
+      if proc.returncode != 0:
+        problems.append(f'start {starts}: {sig.name} ended the run with '
+                        f'status {proc.returncode}: {err[-600:]!r}')
+      killed = 'stopped' in out  # else it came at the last step: complete
     if expect is not None and (killed and 'resumed from' not in out
                                and 'is damaged' not in out):
       pass  # killed before it resumed: the next start must do it
@@ -285,6 +297,10 @@ def main():
   parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='another config override, e.g. rl.beta=0.04 '
                       '(repeatable; after those of --collect)')
+  parser.add_argument('--signal', choices=('SIGKILL', 'SIGTERM', 'SIGINT'),
+                      default='SIGKILL',
+                      help='what each kill sends: SIGTERM or SIGINT stop the '
+                      'run cleanly (a preemption, a Ctrl-C), status 0')
   parser.add_argument('--json', help='also write the result here')
   args = parser.parse_args()
   for kv in args.set:
@@ -301,7 +317,8 @@ def main():
     subprocess.run(argv(reference), cwd=REPO, check=True,
                    stdout=subprocess.DEVNULL)
     got = run_with_kills(killed, argv(killed), args.kills,
-                         random.Random(args.seed), args.damage_every)
+                         random.Random(args.seed), args.damage_every,
+                         signal.Signals[args.signal])
     kills, starts, restorable = got['kills'], got['starts'], got['restorable']
     problems = got['problems'] + compare(reference, killed)
     names = os.listdir(os.path.join(killed, 'checkpoints'))
@@ -309,6 +326,7 @@ def main():
     aside = sorted(name for name in names if '.damaged-' in name)
     ref = metrics_lib.read_metrics(reference)
     result = {'collect': args.collect, 'overrides': list(overrides),
+              'signal': args.signal,
               'kills': kills, 'starts': starts, 'steps': args.steps,
               # What the reference run did, so a vacuous check shows.
               'updates': sum('train/loss' in r for r in ref),

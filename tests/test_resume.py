@@ -719,6 +719,20 @@ class KillTest(absltest.TestCase):
     updated = re.search(r'(\d+) of 6 reference steps updated', out.stdout)
     self.assertGreater(int(updated.group(1)), 0, out.stdout[-3000:])
 
+  def test_stop_signals_at_random_moments_resume_exactly(self):
+    # Ctrl-C (to the trainer alone) in steps, in saves, at the last step.
+    out = subprocess.run(
+        [sys.executable, 'scripts/fault_injection.py', '--kills', '2',
+         '--steps', '6', '--seed', '1', '--signal', 'SIGINT',
+         '--damage_every', '0'],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    self.assertEqual(out.returncode, 0, out.stdout[-3000:] + out.stderr[-3000:])
+    self.assertIn('"signal": "SIGINT"', out.stdout)
+    self.assertIn('"tmp_folders_left": []', out.stdout)
+    self.assertRegex(out.stdout, r'([12]) of \1 kills left a restorable '
+                     'checkpoint')
+    self.assertIn('matches the uninterrupted one exactly', out.stdout)
+
 
 if __name__ == '__main__':
   absltest.main()
