@@ -444,7 +444,7 @@ def replica_table(first, again) -> str:
   """Each policy's findings in the regime as recorded and as run again,
   each paired with `none` of its own runs."""
   if 'none' not in again:
-    return '_No `replica` runs yet._\n'
+    return '_No runs of this experiment yet._\n'
   rows = []
   for variant in again:
     if variant == 'none':
@@ -869,6 +869,9 @@ def render_blocks(data: str) -> dict[str, str]:
   long = load(data, 'long')
   blocks['long_checks'] = regime_checks(long)
   blocks['long_savings'] = savings(long, policy_stats(long))[0]
+  replica_long = load(data, 'replica_long')
+  blocks['replica_long_checks'] = regime_checks(replica_long)
+  blocks['replica_long_savings'] = replica_table(long, replica_long)
   warm = load(data, 'warm')
   blocks['warm_checks'] = regime_checks(warm)
   blocks['warm_savings'] = savings(warm, policy_stats(warm))[0]
