@@ -461,7 +461,11 @@ def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
     shutil.copytree(start, workdir, ignore=shutil.ignore_patterns('warmstart.json'))
   c = config(experiment, variant, seed, is_smoke=is_smoke)
   t0 = time.perf_counter()
-  summary = train.run(c, workdir, log=lambda _: None)
+  # A second Ctrl-C quits promptly, even mid-computation (exit status 130);
+  # the run resumes from its last checkpoint when the sweep runs again.
+  summary = train.run(c, workdir, log=lambda _: None, on_quit=lambda: print(
+      f'{experiment.name}: {name} interrupted; run the sweep again to '
+      'resume it from its last checkpoint', file=sys.stderr, flush=True))
   seconds = time.perf_counter() - t0
   if summary.stopped_by:
     # A stop signal: the run saved its checkpoint and resumes next time.

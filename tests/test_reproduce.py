@@ -5,7 +5,10 @@ import dataclasses
 import gzip
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
 from absl.testing import absltest
 import jax
@@ -182,6 +185,54 @@ class StoppedRunTest(absltest.TestCase):
       reproduce.train.run = real_run
     self.assertFalse(os.path.exists(
         reproduce.data_path(os.path.join(root, 'd'), 'regime', 'none_s0')))
+
+
+  def test_a_second_ctrl_c_quits_the_sweep_promptly(self):
+    # A sweep's run whose step 1 waits on a computation that takes minutes
+    # (a large model's step): two Ctrl-Cs quit it within seconds with 130
+    # and the line to resume; it writes no data file and keeps its
+    # checkpoints for the next sweep.
+    root = self.create_tempdir().full_path
+    script = (
+        'import functools, sys\n'
+        'import jax, jax.numpy as jnp, numpy as np\n'
+        'sys.path.insert(0, "scripts")\n'
+        'import reproduce\n'
+        'slow = jax.jit(lambda x: jax.lax.fori_loop(\n'
+        '    0, 1_000_000, lambda i, a: jnp.tanh(a @ a), x))\n'
+        'def on_step(info):\n'
+        '  if info.step == 1:\n'
+        '    busy = slow(jnp.full((256, 256), 1e-3))\n'
+        '    print("busy", flush=True)\n'
+        '    np.asarray(busy)\n'
+        'reproduce.train.run = functools.partial(reproduce.train.run,\n'
+        '                                        on_step=on_step)\n'
+        'e = reproduce.smoke(reproduce.experiments()["regime"])\n'
+        f'reproduce.run_one(e, "none", 0, work={root!r} + "/w",\n'
+        f'                  data={root!r} + "/d", command="test",\n'
+        '                  is_smoke=True, log=print)\n')
+    proc = subprocess.Popen([sys.executable, '-c', script],
+                            cwd=test_train.REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+      if line == 'busy\n':
+        break
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+      _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      _, err = proc.communicate()
+    self.assertEqual(proc.returncode, 130, err[-2000:])
+    self.assertLess(time.monotonic() - sent, 30)
+    self.assertIn('regime: none_s0 interrupted; run the sweep again', err)
+    self.assertFalse(os.path.exists(
+        reproduce.data_path(os.path.join(root, 'd'), 'regime', 'none_s0')))
+    self.assertTrue(os.listdir(
+        os.path.join(root, 'w', 'regime', 'none_s0', 'checkpoints')))
 
 
 def records_of(path):
