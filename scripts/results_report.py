@@ -888,6 +888,10 @@ def render_blocks(data: str) -> dict[str, str]:
   blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
   blocks['memorise_replication'] = replication(memorise, (0, 1, 2, 3, 4),
                                                (5, 6, 7, 8, 9))
+  replica_memorise = load(data, 'replica_memorise')
+  blocks['replica_memorise_checks'] = regime_checks(replica_memorise)
+  blocks['replica_memorise_savings'] = replica_table(memorise,
+                                                     replica_memorise)
   mixed = load(data, 'mixed')
   blocks['mixed_checks'] = regime_checks(mixed)
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
