@@ -383,16 +383,19 @@ class PreemptionTest(absltest.TestCase):
     self.assertLess(stopped, 400)
     self.assertEqual(steps, list(range(stopped + 1)))
     # Resuming continues right after the step it stopped at.
-    c = _config(total_steps=stopped + 2)
-    # The settings the command line ran with (a resume refuses others).
+    self._resume_as_the_command(workdir, stopped, more=2)
+
+  def _resume_as_the_command(self, workdir: str, stopped: int, more: int):
+    """Resumes a run of `configs/demo.py:runlocal` stopped at `stopped` for
+    `more` steps, with the settings the command line ran (a resume refuses
+    others), and checks that no step is missing or repeated."""
+    c = _config(total_steps=stopped + more, **{'eval.every': 0})
     c.data.datasets[0]['verifier'] = 'exact_match'
     c.rollout.group_size = 4
-    c.eval.every = 0
     summary = train.run(c, workdir, log=lambda _: None)
     self.assertEqual(summary.resumed_from, stopped)
     steps = [r['step'] for r in metrics_lib.read_metrics(workdir)]
-    self.assertEqual(steps, list(range(stopped + 3)))
-
+    self.assertEqual(steps, list(range(stopped + more + 1)))
 
   def test_a_second_ctrl_c_quits_once_the_save_is_complete(self):
     workdir = self.create_tempdir().full_path
@@ -429,13 +432,7 @@ class PreemptionTest(absltest.TestCase):
                       if not name.isdigit()], [])
     stopped = int(last.group(1))
     self.assertEqual(max(checkpoint_lib.saved_steps(folder)), stopped)
-    c = _config(total_steps=stopped + 1, **{'eval.every': 0})
-    c.data.datasets[0]['verifier'] = 'exact_match'
-    c.rollout.group_size = 4
-    summary = train.run(c, workdir, log=lambda _: None)
-    self.assertEqual(summary.resumed_from, stopped)
-    steps = [r['step'] for r in metrics_lib.read_metrics(workdir)]
-    self.assertEqual(steps, list(range(stopped + 2)))
+    self._resume_as_the_command(workdir, stopped, more=1)
 
   def test_a_second_ctrl_c_does_not_wait_for_the_device(self):
     # The main thread waits for a computation that takes minutes (as a
