@@ -352,19 +352,8 @@ class PreemptionTest(absltest.TestCase):
 
   def test_sigterm_checkpoints_and_resumes(self):
     workdir = self.create_tempdir().full_path
-    args = [sys.executable, '-m', 'jaxgrpo.main',
-            '--config=configs/demo.py:runlocal', f'--workdir={workdir}',
-            '--config.total_steps=400', '--config.warmstart.enabled=False',
-            '--config.checkpoint.every=1000',
-            "--config.eval.every=0", '--quiet']
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    path = os.path.join(workdir, 'metrics.jsonl')
-    deadline = time.time() + 120
-    while time.time() < deadline:
-      if os.path.exists(path) and len(open(path).readlines()) >= 4:
-        break
-      time.sleep(0.2)
+    proc = self._start_the_command(workdir, save_every=1000,
+                                   stderr=subprocess.STDOUT)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
     self.assertEqual(proc.returncode, 0, out[-3000:])
@@ -385,6 +374,24 @@ class PreemptionTest(absltest.TestCase):
     # Resuming continues right after the step it stopped at.
     self._resume_as_the_command(workdir, stopped, more=2)
 
+  def _start_the_command(self, workdir: str, save_every: int, stderr):
+    """`jaxgrpo.main` on `configs/demo.py:runlocal` for 400 steps without
+    a warm start, returned once it has written 4 steps' metrics."""
+    args = [sys.executable, '-m', 'jaxgrpo.main',
+            '--config=configs/demo.py:runlocal', f'--workdir={workdir}',
+            '--config.total_steps=400', '--config.warmstart.enabled=False',
+            f'--config.checkpoint.every={save_every}',
+            '--config.eval.every=0', '--quiet']
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=stderr, text=True)
+    path = os.path.join(workdir, 'metrics.jsonl')
+    deadline = time.time() + 120
+    while time.time() < deadline:
+      if os.path.exists(path) and len(open(path).readlines()) >= 4:
+        break
+      time.sleep(0.2)
+    return proc
+
   def _resume_as_the_command(self, workdir: str, stopped: int, more: int):
     """Resumes a run of `configs/demo.py:runlocal` stopped at `stopped` for
     `more` steps, with the settings the command line ran (a resume refuses
@@ -399,18 +406,8 @@ class PreemptionTest(absltest.TestCase):
 
   def test_a_second_ctrl_c_quits_once_the_save_is_complete(self):
     workdir = self.create_tempdir().full_path
-    args = [sys.executable, '-m', 'jaxgrpo.main',
-            '--config=configs/demo.py:runlocal', f'--workdir={workdir}',
-            '--config.total_steps=400', '--config.warmstart.enabled=False',
-            '--config.checkpoint.every=1', '--config.eval.every=0', '--quiet']
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    path = os.path.join(workdir, 'metrics.jsonl')
-    deadline = time.time() + 120
-    while time.time() < deadline:
-      if os.path.exists(path) and len(open(path).readlines()) >= 4:
-        break
-      time.sleep(0.2)
+    proc = self._start_the_command(workdir, save_every=1,
+                                   stderr=subprocess.PIPE)
     # Two Ctrl-Cs as a save is under way (one each step).
     proc.send_signal(signal.SIGINT)
     time.sleep(0.05)
