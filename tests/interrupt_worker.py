@@ -11,6 +11,7 @@ Ctrl-C. `on_quit` prints `quit: <steps saved>`.
 
 import os
 import signal
+import subprocess
 import sys
 
 import jax
@@ -23,15 +24,26 @@ from tests import test_train
 
 
 @jax.jit
-def _minutes(x):
+def minutes_of_work(x):
+  """A computation that takes minutes, as a large model's step does (the
+  sweep's Ctrl-C test in test_reproduce waits on it too)."""
   return jax.lax.fori_loop(0, 1_000_000, lambda i, a: jnp.tanh(a @ a), x)
+
+
+def output_within(proc: subprocess.Popen, seconds: float) -> tuple[str, str]:
+  """`proc`'s (stdout, stderr) once it exits, killed after `seconds`."""
+  try:
+    return proc.communicate(timeout=seconds)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    return proc.communicate()
 
 
 def main(workdir: str) -> None:
   def on_step(info):
     if info.step == 1:
       os.kill(os.getpid(), signal.SIGINT)
-      busy = _minutes(jnp.full((256, 256), 1e-3))
+      busy = minutes_of_work(jnp.full((256, 256), 1e-3))
       print('busy', flush=True)
       np.asarray(busy)  # Python's handlers run once this returns
       print('the computation ended', flush=True)

@@ -17,6 +17,7 @@ import numpy as np
 from jaxgrpo import config_lib
 from jaxgrpo.data import arithmetic
 from jaxgrpo.data import snooze
+from tests import interrupt_worker
 from tests import test_train
 
 sys.path.insert(0, os.path.join(test_train.REPO, 'scripts'))
@@ -195,14 +196,14 @@ class StoppedRunTest(absltest.TestCase):
     root = self.create_tempdir().full_path
     script = (
         'import functools, sys\n'
-        'import jax, jax.numpy as jnp, numpy as np\n'
+        'import jax.numpy as jnp, numpy as np\n'
         'sys.path.insert(0, "scripts")\n'
         'import reproduce\n'
-        'slow = jax.jit(lambda x: jax.lax.fori_loop(\n'
-        '    0, 1_000_000, lambda i, a: jnp.tanh(a @ a), x))\n'
+        'from tests import interrupt_worker\n'
         'def on_step(info):\n'
         '  if info.step == 1:\n'
-        '    busy = slow(jnp.full((256, 256), 1e-3))\n'
+        '    busy = interrupt_worker.minutes_of_work(\n'
+        '        jnp.full((256, 256), 1e-3))\n'
         '    print("busy", flush=True)\n'
         '    np.asarray(busy)\n'
         'reproduce.train.run = functools.partial(reproduce.train.run,\n'
@@ -221,11 +222,7 @@ class StoppedRunTest(absltest.TestCase):
     time.sleep(0.5)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    try:
-      _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      _, err = proc.communicate()
+    _, err = interrupt_worker.output_within(proc, 60)
     self.assertEqual(proc.returncode, 130, err[-2000:])
     self.assertLess(time.monotonic() - sent, 30)
     self.assertIn('regime: none_s0 interrupted; run the sweep again', err)

@@ -23,6 +23,7 @@ from jaxgrpo import train
 from jaxgrpo.cli import train as cli_train
 from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.rl import batch as batch_lib
+from tests import interrupt_worker
 from tests import test_train
 
 REPO = test_train.REPO
@@ -447,11 +448,7 @@ class PreemptionTest(absltest.TestCase):
     time.sleep(0.5)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    try:
-      out, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      out, _ = proc.communicate()
+    out, _ = interrupt_worker.output_within(proc, 60)
     waited = time.monotonic() - sent
     self.assertEqual(proc.returncode, 130, ''.join(lines)[-2000:] + out)
     self.assertLess(waited, 30)
