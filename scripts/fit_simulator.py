@@ -161,6 +161,7 @@ def main(argv=None):
   print(f'grid of {len(scored)} in {time.perf_counter() - t0:.0f}s; best '
         f'{best}: log-prompts RMSE {gen_err:.3f}, reward RMSE '
         f'{reward_err:.3f}')
+  code = reproduce.commit()
   result = {
       'params': best, 'grid': {k: list(v) for k, v in GRID.items()},
       'none_seeds_fitted': n,
@@ -169,9 +170,8 @@ def main(argv=None):
       'predictions': predict(best, experiment),
       'sim_seeds': list(SIM_SEEDS),
       'command': 'python scripts/fit_simulator.py',
-      'commit': reproduce.commit(),
+      'commit': code, 'predicted_at': code,
   }
-  result['predicted_at'] = result['commit']
   with open(args.out, 'w') as f:
     json.dump(result, f, indent=1)
   print(f'wrote {args.out}')
