@@ -51,6 +51,9 @@ Experiments:
                `filter` runs let the last group scored decide).
   replica_long replica's runs continued to 300 steps, as `long` continues
                the regime's (from their step-150 checkpoints).
+  replica_broad  broad (the main regime) run again in the same way as
+               replica, every policy on seeds 0-4, its `filter` under the
+               fixed rule.
   replica_memorise  memorise run again in the same way as replica,
                `none` and `weighted` on 10 seeds: does `weighted`'s saving
                to the target hold?
@@ -262,11 +265,13 @@ def experiments() -> dict[str, Experiment]:
   # The regime run again in another environment; see the module docstring.
   replica = dataclasses.replace(regime, name='replica')
   replica_long = dataclasses.replace(long, name='replica_long')
+  replica_broad = dataclasses.replace(broad, name='replica_broad')
   replica_memorise = dataclasses.replace(
       memorise, name='replica_memorise',
       variants={k: POLICIES[k] for k in ('none', 'weighted')})
   return {e.name: e for e in (regime, replica, long, replica_long, warm,
-                              broad, memorise, replica_memorise,
+                              broad, replica_broad, memorise,
+                              replica_memorise,
                               short_batch, drift, mixed, conflict, *sizes)}
 
 
