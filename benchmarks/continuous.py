@@ -54,6 +54,7 @@ from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import gguf
 from jaxgrpo.model import pretrained
+from jaxgrpo.reporting import environment
 
 _GSM8K = configs.shared_data('gsm8k', 'train.jsonl')
 _STOP, _PAD = 1, 0
@@ -239,7 +240,8 @@ def report(args, cfg, dist, stop_at, static_s, cont_s, wide_s, s_occ, stats,
   result = dict(
       command=' '.join([os.path.basename(sys.executable)] + sys.argv),
       commit=record.commit(),
-      machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+      machine=dict(platform=platform.platform(), cpu=environment.cpu_name(),
+                   cpus=os.cpu_count(),
                    jax=jax.__version__, backend=jax.default_backend()),
       args=vars(args), repeats_done=len(static_s),
       params=model_config.param_count(cfg),

@@ -35,6 +35,7 @@ from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import attention
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.reporting import environment
 
 VARIANTS = {'whole': 1, 'live': 'auto'}
 
@@ -107,7 +108,8 @@ def main(argv=None) -> int:
   result = {
       'command': ' '.join(['python'] + sys.argv),
       'commit': record.commit(),
-      'machine': {'platform': platform.platform(), 'cores': os.cpu_count(),
+      'machine': {'platform': platform.platform(), 'cpu': environment.cpu_name(),
+                  'cores': os.cpu_count(),
                   'jax': jax.__version__, 'backend': jax.default_backend()},
       'runs': [],
   }

@@ -19,7 +19,6 @@ over each mode's, so above 1 means faster than static.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ sys.path.insert(0, REPO)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from jaxgrpo.cli import common as cli_common
+from jaxgrpo.reporting import environment
 
 MODES = {
     'static': {'rollout.engine': 'static', 'rollout.collect': 'rounds'},
@@ -116,8 +116,7 @@ def main(argv=None) -> int:
   out = {'command': ' '.join([os.path.basename(sys.argv[0])] + (
       argv if argv is not None else sys.argv[1:])),
          'config': args.config, 'steps': args.steps, 'skip': args.skip,
-         'slots_matched': rows, 'machine': platform.processor() or
-         platform.machine(), 'cpus': os.cpu_count()}
+         'slots_matched': rows, 'environment': environment.environment()}
   for rep in range(args.repeats):
     order = modes[rep % len(modes):] + modes[:rep % len(modes)]
     for mode in order:

@@ -77,6 +77,7 @@ from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import attention
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.reporting import environment
 from jaxgrpo.rl import batch as batch_lib
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.verifiers import pool as verifier_pool
@@ -382,7 +383,8 @@ def main():
   runs = {n: [] for n in names}
   header = dict(
       command=' '.join(['python'] + sys.argv), commit=record.commit(),
-      machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+      machine=dict(platform=platform.platform(), cpu=environment.cpu_name(),
+                   cpus=os.cpu_count(),
                    jax=jax.__version__, backend=jax.default_backend(),
                    device=str(jax.devices()[0].device_kind)),
       args=vars(args), params=model_config.param_count(cfg))

@@ -43,6 +43,7 @@ from jaxgrpo.generate import sampling
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.reporting import environment
 from jaxgrpo.typing import TrainBatch
 
 _CONFIGS = {
@@ -159,7 +160,8 @@ def main():
   parser.add_argument('--json', help='also write the results here')
   args = parser.parse_args()
   results = {'jax': jax.__version__, 'backend': jax.default_backend(),
-             'cpu_count': os.cpu_count(), 'configs': {}}
+             'cpu_count': os.cpu_count(), 'cpu': environment.cpu_name(),
+             'configs': {}}
   for name in args.configs.split(','):
     mm = matmul_flops_per_s()
     ours = bench_jaxgrpo(name, args.repeats)

@@ -56,6 +56,7 @@ from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.reporting import environment
 from jaxgrpo.rl import rollout as rollout_lib
 
 # name: (B, G, slots, round size)
@@ -254,7 +255,8 @@ def main():
       lengths, REGIMES[reg][1]), args.prompt_width) for reg in regimes}
   result.update(
       command=' '.join(['python'] + sys.argv), commit=record.commit(),
-      machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+      machine=dict(platform=platform.platform(), cpu=environment.cpu_name(),
+                   cpus=os.cpu_count(),
                    jax=jax.__version__), args=vars(args),
       durations={**result.get('durations', {}), **dur},
       edges={reg: np.percentile(d, [25, 50, 75]).tolist()

@@ -49,6 +49,7 @@ from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import train_step as train_step_lib
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.reporting import environment
 from jaxgrpo.rl import logprobs
 
 _MIB = 2**20
@@ -142,7 +143,8 @@ def main(argv=None) -> int:
   result = {
       'command': ' '.join(['python'] + sys.argv),
       'commit': record.commit(),
-      'machine': {'platform': platform.platform(), 'cpus': os.cpu_count(),
+      'machine': {'platform': platform.platform(), 'cpu': environment.cpu_name(),
+                  'cpus': os.cpu_count(),
                   'jax': jax.__version__, 'backend': jax.default_backend()},
       'logits_chunk_bytes': logprobs.LOGITS_CHUNK_BYTES,
       'batch': shape, 'memory': {}, 'time': None,

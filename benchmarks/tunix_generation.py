@@ -63,6 +63,7 @@ from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
+from jaxgrpo.reporting import environment
 
 _STOP, _PAD = 1, 0
 _SIDES = ('jaxgrpo_static', 'jaxgrpo_continuous', 'tunix_device',
@@ -215,7 +216,8 @@ def main():
     result = dict(
         command=' '.join(['python'] + sys.argv),
         commit=record.commit(),
-        machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+        machine=dict(platform=platform.platform(), cpu=environment.cpu_name(),
+                     cpus=os.cpu_count(),
                      jax=jax.__version__, backend=jax.default_backend(),
                      load_average_1m=load),
         tunix=tunix.info, args=vars(args),

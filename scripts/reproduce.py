@@ -67,10 +67,8 @@ import contextlib
 import dataclasses
 import fcntl
 import gzip
-import importlib.metadata
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -85,6 +83,7 @@ sys.path.insert(0, os.path.join(REPO, 'scripts'))
 from jaxgrpo import train
 from jaxgrpo.configs import common
 from jaxgrpo.configs import mixture_demo
+from jaxgrpo.reporting import environment as environment_lib
 from jaxgrpo.reporting import metrics as metrics_lib
 
 DATA = os.path.join(REPO, 'docs', 'results', 'data')
@@ -324,33 +323,11 @@ def commit() -> str:
   return head + ('+dirty' if dirty.strip() else '')
 
 
-# The packages whose numerics a run's trajectory depends on.
-PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy')
-
-
-def environment() -> dict:
-  """The packages and machine that made a run. The same commit and settings
-  give the same numbers only where these are the same: another XLA build or
-  CPU rounds some sums differently, and a sampled token that flips there
-  sends the run down another path (docs/results.md#reproducing-a-run)."""
-  packages = {}
-  for name in PACKAGES:
-    try:
-      packages[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      packages[name] = None
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open('/proc/cpuinfo', encoding='utf-8') as f:
-      info = {k.strip(): v.strip() for k, v in (
-          line.split(':', 1) for line in f if ':' in line)}
-    flags = set(info.get('flags', '').split())
-    cpu = ' '.join([info.get('model name', cpu), *sorted(
-        flags & {'avx2', 'avx512f', 'avx512_bf16', 'amx_tile'})])
-  except OSError:
-    pass
-  return {'packages': packages, 'python': platform.python_version(),
-          'cpu': cpu, 'cores': os.cpu_count()}
+# The packages and machine that made a run. The same commit and settings
+# give the same numbers only where these are the same: another XLA build or
+# CPU rounds some sums differently, and a sampled token that flips there
+# sends the run down another path (docs/results.md#reproducing-a-run).
+environment = environment_lib.environment
 
 
 def data_path(data: str, experiment: str, run: str) -> str:

@@ -24,7 +24,6 @@ commit:
 import json
 import math
 import os
-import platform
 import tempfile
 
 from absl.testing import absltest
@@ -33,6 +32,7 @@ import jaxlib
 
 from jaxgrpo import train
 from jaxgrpo.configs import demo
+from jaxgrpo.reporting import environment
 from jaxgrpo.reporting import metrics as metrics_lib
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'golden',
@@ -52,19 +52,8 @@ def _pinned(records: list[dict]) -> list[dict]:
 
 def machine() -> dict[str, object]:
   """What decides XLA's CPU float results, besides the program."""
-  model = platform.processor() or platform.machine()
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith('model name'):
-          model = line.split(':', 1)[1].strip()
-          break
-  except OSError:
-    pass
-  cores = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
-           else os.cpu_count())
-  return {'cpu': model, 'cores': cores, 'jax': jax.__version__,
-          'jaxlib': jaxlib.__version__}
+  return {'cpu': environment.cpu()[0], 'cores': environment.usable_cores(),
+          'jax': jax.__version__, 'jaxlib': jaxlib.__version__}
 
 
 class PinnedMetricsTest(absltest.TestCase):
