@@ -14,22 +14,29 @@ compares it with this run's, key by key, under `POLICY`:
   silently.
 
 The longest key prefix listed decides; a key listed nowhere is refused, so
-that a new setting is checked until it is declared safe. A setting that
-only one mode reads is free while that mode is off on both sides
-(`USED_ONLY_WHEN`). Dataset entries are matched by name; what their
+that a new setting is checked until it is declared safe. A key the
+checkpoint lacks is a setting added since it was written: its run ran with
+the setting's default (settings are added with defaults that keep the
+earlier behaviour), so it counts as holding that default (`_Default`); a
+key only the checkpoint holds (a setting since removed) is skipped. A
+setting that only one mode reads is free while that mode is off on both
+sides (`USED_ONLY_WHEN`). Dataset entries are matched by name; what their
 records are (path, kind, fields, size) is checked by their size and
 fingerprint (`checkpoint.check_resumable`), so those keys are free here.
 docs/checkpoints.md has the same table.
 """
 
 from collections.abc import Iterator, Mapping
+import dataclasses
 import os
 from typing import Any
 
 import orbax.checkpoint as ocp
 
 from jaxgrpo import checkpoint as checkpoint_lib
+from jaxgrpo import config_lib
 from jaxgrpo import errors
+from jaxgrpo.data import entry as entry_lib
 from jaxgrpo.model import pretrained
 
 REFUSE, NOTICE, FREE = 'refuse', 'notice', 'free'
@@ -103,13 +110,38 @@ _EFFECT = {
 }
 
 
+class _Default:
+  """The value of a key a checkpoint lacks: the default of a setting added
+  after it was written, which its run ran with."""
+
+  def __init__(self, value: Any):
+    self.value = value
+
+
+def _defaults() -> dict[str, Any]:
+  """Every setting's default as a checkpoint saves it, by generic flat key
+  (`rl.cut_completions`, `data.datasets[].on_bad_record`); a dataset
+  entry's required keys (`name`, `kind`) have none."""
+  out = {key: value for key, value, _, _ in config_lib.settings()
+         if key != 'data.datasets'}
+  for key, value, _, _ in config_lib.settings(entry_lib.DatasetSection):
+    if value is not dataclasses.MISSING:
+      out[f'data.datasets[].{key}'] = value
+  return checkpoint_lib.as_saved(out)
+
+
+def _generic(key: str) -> str:
+  """A flat key with its dataset entry's index left out
+  (`data.datasets[2].weight` -> `data.datasets[].weight`)."""
+  if key.startswith('data.datasets['):
+    return 'data.datasets[]' + key[key.index(']') + 1:]
+  return key
+
+
 def _longest(table: Mapping[str, str], key: str, default: str) -> str:
   """The entry of `table` for the longest listed prefix of flat key `key`
   (`rollout.group_size`, `data.datasets[2].weight`)."""
-  generic = key
-  if key.startswith('data.datasets['):
-    generic = 'data.datasets[]' + key[key.index(']') + 1:]
-  parts = generic.split('.')
+  parts = _generic(key).split('.')
   for n in range(len(parts), 0, -1):
     found = table.get('.'.join(parts[:n]))
     if found is not None:
@@ -124,17 +156,18 @@ def policy(key: str) -> str:
 
 def _unused(key: str, *configs: Mapping[str, Any]) -> bool:
   """Whether no config of `configs` reads `key` (`USED_ONLY_WHEN`); a
-  config without the mode's key (an older one) counts as reading it."""
-  generic = key
-  if key.startswith('data.datasets['):
-    generic = 'data.datasets[]' + key[key.index(']') + 1:]
+  config without the mode's key (one written before the mode existed) ran
+  with the mode's default."""
+  generic = _generic(key)
   if generic not in USED_ONLY_WHEN:
     return False
   modes = USED_ONLY_WHEN[generic]
   if isinstance(modes[0], str):  # one mode
     modes = (modes,)
-  return all(c.get(section, {}).get(mode, values[0]) not in values
-             for section, mode, values in modes for c in configs)
+  defaults = _defaults()
+  return all(
+      c.get(section, {}).get(mode, defaults[f'{section}.{mode}']) not in values
+      for section, mode, values in modes for c in configs)
 
 
 def _flat(config: Mapping[str, Any],
@@ -179,16 +212,25 @@ def _absolute_model_path(config: dict[str, Any]) -> dict[str, Any]:
 def changes(saved: Mapping[str, Any],
             now: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
   """(key, saved value, this run's value) of every key whose value
-  differs; keys one side lacks (a setting added since) are skipped, and so
-  are datasets only one side has (`check_resumable` decides on those)."""
+  differs. A key the checkpoint lacks (a setting added since) counts as its
+  default, given as a `_Default`; one without a default, or that this run
+  lacks (a setting since removed), is skipped, and so are datasets only one
+  side has (`check_resumable` decides on those)."""
   saved = _absolute_model_path(checkpoint_lib.as_saved(dict(saved)))
   now = checkpoint_lib.as_saved(dict(now))
   names = [d.get('name') for d in now.get('data', {}).get('datasets', [])]
-  then = dict(_flat(saved, names))
+  both = {d.get('name') for d in saved.get('data', {}).get('datasets', [])}
+  both = tuple(f'data.datasets[{i}].' for i, name in enumerate(names)
+               if name in both)  # this run's entries the checkpoint has
+  then, defaults = dict(_flat(saved, names)), _defaults()
   out = []
   for key, value in _flat(now, names):
-    if key in then and then[key] != value:
-      out.append((key, then[key], value))
+    if key in then:
+      if then[key] != value:
+        out.append((key, then[key], value))
+    elif (default := defaults.get(_generic(key), value)) != value and (
+        not key.startswith('data.datasets[') or key.startswith(both)):
+      out.append((key, _Default(default), value))
   return out
 
 
@@ -211,6 +253,8 @@ def _reordered(saved: Mapping[str, Any], now: Mapping[str, Any],
 
 def _show(key: str, a: Any, b: Any) -> str:
   def short(v):
+    if isinstance(v, _Default):
+      return f'(not saved: {short(v.value)}, its default)'
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + '...'
   return f'{key}: {short(a)} -> {short(b)}'
@@ -245,14 +289,18 @@ def check(saved: Mapping[str, Any] | None, now: Mapping[str, Any], *,
   if refused:
     shown = '; '.join(_show(*c) for c in refused[:3])
     more = f' (and {len(refused) - 3} more)' if len(refused) > 3 else ''
+    note = ''
+    if any(isinstance(c[1], _Default) for c in refused[:3]):
+      note = (' (a value not saved is the default of a setting added after '
+              'the checkpoint was written: its run was trained with it)')
     if refused[0][0].startswith('model.'):
       raise errors.ResumeError(
-          f'the {where} is for another model ({shown}{more}); use a new '
+          f'the {where} is for another model ({shown}{more}){note}; use a new '
           '--workdir or the config it was trained with')
     raise errors.ResumeError(
-        f'the {where} was trained with other settings: {shown}{more}; these '
-        'cannot change on resume (docs/checkpoints.md, "What may change on '
-        'resume"): use the values it was trained with, or a new --workdir')
+        f'the {where} was trained with other settings: {shown}{more}{note}; '
+        'these cannot change on resume (docs/checkpoints.md, "What may change '
+        'on resume"): use the values it was trained with, or a new --workdir')
   lines = [] if step == 0 else _reordered(saved, now, step)
   cosine = now.get('optim', {}).get('schedule') == 'cosine'
   for key, a, b in found:

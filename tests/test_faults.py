@@ -147,6 +147,32 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertEqual(steps_written(workdir), [0, 1, 2, 3, 4, 5])
     self.assertFalse(out.stderr.strip(), out.stderr[-3000:])
 
+  def test_a_checkpoint_from_before_a_setting_ran_with_its_default(self):
+    # Its saved config lacks rl.cut_completions (written before it existed):
+    # a resume under 'mask' changed what the run means without a word.
+    workdir = self.copy()
+    for step in steps_written(workdir):
+      path = os.path.join(self.ckpt(workdir, step), 'meta', 'metadata')
+      with open(path) as f:
+        meta = json.load(f)
+      del meta['config']['rl']['cut_completions']
+      with open(path, 'w') as f:
+        json.dump(meta, f)
+    before = listing(workdir)
+    out = cli(workdir, '--config.total_steps=5',
+              '--config.rl.cut_completions=mask')
+    self.assert_one_line(
+        out, 1, "rl.cut_completions: (not saved: 'train', its default) -> "
+        "'mask' (a value not saved is the default of a setting added after "
+        'the checkpoint was written', 'cannot change on resume',
+        'checkpoint of step 4')
+    self.assertEqual(listing(workdir), before)  # nothing written or lost
+    out = cli(workdir, '--config.total_steps=5')  # what it ran with
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    self.assertIn('at step 4', out.stdout)
+    self.assertNotIn('changed setting', out.stdout)
+    self.assertEqual(steps_written(workdir), [0, 1, 2, 3, 4, 5])
+
   def test_speed_settings_may_change(self):
     # How the same computation is laid out: no notice, no refusal.
     saved = config_lib.to_dict(config_lib.from_config_dict(
@@ -211,10 +237,10 @@ class TrainedWorkdirTest(FaultTestCase):
     ):
       with self.assertRaisesRegex(errors.ResumeError, shown):
         resume_policy.check(before, changed, where='x', step=4)
-    older = as_dict()  # written before rollout.engine existed
+    older = as_dict()  # written before rollout.engine: it ran its default
     del older['rollout']['engine']
-    with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
-      resume_policy.check(older, as_dict(rollout__slots=8), where='x', step=4)
+    self.assertEqual(resume_policy.check(
+        older, as_dict(rollout__slots=8), where='x', step=4), [])
     continuous = as_dict(rollout__engine='continuous')
     with self.assertRaisesRegex(errors.ResumeError, 'rollout.slots: 64 -> 8'):
       resume_policy.check(continuous, as_dict(
