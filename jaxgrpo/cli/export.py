@@ -39,6 +39,7 @@ from jaxgrpo import errors
 from jaxgrpo import model_spec
 from jaxgrpo.cli import common
 from jaxgrpo.cli import export_out
+from jaxgrpo.data import hf_tokenizer
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import decoder
 from jaxgrpo.model import hf
@@ -332,7 +333,8 @@ def _write_tokenizer(tokenizer, out_dir: str) -> None:
   generation_config.json naming every token a completion stops at, so
   that transformers' `generate` stops where jaxgrpo's generator does."""
   backend = tokenizer.backend
-  backend.save(os.path.join(out_dir, 'tokenizer.json'))
+  hf_tokenizer.backend_to_write(tokenizer).save(
+      os.path.join(out_dir, 'tokenizer.json'))
   config = {
       'tokenizer_class': 'PreTrainedTokenizerFast',
       'add_bos_token': tokenizer.add_bos,

@@ -425,6 +425,24 @@ def _token_string(value: Any, file: str, key: str) -> str | None:
   )
 
 
+def backend_to_write(tokenizer: HFTokenizer) -> Any:
+  """The `tokenizers.Tokenizer` to write as an export's tokenizer.json: the
+  backend, or where the model adds a BOS that its post-processor does not
+  (a GGUF file's tokenizer) a copy whose post-processor puts it first, as
+  transformers 5 reads it (it ignores add_bos_token next to a tokenizer.json)
+  and `HFTokenizer.from_dir` reads it back."""
+  backend = tokenizer.backend
+  if not tokenizer.add_bos or _post_processor_adds(backend, tokenizer.bos_id):
+    return backend
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  written = tokenizers.Tokenizer.from_str(backend.to_str())
+  bos = backend.id_to_token(tokenizer.bos_id)
+  written.post_processor = tokenizers.processors.TemplateProcessing(
+      single=f'{bos}:0 $A:0', pair=f'{bos}:0 $A:0 {bos}:1 $B:1',
+      special_tokens=[(bos, tokenizer.bos_id)])
+  return written
+
+
 def _post_processor_adds(backend: Any, bos_id: int) -> bool:
   """Whether tokenizer.json's post-processor puts `bos_id` before text."""
   plain = backend.encode('a', add_special_tokens=False).ids

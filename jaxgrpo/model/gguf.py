@@ -69,6 +69,18 @@ _REGEX_PRE = {
     'llama-bpe': (_LETTERS % '{1,3}', False),  # Llama 3.x: up to 3 digits.
 }
 
+# A file without tokenizer.ggml.add_bos_token (older Llama 2, Mistral and
+# TinyLlama files) gets llama.cpp's default for its tokenizer, as in
+# src/llama-vocab.cpp, llama_vocab::impl::load (ggml-org/llama.cpp, commit
+# 00ad355e009e83abf98f96a6ded7193b95763681): a SentencePiece vocabulary
+# ('llama') adds BOS; a byte-level BPE one ('gpt2') adds BOS only after
+# these pre-tokenizers (Llama 3's 'llama-bpe' among them), none after others.
+# Neither adds an EOS by default. A key the file holds decides.
+_BOS_PRE = (
+    'llama3', 'llama-v3', 'llama-bpe', 'falcon3', 'falcon-h1', 'pixtral',
+    'midm-2.0', 'lfm2', 'jina-v5-nano', 'tekken', 'chameleon',
+)
+
 
 class GGUFError(errors.ConfigError):
   """A GGUF file is missing, unreadable, or holds an unsupported model."""
@@ -458,6 +470,20 @@ def _pre_tokenizer(reader: gguf.GGUFReader, pre: str) -> Any:
   )
 
 
+def _adds_bos(reader: gguf.GGUFReader, model: str, pre: str) -> bool:
+  """Whether prompts start with the BOS: the file's
+  tokenizer.ggml.add_bos_token, else llama.cpp's default (see `_BOS_PRE`)."""
+  key = 'tokenizer.ggml.add_bos_token'
+  value = _field(reader, key, None)
+  if value is None:
+    return model == 'llama' or pre in _BOS_PRE
+  if not isinstance(value, bool):
+    raise GGUFError(
+        f'{_name(reader)}: metadata key {key!r} = {value!r:.60}: must be a '
+        'bool')
+  return value
+
+
 def tokenizer_parts(
     source: Source,
 ) -> tuple[tokenizers.Tokenizer, dict[str, Any]]:
@@ -477,8 +503,9 @@ def tokenizer_parts(
   Returns:
     (tokenizer, info) with info keys 'eos_id' (an int), 'bos_id', 'pad_id'
     (ints, or None when the file names none), 'chat_template' (Jinja source or None),
-    'add_bos' (whether the model expects a leading BOS; None when the
-    file does not say) and 'stop_ids' (the end-of-turn and end-of-message
+    'add_bos' (whether the model expects a leading BOS: the file's
+    tokenizer.ggml.add_bos_token, or where it has none llama.cpp's default
+    for its tokenizer, see `_BOS_PRE`) and 'stop_ids' (the end-of-turn and end-of-message
     tokens, tokenizer.ggml.eot_token_id and eom_token_id, that also end a
     completion; empty when the file names none).
 
@@ -540,7 +567,6 @@ def tokenizer_parts(
       )
     return value
 
-  add_bos = _field(reader, 'tokenizer.ggml.add_bos_token', None)
   eos_id = token_id('tokenizer.ggml.eos_token_id')
   if eos_id is None:
     raise GGUFError(
@@ -552,7 +578,7 @@ def tokenizer_parts(
       'pad_id': token_id('tokenizer.ggml.padding_token_id'),
       'chat_template': _typed(reader, 'tokenizer.chat_template', 'a string',
                               None),
-      'add_bos': None if add_bos is None else bool(add_bos),
+      'add_bos': _adds_bos(reader, model, pre),
       # The end-of-turn (Llama 3's <|eot_id|>) and end-of-message
       # (<|eom_id|>) tokens newer files name; llama.cpp stops at them too.
       'stop_ids': tuple(i for i in map(token_id, (

@@ -92,7 +92,7 @@ def load_tokenizer(source: str, *, vocab_size: int | None = None):
   return hf_tokenizer.HFTokenizer.from_parts(
       backend, bos_id=info['bos_id'], eos_id=info['eos_id'],
       pad_id=info['pad_id'], chat_template=info['chat_template'],
-      add_bos=bool(info['add_bos']), vocab_size=vocab_size,
+      add_bos=info['add_bos'], vocab_size=vocab_size,
       extra_stop_ids=info['stop_ids'], source=source)
 
 

@@ -7,6 +7,7 @@ and by greedy decoding.
 """
 
 import importlib.util
+import json
 import os
 import time
 from unittest import mock
@@ -18,6 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxgrpo.cli import export as export_cli
+from jaxgrpo.data import hf_tokenizer
+from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import gguf as gguf_loader
@@ -248,6 +252,46 @@ class TinyGGUFTest(parameterized.TestCase):
     with self.assertRaisesRegex(
         gguf_loader.GGUFError,
         f'^{path}: {key} = {len(_TOKENS)} is outside the 64-token vocab'):
+      pretrained.load_tokenizer(path)
+
+  @parameterized.parameters(
+      # (pre, the file's add_bos_token or None, whether prompts start with
+      # BOS): llama.cpp's default where the key is absent.
+      ('llama-bpe', None, True),  # Llama 3.x's byte-level BPE.
+      ('smollm', None, False),
+      ('qwen2', None, False),
+      ('gpt-2', None, False),
+      ('llama-bpe', False, False),
+      ('smollm', True, True),
+  )
+  def test_add_bos_where_the_file_does_not_say(self, pre, key, bos):
+    value = None if key is None else (key, gguf.GGUFValueType.BOOL)
+    path = self.write(pre=pre,
+                      metadata={'tokenizer.ggml.add_bos_token': value})
+    _, info = gguf_loader.tokenizer_parts(path)
+    self.assertIs(info['add_bos'], bos)
+    tok = pretrained.load_tokenizer(path)
+    ab = tok.encode('ab')
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, 'ab'),
+                     [1] + ab if bos else ab)
+    # An export writes the decision down: read back, prompts are the same.
+    out = self.create_tempdir().full_path
+    export_cli._write_tokenizer(tok, out)  # pylint: disable=protected-access
+    with open(os.path.join(out, 'tokenizer_config.json')) as f:
+      self.assertIs(json.load(f)['add_bos_token'], bos)
+    reread = hf_tokenizer.HFTokenizer.from_dir(out)
+    self.assertEqual(tokenizer_lib.prompt_ids(reread, 'ab'),
+                     tokenizer_lib.prompt_ids(tok, 'ab'))
+    # transformers 5 adds what tokenizer.json's post-processor adds.
+    self.assertEqual(reread.backend.encode('ab').ids,
+                     tokenizer_lib.prompt_ids(tok, 'ab'))
+
+  def test_add_bos_token_of_the_wrong_type(self):
+    key = 'tokenizer.ggml.add_bos_token'
+    path = self.write(metadata={key: ('yes', gguf.GGUFValueType.STRING)})
+    with self.assertRaisesRegex(
+        gguf_loader.GGUFError,
+        f"^{path}: metadata key '{key}' = 'yes': must be a bool"):
       pretrained.load_tokenizer(path)
 
   def test_gpt2_pre_tokenizer_keeps_digit_merges(self):
