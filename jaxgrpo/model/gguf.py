@@ -4,7 +4,8 @@ GGUF is llama.cpp's single-file format: metadata (hyperparameters, the
 tokenizer's vocabulary and merges, a chat template) followed by tensors,
 often quantized. `load` dequantizes every tensor to float32 and places it in
 the parameter tree of `jaxgrpo.model.decoder`; `tokenizer_parts` rebuilds a
-byte-level BPE `tokenizers.Tokenizer` from the metadata.
+`tokenizers.Tokenizer` from the metadata: byte-level BPE ('gpt2': SmolLM2,
+Qwen2, Llama 3) or SentencePiece ('llama': Llama 2, Mistral, TinyLlama).
 
 llama.cpp stores each row-major Hugging Face weight [out, in] as-is, except
 that its converter reorders the rows of the query and key projections of
@@ -50,7 +51,10 @@ _ARCHITECTURES = _PERMUTED + _BIASED
 _ROPE_FREQS = 'rope_freqs.weight'
 
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
-_CONTROL, _USER_DEFINED = 3, 4
+_UNKNOWN, _CONTROL, _USER_DEFINED, _BYTE = 2, 3, 4, 6
+# tokenizer.ggml.model values: byte-level BPE and SentencePiece.
+_TOKENIZER_MODELS = ('gpt2', 'llama')
+_SPACE = '\u2581'  # SentencePiece's '▁', which stands for a space.
 
 # tokenizer.ggml.pre values whose pre-tokenization is GPT-2's regex, and those
 # that first split every digit on its own (llama.cpp's \p{N} rule).
@@ -157,6 +161,8 @@ _KINDS = {
                                     and all(isinstance(x, str) for x in v)),
     'a list of ints': lambda v: (isinstance(v, list)
                                  and all(isinstance(x, int) for x in v)),
+    'a list of numbers': lambda v: (isinstance(v, list) and all(
+        isinstance(x, (int, float)) for x in v)),
 }
 # What metadata of a type no check foresaw raises; `config_from_gguf` turns it
 # into a GGUFError naming the file.
@@ -484,46 +490,125 @@ def _adds_bos(reader: gguf.GGUFReader, model: str, pre: str) -> bool:
   return value
 
 
+def _byte_level_bpe(reader: gguf.GGUFReader, vocab: dict[str, int],
+                    pre: str) -> tokenizers.Tokenizer:
+  """The 'gpt2' tokenizer: byte-level BPE with the file's merges and the
+  pre-tokenizer `pre` names."""
+  tk = _import('tokenizers')
+  pairs = []
+  for merge in _typed(reader, 'tokenizer.ggml.merges', 'a list of strings'):
+    parts = merge.split(' ')
+    if len(parts) != 2:
+      raise GGUFError(f'{_name(reader)}: tokenizer.ggml.merges entry '
+                      f'{merge!r} is not two tokens')
+    pairs.append((parts[0], parts[1]))
+  tokenizer = tk.Tokenizer(
+      tk.models.BPE(vocab=vocab, merges=pairs, fuse_unk=False,
+                    byte_fallback=False)
+  )
+  tokenizer.pre_tokenizer = _pre_tokenizer(reader, pre)
+  if _REGEX_PRE.get(pre, ('', False))[1]:
+    tokenizer.normalizer = tk.normalizers.NFC()
+  tokenizer.decoder = tk.decoders.ByteLevel()
+  return tokenizer
+
+
+def _sentencepiece(reader: gguf.GGUFReader, vocab: dict[str, int],
+                   tokens: list[str], types: list[int]) -> tokenizers.Tokenizer:
+  """The 'llama' tokenizer: SentencePiece BPE, as llama.cpp's SPM tokenizer
+  reads it and transformers' LlamaTokenizer builds it.
+
+  llama.cpp merges the adjacent pair whose joined piece scores highest
+  (tokenizer.ggml.scores), so the merges are every split of a piece into
+  two pieces of the vocabulary, highest score first; characters outside the
+  vocabulary become their UTF-8 byte tokens (<0x41>). A space is written
+  '▁', and text (each stretch of it between special tokens) starts with one
+  unless tokenizer.ggml.add_space_prefix is false (llama.cpp's default for
+  this vocabulary is true).
+  """
+  tk = _import('tokenizers')
+  name = _name(reader)
+  scores = _typed(reader, 'tokenizer.ggml.scores', 'a list of numbers',
+                  [0.0] * len(tokens))
+  if len(scores) != len(tokens):
+    raise GGUFError(f'{name}: tokenizer.ggml.scores has {len(scores)} '
+                    f'entries for {len(tokens)} tokens')
+  merges = []
+  for i, piece in enumerate(tokens):
+    if types[i] in (_UNKNOWN, _CONTROL, _BYTE):
+      continue
+    splits = [(piece[:k], piece[k:]) for k in range(1, len(piece))
+              if piece[:k] in vocab and piece[k:] in vocab]
+    splits.sort(key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
+    merges += [(left, right, scores[i]) for left, right in splits]
+  # Stable: pairs of equal key keep the order above, as transformers'.
+  merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+  unknown = next((t for t, k in zip(tokens, types) if k == _UNKNOWN), None)
+  tokenizer = tk.Tokenizer(tk.models.BPE(
+      vocab=vocab, merges=[(left, right) for left, right, _ in merges],
+      unk_token=unknown, fuse_unk=True, byte_fallback=True))
+  key = 'tokenizer.ggml.add_space_prefix'
+  prefix = _field(reader, key, True)
+  if not isinstance(prefix, bool):
+    raise GGUFError(f'{name}: metadata key {key!r} = {prefix!r:.60}: must be '
+                    'a bool')
+  # llama.cpp puts the space before every stretch of text, at the start and
+  # after each special token, even one that starts with a space (as Llama
+  # 2's own tokenizer.json does; transformers' GGUF reader only at the
+  # start of a text that has none).
+  tokenizer.normalizer = tk.normalizers.Sequence(
+      ([tk.normalizers.Prepend(_SPACE)] if prefix else [])
+      + [tk.normalizers.Replace(' ', _SPACE)])
+  decoders = [tk.decoders.Replace(_SPACE, ' '), tk.decoders.ByteFallback(),
+              tk.decoders.Fuse()]
+  if prefix:
+    decoders.append(tk.decoders.Strip(content=' ', left=1, right=0))
+  tokenizer.decoder = tk.decoders.Sequence(decoders)
+  return tokenizer
+
+
 def tokenizer_parts(
     source: Source,
 ) -> tuple[tokenizers.Tokenizer, dict[str, Any]]:
-  """A byte-level BPE tokenizer and its special ids from GGUF metadata.
+  """A tokenizer and its special ids from GGUF metadata.
 
-  The tokenizer adds no BOS/EOS itself: `encode(text).ids` are the text's
-  tokens. Control tokens (ChatML's `<|im_start|>`, `<|im_end|>`, ...) are
-  special: each encodes as one id and `decode(..., skip_special_tokens=True)`
-  drops them.
+  The tokenizer is byte-level BPE for a 'gpt2' tokenizer model and
+  SentencePiece BPE for a 'llama' one (`_sentencepiece`). It adds no BOS/EOS
+  itself: `encode(text).ids` are the text's tokens. Control tokens (ChatML's
+  `<|im_start|>`, `<|im_end|>`, SentencePiece's `<s>`, `</s>` and its
+  unknown token `<unk>`) are special: each encodes as one id and
+  `decode(..., skip_special_tokens=True)` drops them.
 
   Length: its docstring lists the GGUF metadata keys read; the code reads them
   in one pass.
 
   Args:
-    source: path or open reader of a GGUF file with a 'gpt2' tokenizer.
+    source: path or open reader of a GGUF file with a 'gpt2' or 'llama'
+      tokenizer.
 
   Returns:
     (tokenizer, info) with info keys 'eos_id' (an int), 'bos_id', 'pad_id'
     (ints, or None when the file names none), 'chat_template' (Jinja source or None),
     'add_bos' (whether the model expects a leading BOS: the file's
     tokenizer.ggml.add_bos_token, or where it has none llama.cpp's default
-    for its tokenizer, see `_BOS_PRE`) and 'stop_ids' (the end-of-turn and end-of-message
-    tokens, tokenizer.ggml.eot_token_id and eom_token_id, that also end a
-    completion; empty when the file names none).
+    for its tokenizer, see `_BOS_PRE`) and 'stop_ids' (the end-of-turn and
+    end-of-message tokens, tokenizer.ggml.eot_token_id and eom_token_id,
+    that also end a completion; empty when the file names none).
 
   Raises:
-    GGUFError: no tokenizer or no EOS token id, or a tokenizer model or
-      pre-tokenizer other than GPT-2-style byte-level BPE.
+    GGUFError: no tokenizer or no EOS token id, another tokenizer model,
+      or a 'gpt2' pre-tokenizer not modelled here.
   """
   tk = _import('tokenizers')
   reader = open_reader(source)
   name = _name(reader)
   model = _field(reader, 'tokenizer.ggml.model')
-  if model != 'gpt2':
+  if model not in _TOKENIZER_MODELS:
     raise GGUFError(
         f'{name}: tokenizer.ggml.model = {model!r} is not supported (only '
-        f"byte-level BPE, 'gpt2')"
+        "byte-level BPE, 'gpt2', and SentencePiece, 'llama')"
     )
   tokens = _typed(reader, 'tokenizer.ggml.tokens', 'a list of strings')
-  merges = _typed(reader, 'tokenizer.ggml.merges', 'a list of strings')
   types = _typed(reader, 'tokenizer.ggml.token_type', 'a list of ints',
                  [1] * len(tokens))
   if len(types) != len(tokens):
@@ -534,25 +619,16 @@ def tokenizer_parts(
   vocab = {}
   for i, token in enumerate(tokens):
     vocab.setdefault(token, i)  # A repeated token keeps its first id.
-  pairs = []
-  for merge in merges:
-    parts = merge.split(' ')
-    if len(parts) != 2:
-      raise GGUFError(f'{name}: tokenizer.ggml.merges entry {merge!r} is not '
-                      f'two tokens')
-    pairs.append((parts[0], parts[1]))
-  tokenizer = tk.Tokenizer(
-      tk.models.BPE(vocab=vocab, merges=pairs, fuse_unk=False,
-                    byte_fallback=False)
-  )
   pre = _field(reader, 'tokenizer.ggml.pre', 'default')
-  tokenizer.pre_tokenizer = _pre_tokenizer(reader, pre)
-  if _REGEX_PRE.get(pre, ('', False))[1]:
-    tokenizer.normalizer = tk.normalizers.NFC()
-  tokenizer.decoder = tk.decoders.ByteLevel()
+  if model == 'llama':
+    tokenizer = _sentencepiece(reader, vocab, tokens, types)
+    special = (_CONTROL, _UNKNOWN)
+  else:
+    tokenizer = _byte_level_bpe(reader, vocab, pre)
+    special = (_CONTROL,)
   tokenizer.add_special_tokens([
       tk.AddedToken(tokens[i], special=True, normalized=False)
-      for i, t in enumerate(types) if t == _CONTROL
+      for i, t in enumerate(types) if t in special
   ])
   tokenizer.add_tokens([
       tk.AddedToken(tokens[i], special=False, normalized=False)

@@ -161,6 +161,41 @@ def _write_gguf(
   return path
 
 
+# A tiny SentencePiece vocabulary as llama.cpp's converter writes Llama 2's:
+# <unk>, <s>, </s>, the 256 byte tokens, then pieces by falling score.
+_SPM_PIECES = ['\u2581', 'h', 'e', 'l', 'o', 'w', 'r', 'd', 'll', 'he',
+               'llo', 'hello', '\u2581hello', '\u2581w', 'or', 'ld']
+SPM_TOKENS = (['<unk>', '<s>', '</s>']
+              + [f'<0x{b:02X}>' for b in range(256)] + _SPM_PIECES)
+_SPM_TYPES = [2, 3, 3] + [6] * 256 + [1] * len(_SPM_PIECES)
+_SPM_SCORES = [0.0] * 259 + [-float(i) for i in range(len(_SPM_PIECES))]
+
+
+def write_spm_gguf(
+    path: str, metadata: dict[str, tuple[object, object] | None] | None = None
+) -> str:
+  """Writes the tokenizer of an older Llama 2-style GGUF file (no tensors):
+  a 'llama' SentencePiece vocabulary, without tokenizer.ggml.add_bos_token;
+  `metadata` replaces or drops keys as `_write_gguf`'s does."""
+  w = gguf.GGUFWriter(path, 'llama')
+  w.add_tokenizer_model('llama')
+  w.add_token_list(SPM_TOKENS)
+  w.add_token_scores(_SPM_SCORES)
+  w.add_token_types(_SPM_TYPES)
+  w.add_bos_token_id(1)
+  w.add_eos_token_id(2)
+  w.add_unk_token_id(0)
+  for key, entry in (metadata or {}).items():
+    w.kv_data[0].pop(key, None)
+    if entry is not None:
+      w.add_key_value(key, *entry)
+  w.write_header_to_file()
+  w.write_kv_data_to_file()
+  w.write_tensors_to_file()
+  w.close()
+  return path
+
+
 @absltest.skipUnless(_HAS_LIBS, _NO_LIBS)
 class TinyGGUFTest(parameterized.TestCase):
   """Round trips and errors on small files written by the gguf package."""
@@ -285,6 +320,70 @@ class TinyGGUFTest(parameterized.TestCase):
     # transformers 5 adds what tokenizer.json's post-processor adds.
     self.assertEqual(reread.backend.encode('ab').ids,
                      tokenizer_lib.prompt_ids(tok, 'ab'))
+
+  @parameterized.parameters(None, True, False)
+  def test_sentencepiece_tokenizer_adds_bos_unless_the_file_says_not(
+      self, key):
+    # Older Llama 2, Mistral and TinyLlama files have no add_bos_token:
+    # llama.cpp adds BOS to a SentencePiece vocabulary then.
+    value = None if key is None else (key, gguf.GGUFValueType.BOOL)
+    path = write_spm_gguf(
+        os.path.join(self.create_tempdir().full_path, 'spm.gguf'),
+        {'tokenizer.ggml.add_bos_token': value})
+    tok = pretrained.load_tokenizer(path)
+    text = 'hello world'
+    ids = tok.encode(text)
+    self.assertEqual([SPM_TOKENS[i] for i in ids],
+                     ['\u2581hello', '\u2581w', 'or', 'ld'])
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, text),
+                     ids if key is False else [1] + ids)
+    self.assertEqual(tok.decode(ids), text)
+    out = self.create_tempdir().full_path
+    export_cli._write_tokenizer(tok, out)  # pylint: disable=protected-access
+    reread = hf_tokenizer.HFTokenizer.from_dir(out)
+    self.assertEqual(tokenizer_lib.prompt_ids(reread, text),
+                     tokenizer_lib.prompt_ids(tok, text))
+
+  def test_sentencepiece_bytes_specials_and_space_prefix(self):
+    path = write_spm_gguf(
+        os.path.join(self.create_tempdir().full_path, 'spm.gguf'))
+    tok = pretrained.load_tokenizer(path)
+    # A character outside the vocabulary is its UTF-8 bytes; <s> is one id.
+    ids = tok.encode('h\xe9</s>')
+    self.assertEqual([SPM_TOKENS[i] for i in ids],
+                     ['\u2581', 'h', '<0xC3>', '<0xA9>', '</s>'])
+    self.assertEqual(tok.backend.decode(ids), 'h\xe9')
+    # As llama.cpp: a space before each stretch of text, even one that
+    # starts with a space or follows a special token.
+    self.assertEqual([SPM_TOKENS[i] for i in tok.encode(' hello</s>world')],
+                     ['\u2581', '\u2581hello', '</s>', '\u2581w', 'or',
+                      'ld'])
+    path = write_spm_gguf(
+        os.path.join(self.create_tempdir().full_path, 'spm.gguf'),
+        {'tokenizer.ggml.add_space_prefix':
+         (False, gguf.GGUFValueType.BOOL)})
+    tok = pretrained.load_tokenizer(path)
+    self.assertEqual([SPM_TOKENS[i] for i in tok.encode('hello world')],
+                     ['hello', '\u2581w', 'or', 'ld'])
+
+  def test_sentencepiece_metadata_of_the_wrong_type(self):
+    string = gguf.GGUFValueType.STRING
+    for key, value, message in (
+        ('tokenizer.ggml.add_space_prefix', ('no', string),
+         "metadata key 'tokenizer.ggml.add_space_prefix' = 'no': must be a "
+         'bool'),
+        ('tokenizer.ggml.scores', ([0.5, 1.0], gguf.GGUFValueType.ARRAY),
+         f'tokenizer.ggml.scores has 2 entries for {len(SPM_TOKENS)} tokens'),
+        ('tokenizer.ggml.scores', (['x'] * len(SPM_TOKENS),
+                                   gguf.GGUFValueType.ARRAY),
+         "metadata key 'tokenizer.ggml.scores' = .*: must be a list of "
+         'numbers')):
+      path = write_spm_gguf(
+          os.path.join(self.create_tempdir().full_path, 'spm.gguf'),
+          {key: value})
+      with self.assertRaisesRegex(gguf_loader.GGUFError,
+                                  f'^{path}: {message}'):
+        pretrained.load_tokenizer(path)
 
   def test_add_bos_token_of_the_wrong_type(self):
     key = 'tokenizer.ggml.add_bos_token'
@@ -445,8 +544,10 @@ class TinyGGUFTest(parameterized.TestCase):
       pretrained.load(path)
 
   def test_unsupported_tokenizer_model(self):
-    path = self.write(tokenizer_model='llama')
-    with self.assertRaisesRegex(gguf_loader.GGUFError, "'llama'"):
+    path = self.write(tokenizer_model='bert')
+    with self.assertRaisesRegex(
+        gguf_loader.GGUFError,
+        f"^{path}: tokenizer.ggml.model = 'bert' is not supported"):
       gguf_loader.tokenizer_parts(path)
 
   def test_unknown_pre_tokenizer(self):

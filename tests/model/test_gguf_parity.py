@@ -24,6 +24,7 @@ from absl.testing import parameterized
 import numpy as np
 
 from jaxgrpo.cli import export as export_cli
+from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import gguf as gguf_loader
 from jaxgrpo.model import hf
 from jaxgrpo.model import pretrained
@@ -240,6 +241,29 @@ class GGUFParityTest(test_hf_parity.TorchParityCase):
     self.assertEqual(info, dict(bos_id=pad, eos_id=eos, pad_id=pad,
                                 chat_template=_CHATML, add_bos=False,
                                 stop_ids=()))
+
+  def test_sentencepiece_tokenizer_encodes_as_transformers_gguf_reader(self):
+    # An older Llama 2-style file, without tokenizer.ggml.add_bos_token:
+    # transformers' GGUF reader puts a BOS first, as llama.cpp does, and
+    # both read the text into the same pieces, but for the space llama.cpp
+    # puts before text that starts with one or follows a special token.
+    path = test_gguf.write_spm_gguf(self.path('spm.gguf'))
+    theirs = transformers.AutoTokenizer.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path))
+    ours = pretrained.load_tokenizer(path)
+    out = self.create_tempdir('out').full_path
+    export_cli._write_tokenizer(ours, out)  # pylint: disable=protected-access
+    exported = transformers.AutoTokenizer.from_pretrained(out)
+    for text, same in (('hello world', True), ('hello  world\n', True),
+                       ('h\xe9llo 🚀', True), ('', True),
+                       (' hello', False), ('hello</s>world', False)):
+      ids = tokenizer_lib.prompt_ids(ours, text)
+      self.assertEqual(ids[:1], [1])
+      self.assertEqual(theirs(text)['input_ids'] == ids, same, text)
+      # The export reads back in transformers as the run encoded.
+      self.assertEqual(exported(text)['input_ids'], ids, text)
+      self.assertEqual(ours.backend.decode(ids),
+                       theirs.decode(ids, skip_special_tokens=True))
 
   def test_llama3_rope_freqs(self):
     sizes = dict(_SIZES, rope_theta=10_000.0, tie_word_embeddings=False,
