@@ -9,6 +9,7 @@ over processes. One process owns every row, at no extra cost.
 """
 
 from collections.abc import Callable, Sequence
+import dataclasses
 
 import jax
 import numpy as np
@@ -47,8 +48,7 @@ def score_rows(
   part, stats = scorer.score(texts, [examples[i] for i in rows])
   rewards = np.zeros(n, np.float32)
   rewards[rows] = part
-  counts = np.array([stats.errors, stats.out_of_range, stats.timeouts],
-                    np.int64)
+  counts = np.array(dataclasses.astuple(stats), np.int64)
   if jax.process_count() > 1:
     rewards = multihost.sum_over_processes(rewards)
     counts = multihost.sum_over_processes(counts)

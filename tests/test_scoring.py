@@ -38,6 +38,21 @@ class ScoreRowsTest(absltest.TestCase):
       np.testing.assert_array_equal(rewards, [1.0, 0.0, 1.0, 0.0])
       self.assertEqual(stats, base.ScoreStats(errors=1))
 
+  def test_calls_that_printed_are_counted(self):
+    # Counted by the scorer; score_rows passed on the failures alone.
+    def prints_on_7(completion, example):
+      if completion == '7':
+        print('seven')
+      return _raise_on_9(completion, example)
+    tok = tokenizer_lib.make_tokenizer('char')
+    rows = np.array([tok.encode(t) for t in ['7', '9', '7']], np.int32)
+    examples = [Example(id=str(i), prompt='p', answer='7', dataset='d')
+                for i in range(3)]
+    with verifier_pool.Scorer({'d': prints_on_7}) as scorer:
+      rewards, stats = scoring.score_rows(scorer, tok.decode, rows, examples)
+    np.testing.assert_array_equal(rewards, [1.0, 0.0, 1.0])
+    self.assertEqual(stats, base.ScoreStats(errors=1, printed=2))
+
 
 if __name__ == '__main__':
   absltest.main()

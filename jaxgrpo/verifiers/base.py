@@ -245,16 +245,22 @@ def _combine(parts: Any, combine: str, key: str) -> Verifier:
 
 @dataclasses.dataclass
 class ScoreStats:
-  """Counts of verifier calls that did not return a valid reward."""
+  """Counts of verifier calls that did not return a valid reward, of calls
+  that printed to stdout, and of worker processes replaced as their memory
+  or open files grew (`pool.Scorer`)."""
 
   errors: int = 0
   out_of_range: int = 0
   timeouts: int = 0
+  printed: int = 0
+  workers_replaced: int = 0
 
   def add(self, other: 'ScoreStats') -> None:
     self.errors += other.errors
     self.out_of_range += other.out_of_range
     self.timeouts += other.timeouts
+    self.printed += other.printed
+    self.workers_replaced += other.workers_replaced
 
 
 _logged_kinds: set[tuple[str, str]] = set()
@@ -486,12 +492,14 @@ def _swallowed(timeout_s: float) -> Outcome:
 def tally(
     outcomes: Sequence[Outcome], examples: Sequence[Example], name: str,
 ) -> tuple[np.ndarray, ScoreStats]:
-  """Rewards and failure counts of scored completions, logging each kind once."""
+  """Rewards and failure counts of scored completions (and the calls that
+  printed), logging each kind once."""
   stats = ScoreStats()
   rewards = np.zeros(len(outcomes), np.float32)
   for i, (out, example) in enumerate(zip(outcomes, examples)):
     rewards[i] = out.reward
     if out.printed:
+      stats.printed += 1
       log_once('printed', name,
                f'verifier {name} printed {out.printed} characters to stdout '
                f'on example {example.id} (dataset {example.dataset}): they '

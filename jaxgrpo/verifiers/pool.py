@@ -488,7 +488,8 @@ class Scorer:
 
     Returns:
       rewards [N] float32 in [0, 1] and ScoreStats (failures scored 0 and
-      counted), plus the N outcomes when `with_details`.
+      counted; the calls that printed and the workers replaced during this
+      call), plus the N outcomes when `with_details`.
     """
     if len(completions) != len(examples):
       raise ValueError(
@@ -498,24 +499,25 @@ class Scorer:
       raise ValueError(
           f'no verifier for dataset(s) {unknown}; known: '
           f'{sorted(self.verifiers)}')
+    worn = self.worn
     if self._workers:
       outcomes = self._score_pool(completions, examples)
     else:
       outcomes = [
           base.score_one(self._verifier(ex), text, ex, self.timeout_s)
           for text, ex in zip(completions, examples)]
-    self.printed += sum(1 for out in outcomes if out.printed)
     by_dataset: dict[str, list[int]] = {}
     for i, ex in enumerate(examples):
       by_dataset.setdefault(ex.dataset, []).append(i)
     rewards = np.zeros(len(outcomes), np.float32)
-    stats = base.ScoreStats()
+    stats = base.ScoreStats(workers_replaced=self.worn - worn)
     for dataset, rows in by_dataset.items():
       part, part_stats = base.tally(
           [outcomes[i] for i in rows], [examples[i] for i in rows],
           self.names.get(dataset, dataset))
       rewards[rows] = part
       stats.add(part_stats)
+    self.printed += stats.printed
     if with_details:
       return rewards, stats, outcomes
     return rewards, stats

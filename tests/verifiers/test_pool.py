@@ -142,8 +142,12 @@ class ScorerTest(parameterized.TestCase):
         rewards, stats, outcomes = scorer.score(
             texts, _examples(len(texts)), with_details=True)
         self.assertEqual(scorer.worn, 2)
+        # Counted in the call's stats (`verify/workers_replaced`), and only
+        # in that call's.
+        _, later = scorer.score(['ok'] * 3, _examples(3))
     np.testing.assert_array_equal(rewards, [1] * len(texts))
-    self.assertEqual(stats.errors, 0)
+    self.assertEqual((stats.errors, stats.workers_replaced), (0, 2))
+    self.assertEqual(later.workers_replaced, 0)
     pids = [o.details['pid'] for o in outcomes]
     self.assertEqual([pids.count(p) for p in dict.fromkeys(pids)],
                      [16, 16, 8])
@@ -166,9 +170,9 @@ class ScorerTest(parameterized.TestCase):
         print('before', flush=True)
         with pool.Scorer({'d': flaky_verifiers.Chatty()},
                          workers=workers) as scorer:
-          rewards, _ = scorer.score(texts, _examples(len(texts)))
+          rewards, stats = scorer.score(texts, _examples(len(texts)))
           print(json.dumps({'rewards': rewards.tolist(),
-                            'printed': scorer.printed}))
+                            'printed': [scorer.printed, stats.printed]}))
         ''')
     out = subprocess.run(
         [sys.executable, '-c', script, str(workers)], capture_output=True,
@@ -177,7 +181,7 @@ class ScorerTest(parameterized.TestCase):
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     n = 4 if workers else 3
     self.assertEqual(out.stdout, 'before\n' + json.dumps(
-        {'rewards': [1.0] * n, 'printed': n}) + '\n')
+        {'rewards': [1.0] * n, 'printed': [n, n]}) + '\n')
     # Two workers' lines may interleave on stderr, as any two processes'.
     for line in ('checking d/0: a', 'checking d/2: c',
                  'verifier d printed 21 characters to stdout on example d/0 '
