@@ -28,6 +28,9 @@ def _records():
         'data/batch_share/b': 0.75, 'data/snoozed/a': step,
         'data/filtered/a': 0, 'verify/errors': 1 if step == 3 else 0,
         'verify/timeouts': 2 if step == 4 else 0,
+        # Named only in the steps that had them.
+        **({'verify/printed': 4, 'verify/workers_replaced': 1}
+           if step in (2, 7) else {}),
         'perf/step_s': 2.0, 'perf/gen_s': 1.0, 'perf/verify_s': 0.5,
         # A step without an update, as files written before its batch
         # shares were left out hold it: zeros, which the table skips.
@@ -49,6 +52,7 @@ class SummaryTest(absltest.TestCase):
         dataset_names=['a', 'b'], workdir='/runs/x')
     self.assertEqual((s.skipped_updates, s.verify_errors, s.verify_timeouts),
                      (2, 1, 2))
+    self.assertEqual((s.verify_workers_replaced, s.verify_printed), (2, 8))
     self.assertEqual((s.step_seconds, s.gen_seconds, s.verify_seconds),
                      (20.0, 10.0, 5.0))
     table = summary_lib.format_summary(s)
@@ -64,6 +68,8 @@ class SummaryTest(absltest.TestCase):
     self.assertEqual(rows['efficiency (used / generated)'], '0.400')
     self.assertEqual(rows['updates skipped (short or empty batch)'], '2')
     self.assertEqual(rows['verifier errors / timeouts (scored 0)'], '1 / 2')
+    self.assertEqual(rows['verifier workers replaced / calls that printed'],
+                     '2 / 8')
     self.assertEqual(rows['time in GRPO steps'],
                      '20.0s: generation 50%, verifiers 25%, update and '
                      'sampler 25%')
@@ -100,6 +106,19 @@ class SummaryTest(absltest.TestCase):
     self.assertEqual(s.step_seconds, 21.0)
     self.assertEqual((s.reward_first, s.reward_last), (0.05, 0.5))
     self.assertEqual(s.datasets['a'][3], 0.0)  # snoozed at the last step
+
+  def test_no_row_for_verifier_workers_when_none_was_replaced_or_printed(self):
+    records = [{k: v for k, v in r.items()
+                if k not in ('verify/printed', 'verify/workers_replaced')}
+               for r in _records()]
+    s = summary_lib.summarize(
+        records, steps=10, resumed_from=None, stopped_by=None, warmstart={},
+        cum_prompts_generated=200, cum_groups_used=80, seconds=31.0,
+        dataset_names=['a', 'b'])
+    self.assertEqual((s.verify_workers_replaced, s.verify_printed), (0, 0))
+    table = summary_lib.format_summary(s)
+    self.assertIn('verifier errors / timeouts', table)
+    self.assertNotIn('workers replaced', table)
 
   def test_rows_line_up_with_wide_dataset_names(self):
     # A CJK glyph takes two terminal columns, a combining accent none.

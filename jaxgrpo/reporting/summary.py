@@ -32,6 +32,10 @@ class RunSummary:
   skipped_updates: int = 0
   verify_errors: int = 0
   verify_timeouts: int = 0
+  # Verifier calls that printed to stdout; verifier workers replaced as their
+  # memory or open files grew (absent from a step's metrics when 0).
+  verify_printed: int = 0
+  verify_workers_replaced: int = 0
   # Seconds summed over the steps of the run, those before a resume
   # included: whole steps, generation, verification and held-out evaluation
   # (`seconds` is the wall time of this call only).
@@ -103,6 +107,9 @@ def summarize(
       skipped_updates=int(_sum_of(train_records, 'train/skipped')),
       verify_errors=int(_sum_of(train_records, 'verify/errors')),
       verify_timeouts=int(_sum_of(train_records, 'verify/timeouts')),
+      verify_printed=int(_sum_of(train_records, 'verify/printed')),
+      verify_workers_replaced=int(
+          _sum_of(train_records, 'verify/workers_replaced')),
       step_seconds=_sum_of(train_records, 'perf/step_s'),
       gen_seconds=_sum_of(train_records, 'perf/gen_s'),
       verify_seconds=_sum_of(train_records, 'perf/verify_s'),
@@ -138,6 +145,13 @@ def format_summary(s: RunSummary) -> str:
       ('updates skipped (short or empty batch)', str(s.skipped_updates)),
       ('verifier errors / timeouts (scored 0)',
        f'{s.verify_errors} / {s.verify_timeouts}'),
+  ]
+  if s.verify_workers_replaced or s.verify_printed:
+    # A verifier that leaks memory or open files, or prints (named only
+    # when it happened, as in the step metrics).
+    rows.append(('verifier workers replaced / calls that printed',
+                 f'{s.verify_workers_replaced} / {s.verify_printed}'))
+  rows += [
       # A resumed run's other rows count from step 0; its time from the
       # resume (the GRPO steps before it may take longer than that).
       ('wall time' + (' since the resume' if s.resumed_from is not None
