@@ -122,6 +122,28 @@ def starts_with_digit(completion, example):
   return float(completion[:1].isdigit())
 
 
+@base.register('prints_digit')
+def prints_digit(completion, example):
+  """`starts_with_digit` that prints each completion, as one being debugged
+  does: every call counts in `verify/printed`."""
+  print(f'checking {example.id}: {completion!r}')
+  return float(completion[:1].isdigit())
+
+
+@base.register('leaks_files')
+def leaks_files(completion, example):
+  """`starts_with_digit` that leaves a twentieth of the open-file limit
+  open per call: its worker holds 0.8 of the limit when they are counted,
+  after 16 calls, and is replaced (`verify/workers_replaced`). For workers
+  only (`verify.workers` > 0): the files stay open in whatever process
+  scores."""
+  del example
+  import resource  # pylint: disable=g-import-not-at-top
+  limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+  kept.extend(open(os.devnull, 'rb') for _ in range(limit // 20 + 1))  # pylint: disable=consider-using-with
+  return float(completion[:1].isdigit())
+
+
 @base.register('unreliable')
 def unreliable(completion, example):
   """Sleeps on completions starting with '1', raises on '2', else 1.0."""

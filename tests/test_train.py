@@ -786,6 +786,44 @@ class VerifierFailuresTest(absltest.TestCase):
     self.assertGreater(sum(r['verify/errors'] for r in records), 0)
     self.assertTrue(all(0 <= r['reward/mean'] <= 1 for r in records))
 
+  def test_verifier_prints_are_counted_in_each_steps_metrics(self):
+    # They reached one warning on stderr: metrics.jsonl never showed them.
+    for collect in ('rounds', 'streaming'):
+      c = _config(**{'verify.workers': 1, 'rollout.collect': collect})
+      if collect == 'streaming':
+        c.rollout.engine, c.rollout.slots = 'continuous', 8
+      c.data.datasets[0]['verifier'] = 'prints_digit'
+      workdir = self.create_tempdir().full_path
+      summary = train.run(c, workdir, log=lambda _: None)
+      records = metrics_lib.read_metrics(workdir)[1:]
+      self.assertLen(records, 2)
+      for r in records:  # every completion scored in the step printed
+        self.assertEqual(r['verify/printed'],
+                         r['rollout/prompts_generated'] * 8, collect)
+        self.assertNotIn('verify/workers_replaced', r)
+      self.assertEqual(summary.verify_printed,
+                       sum(r['verify/printed'] for r in records))
+
+  @absltest.skipUnless(os.path.isdir('/proc/self/fd'), 'Linux only')
+  def test_verifier_workers_replaced_are_counted_in_each_steps_metrics(self):
+    # A verifier leaving files open cost a worker every 16 calls, which
+    # only a warning (logged once) said.
+    c = _config(**{'verify.workers': 1})
+    c.data.datasets[0]['verifier'] = 'leaks_files'
+    workdir = self.create_tempdir().full_path
+    with self.assertLogs(level='WARNING'):
+      summary = train.run(c, workdir, log=lambda _: None)
+    records = metrics_lib.read_metrics(workdir)[1:]
+    self.assertLen(records, 2)
+    for r in records:  # a worker replaced after every 16 calls
+      calls = int(r['rollout/prompts_generated']) * 8
+      self.assertBetween(r['verify/workers_replaced'], calls // 16,
+                         -(-calls // 16))
+      self.assertGreaterEqual(r['verify/workers_replaced'], 1)
+      self.assertEqual(r['verify/errors'], 0)
+    self.assertEqual(summary.verify_workers_replaced,
+                     sum(r['verify/workers_replaced'] for r in records))
+
   def test_verifier_config_errors_name_the_key(self):
     for value, pattern in (
         ('nope', r"data.datasets\[0\].verifier='nope': unknown verifier"),

@@ -131,6 +131,9 @@ class StepStats:
     reward_sums: [sum, count] of the rewards per dataset and per
       `<dataset>/<subset>`.
     verify_errors, verify_timeouts: verifier failures.
+    verify_printed: verifier calls that printed to stdout.
+    verify_workers_replaced: verifier workers replaced as their memory or
+      open files grew.
     gen_s, verify_s: seconds generating and verifying.
   """
 
@@ -171,6 +174,8 @@ class StepStats:
       default_factory=dict)
   verify_errors: float = 0.0
   verify_timeouts: float = 0.0
+  verify_printed: float = 0.0
+  verify_workers_replaced: float = 0.0
   gen_s: float = 0.0
   verify_s: float = 0.0
 
@@ -228,6 +233,11 @@ class StepStats:
           'rollout/staleness_max': high,
           'rollout/staleness_mean': total / n if n else 0.0,
       })
+    # Rare events, named only in a step that had them.
+    if self.verify_printed:
+      metrics['verify/printed'] = self.verify_printed
+    if self.verify_workers_replaced:
+      metrics['verify/workers_replaced'] = self.verify_workers_replaced
     if self.completions:
       metrics['rollout/completions_cut'] = (
           self.completions_cut / self.completions)
@@ -316,6 +326,8 @@ class Accumulator:
     s.tokens_generated += rnd.gen_tokens
     s.verify_errors += rnd.verify_errors
     s.verify_timeouts += rnd.verify_timeouts
+    s.verify_printed += rnd.verify_printed
+    s.verify_workers_replaced += rnd.verify_workers_replaced
     s.verify_s += rnd.verify_s
     for g, row in zip(rnd.groups, rnd.rewards):
       mask = getattr(g, 'completion_mask', None)

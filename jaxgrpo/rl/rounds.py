@@ -58,6 +58,9 @@ class Round:
     verify_s: seconds verifying.
     verify_errors: completions whose verifier failed or scored out of range.
     verify_timeouts: completions whose verifier timed out.
+    verify_printed: completions whose verifier printed to stdout.
+    verify_workers_replaced: verifier workers replaced as their memory or
+      open files grew.
     truncated: [R] bool, prompts cut to fit (`rollout.long_prompts`), or
       None when none can be.
   """
@@ -69,6 +72,8 @@ class Round:
   verify_s: float = 0.0
   verify_errors: float = 0.0
   verify_timeouts: float = 0.0
+  verify_printed: float = 0.0
+  verify_workers_replaced: float = 0.0
   truncated: np.ndarray | None = None
 
 
@@ -127,6 +132,8 @@ class ModelRound:
         gen_tokens=s.tokens_generated(), verify_s=s.verify_s,
         verify_errors=float(s.stats.errors + s.stats.out_of_range),
         verify_timeouts=float(s.stats.timeouts),
+        verify_printed=float(s.stats.printed),
+        verify_workers_replaced=float(s.stats.workers_replaced),
         truncated=s.truncated[:len(examples)])
 
 

@@ -378,12 +378,14 @@ class _Step:
       stats.verify_s += time.perf_counter() - t0
       g = self.fn.engine.num_samples
       rewards = np.zeros((len(item.groups), g), np.float32)
-      counts = np.zeros(2, np.int64)  # verifier failures, timeouts
+      # Verifier failures, timeouts, calls that printed, workers replaced.
+      counts = np.zeros(4, np.int64)
       if result is not None:
         part, part_stats = result
         rewards[item.owned] = part.reshape(-1, g)
         counts[:] = (part_stats.errors + part_stats.out_of_range,
-                     part_stats.timeouts)
+                     part_stats.timeouts, part_stats.printed,
+                     part_stats.workers_replaced)
       if jax.process_count() > 1:
         rewards = multihost.sum_over_processes(rewards)
         counts = multihost.sum_over_processes(counts)
@@ -395,6 +397,8 @@ class _Step:
           gen_tokens=float(sum(grp.completion_mask.sum()
                                for grp in item.groups)),
           verify_errors=float(counts[0]), verify_timeouts=float(counts[1]),
+          verify_printed=float(counts[2]),
+          verify_workers_replaced=float(counts[3]),
           truncated=item.truncated),
           self.classify(rewards))
 

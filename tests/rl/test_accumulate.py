@@ -165,6 +165,24 @@ class AccumulatorTest(absltest.TestCase):
     self.assertNotIn('rollout/completions_cut',
                      acc.finish(_first(3))[1].to_metrics())
 
+  def test_verifier_prints_and_replaced_workers_are_summed_per_step(self):
+    acc = self._accumulator()
+    acc.start()
+    for printed, replaced in ((3.0, 1.0), (2.0, 0.0)):
+      rnd = dataclasses.replace(
+          _round([_group('a', 0, MIXED)]), verify_printed=printed,
+          verify_workers_replaced=replaced)
+      acc.add(rnd, 1, rounds.classify(rnd.rewards, 1.0, 0.0))
+    metrics = acc.finish(_first(2))[1].to_metrics()
+    self.assertEqual((metrics['verify/printed'],
+                      metrics['verify/workers_replaced']), (5.0, 1.0))
+    # The next step starts from 0; a step without either names neither.
+    acc.start()
+    _add(acc, [_group('a', 1, MIXED)], size=1)
+    metrics = acc.finish(_first(2))[1].to_metrics()
+    self.assertNotIn('verify/printed', metrics)
+    self.assertNotIn('verify/workers_replaced', metrics)
+
   def test_carried_groups_start_the_next_step(self):
     acc = self._accumulator(batch_size=1)
     acc.start()
