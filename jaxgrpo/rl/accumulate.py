@@ -214,6 +214,8 @@ class StepStats:
         'rollout/surplus': float(self.surplus),
         'verify/errors': self.verify_errors,
         'verify/timeouts': self.verify_timeouts,
+        'verify/printed': self.verify_printed,
+        'verify/workers_replaced': self.verify_workers_replaced,
         'perf/verify_s': self.verify_s,
         'perf/gen_s': self.gen_s,
         'perf/gen_tokens_per_s': (
@@ -233,11 +235,6 @@ class StepStats:
           'rollout/staleness_max': high,
           'rollout/staleness_mean': total / n if n else 0.0,
       })
-    # Rare events, named only in a step that had them.
-    if self.verify_printed:
-      metrics['verify/printed'] = self.verify_printed
-    if self.verify_workers_replaced:
-      metrics['verify/workers_replaced'] = self.verify_workers_replaced
     if self.completions:
       metrics['rollout/completions_cut'] = (
           self.completions_cut / self.completions)

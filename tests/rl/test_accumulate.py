@@ -46,6 +46,8 @@ class StepStatsTest(absltest.TestCase):
         'rollout/surplus': 1.0,
         'verify/errors': 1.0,
         'verify/timeouts': 0.0,
+        'verify/printed': 0.0,
+        'verify/workers_replaced': 0.0,
         'perf/verify_s': 0.5,
         'perf/gen_s': 2.0,
         'perf/gen_tokens_per_s': 50.0,
@@ -176,12 +178,13 @@ class AccumulatorTest(absltest.TestCase):
     metrics = acc.finish(_first(2))[1].to_metrics()
     self.assertEqual((metrics['verify/printed'],
                       metrics['verify/workers_replaced']), (5.0, 1.0))
-    # The next step starts from 0; a step without either names neither.
+    # The next step starts from 0, and shows the zeros: every step has
+    # both, so a chart of either drops back to 0 between events.
     acc.start()
     _add(acc, [_group('a', 1, MIXED)], size=1)
     metrics = acc.finish(_first(2))[1].to_metrics()
-    self.assertNotIn('verify/printed', metrics)
-    self.assertNotIn('verify/workers_replaced', metrics)
+    self.assertEqual((metrics['verify/printed'],
+                      metrics['verify/workers_replaced']), (0.0, 0.0))
 
   def test_carried_groups_start_the_next_step(self):
     acc = self._accumulator(batch_size=1)
