@@ -70,6 +70,10 @@ _LETTERS = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
             r'\p{N}%s| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+')
 _REGEX_PRE = {
     'qwen2': (_LETTERS % '', True),  # Qwen2/2.5: digits one by one.
+    # DeepSeek-R1-Distill-Qwen (1.5B to 32B): Qwen2.5's tokenizer with
+    # DeepSeek's special tokens; llama.cpp reads the name as its QWEN2 type
+    # (src/llama-vocab.cpp, commit 00ad355e009e83abf98f96a6ded7193b95763681).
+    'deepseek-r1-qwen': (_LETTERS % '', True),
     'llama-bpe': (_LETTERS % '{1,3}', False),  # Llama 3.x: up to 3 digits.
 }
 

@@ -31,6 +31,10 @@ try:
   import gguf
 except ImportError:
   gguf = None
+try:
+  import tokenizers
+except ImportError:
+  tokenizers = None
 
 _HAS_LIBS = all(importlib.util.find_spec(m) for m in ('gguf', 'tokenizers'))
 _NO_LIBS = 'gguf/tokenizers not installed: pip install gguf tokenizers'
@@ -52,6 +56,39 @@ _TEMPLATE = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + "
     "m['content'] + '<|im_end|>\n' }}{% endfor %}"
 )
+
+# The special tokens DeepSeek-R1-Distill-Qwen puts in Qwen2.5's vocabulary,
+# typed as llama.cpp's converter writes them (BOS and EOS are control
+# tokens, the turn and <think> markers user-defined ones), and the shape of
+# its chat template: BOS, the user's turn, and a generation prompt that
+# opens the <think> block.
+_R1_SPECIALS = {
+    '<\uff5cbegin\u2581of\u2581sentence\uff5c>': 3,
+    '<\uff5cend\u2581of\u2581sentence\uff5c>': 3,
+    '<\uff5cUser\uff5c>': 4, '<\uff5cAssistant\uff5c>': 4,
+    '<think>': 4, '</think>': 4,
+}
+_R1_TEMPLATE = (
+    "{% set ns = namespace(system_prompt='') %}"
+    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
+    "{% set ns.system_prompt = message['content'] %}{%- endif %}"
+    "{%- endfor %}{{ bos_token }}{{ ns.system_prompt }}"
+    "{%- for message in messages %}{%- if message['role'] == 'user' %}"
+    "{{ '<\uff5cUser\uff5c>' + message['content'] }}{%- endif %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{% set content = message['content'] %}"
+    "{% if '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1] %}{% endif %}"
+    "{{ '<\uff5cAssistant\uff5c>' + content + "
+    "'<\uff5cend\u2581of\u2581sentence\uff5c>' }}{%- endif %}"
+    "{%- endfor -%}"
+    "{% if add_generation_prompt %}"
+    "{{ '<\uff5cAssistant\uff5c><think>\\n' }}{% endif %}"
+)
+# Qwen2.5's pre-tokenizer as its tokenizer.json spells it: one Split by
+# this regex, then byte-level characters.
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def _random_params(cfg: config.ModelConfig, seed: int):
@@ -295,6 +332,7 @@ class TinyGGUFTest(parameterized.TestCase):
       ('llama-bpe', None, True),  # Llama 3.x's byte-level BPE.
       ('smollm', None, False),
       ('qwen2', None, False),
+      ('deepseek-r1-qwen', None, False),  # As llama.cpp's qwen2.
       ('gpt-2', None, False),
       ('llama-bpe', False, False),
       ('smollm', True, True),
@@ -412,6 +450,81 @@ class TinyGGUFTest(parameterized.TestCase):
     self.assertEqual(tokenizer.normalizer.normalize_str('e\u0301'), '\xe9')
     tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre='llama-bpe'))
     self.assertIsNone(tokenizer.normalizer)
+
+  def write_r1(self, **metadata) -> str:
+    """A qwen2 file with DeepSeek-R1-Distill-Qwen's tokenizer metadata:
+    pre-tokenizer 'deepseek-r1-qwen', its special tokens and template."""
+    tokens, types = list(_TOKENS), list(_TYPES)
+    start = tokens.index('<unused0>')
+    for i, (token, kind) in enumerate(_R1_SPECIALS.items()):
+      tokens[start + i], types[start + i] = token, kind
+    array, uint32 = gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT32
+    return self.write(arch='qwen2', pre='deepseek-r1-qwen', metadata={
+        'tokenizer.ggml.tokens': (tokens, array),
+        'tokenizer.ggml.token_type': (types, array),
+        'tokenizer.ggml.bos_token_id': (start, uint32),
+        'tokenizer.ggml.eos_token_id': (start + 1, uint32),
+        'tokenizer.chat_template': (_R1_TEMPLATE, gguf.GGUFValueType.STRING),
+        **metadata})
+
+  def test_deepseek_r1_distill_qwen_splits_as_qwen2(self):
+    # llama.cpp reads 'deepseek-r1-qwen' as Qwen2's pre-tokenizer: digits
+    # one by one (not DeepSeek-V3's groups of up to three), a CJK run
+    # joined to the space before it, punctuation joined to the letters
+    # after it, Unicode composed (NFC). The file was refused.
+    tokenizer, info = gguf_loader.tokenizer_parts(self.write_r1())
+    tk = tokenizers
+    reference = tk.Tokenizer(tk.models.BPE())
+    reference.normalizer = tk.normalizers.NFC()
+    reference.pre_tokenizer = tk.pre_tokenizers.Sequence([
+        tk.pre_tokenizers.Split(tk.Regex(_QWEN2_SPLIT), behavior='isolated'),
+        tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+
+    def pieces(tok, text):
+      normalized = tok.normalizer.normalize_str(text)
+      return [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(normalized)]
+
+    for text in ('12345', 'x = 3.14159e10', ' \u6211\u60f3\u5728apple\u5de5\u4f5c2024\u5e74',
+                 '.Hello, world!Hi', "I've 'RE you", 'a\n\n  b \r\n\tc   ',
+                 'e\u0301t\u00e9 \U0001f680\u3002\u3053\u3093\u306b\u3061\u306f'):
+      self.assertEqual(pieces(tokenizer, text), pieces(reference, text), text)
+    self.assertEqual(pieces(tokenizer, '12345.Hello \u6211\u60f3'),
+                     ['1', '2', '3', '4', '5', '.Hello',
+                      '\u0120\u00e6\u012a\u0133\u00e6\u0125\u00b3'])
+    # The '1 2' merge never applies, as in a qwen2 file.
+    self.assertEqual(tokenizer.encode('1212 ab').tokens,
+                     ['1', '2', '1', '2', '\u0120ab'])
+    bos, eos = _TOKENS.index('<unused0>'), _TOKENS.index('<unused0>') + 1
+    self.assertEqual(info['bos_id'], bos)
+    self.assertEqual(info['eos_id'], eos)
+    # Each special and marker token is one id.
+    for token in _R1_SPECIALS:
+      self.assertEqual(tokenizer.encode(token).tokens, [token])
+
+  @absltest.skipUnless(importlib.util.find_spec('jinja2'), 'pip install jinja2')
+  def test_deepseek_r1_distill_qwen_chat_prompt(self):
+    # As the files carry: add_bos_token true, a template that writes the
+    # BOS itself and opens the <think> block.
+    tok = pretrained.load_tokenizer(self.write_r1())
+    bos = _TOKENS.index('<unused0>')
+    self.assertEqual(tok.bos_id, bos)
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, 'ab'),
+                     [bos] + tok.encode('ab'))
+    chat = tok.with_prompts(chat=True)
+    prompt = 'what is 12 plus 30'  # characters of the tiny vocabulary
+    text = chat.prompt_text(prompt)
+    self.assertEqual(
+        text, '<\uff5cbegin\u2581of\u2581sentence\uff5c><\uff5cUser\uff5c>'
+        'what is 12 plus 30<\uff5cAssistant\uff5c><think>\n')
+    ids = tokenizer_lib.prompt_ids(chat, prompt)
+    self.assertEqual(ids.count(bos), 1)  # the template's; none added
+    self.assertEqual(ids[0], bos)
+    self.assertEqual(tok.backend.id_to_token(ids[-3]),
+                     '<\uff5cAssistant\uff5c>')
+    self.assertEqual(tok.backend.id_to_token(ids[-2]), '<think>')
+    self.assertEqual(tok.decode(ids[1:]), text[len('<\uff5cbegin\u2581of'
+                                                     '\u2581sentence\uff5c>'):])
 
   def test_one_reader_serves_config_load_and_tokenizer(self):
     reader = gguf_loader.open_reader(self.write())
@@ -552,7 +665,10 @@ class TinyGGUFTest(parameterized.TestCase):
 
   def test_unknown_pre_tokenizer(self):
     path = self.write(pre='mystery')
-    with self.assertRaisesRegex(gguf_loader.GGUFError, "'mystery'"):
+    with self.assertRaisesRegex(
+        gguf_loader.GGUFError,
+        f"^{path}: tokenizer.ggml.pre = 'mystery' is not supported "
+        r'\(known: .*qwen2, deepseek-r1-qwen, llama-bpe\)'):
       gguf_loader.tokenizer_parts(path)
 
   def test_smollm2_path_names_the_install_command(self):
