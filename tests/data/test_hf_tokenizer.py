@@ -67,6 +67,28 @@ _LLAMA3 = r"""{{ bos_token }}{% for message in messages %}
 {%- endif %}
 """
 
+# DeepSeek-R1-Distill-Qwen's layout: Qwen2.5's byte-level BPE with
+# DeepSeek's BOS and EOS, turn and <think> markers that are not special,
+# a post-processor that adds the BOS, tokenizer_class LlamaTokenizerFast,
+# and a template that writes the BOS and opens the <think> block.
+_R1_BOS = '<\uff5cbegin\u2581of\u2581sentence\uff5c>'
+_R1_EOS = '<\uff5cend\u2581of\u2581sentence\uff5c>'
+_R1_MARKERS = ['<\uff5cUser\uff5c>', '<\uff5cAssistant\uff5c>', '<think>',
+               '</think>']
+_R1_TEMPLATE = (
+    "{% set ns = namespace(system_prompt='') %}"
+    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
+    "{% set ns.system_prompt = message['content'] %}{%- endif %}"
+    "{%- endfor %}{{ bos_token }}{{ ns.system_prompt }}"
+    "{%- for message in messages %}{%- if message['role'] == 'user' %}"
+    "{{ '<\uff5cUser\uff5c>' + message['content'] }}{%- endif %}"
+    "{%- endfor -%}"
+    "{% if add_generation_prompt %}"
+    "{{ '<\uff5cAssistant\uff5c><think>\\n' }}{% endif %}"
+)
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 _CHATML_SPECIALS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>']
 _LLAMA_SPECIALS = ['<|begin_of_text|>', '<|end_of_text|>',
                    '<|start_header_id|>', '<|end_header_id|>', '<|eot_id|>']
@@ -216,6 +238,52 @@ class HFTokenizerTest(parameterized.TestCase):
         tokenizer_lib.prompt_ids(ours, text),
         hf.apply_chat_template(messages, tokenize=True, return_dict=False,
                                add_generation_prompt=True))
+
+  @absltest.skipUnless(_HAS_TRANSFORMERS, _SKIP_HF)
+  def test_deepseek_r1_distill_qwen_folder_matches_transformers(self):
+    backend = tokenizers.Tokenizer(models.BPE())
+    backend.normalizer = tokenizers.normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(tokenizers.Regex(_QWEN2_SPLIT), 'isolated'),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend.decoder = decoders.ByteLevel()
+    backend.train_from_iterator(_CORPUS * 4, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=[_R1_EOS, _R1_BOS],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    backend.add_tokens([tokenizers.AddedToken(t, normalized=False)
+                        for t in _R1_MARKERS])
+    backend.post_processor = processors.TemplateProcessing(
+        single=f'{_R1_BOS} $A', pair=f'{_R1_BOS} $A {_R1_BOS} $B',
+        special_tokens=[(_R1_BOS, backend.token_to_id(_R1_BOS))])
+
+    def added(token):
+      return {'__type': 'AddedToken', 'content': token, 'lstrip': False,
+              'normalized': True, 'rstrip': False, 'single_word': False}
+
+    path = _write(os.path.join(self.tmp, 'r1'), backend, {
+        'tokenizer_class': 'LlamaTokenizerFast', 'add_bos_token': True,
+        'add_eos_token': False, 'legacy': True, 'unk_token': None,
+        'bos_token': added(_R1_BOS), 'eos_token': added(_R1_EOS),
+        'pad_token': added(_R1_EOS), 'chat_template': _R1_TEMPLATE})
+    ours, hf = hf_tokenizer.HFTokenizer.from_dir(path), _hf(path)
+    bos = backend.token_to_id(_R1_BOS)
+    self.assertEqual((ours.bos_id, ours.eos_id),
+                     (bos, backend.token_to_id(_R1_EOS)))
+    for text in ('Janet has 16 eggs.<think>\n12345</think>', '\u4e2d\u6587 .Hi'):
+      self.assertEqual(tokenizer_lib.prompt_ids(ours, text), hf.encode(text))
+    prompt = 'What is 12 + 30?'
+    messages = [{'role': 'user', 'content': prompt}]
+    chat = ours.with_prompts(chat=True)
+    self.assertEqual(chat.prompt_text(prompt), hf.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True))
+    self.assertEndsWith(chat.prompt_text(prompt),
+                        '<\uff5cAssistant\uff5c><think>\n')
+    ids = tokenizer_lib.prompt_ids(chat, prompt)
+    self.assertEqual(ids, hf.apply_chat_template(
+        messages, tokenize=True, return_dict=False,
+        add_generation_prompt=True))
+    self.assertEqual(ids.count(bos), 1)
 
   @parameterized.parameters('chatml', 'llama')
   @absltest.skipUnless(_HAS_TRANSFORMERS, _SKIP_HF)
