@@ -1,4 +1,4 @@
-"""Llama and Qwen2 models and their tokenizers from GGUF files.
+"""Llama, Qwen2, Gemma 2 and Gemma 3 models and their tokenizers from GGUF files.
 
 GGUF is llama.cpp's single-file format: metadata (hyperparameters, the
 tokenizer's vocabulary and merges, a chat template) followed by tensors,
@@ -15,10 +15,13 @@ half-split layout, so `load` undoes that reordering. 'qwen2' files keep
 Hugging Face's order (llama.cpp rotates them NEOX-style, in halves) and add
 q/k/v biases. Llama 3.x's RoPE scaling arrives as the per-frequency factors
 of `rope_freqs.weight`, read back as the llama3 `RopeScaling` that gives
-them (`jaxgrpo.model.rope_factors`).
+them (`jaxgrpo.model.rope_factors`). 'gemma2' and 'gemma3' files (text
+models; see `_gemma`) keep Hugging Face's q/k row order too, but store each
+RMSNorm weight plus one, which `load` subtracts.
 
 Size: the model and its tokenizer are read from one file's metadata
-through the same reader and field lookup (`open_reader`, `_field`).
+through the same reader and field lookup (`open_reader`, `_field`), and
+the four architectures share one tensor mapping (`_slots`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,16 @@ if TYPE_CHECKING:
 # general.architecture values: the ones whose q/k rows llama.cpp reorders
 # (see above), and those it stores as Hugging Face does, with q/k/v biases.
 _PERMUTED, _BIASED = ('llama',), ('qwen2',)
-_ARCHITECTURES = _PERMUTED + _BIASED
+# Gemma 2 and Gemma 3 (text): Hugging Face's q/k order, (1 + w) norms.
+_GEMMA = ('gemma2', 'gemma3')
+_ARCHITECTURES = _PERMUTED + _BIASED + _GEMMA
+# Architectures llama.cpp writes for files that hold no causal LM the
+# decoder models, and what to load instead.
+_NOT_TEXT = {
+    'clip': 'it is a vision projector (mmproj) file; model.path takes the '
+            'text model\'s .gguf',
+    'gemma3n': 'Gemma 3n (per-layer embeddings, AltUp) is not modelled',
+}
 
 _ROPE_FREQS = 'rope_freqs.weight'
 
@@ -195,19 +207,22 @@ def config_from_gguf(source: Source) -> ModelConfig:
   """The decoder config described by a GGUF file's metadata.
 
   Args:
-    source: path or open reader of a 'llama' or 'qwen2' GGUF file.
+    source: path or open reader of a 'llama', 'qwen2', 'gemma2' or
+      'gemma3' GGUF file.
 
   Returns:
-    A float32 ModelConfig (no q/k norm; q/k/v biases for 'qwen2'; llama3
-    RoPE scaling when the file has `rope_freqs.weight`). The output
-    projection is tied to the embedding when the file has no
-    `output.weight`.
+    A float32 ModelConfig (q/k/v biases for 'qwen2'; llama3 RoPE scaling
+    when a 'llama' or 'qwen2' file has `rope_freqs.weight`; Gemma's layout,
+    local and global layers and softcaps as `_gemma` reads them, and q/k
+    norms for 'gemma3'). The output projection is tied to the embedding
+    when the file has no `output.weight`.
 
   Raises:
-    GGUFError: another architecture, missing keys, values of the wrong type
-      (the message names the key), or features the decoder does not model
-      (partial rotary, a `rope.scaling.type`, frequency factors no llama3
-      scaling gives).
+    GGUFError: another architecture (a vision projector, Gemma 3n), missing
+      keys, values of the wrong type (the message names the key), or
+      features the decoder does not model (partial rotary, a
+      `rope.scaling.type` other than Gemma 3's linear one, frequency
+      factors no llama3 scaling gives).
   """
   reader = open_reader(source)
   try:
@@ -237,6 +252,9 @@ def context_length(source: Source) -> int | None:
 def _architecture(reader: gguf.GGUFReader) -> str:
   """The file's `general.architecture`, one the decoder models."""
   arch = _field(reader, 'general.architecture')
+  if arch in _NOT_TEXT:
+    raise GGUFError(
+        f"{_name(reader)}: general.architecture = {arch!r}: {_NOT_TEXT[arch]}")
   if arch not in _ARCHITECTURES:
     raise GGUFError(
         f'{_name(reader)}: architecture {arch!r} is not supported (only '
@@ -293,20 +311,90 @@ def _config(reader: gguf.GGUFReader) -> ModelConfig:
   number = lambda suffix, default=_REQUIRED: _float32(
       _typed(reader, key(suffix), 'a number', default))
   theta = number('rope.freq_base', 10_000.0)
+  num_layers = size('block_count')
+  if arch in _GEMMA:
+    family = _gemma(reader, arch, num_layers, embed_dim // num_heads, head_dim)
+  else:
+    family = dict(rope_scaling=_rope_scaling(reader, arch, head_dim, theta),
+                  qkv_bias=arch in _BIASED)
   return ModelConfig(
       vocab_size=vocab_size,
-      num_layers=size('block_count'),
+      num_layers=num_layers,
       embed_dim=embed_dim,
       num_heads=num_heads,
       num_kv_heads=size('attention.head_count_kv', num_heads),
       head_dim=head_dim,
       mlp_dim=size('feed_forward_length'),
       rope_theta=theta,
-      rope_scaling=_rope_scaling(reader, arch, head_dim, theta),
       norm_eps=number('attention.layer_norm_rms_epsilon'),
-      qkv_bias=arch in _BIASED,
       tie_embeddings='output.weight' not in tensor_names,
+      **family,
   )
+
+
+# What llama.cpp assumes of a Gemma file beyond its metadata, from
+# src/llama-model.cpp, llama_model::load_hparams (ggml-org/llama.cpp, commit
+# 00342301d01add50835550e8a916f12097d94517), src/llama-hparams.cpp
+# set_swa_pattern (commit 01b77b5793989e0a1508a2fe3757d4e743a7bbd1) and the
+# defaults of src/llama-hparams.h (commit
+# 027d57567f8506fca217b6c2a840b461369cf950): every n-th layer global, the
+# others local (Gemma 2: n = 2, layers 0, 2, 4, ... local; Gemma 3: n = 6,
+# five local to one global), local layers of Gemma 3 on RoPE base 10000
+# unscaled, Gemma 2's window 4096 and softcaps 50 (attention) and 30
+# (output) where the file states none; the block count of the 27B models,
+# whose attention scale is 1/sqrt(D / N) rather than 1/sqrt(H).
+_GEMMA_PATTERN = {'gemma2': 2, 'gemma3': 6}
+_GEMMA_27B_LAYERS = {'gemma2': 46, 'gemma3': 62}
+_GEMMA3_LOCAL_THETA = 10_000.0
+
+
+def _gemma(reader: gguf.GGUFReader, arch: str, num_layers: int,
+           width_per_head: int, head_dim: int) -> dict[str, Any]:
+  """The Gemma-only ModelConfig fields of a 'gemma2' or 'gemma3' file.
+
+  llama.cpp's converter (conversion/gemma.py, Gemma2Model and Gemma3Model,
+  ggml-org/llama.cpp commit 2bbcf7fc93a460f04d5709756a48b2408443eecb)
+  writes the window, Gemma 2's softcaps and Gemma 3's global RoPE base
+  and linear scaling (4B and larger: factor 8, global layers only); it
+  writes no query_pre_attn_scalar, layer pattern or local RoPE base, which
+  llama.cpp fixes per architecture (see `_GEMMA_PATTERN`).
+  """
+  name, key = _name(reader), lambda suffix: f'{arch}.{suffix}'
+  number = lambda suffix, default=_REQUIRED: _typed(
+      reader, key(suffix), 'a number', default)
+  gemma3 = arch == 'gemma3'
+  window = _typed(reader, key('attention.sliding_window'), 'a positive int',
+                  _REQUIRED if gemma3 else 4096)
+  pattern = _GEMMA_PATTERN[arch]
+  fields = dict(
+      sliding_window=window,
+      sliding_layers=tuple(i for i in range(num_layers)
+                           if i % pattern < pattern - 1),
+      query_pre_attn_scalar=(width_per_head
+                             if num_layers == _GEMMA_27B_LAYERS[arch]
+                             else head_dim),
+      qk_norm=gemma3, norm_plus_one=True, sandwich_norms=True,
+      mlp_activation='gelu_tanh', scale_embeddings=True)
+  scaling = _typed(reader, key('rope.scaling.type'), 'a string', 'none')
+  if gemma3:
+    for suffix in ('attn_logit_softcapping', 'final_logit_softcapping'):
+      if key(suffix) in reader.fields:
+        raise GGUFError(
+            f'{name}: {key(suffix)} is not supported: llama.cpp ignores it '
+            "in Gemma 3's sliding-window graph, transformers applies it")
+    fields['rope_local_theta'] = _GEMMA3_LOCAL_THETA
+    if scaling == 'linear':
+      fields['rope_linear_factor'] = _float32(number('rope.scaling.factor'))
+  else:
+    fields['attn_logit_softcap'] = _float32(
+        number('attn_logit_softcapping', 50.0))
+    fields['final_logit_softcap'] = _float32(
+        number('final_logit_softcapping', 30.0))
+  if scaling not in ('none', 'linear') or scaling == 'linear' and not gemma3:
+    raise GGUFError(
+        f'{name}: {key("rope.scaling.type")} = {scaling!r} is not supported '
+        f'for {arch} (only {"none or linear" if gemma3 else "none"})')
+  return fields
 
 
 def _unpermute_rows(w: np.ndarray, heads: int) -> np.ndarray:
@@ -340,15 +428,18 @@ def _slots(cfg: ModelConfig, arch: str) -> dict[str, _Slot]:
     rows = _unpermute_rows
   else:
     rows = lambda w, heads: w
+  # Gemma's converter stores each RMSNorm weight w as 1 + w (the scale it
+  # applies); the decoder's (1 + scale) norms hold w.
+  norm = (lambda w: w - np.float32(1)) if cfg.norm_plus_one else same
   slots = {
       'embedding': _Slot('token_embd.weight', (v, d), same),
-      'final_norm.scale': _Slot('output_norm.weight', (d,), same),
+      'final_norm.scale': _Slot('output_norm.weight', (d,), norm),
   }
   if not cfg.tie_embeddings:
     slots['unembedding.w'] = _Slot('output.weight', (v, d), t)
   block = {  # param suffix: (tensor suffix, shape, convert)
-      'attn_norm.scale': ('attn_norm', (d,), same),
-      'mlp_norm.scale': ('ffn_norm', (d,), same),
+      'attn_norm.scale': ('attn_norm', (d,), norm),
+      'mlp_norm.scale': ('ffn_norm', (d,), norm),
       'attn.q.w': ('attn_q', (n * h, d),
                    lambda w: rows(w, n).T.reshape(d, n, h)),
       'attn.k.w': ('attn_k', (k * h, d),
@@ -364,6 +455,12 @@ def _slots(cfg: ModelConfig, arch: str) -> dict[str, _Slot]:
                            lambda b, m=m: b.reshape(m, h))
       for p, m in (('q', n), ('k', k), ('v', k))
   } if cfg.qkv_bias else {}
+  if cfg.sandwich_norms:  # Gemma's post-norms (the pre-FFN one is ffn_norm)
+    block |= {'attn_post_norm.scale': ('post_attention_norm', (d,), norm),
+              'mlp_post_norm.scale': ('post_ffw_norm', (d,), norm)}
+  if cfg.qk_norm:
+    block |= {f'attn.{p}_norm.scale': (f'attn_{p}_norm', (h,), norm)
+              for p in 'qk'}
   block = {ours: (f'{theirs}.weight', shape, convert)
            for ours, (theirs, shape, convert) in block.items()} | biases
   for i in range(cfg.num_layers):
@@ -400,7 +497,7 @@ def load(
     dtype: str = 'float32',
     param_dtype: str | None = None,
 ) -> tuple[ModelConfig, nnx.GraphDef, nnx.State]:
-  """Builds a decoder from a 'llama' or 'qwen2' GGUF file.
+  """Builds a decoder from a 'llama', 'qwen2', 'gemma2' or 'gemma3' GGUF file.
 
   Tensors are dequantized one at a time, transposed into the decoder's
   layout, cast to `param_dtype` and moved to the default device, so memory
@@ -430,7 +527,7 @@ def load(
   arch = _architecture(reader)
   slots = _slots(cfg, arch)
   unexpected = sorted(set(tensors) - {s.tensor for s in slots.values()}
-                      - {_ROPE_FREQS})
+                      - ({_ROPE_FREQS} if arch not in _GEMMA else set()))
   if unexpected:
     raise GGUFError(
         f'{name}: tensors {", ".join(unexpected[:5])} have no place in a '
