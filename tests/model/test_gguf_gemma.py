@@ -21,8 +21,11 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 # pylint: disable=g-import-not-at-top
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 import numpy as np
 
+from jaxgrpo import model_spec
+from jaxgrpo import train
 from jaxgrpo.cli import export as export_cli
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import gguf as gguf_loader
@@ -31,6 +34,7 @@ from jaxgrpo.model import pretrained
 from jaxgrpo.model.config import ModelConfig
 from tests.model import test_gguf
 from tests.model import test_hf_parity as parity
+from tests.model import test_pretrained as pretrained_test
 
 _HAVE_LIBS = all(importlib.util.find_spec(m) for m in (
     'torch', 'transformers', 'gguf', 'tokenizers'))
@@ -196,6 +200,34 @@ class GemmaGGUFTest(parity.TorchParityCase):
     self.assertEqual(
         transformers.AutoTokenizer.from_pretrained(out)(text)['input_ids'],
         tokenizer_lib.prompt_ids(loaded.tokenizer, text))
+
+  def test_a_run_from_a_gemma3_file_exports_what_it_trained(self):
+    path = _convert(_model('gemma3'), self.path(), 'gemma3')
+    c = pretrained_test._config(path)
+    # Most of this vocabulary is byte tokens: about half of the replies
+    # hold a letter, so the groups' rewards are mixed and the steps update.
+    c.data.datasets[0]['verifier'] = {'name': 'format', 'regex': r'[a-z]'}
+    c.rollout.short_batch = 'train'
+    c.rollout.max_prompt_len = 64  # digits and '?' are byte tokens here
+    c.rollout.max_new_tokens = 6  # past the window of 4
+    c.optim.learning_rate = 1e-2
+    workdir = self.create_tempdir('run').full_path
+    train.run(c, workdir, log=lambda _: None)
+    run = model_spec.load(f'{workdir}@2', pretrained_test._config(path))
+    first = pretrained.load(path)
+    self.assertGreater(max(  # training moved the weights
+        float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
+            jax.tree.leaves(first.params), jax.tree.leaves(run.params))), 0)
+
+    out = self.create_tempdir('out').full_path
+    export_cli.export_run(workdir, out, log=lambda _: None)
+    reread = transformers.AutoModelForCausalLM.from_pretrained(
+        out, attn_implementation='eager').eval()
+    self.assertIsInstance(reread, transformers.Gemma3ForCausalLM)
+    self.assertEqual(reread.config.max_position_embeddings, 256)
+    self.assert_logits_match(
+        parity._hf_logits(reread, self.tokens, self.mask), run.graphdef,
+        run.params)
 
   def test_gemma2_softcaps_default_to_llama_cpps(self):
     # An older Gemma 2 file without the softcapping keys: llama.cpp's
