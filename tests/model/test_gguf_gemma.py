@@ -239,6 +239,23 @@ class GemmaGGUFTest(parity.TorchParityCase):
                       cfg.sliding_window, cfg.query_pre_attn_scalar),
                      (50.0, 30.0, 4096, 16))
 
+  @parameterized.parameters(('gemma2', 46), ('gemma3', 62))
+  def test_27b_attention_scale(self, arch, layers):
+    # llama.cpp scales the 27B models' queries by 1/sqrt(D / N), which is
+    # their query_pre_attn_scalar (144, 168), not 1/sqrt(H); it knows them
+    # by their block count.
+    uint = gguf.GGUFValueType.UINT32
+    metadata = {f'{arch}.attention.key_length': (16, uint)}
+    if arch == 'gemma3':
+      metadata['gemma3.attention.sliding_window'] = (4, uint)
+    for num_layers, scalar in ((layers, 24), (layers - 2, 16)):
+      cfg = ModelConfig(vocab_size=64, num_layers=num_layers, embed_dim=96,
+                        num_heads=4, num_kv_heads=2, head_dim=16, mlp_dim=32)
+      path = test_gguf._write_gguf(self.path(), cfg, {}, arch=arch,
+                                   metadata=metadata)
+      self.assertEqual(
+          gguf_loader.config_from_gguf(path).query_pre_attn_scalar, scalar)
+
   def test_gemma_tokenizer_adds_bos_and_no_space_prefix(self):
     path = _convert(_model('gemma3'), self.path(), 'gemma3')
     tok = pretrained.load_tokenizer(path)
@@ -248,6 +265,13 @@ class GemmaGGUFTest(parity.TorchParityCase):
                      ['<bos>', '<start_of_turn>', 'user', '<0x0A>', 'hello',
                       '\u2581w', 'or', 'ld', '<end_of_turn>'])
     self.assertEqual((tok.bos_id, tok.eos_id, tok.pad_id), (2, 1, 0))
+    # Replies end at <end_of_turn> too, where llama.cpp stops Gemma (the
+    # file names only <eos>); an export's generation_config.json says so.
+    self.assertEqual(tok.stop_ids, (1, 5))
+    out = self.create_tempdir().full_path
+    export_cli._write_tokenizer(tok, out)  # pylint: disable=protected-access
+    self.assertEqual(transformers.GenerationConfig.from_pretrained(
+        out).eos_token_id, [1, 5])
     self.assertEqual(tok.decode(ids), 'user\nhello world')
 
   @parameterized.named_parameters(
