@@ -1,4 +1,4 @@
-"""Llama, Qwen2, Gemma 2 and Gemma 3 models and their tokenizers from GGUF files.
+"""Llama, Qwen2, Gemma 2 and Gemma 3 models and tokenizers from GGUF files.
 
 GGUF is llama.cpp's single-file format: metadata (hyperparameters, the
 tokenizer's vocabulary and merges, a chat template) followed by tensors,
