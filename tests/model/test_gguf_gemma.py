@@ -110,9 +110,12 @@ def _add_vocab(w) -> None:
   w.add_add_space_prefix(False)
 
 
-def _convert(model, path: str, arch: str, **metadata) -> str:
+def _convert(model, path: str, arch: str, quantize: str | None = None,
+             **metadata) -> str:
   """Writes `model` as convert_hf_to_gguf.py's Gemma2Model or Gemma3Model
-  would (float32 tensors); `metadata` adds keys by (value, type)."""
+  would (float32 tensors; with `quantize`, matrices of that type and norms
+  float32, as llama.cpp quantizes); `metadata` adds keys by (value,
+  type)."""
   _, gguf_arch, overrides = _FAMILIES[arch]
   c = _GEMMA | overrides
   w = gguf.GGUFWriter(path, arch)
@@ -145,7 +148,12 @@ def _convert(model, path: str, arch: str, **metadata) -> str:
       value = value[:len(_TOKENS)]
     if name.endswith('norm.weight'):
       value = value + np.float32(1)
-    w.add_tensor(names.get_name(name, try_suffixes=('.weight',)), value)
+    name = names.get_name(name, try_suffixes=('.weight',))
+    if quantize and value.ndim == 2:
+      qtype = gguf.GGMLQuantizationType[quantize]
+      w.add_tensor(name, gguf.quants.quantize(value, qtype), raw_dtype=qtype)
+    else:
+      w.add_tensor(name, value)
   w.write_header_to_file()
   w.write_kv_data_to_file()
   w.write_tensors_to_file()
@@ -200,6 +208,21 @@ class GemmaGGUFTest(parity.TorchParityCase):
     self.assertEqual(
         transformers.AutoTokenizer.from_pretrained(out)(text)['input_ids'],
         tokenizer_lib.prompt_ids(loaded.tokenizer, text))
+
+  def test_q8_0_file(self):
+    # gemma-3-1b-it-Q8_0.gguf's layout: Q8_0 matrices, float32 norms. The
+    # file holds the model whose matrices are their Q8_0 rounding.
+    model = _model('gemma3')
+    path = _convert(model, self.path(), 'gemma3', quantize='Q8_0')
+    q8_0 = gguf.GGMLQuantizationType.Q8_0
+    with torch.no_grad():
+      for p in model.parameters():
+        if p.ndim == 2:
+          p.copy_(torch.from_numpy(gguf.quants.dequantize(
+              gguf.quants.quantize(p.numpy(), q8_0), q8_0)))
+    _, graphdef, params = gguf_loader.load(path)
+    self.assert_logits_match(parity._hf_logits(model, self.tokens, self.mask),
+                             graphdef, params)
 
   def test_a_run_from_a_gemma3_file_exports_what_it_trained(self):
     path = _convert(_model('gemma3'), self.path(), 'gemma3')
