@@ -52,7 +52,7 @@ from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import attention
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
-from jaxgrpo.model import gguf
+from jaxgrpo.model import gguf_tokenizer
 from jaxgrpo.model import pretrained
 from jaxgrpo.reporting import environment
 
@@ -65,7 +65,7 @@ def gsm8k_lengths(max_new: int, prompt_width: int, path: str = _GSM8K):
   if not os.path.exists(path):
     sys.exit(f'no GSM8K file at {path}: pass --gsm8k PATH/train.jsonl (the '
              'shared data directory holds one, see its SOURCE.md)')
-  tokenizer, _ = gguf.tokenizer_parts(pretrained.smollm2_path())
+  tokenizer, _ = gguf_tokenizer.tokenizer_parts(pretrained.smollm2_path())
   with open(path) as f:
     records = [json.loads(line) for line in f]
   questions = tokenizer.encode_batch([r['question'] for r in records])

@@ -88,8 +88,8 @@ def load_tokenizer(source: str, *, vocab_size: int | None = None):
   from jaxgrpo.data import hf_tokenizer
   if os.path.isdir(source):
     return hf_tokenizer.HFTokenizer.from_dir(source, vocab_size=vocab_size)
-  from jaxgrpo.model import gguf
-  backend, info = gguf.tokenizer_parts(source)
+  from jaxgrpo.model import gguf_tokenizer
+  backend, info = gguf_tokenizer.tokenizer_parts(source)
   return hf_tokenizer.HFTokenizer.from_parts(
       backend, bos_id=info['bos_id'], eos_id=info['eos_id'],
       pad_id=info['pad_id'], chat_template=info['chat_template'],

@@ -25,6 +25,7 @@ from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import gguf as gguf_loader
+from jaxgrpo.model import gguf_tokenizer
 from jaxgrpo.model import pretrained
 
 try:
@@ -285,7 +286,7 @@ class TinyGGUFTest(parameterized.TestCase):
     self.assertFalse(np.array_equal(q, q_ref))
 
   def test_tokenizer(self):
-    tokenizer, info = gguf_loader.tokenizer_parts(self.write())
+    tokenizer, info = gguf_tokenizer.tokenizer_parts(self.write())
     self.assertEqual(
         info,
         dict(bos_id=1, eos_id=2, pad_id=None, chat_template=_TEMPLATE,
@@ -312,7 +313,7 @@ class TinyGGUFTest(parameterized.TestCase):
     path = self.write(metadata={
         'tokenizer.ggml.eot_token_id': (eot, uint32),
         'tokenizer.ggml.eom_token_id': (eom, uint32)})
-    _, info = gguf_loader.tokenizer_parts(path)
+    _, info = gguf_tokenizer.tokenizer_parts(path)
     self.assertEqual(info['stop_ids'], (eot, eom))
     tok = pretrained.load_tokenizer(path)
     self.assertEqual(tok.stop_ids[:3], (2, eot, eom))
@@ -341,7 +342,7 @@ class TinyGGUFTest(parameterized.TestCase):
     value = None if key is None else (key, gguf.GGUFValueType.BOOL)
     path = self.write(pre=pre,
                       metadata={'tokenizer.ggml.add_bos_token': value})
-    _, info = gguf_loader.tokenizer_parts(path)
+    _, info = gguf_tokenizer.tokenizer_parts(path)
     self.assertIs(info['add_bos'], bos)
     tok = pretrained.load_tokenizer(path)
     ab = tok.encode('ab')
@@ -432,7 +433,7 @@ class TinyGGUFTest(parameterized.TestCase):
       pretrained.load_tokenizer(path)
 
   def test_gpt2_pre_tokenizer_keeps_digit_merges(self):
-    tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre='gpt-2'))
+    tokenizer, _ = gguf_tokenizer.tokenizer_parts(self.write(pre='gpt-2'))
     self.assertEqual(tokenizer.encode('12').tokens, ['12'])
 
   @parameterized.parameters(
@@ -441,14 +442,14 @@ class TinyGGUFTest(parameterized.TestCase):
       ('gpt2', ['12', '12']),
   )
   def test_digit_groups_of_regex_pre_tokenizers(self, pre, tokens):
-    tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre=pre))
+    tokenizer, _ = gguf_tokenizer.tokenizer_parts(self.write(pre=pre))
     self.assertEqual(tokenizer.encode('1212').tokens, tokens)
 
   def test_qwen2_pre_tokenizer_composes_unicode(self):
     # 'e' + U+0301 becomes 'é' (NFC), as Qwen2's tokenizer reads it.
-    tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre='qwen2'))
+    tokenizer, _ = gguf_tokenizer.tokenizer_parts(self.write(pre='qwen2'))
     self.assertEqual(tokenizer.normalizer.normalize_str('e\u0301'), '\xe9')
-    tokenizer, _ = gguf_loader.tokenizer_parts(self.write(pre='llama-bpe'))
+    tokenizer, _ = gguf_tokenizer.tokenizer_parts(self.write(pre='llama-bpe'))
     self.assertIsNone(tokenizer.normalizer)
 
   def write_r1(self, **metadata) -> str:
@@ -472,7 +473,7 @@ class TinyGGUFTest(parameterized.TestCase):
     # one by one (not DeepSeek-V3's groups of up to three), a CJK run
     # joined to the space before it, punctuation joined to the letters
     # after it, Unicode composed (NFC). The file was refused.
-    tokenizer, info = gguf_loader.tokenizer_parts(self.write_r1())
+    tokenizer, info = gguf_tokenizer.tokenizer_parts(self.write_r1())
     tk = tokenizers
     reference = tk.Tokenizer(tk.models.BPE())
     reference.normalizer = tk.normalizers.NFC()
@@ -531,7 +532,7 @@ class TinyGGUFTest(parameterized.TestCase):
     self.assertIs(gguf_loader.open_reader(reader), reader)
     self.assertEqual(gguf_loader.config_from_gguf(reader), self.cfg)
     gguf_loader.load(reader)
-    gguf_loader.tokenizer_parts(reader)
+    gguf_tokenizer.tokenizer_parts(reader)
     self.assertEqual(gguf_loader.context_length(reader), 128)
 
   def test_context_length_is_none_when_not_stated(self):
@@ -644,7 +645,7 @@ class TinyGGUFTest(parameterized.TestCase):
     with self.assertRaisesRegex(
         gguf_loader.GGUFError, f"^{path}: metadata key '{key}' = 'x': must "
         'be an int$'):
-      gguf_loader.tokenizer_parts(path)
+      gguf_tokenizer.tokenizer_parts(path)
 
   def test_missing_eos_token_is_named(self):
     # It loaded with no EOS and no pad token: the first prompts raised
@@ -661,7 +662,7 @@ class TinyGGUFTest(parameterized.TestCase):
     with self.assertRaisesRegex(
         gguf_loader.GGUFError,
         f"^{path}: tokenizer.ggml.model = 'bert' is not supported"):
-      gguf_loader.tokenizer_parts(path)
+      gguf_tokenizer.tokenizer_parts(path)
 
   def test_unknown_pre_tokenizer(self):
     path = self.write(pre='mystery')
@@ -669,7 +670,7 @@ class TinyGGUFTest(parameterized.TestCase):
         gguf_loader.GGUFError,
         f"^{path}: tokenizer.ggml.pre = 'mystery' is not supported "
         r'\(known: .*qwen2, deepseek-r1-qwen, llama-bpe\)'):
-      gguf_loader.tokenizer_parts(path)
+      gguf_tokenizer.tokenizer_parts(path)
 
   def test_smollm2_path_names_the_install_command(self):
     with mock.patch.object(importlib.util, 'find_spec', return_value=None):
@@ -748,7 +749,7 @@ class SmolLM2Test(absltest.TestCase):
     cls.reader = gguf_loader.open_reader(pretrained.smollm2_path())
     cls.cfg, cls.graphdef, cls.params = gguf_loader.load(cls.reader)
     cls.load_seconds = time.perf_counter() - start
-    cls.tokenizer, cls.info = gguf_loader.tokenizer_parts(cls.reader)
+    cls.tokenizer, cls.info = gguf_tokenizer.tokenizer_parts(cls.reader)
 
   def logits(self, ids) -> np.ndarray:
     """Logits [len(ids), V] from the causal window (right-padded)."""

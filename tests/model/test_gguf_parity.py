@@ -26,6 +26,7 @@ import numpy as np
 from jaxgrpo.cli import export as export_cli
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import gguf as gguf_loader
+from jaxgrpo.model import gguf_tokenizer
 from jaxgrpo.model import hf
 from jaxgrpo.model import pretrained
 from jaxgrpo.model.config import RopeScaling
@@ -224,7 +225,7 @@ class GGUFParityTest(test_hf_parity.TorchParityCase):
         attn_implementation='eager').eval()
     self.assert_logits_match(again, graphdef, params)
 
-    ours, info = gguf_loader.tokenizer_parts(path)
+    ours, info = gguf_tokenizer.tokenizer_parts(path)
     for text in ('Hello world', "<|im_start|>user\nHe's 12345 world<|im_end|>"
                  '\n<|im_start|>assistant\n', 'cafe\u0301  naïve 🚀\r\n\n\ttabs',
                  "HELLO'S 1 2 12 <|endoftext|>"):
