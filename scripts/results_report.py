@@ -883,6 +883,14 @@ def render_blocks(data: str) -> dict[str, str]:
   blocks['replica_warm'] = replica_warm(regime, replica)
   blocks['replica_checks'] = regime_checks(replica)
   blocks['replica_savings'] = replica_table(regime, replica)
+  replica_broad = load(data, 'replica_broad')
+  blocks['replica_broad_warm'] = replica_warm(primary, replica_broad)
+  blocks['replica_broad_checks'] = regime_checks(replica_broad)
+  # Side by side on the seeds run again so far (seed 2's runs are the
+  # longest: its model masters the training set, and `none` then draws up
+  # to the round cap at every step).
+  blocks['replica_broad_savings'] = replica_table(
+      seeds_of(primary, sorted(replica_broad.get('none', {}))), replica_broad)
   memorise = load(data, 'memorise')
   blocks['memorise_checks'] = regime_checks(memorise)
   blocks['memorise_savings'] = savings(memorise, policy_stats(memorise))[0]
