@@ -1,4 +1,4 @@
-"""Llama, Qwen2, Gemma 2 and Gemma 3 models from GGUF files.
+"""Llama, Qwen2, Qwen3, Gemma 2 and Gemma 3 models from GGUF files.
 
 GGUF is llama.cpp's single-file format: metadata (hyperparameters, the
 tokenizer's vocabulary and merges, a chat template) followed by tensors,
@@ -13,13 +13,17 @@ the 'llama' architecture so that rotary pairs are adjacent features
 (2i, 2i + 1) instead of features i and i + H/2. The decoder uses the
 half-split layout, so `load` undoes that reordering. 'qwen2' files keep
 Hugging Face's order (llama.cpp rotates them NEOX-style, in halves) and add
-q/k/v biases. Llama 3.x's RoPE scaling arrives as the per-frequency factors
+q/k/v biases; 'qwen3' files keep that order too, with no biases but an
+RMSNorm over each query and key head (`attn_q_norm`, `attn_k_norm`, stored
+as Hugging Face's weights) and a head_dim of their own
+(`qwen3.attention.key_length`: 128 on Qwen3-0.6B, whose 1024 features make
+16 heads of 64). Llama 3.x's RoPE scaling arrives as the per-frequency factors
 of `rope_freqs.weight`, read back as the llama3 `RopeScaling` that gives
 them (`jaxgrpo.model.rope_factors`). 'gemma2' and 'gemma3' files (text
 models; see `_gemma`) keep Hugging Face's q/k row order too, but store each
 RMSNorm weight plus one, which `load` subtracts.
 
-Size: the four architectures share one metadata reading (`_config`, with
+Size: the five architectures share one metadata reading (`_config`, with
 Gemma's in `_gemma`) and one tensor mapping (`_slots`); the file's reader
 and typed field lookup live here for the tokenizer's module too.
 """
@@ -46,17 +50,29 @@ if TYPE_CHECKING:
   import gguf
 
 # general.architecture values: the ones whose q/k rows llama.cpp reorders
-# (see above), and those it stores as Hugging Face does, with q/k/v biases.
-_PERMUTED, _BIASED = ('llama',), ('qwen2',)
+# (see above), those it stores as Hugging Face does, with q/k/v biases, and
+# those in Hugging Face's order with per-head q/k norms instead (Qwen3:
+# conversion/qwen.py, Qwen3Model, ggml-org/llama.cpp commit
+# 2bbcf7fc93a460f04d5709756a48b2408443eecb, renames Qwen2Model's tensors and
+# changes none; src/models/qwen3.cpp, commit
+# cbcd6f98273b88bbc0e80ec4960d8c86827a4ca5, norms each head of Q and K
+# before NEOX RoPE over all of key_length).
+_PERMUTED, _BIASED, _QK_NORMED = ('llama',), ('qwen2',), ('qwen3',)
 # Gemma 2 and Gemma 3 (text): Hugging Face's q/k order, (1 + w) norms.
 _GEMMA = ('gemma2', 'gemma3')
-_ARCHITECTURES = _PERMUTED + _BIASED + _GEMMA
+_ARCHITECTURES = _PERMUTED + _BIASED + _QK_NORMED + _GEMMA
 # Architectures llama.cpp writes for files that hold no causal LM the
 # decoder models, and what to load instead.
 _NOT_TEXT = {
     'clip': 'it is a vision projector (mmproj) file; model.path takes the '
             'text model\'s .gguf',
     'gemma3n': 'Gemma 3n (per-layer embeddings, AltUp) is not modelled',
+    **{arch: f'{what} is not modelled (only dense Qwen3, \'qwen3\')'
+       for arch, what in (
+           ('qwen3moe', 'Qwen3 MoE (mixture-of-experts layers)'),
+           ('qwen3vl', 'Qwen3-VL (multimodal RoPE sections, deepstack)'),
+           ('qwen3vlmoe', 'Qwen3-VL MoE'),
+           ('qwen3next', 'Qwen3-Next (linear attention, experts)'))},
 }
 
 _ROPE_FREQS = 'rope_freqs.weight'
@@ -166,22 +182,22 @@ def config_from_gguf(source: Source) -> ModelConfig:
   """The decoder config described by a GGUF file's metadata.
 
   Args:
-    source: path or open reader of a 'llama', 'qwen2', 'gemma2' or
+    source: path or open reader of a 'llama', 'qwen2', 'qwen3', 'gemma2' or
       'gemma3' GGUF file.
 
   Returns:
-    A float32 ModelConfig (q/k/v biases for 'qwen2'; llama3 RoPE scaling
-    when a 'llama' or 'qwen2' file has `rope_freqs.weight`; Gemma's layout,
-    local and global layers and softcaps as `_gemma` reads them, and q/k
-    norms for 'gemma3'). The output projection is tied to the embedding
-    when the file has no `output.weight`.
+    A float32 ModelConfig (q/k/v biases for 'qwen2', q/k norms for 'qwen3';
+    llama3 RoPE scaling when such a file has `rope_freqs.weight`; Gemma's
+    layout, local and global layers and softcaps as `_gemma` reads them,
+    and q/k norms for 'gemma3'). The output projection is tied to the
+    embedding when the file has no `output.weight`.
 
   Raises:
-    GGUFError: another architecture (a vision projector, Gemma 3n), missing
-      keys, values of the wrong type (the message names the key), or
-      features the decoder does not model (partial rotary, a
-      `rope.scaling.type` other than Gemma 3's linear one, frequency
-      factors no llama3 scaling gives).
+    GGUFError: another architecture (a vision projector, Gemma 3n, Qwen3
+      MoE or VL), missing keys, values of the wrong type (the message
+      names the key), or features the decoder does not model (partial
+      rotary, a `rope.scaling.type` other than Gemma 3's linear one,
+      frequency factors no llama3 scaling gives).
   """
   reader = open_reader(source)
   try:
@@ -275,7 +291,7 @@ def _config(reader: gguf.GGUFReader) -> ModelConfig:
     family = _gemma(reader, arch, num_layers, embed_dim // num_heads, head_dim)
   else:
     family = dict(rope_scaling=_rope_scaling(reader, arch, head_dim, theta),
-                  qkv_bias=arch in _BIASED)
+                  qkv_bias=arch in _BIASED, qk_norm=arch in _QK_NORMED)
   return ModelConfig(
       vocab_size=vocab_size,
       num_layers=num_layers,
@@ -456,7 +472,7 @@ def load(
     dtype: str = 'float32',
     param_dtype: str | None = None,
 ) -> tuple[ModelConfig, nnx.GraphDef, nnx.State]:
-  """Builds a decoder from a 'llama', 'qwen2', 'gemma2' or 'gemma3' GGUF file.
+  """Builds a decoder from a 'llama', 'qwen2', 'qwen3' or Gemma GGUF file.
 
   Tensors are dequantized one at a time, transposed into the decoder's
   layout, cast to `param_dtype` and moved to the default device, so memory

@@ -567,7 +567,7 @@ class TinyGGUFTest(parameterized.TestCase):
     # qwen2 loads (tests/model/test_gguf_parity.py); its MoE sibling not.
     self.assert_load_error(self.write(arch='qwen2moe'),
                            "architecture 'qwen2moe' is not supported (only "
-                           "'llama', 'qwen2', 'gemma2', 'gemma3')")
+                           "'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3')")
 
   def test_missing_tensor(self):
     tensors = dict(self.tensors)
