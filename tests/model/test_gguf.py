@@ -186,7 +186,15 @@ def _write_gguf(
     w.kv_data[0].pop(key, None)
     if entry is not None:
       w.add_key_value(key, *entry)
-  for name, value in tensors.items():
+  write_tensors(w, tensors.items(), quantize)
+  return path
+
+
+def write_tensors(w, tensors, quantize: str | None = None) -> None:
+  """Adds (name, float32 array) `tensors` to GGUFWriter `w`, matrices
+  quantized to `quantize` (a GGMLQuantizationType name) if given, and
+  writes and closes the file."""
+  for name, value in tensors:
     if quantize and value.ndim == 2:
       qtype = gguf.GGMLQuantizationType[quantize]
       w.add_tensor(name, gguf.quants.quantize(value, qtype), raw_dtype=qtype)
@@ -196,7 +204,6 @@ def _write_gguf(
   w.write_kv_data_to_file()
   w.write_tensors_to_file()
   w.close()
-  return path
 
 
 # A tiny SentencePiece vocabulary as llama.cpp's converter writes Llama 2's:
@@ -227,10 +234,7 @@ def write_spm_gguf(
     w.kv_data[0].pop(key, None)
     if entry is not None:
       w.add_key_value(key, *entry)
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
+  write_tensors(w, ())
   return path
 
 

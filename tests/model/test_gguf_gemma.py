@@ -140,24 +140,19 @@ def _convert(model, path: str, arch: str, quantize: str | None = None,
     w.add_key_value(key, value, vtype)
   _add_vocab(w)
   names = gguf.get_tensor_name_map(gguf_arch, c['num_hidden_layers'])
-  for name, value in model.state_dict().items():
-    if name == 'lm_head.weight':  # tied: the converter skips it
-      continue
-    value = value.float().numpy()
-    if name.endswith('embed_tokens.weight'):
-      value = value[:len(_TOKENS)]
-    if name.endswith('norm.weight'):
-      value = value + np.float32(1)
-    name = names.get_name(name, try_suffixes=('.weight',))
-    if quantize and value.ndim == 2:
-      qtype = gguf.GGMLQuantizationType[quantize]
-      w.add_tensor(name, gguf.quants.quantize(value, qtype), raw_dtype=qtype)
-    else:
-      w.add_tensor(name, value)
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
+
+  def converted():
+    for name, value in model.state_dict().items():
+      if name == 'lm_head.weight':  # tied: the converter skips it
+        continue
+      value = value.float().numpy()
+      if name.endswith('embed_tokens.weight'):
+        value = value[:len(_TOKENS)]
+      if name.endswith('norm.weight'):
+        value = value + np.float32(1)
+      yield names.get_name(name, try_suffixes=('.weight',)), value
+
+  test_gguf.write_tensors(w, converted(), quantize)
   return path
 
 

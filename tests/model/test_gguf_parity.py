@@ -184,12 +184,7 @@ def _convert(model, path: str, arch: str, sizes: dict, *,
   tensors = _tensors(model, arch, sizes)
   if rope_freqs is not None:
     tensors['rope_freqs.weight'] = rope_freqs
-  for name, value in tensors.items():
-    w.add_tensor(name, value)
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
+  test_gguf.write_tensors(w, tensors.items())
   return path
 
 

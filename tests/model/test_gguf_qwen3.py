@@ -78,20 +78,11 @@ def _convert(model, path: str, quantize: str | None = None) -> str:
   gguf_parity._add_vocab(w, gguf_parity._qwen2_tokenizer(), c.vocab_size)  # pylint: disable=protected-access
   names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3,
                                    c.num_hidden_layers)
-  for name, value in model.state_dict().items():
-    if name == 'lm_head.weight' and c.tie_word_embeddings:
-      continue  # a tied checkpoint holds no lm_head
-    value = value.float().numpy()
-    name = names.get_name(name, try_suffixes=('.weight',))
-    if quantize and value.ndim == 2:
-      qtype = gguf.GGMLQuantizationType[quantize]
-      w.add_tensor(name, gguf.quants.quantize(value, qtype), raw_dtype=qtype)
-    else:
-      w.add_tensor(name, value)
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
+  test_gguf.write_tensors(w, (
+      (names.get_name(name, try_suffixes=('.weight',)), value.float().numpy())
+      for name, value in model.state_dict().items()
+      # a tied checkpoint holds no lm_head
+      if not (name == 'lm_head.weight' and c.tie_word_embeddings)), quantize)
   return path
 
 
