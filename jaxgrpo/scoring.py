@@ -48,8 +48,16 @@ def score_rows(
   part, stats = scorer.score(texts, [examples[i] for i in rows])
   rewards = np.zeros(n, np.float32)
   rewards[rows] = part
-  counts = np.array(dataclasses.astuple(stats), np.int64)
   if jax.process_count() > 1:
     rewards = multihost.sum_over_processes(rewards)
-    counts = multihost.sum_over_processes(counts)
-  return rewards, base.ScoreStats(*(int(c) for c in counts))
+  return rewards, summed(stats)
+
+
+def summed(stats: base.ScoreStats) -> base.ScoreStats:
+  """Each count of `stats` summed over processes (`stats` itself in one
+  process); every process must call it, as `multihost.sum_over_processes`."""
+  if jax.process_count() == 1:
+    return stats
+  counts = multihost.sum_over_processes(
+      np.array(dataclasses.astuple(stats), np.int64))
+  return base.ScoreStats(*(int(c) for c in counts))

@@ -21,6 +21,7 @@ from jaxgrpo.generate.generator import Generator
 from jaxgrpo.rl import scored as scored_lib
 from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import pool as verifier_pool
+from jaxgrpo.verifiers.base import ScoreStats
 
 
 @dataclasses.dataclass
@@ -130,11 +131,15 @@ class ModelRound:
     return Round(
         groups=groups, rewards=s.rewards, gen_s=s.gen_s,
         gen_tokens=s.tokens_generated(), verify_s=s.verify_s,
-        verify_errors=float(s.stats.errors + s.stats.out_of_range),
-        verify_timeouts=float(s.stats.timeouts),
-        verify_printed=float(s.stats.printed),
-        verify_workers_replaced=float(s.stats.workers_replaced),
-        truncated=s.truncated[:len(examples)])
+        truncated=s.truncated[:len(examples)], **verify_counts(s.stats))
+
+
+def verify_counts(stats: ScoreStats) -> dict[str, float]:
+  """A `Round`'s verifier counts from the ScoreStats of its scoring."""
+  return {'verify_errors': float(stats.errors + stats.out_of_range),
+          'verify_timeouts': float(stats.timeouts),
+          'verify_printed': float(stats.printed),
+          'verify_workers_replaced': float(stats.workers_replaced)}
 
 
 def classify(

@@ -83,6 +83,7 @@ import jax
 import numpy as np
 
 from jaxgrpo import multihost
+from jaxgrpo import scoring
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate import continuous
@@ -92,6 +93,7 @@ from jaxgrpo.rl import accumulate
 from jaxgrpo.rl import rounds as rounds_lib
 from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import pool as verifier_pool
+from jaxgrpo.verifiers.base import ScoreStats
 
 # A benchmark hook: prompt tokens [N, P] -> forced lengths [N, G].
 StopAt = Callable[[np.ndarray], np.ndarray]
@@ -378,17 +380,13 @@ class _Step:
       stats.verify_s += time.perf_counter() - t0
       g = self.fn.engine.num_samples
       rewards = np.zeros((len(item.groups), g), np.float32)
-      # Verifier failures, timeouts, calls that printed, workers replaced.
-      counts = np.zeros(4, np.int64)
+      part_stats = ScoreStats()
       if result is not None:
         part, part_stats = result
         rewards[item.owned] = part.reshape(-1, g)
-        counts[:] = (part_stats.errors + part_stats.out_of_range,
-                     part_stats.timeouts, part_stats.printed,
-                     part_stats.workers_replaced)
       if jax.process_count() > 1:
         rewards = multihost.sum_over_processes(rewards)
-        counts = multihost.sum_over_processes(counts)
+      part_stats = scoring.summed(part_stats)
       for grp, row in zip(item.groups, rewards):
         grp.rewards = row
       self.source.observe([grp.example for grp in item.groups], rewards)
@@ -396,10 +394,7 @@ class _Step:
           groups=item.groups, rewards=rewards, gen_s=0.0,
           gen_tokens=float(sum(grp.completion_mask.sum()
                                for grp in item.groups)),
-          verify_errors=float(counts[0]), verify_timeouts=float(counts[1]),
-          verify_printed=float(counts[2]),
-          verify_workers_replaced=float(counts[3]),
-          truncated=item.truncated),
+          truncated=item.truncated, **rounds_lib.verify_counts(part_stats)),
           self.classify(rewards))
 
 
