@@ -28,6 +28,7 @@ docs/checkpoints.md has the same table.
 
 from collections.abc import Iterator, Mapping
 import dataclasses
+import functools
 import os
 from typing import Any
 
@@ -118,10 +119,12 @@ class _Default:
     self.value = value
 
 
+@functools.cache
 def _defaults() -> dict[str, Any]:
   """Every setting's default as a checkpoint saves it, by generic flat key
   (`rl.cut_completions`, `data.datasets[].on_bad_record`); a dataset
-  entry's required keys (`name`, `kind`) have none."""
+  entry's required keys (`name`, `kind`) have none. Read once: the schema's
+  defaults do not change while the process runs (callers do not mutate it)."""
   out = {key: value for key, value, _, _ in config_lib.settings()
          if key != 'data.datasets'}
   for key, value, _, _ in config_lib.settings(entry_lib.DatasetSection):
@@ -219,9 +222,11 @@ def changes(saved: Mapping[str, Any],
   saved = _absolute_model_path(checkpoint_lib.as_saved(dict(saved)))
   now = checkpoint_lib.as_saved(dict(now))
   names = [d.get('name') for d in now.get('data', {}).get('datasets', [])]
-  both = {d.get('name') for d in saved.get('data', {}).get('datasets', [])}
-  both = tuple(f'data.datasets[{i}].' for i, name in enumerate(names)
-               if name in both)  # this run's entries the checkpoint has
+  saved_names = {d.get('name')
+                 for d in saved.get('data', {}).get('datasets', [])}
+  # The key prefixes of this run's dataset entries the checkpoint has.
+  kept = tuple(f'data.datasets[{i}].' for i, name in enumerate(names)
+               if name in saved_names)
   then, defaults = dict(_flat(saved, names)), _defaults()
   out = []
   for key, value in _flat(now, names):
@@ -229,7 +234,7 @@ def changes(saved: Mapping[str, Any],
       if then[key] != value:
         out.append((key, then[key], value))
     elif (default := defaults.get(_generic(key), value)) != value and (
-        not key.startswith('data.datasets[') or key.startswith(both)):
+        not key.startswith('data.datasets[') or key.startswith(kept)):
       out.append((key, _Default(default), value))
   return out
 

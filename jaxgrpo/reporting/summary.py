@@ -33,7 +33,7 @@ class RunSummary:
   verify_errors: int = 0
   verify_timeouts: int = 0
   # Verifier calls that printed to stdout; verifier workers replaced as their
-  # memory or open files grew (absent from a step's metrics when 0).
+  # memory or open files grew (0 from metrics written before these counts).
   verify_printed: int = 0
   verify_workers_replaced: int = 0
   # Seconds summed over the steps of the run, those before a resume
@@ -147,8 +147,8 @@ def format_summary(s: RunSummary) -> str:
        f'{s.verify_errors} / {s.verify_timeouts}'),
   ]
   if s.verify_workers_replaced or s.verify_printed:
-    # A verifier that leaks memory or open files, or prints (named only
-    # when it happened, as in the step metrics).
+    # A verifier that leaks memory or open files, or prints: a row only
+    # when it happened.
     rows.append(('verifier workers replaced / calls that printed',
                  f'{s.verify_workers_replaced} / {s.verify_printed}'))
   rows += [
