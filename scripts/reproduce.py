@@ -323,13 +323,6 @@ def commit() -> str:
   return head + ('+dirty' if dirty.strip() else '')
 
 
-# The packages and machine that made a run. The same commit and settings
-# give the same numbers only where these are the same: another XLA build or
-# CPU rounds some sums differently, and a sampled token that flips there
-# sends the run down another path (docs/results.md#reproducing-a-run).
-environment = environment_lib.environment
-
-
 def data_path(data: str, experiment: str, run: str) -> str:
   return os.path.join(data, experiment, f'{run}.jsonl.gz')
 
@@ -417,7 +410,8 @@ def _warm_start(experiment: Experiment, seed: int, work: str,
               'steps': summary.warmstart_steps,
               'pass_rate': summary.warmstart_pass_rate,
               'eval_accuracy': summary.eval_accuracy_start,
-              'environment': environment(), 'config': made_by}
+              'environment': environment_lib.environment(),
+              'config': made_by}
       with open(info_path, 'w') as f:
         json.dump(info, f)
       log(f'{experiment.name}: warm start for seed {seed} in '
@@ -464,7 +458,10 @@ def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
       'overrides': {**experiment.settings, **experiment.variants[variant]},
       'datasets': experiment.datasets, 'steps': experiment.steps,
       'warmstart': warm, 'seconds_last_leg': seconds,
-      'environment': environment(),
+      # The packages and machine that made the run: the same commit and
+      # settings give the same numbers only where these are the same
+      # (docs/results.md#reproducing-a-run).
+      'environment': environment_lib.environment(),
       'batch_size': c.rollout.batch_size, 'group_size': c.rollout.group_size,
   }
   export(records, header, out)
