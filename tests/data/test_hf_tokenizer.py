@@ -70,18 +70,26 @@ _LLAMA3 = r"""{{ bos_token }}{% for message in messages %}
 # DeepSeek-R1-Distill-Qwen's layout: Qwen2.5's byte-level BPE with
 # DeepSeek's BOS and EOS, turn and <think> markers that are not special,
 # a post-processor that adds the BOS, tokenizer_class LlamaTokenizerFast,
-# and a template that writes the BOS and opens the <think> block.
+# and a template (the shape of the model's; its GGUF file's too,
+# tests/model/test_gguf.py) that writes the BOS, drops the reasoning of
+# past assistant turns and opens the <think> block.
 _R1_BOS = '<\uff5cbegin\u2581of\u2581sentence\uff5c>'
 _R1_EOS = '<\uff5cend\u2581of\u2581sentence\uff5c>'
 _R1_MARKERS = ['<\uff5cUser\uff5c>', '<\uff5cAssistant\uff5c>', '<think>',
                '</think>']
-_R1_TEMPLATE = (
+R1_TEMPLATE = (
     "{% set ns = namespace(system_prompt='') %}"
     "{%- for message in messages %}{%- if message['role'] == 'system' %}"
     "{% set ns.system_prompt = message['content'] %}{%- endif %}"
     "{%- endfor %}{{ bos_token }}{{ ns.system_prompt }}"
     "{%- for message in messages %}{%- if message['role'] == 'user' %}"
     "{{ '<\uff5cUser\uff5c>' + message['content'] }}{%- endif %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{% set content = message['content'] %}"
+    "{% if '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1] %}{% endif %}"
+    "{{ '<\uff5cAssistant\uff5c>' + content + "
+    "'<\uff5cend\u2581of\u2581sentence\uff5c>' }}{%- endif %}"
     "{%- endfor -%}"
     "{% if add_generation_prompt %}"
     "{{ '<\uff5cAssistant\uff5c><think>\\n' }}{% endif %}"
@@ -265,7 +273,7 @@ class HFTokenizerTest(parameterized.TestCase):
         'tokenizer_class': 'LlamaTokenizerFast', 'add_bos_token': True,
         'add_eos_token': False, 'legacy': True, 'unk_token': None,
         'bos_token': added(_R1_BOS), 'eos_token': added(_R1_EOS),
-        'pad_token': added(_R1_EOS), 'chat_template': _R1_TEMPLATE})
+        'pad_token': added(_R1_EOS), 'chat_template': R1_TEMPLATE})
     ours, hf = hf_tokenizer.HFTokenizer.from_dir(path), _hf(path)
     bos = backend.token_to_id(_R1_BOS)
     self.assertEqual((ours.bos_id, ours.eos_id),

@@ -27,6 +27,7 @@ from jaxgrpo.model import decoder
 from jaxgrpo.model import gguf as gguf_loader
 from jaxgrpo.model import gguf_tokenizer
 from jaxgrpo.model import pretrained
+from tests.data import test_hf_tokenizer as hf_tokenizer_test
 
 try:
   import gguf
@@ -60,32 +61,14 @@ _TEMPLATE = (
 
 # The special tokens DeepSeek-R1-Distill-Qwen puts in Qwen2.5's vocabulary,
 # typed as llama.cpp's converter writes them (BOS and EOS are control
-# tokens, the turn and <think> markers user-defined ones), and the shape of
-# its chat template: BOS, the user's turn, and a generation prompt that
-# opens the <think> block.
+# tokens, the turn and <think> markers user-defined ones); its chat
+# template is tests/data/test_hf_tokenizer.R1_TEMPLATE.
 _R1_SPECIALS = {
     '<\uff5cbegin\u2581of\u2581sentence\uff5c>': 3,
     '<\uff5cend\u2581of\u2581sentence\uff5c>': 3,
     '<\uff5cUser\uff5c>': 4, '<\uff5cAssistant\uff5c>': 4,
     '<think>': 4, '</think>': 4,
 }
-_R1_TEMPLATE = (
-    "{% set ns = namespace(system_prompt='') %}"
-    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
-    "{% set ns.system_prompt = message['content'] %}{%- endif %}"
-    "{%- endfor %}{{ bos_token }}{{ ns.system_prompt }}"
-    "{%- for message in messages %}{%- if message['role'] == 'user' %}"
-    "{{ '<\uff5cUser\uff5c>' + message['content'] }}{%- endif %}"
-    "{%- if message['role'] == 'assistant' %}"
-    "{% set content = message['content'] %}"
-    "{% if '</think>' in content %}"
-    "{% set content = content.split('</think>')[-1] %}{% endif %}"
-    "{{ '<\uff5cAssistant\uff5c>' + content + "
-    "'<\uff5cend\u2581of\u2581sentence\uff5c>' }}{%- endif %}"
-    "{%- endfor -%}"
-    "{% if add_generation_prompt %}"
-    "{{ '<\uff5cAssistant\uff5c><think>\\n' }}{% endif %}"
-)
 # Qwen2.5's pre-tokenizer as its tokenizer.json spells it: one Split by
 # this regex, then byte-level characters.
 _QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
@@ -469,7 +452,8 @@ class TinyGGUFTest(parameterized.TestCase):
         'tokenizer.ggml.token_type': (types, array),
         'tokenizer.ggml.bos_token_id': (start, uint32),
         'tokenizer.ggml.eos_token_id': (start + 1, uint32),
-        'tokenizer.chat_template': (_R1_TEMPLATE, gguf.GGUFValueType.STRING),
+        'tokenizer.chat_template': (hf_tokenizer_test.R1_TEMPLATE,
+                                    gguf.GGUFValueType.STRING),
         **metadata})
 
   def test_deepseek_r1_distill_qwen_splits_as_qwen2(self):

@@ -33,6 +33,7 @@ from jaxgrpo.model import hf
 from jaxgrpo.model import pretrained
 from jaxgrpo.model.config import ModelConfig
 from tests.model import test_gguf
+from tests.model import test_hf_gemma_parity as gemma_parity
 from tests.model import test_hf_parity as parity
 from tests.model import test_pretrained as pretrained_test
 
@@ -85,12 +86,7 @@ _FAMILIES = {
 def _model(arch: str):
   """A tiny random transformers model of `arch`, norms w around zero."""
   config_class, _, overrides = _FAMILIES[arch]
-  model = parity._hf_model(config_class, seed=3, **(_GEMMA | overrides))
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      if name.endswith('norm.weight'):
-        p.copy_(0.2 * torch.randn_like(p))
-  return model
+  return gemma_parity.tiny_gemma(config_class, **(_GEMMA | overrides))
 
 
 def _add_vocab(w) -> None:

@@ -55,17 +55,22 @@ _FAMILIES = (
 )
 
 
+def tiny_gemma(config_class, **config):
+  """A tiny random transformers Gemma model of `config` (seed 3). Gemma
+  norms scale by (1 + w): their w are random around zero."""
+  model = parity._hf_model(config_class, seed=3, **config)
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      if name.endswith('norm.weight'):
+        p.copy_(0.2 * torch.randn_like(p))
+  return model
+
+
 @absltest.skipUnless(parity._HAVE_HF, parity._SKIP)
 class GemmaParityTest(parity.TorchParityCase):
 
   def _model(self, config_class, overrides):
-    model = parity._hf_model(config_class, seed=3, **(_GEMMA | overrides))
-    # Gemma norms scale by (1 + w): random w around zero.
-    with torch.no_grad():
-      for name, p in model.named_parameters():
-        if name.endswith('norm.weight'):
-          p.copy_(0.2 * torch.randn_like(p))
-    return model
+    return tiny_gemma(config_class, **(_GEMMA | overrides))
 
   @parameterized.named_parameters(*_FAMILIES)
   def test_logits_generation_and_export(self, config_class, overrides):
