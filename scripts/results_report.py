@@ -442,18 +442,22 @@ def replica_warm(first, again) -> str:
 
 def replica_table(first, again) -> str:
   """Each policy's findings in the regime as recorded and as run again,
-  each paired with `none` of its own runs."""
+  each paired with `none` of its own runs, on the seeds where both ran
+  again (a sweep still under way has some policies on more seeds)."""
   if 'none' not in again:
     return '_No runs of this experiment yet._\n'
   rows = []
   for variant in again:
     if variant == 'none':
       continue
+    if not (both := set(again[variant]) & set(again['none'])):
+      continue
     for name, runs in (('recorded', first), ('run again', again)):
-      if variant not in runs or 'none' not in runs:
+      pair = seeds_of({v: runs[v] for v in ('none', variant) if v in runs},
+                      both)
+      if len(pair) < 2:
         continue
-      st = policy_stats({'none': runs['none'], variant: runs[variant]})[
-          variant]
+      st = policy_stats(pair)[variant]
       reached = sum(st['costs'][s] is not None for s in st['seeds'])
       rows.append((f'`{variant}`', name, f'{reached}/{len(st["seeds"])}',
                    _ratio(st['ratios'][0]), _ratio(st['whole']),

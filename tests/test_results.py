@@ -60,6 +60,18 @@ class ResultsPageTest(absltest.TestCase):
           or any(round(abs(v), e) == abs(w) for w, e in table),
           f'{t} in the prose of docs/results.md is in none of its tables')
 
+  def test_a_sweep_under_way_compares_each_policy_on_its_own_seeds(self):
+    # A policy run again on fewer seeds than `none` (its other seeds still
+    # running) is compared with the recorded runs on those seeds only.
+    recorded = results_report.load(reproduce.DATA, 'broad')
+    again = results_report.load(reproduce.DATA, 'replica_broad')
+    again['snooze2'] = {s: r for s, r in again['snooze2'].items() if s != 0}
+    rows = [line.split(' | ') for line in results_report.replica_table(
+        recorded, again).splitlines() if line.startswith('| `snooze2`')]
+    self.assertEqual([r[1] for r in rows], ['recorded', 'run again'])
+    self.assertEqual({r[2].split('/')[1] for r in rows},
+                     {str(len(again['snooze2']))})
+
   def test_figures_named_on_the_page_exist(self):
     with open(DOC, encoding='utf-8') as f:
       text = f.read()
