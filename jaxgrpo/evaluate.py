@@ -1,4 +1,9 @@
-"""Held-out accuracy: mean@k of sampled completions, overall and per subset."""
+"""Held-out accuracy: mean@k of sampled completions, overall and per subset.
+
+Evaluation scores with the training run's verifiers and counts their
+failures as a training step does (`verify_metrics`: `eval/verify/errors`,
+`eval/verify/timeouts`, ...), next to the accuracy they lower.
+"""
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -12,8 +17,10 @@ from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.reporting import console as console_lib
+from jaxgrpo.rl import rounds as rounds_lib
 from jaxgrpo.rl import scored as scored_lib
 from jaxgrpo.typing import PyTree
+from jaxgrpo.verifiers import base
 from jaxgrpo.verifiers import pool as verifier_pool
 
 
@@ -29,6 +36,7 @@ def sample_rewards(
     truncate: bool = False,
     chunk_size: int = 64,
     on_chunk: Callable[[int], None] | None = None,
+    stats: base.ScoreStats | None = None,
 ) -> np.ndarray:
   """Rewards [E, k] of k = generator.num_samples completions per example.
 
@@ -38,15 +46,20 @@ def sample_rewards(
   shard evenly (the padding rows' completions are dropped). With
   `truncate`, prompts longer than `max_prompt_len` are cut as in rollouts;
   otherwise they raise `PromptTooLongError`. `on_chunk` receives the number
-  of examples each chunk finished (a progress bar's `update`).
+  of examples each chunk finished (a progress bar's `update`); `stats`,
+  when given, gets the verifiers' failure counts added (the same on every
+  process).
   """
   out = np.zeros((len(examples), generator.num_samples), np.float32)
   for start in range(0, len(examples), chunk_size):
     chunk = examples[start:start + chunk_size]
-    out[start:start + len(chunk)] = scored_lib.generate_and_score(
+    scored = scored_lib.generate_and_score(
         generator, params, tokenizer, chunk, scorer,
         jax.random.fold_in(rng, start), max_prompt_len=max_prompt_len,
-        truncate=truncate, rows=chunk_size).rewards
+        truncate=truncate, rows=chunk_size)
+    out[start:start + len(chunk)] = scored.rewards
+    if stats is not None:
+      stats.add(scored.stats)
     if on_chunk is not None:
       on_chunk(len(chunk))
   return out
@@ -74,6 +87,22 @@ def accuracy_metrics(
   metrics[f'{prefix}/pass_at_k'] = float(
       (rewards_EK.max(axis=1) >= threshold).mean())
   return metrics
+
+
+def verify_counts(stats: base.ScoreStats) -> dict[str, int]:
+  """`errors` (calls that raised or returned no reward in [0, 1]),
+  `timeouts`, `printed` and `workers_replaced`, counted as a training
+  step's `verify/*` (`rounds.verify_counts`)."""
+  return {name.removeprefix('verify_'): int(count)
+          for name, count in rounds_lib.verify_counts(stats).items()}
+
+
+def verify_metrics(
+    stats: base.ScoreStats, prefix: str = 'eval') -> dict[str, float]:
+  """`{prefix}/verify/errors`, `.../timeouts`, `.../printed` and
+  `.../workers_replaced` of an evaluation (`verify_counts`), 0 included."""
+  return {f'{prefix}/verify/{name}': float(count)
+          for name, count in verify_counts(stats).items()}
 
 
 def pass_metrics(rewards_EK: np.ndarray, threshold: float) -> dict[str, float]:
@@ -124,8 +153,9 @@ class Evaluator:
 
   Samples cfg.eval.num_samples completions of each held-out example (at
   cfg.eval.temperature, a key folded from `rng` and the step) and returns
-  `accuracy_metrics` (eval/accuracy, ...), with a progress bar; no
-  metrics when no dataset holds examples out. A greedy generator draws one
+  `accuracy_metrics` (eval/accuracy, ...) and `verify_metrics`
+  (eval/verify/errors, ...), with a progress bar; no metrics when no
+  dataset holds examples out. A greedy generator draws one
   completion per example, whatever its num_samples: the k would be the
   same, and so would every metric.
   """
@@ -152,16 +182,18 @@ class Evaluator:
   def __call__(self, params: PyTree, step: int) -> dict[str, float]:
     if not self.examples:  # no dataset holds examples out: nothing to report
       return {}
+    stats = base.ScoreStats()
     with self.console.bar(len(self.examples), desc=f'eval (step {step})',
                           unit='ex') as bar:
       rewards = sample_rewards(
           self.generator, params, self.tokenizer, self.examples, self.scorer,
           jax.random.fold_in(self.rng, step),
           max_prompt_len=self.max_prompt_len,
-          truncate=self.truncate, on_chunk=bar.update,
+          truncate=self.truncate, on_chunk=bar.update, stats=stats,
       )
-    return accuracy_metrics(self.examples, rewards,
-                            threshold=self.threshold)
+    return {**accuracy_metrics(self.examples, rewards,
+                               threshold=self.threshold),
+            **verify_metrics(stats)}
 
 
 def evaluate_model(
@@ -177,6 +209,7 @@ def evaluate_model(
     truncate: bool = False,
     batch: int = 64,
     bar: Any = None,
+    stats: base.ScoreStats | None = None,
 ) -> dict[str, dict[str, float]]:
   """pass@1, mean@k and pass@k of one model (`grouped_pass_metrics`), as
   jaxgrpo-eval reports them.
@@ -197,6 +230,7 @@ def evaluate_model(
     truncate: cut longer prompts as rollouts do instead of failing.
     batch: prompts per generator call (every call has this size).
     bar: a tqdm bar advanced by the examples done, or None.
+    stats: when given, the verifiers' failure counts are added to it.
 
   Returns:
     Group ('all', '<dataset>', '<dataset>/<subset>') -> metrics.
@@ -211,7 +245,7 @@ def evaluate_model(
       rewards.append(sample_rewards(
           generator, params, tokenizer, chunk, scorer,
           jax.random.fold_in(dataset_key, c), max_prompt_len=max_prompt_len,
-          truncate=truncate, chunk_size=batch))
+          truncate=truncate, chunk_size=batch, stats=stats))
       examples += chunk
       if bar is not None:
         bar.update(len(chunk))

@@ -155,6 +155,18 @@ def unreliable(completion, example):
   return 1.0
 
 
+@base.register('fails_by_id')
+def fails_by_id(completion, example):
+  """`starts_with_digit`, but raises on examples whose id ends in '8' and
+  sleeps 30 s on those ending in '0' (the demo's first held-out examples
+  are arithmetic/258, arithmetic/260, arithmetic/261)."""
+  if example.id.endswith('8'):
+    raise ValueError('fails_by_id raises here')
+  if example.id.endswith('0'):
+    time.sleep(30)
+  return float(completion[:1].isdigit())
+
+
 def informative_demo_config():
   """The demo's 2-step runlocal config without a warm start, scored by
   `starts_with_digit`: an untrained model starts with a digit about as

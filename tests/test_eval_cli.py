@@ -26,6 +26,7 @@ from jaxgrpo.generate.generator import Completions
 from jaxgrpo.model import decoder
 from jaxgrpo.reporting import console
 from jaxgrpo.stratify import runner
+from jaxgrpo.verifiers import base
 from jaxgrpo.verifiers import pool as verifier_pool
 from tests import flaky_verifiers
 from tests import test_train
@@ -180,6 +181,82 @@ class PassMetricsTest(absltest.TestCase):
     self.assertEqual(lines, [
         'eval.temperature=0 is greedy: its eval.num_samples=3 completions '
         'would be identical, so one is drawn per example'])
+
+
+class ScriptedGenerator(TextGenerator):
+  """Answers each prompt with its `texts` (prompt -> k completions),
+  sampled (not greedy) as training's evaluation samples."""
+
+  sampling = sampling_lib.Sampling(temperature=1.0)
+
+  def __init__(self, tokenizer, texts):  # pylint: disable=super-init-not-called
+    self.tok, self.texts = tokenizer, texts
+    self.num_samples = len(next(iter(texts.values())))
+
+
+class VerifierFailuresTest(absltest.TestCase):
+  """Evaluation counts its verifiers' failures as a training step does."""
+
+  def _evaluate(self, verifier, texts, **scorer_options):
+    """(training's eval metrics at step 2, jaxgrpo-eval's ScoreStats) of
+    examples a/0, a/1, b/0, b/1 answered with `texts` (id -> k texts),
+    scored by `verifier` in one worker process."""
+    a, b = _known_examples()
+    tok = tokenizer_lib.CharTokenizer(alphabet=fixtures.ALPHABET)
+    generator = ScriptedGenerator(
+        tok, {ex.prompt: texts[ex.id] for ex in a + b})
+    stats = base.ScoreStats()
+    with self.assertLogs(level='WARNING'), verifier_pool.Scorer(
+        verifier, workers=1, imports=('tests.flaky_verifiers',),
+        **scorer_options) as scorer:
+      metrics = evaluate.Evaluator(
+          generator, tok, a + b, scorer, jax.random.key(0),
+          max_prompt_len=8, truncate=False,
+          console=console.Console(lambda _: None))(None, 2)
+      evaluate.evaluate_model(
+          generator, None, tok, scorer, [(0, a), (1, b)],
+          key=jax.random.key(0), threshold=1.0, max_prompt_len=8, batch=2,
+          stats=stats)
+    return metrics, stats
+
+  def test_errors_and_timeouts_are_counted(self):
+    # They were scored 0 and logged once per run: eval/accuracy fell and
+    # nothing in the metrics said why.
+    metrics, stats = self._evaluate(
+        flaky_verifiers.Flaky(sleep_s=30.0),
+        {'a/0': ('raise', 'ok'), 'a/1': ('sleep', 'ok'),
+         'b/0': ('big', 'ok'), 'b/1': ('ok', 'sleep')}, timeout_s=0.5)
+    self.assertEqual(metrics['eval/accuracy'], 0.5)
+    # An out-of-range reward ('big') is an error, as in verify/errors.
+    self.assertEqual(
+        {k: v for k, v in metrics.items() if k.startswith('eval/verify/')},
+        {'eval/verify/errors': 2.0, 'eval/verify/timeouts': 2.0,
+         'eval/verify/printed': 0.0, 'eval/verify/workers_replaced': 0.0})
+    self.assertEqual(evaluate.verify_counts(stats),
+                     {'errors': 2, 'timeouts': 2, 'printed': 0,
+                      'workers_replaced': 0})
+
+  def test_calls_that_printed_are_counted(self):
+    metrics, stats = self._evaluate(
+        flaky_verifiers.Chatty(),
+        {ex: ('ok', 'ok', 'ok') for ex in ('a/0', 'a/1', 'b/0', 'b/1')})
+    self.assertEqual(metrics['eval/verify/printed'], 12.0)
+    self.assertEqual(metrics['eval/verify/errors'], 0.0)
+    self.assertEqual(evaluate.verify_counts(stats)['printed'], 12)
+
+  @absltest.skipUnless(os.path.isdir('/proc/self/fd'), 'Linux only')
+  def test_workers_replaced_are_counted(self):
+    # The worker's open files are counted every 16 calls: 20 calls, one
+    # replacement.
+    import resource  # pylint: disable=g-import-not-at-top
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    metrics, stats = self._evaluate(
+        flaky_verifiers.Leaky(files=limit // 20 + 1),
+        {ex: ('files',) * 5 for ex in ('a/0', 'a/1', 'b/0', 'b/1')},
+        timeout_s=30.0)
+    self.assertEqual(metrics['eval/verify/workers_replaced'], 1.0)
+    self.assertEqual(metrics['eval/accuracy'], 1.0)
+    self.assertEqual(evaluate.verify_counts(stats)['workers_replaced'], 1)
 
 
 class EvaluateCheckpointsTest(absltest.TestCase):

@@ -120,6 +120,48 @@ class SummaryTest(absltest.TestCase):
     self.assertIn('verifier errors / timeouts', table)
     self.assertNotIn('workers replaced', table)
 
+  def test_evaluations_verifier_failures_are_summed_apart(self):
+    # Evaluation scored them 0 and no metric or row counted them.
+    records = _records()
+    records[0].update({'eval/verify/errors': 1.0, 'eval/verify/timeouts': 0.0,
+                       'eval/verify/printed': 3.0,
+                       'eval/verify/workers_replaced': 0.0})
+    records[-1].update({'eval/verify/errors': 2.0,
+                        'eval/verify/timeouts': 1.0,
+                        'eval/verify/printed': 0.0,
+                        'eval/verify/workers_replaced': 1.0})
+    s = summary_lib.summarize(
+        records, steps=10, resumed_from=None, stopped_by=None, warmstart={},
+        cum_prompts_generated=200, cum_groups_used=80, seconds=31.0,
+        dataset_names=['a', 'b'])
+    self.assertEqual((s.eval_verify_errors, s.eval_verify_timeouts,
+                      s.eval_verify_printed, s.eval_verify_workers_replaced),
+                     (3, 1, 3, 1))
+    self.assertEqual((s.verify_errors, s.verify_timeouts), (1, 2))
+    rows = dict(line.split('  ', 1) for line in
+                summary_lib.format_summary(s).splitlines()[2:])
+    rows = {k.strip(): v.strip() for k, v in rows.items()}
+    self.assertEqual(rows['verifier errors / timeouts (scored 0)'], '1 / 2')
+    self.assertEqual(rows['held-out eval: verifier errors / timeouts'],
+                     '3 / 1')
+    self.assertEqual(
+        rows['held-out eval: workers replaced / calls that printed'], '1 / 3')
+    # Evaluations without a failure: the errors row, 0 / 0, alone; a run
+    # that never evaluated has neither.
+    quiet = summary_lib.format_summary(summary_lib.summarize(
+        _records(), steps=10, resumed_from=None, stopped_by=None,
+        warmstart={}, cum_prompts_generated=200, cum_groups_used=80,
+        seconds=31.0, dataset_names=['a', 'b']))
+    self.assertRegex(quiet, r'held-out eval: verifier errors / timeouts +0 / 0')
+    self.assertNotIn('held-out eval: workers', quiet)
+    unevaluated = [{k: v for k, v in r.items() if not k.startswith('eval/')}
+                   for r in _records()]
+    self.assertNotIn('held-out eval', summary_lib.format_summary(
+        summary_lib.summarize(
+            unevaluated, steps=10, resumed_from=None, stopped_by=None,
+            warmstart={}, cum_prompts_generated=200, cum_groups_used=80,
+            seconds=31.0, dataset_names=['a', 'b'])))
+
   def test_rows_line_up_with_wide_dataset_names(self):
     # A CJK glyph takes two terminal columns, a combining accent none.
     records = [{k.replace('/a', '/数学').replace('/b', '/cafe\u0301'): v

@@ -786,6 +786,36 @@ class VerifierFailuresTest(absltest.TestCase):
     self.assertGreater(sum(r['verify/errors'] for r in records), 0)
     self.assertTrue(all(0 <= r['reward/mean'] <= 1 for r in records))
 
+  def test_evaluations_count_their_verifier_failures(self):
+    # Evaluation scored them 0 and its metrics did not say so: a verifier
+    # failing on held-out examples only looked like a worse model.
+    c = _config(total_steps=2)
+    c.data.datasets[0]['verifier'] = 'fails_by_id'
+    c.verify.timeout_s = 0.2
+    workdir = self.create_tempdir().full_path
+    with self.assertLogs(level='WARNING'):
+      summary = train.run(c, workdir, log=lambda _: None)
+    cfg = config_lib.from_config_dict(c)
+    _, _, held_out = loading.load_dataset(cfg, cfg.data.datasets[0], None)
+    ends = [ex.id[-1] for ex in held_out]  # one greedy completion each
+    want = {'eval/verify/errors': float(ends.count('8')),
+            'eval/verify/timeouts': float(ends.count('0')),
+            'eval/verify/printed': 0.0, 'eval/verify/workers_replaced': 0.0}
+    self.assertGreater(want['eval/verify/errors'], 0)
+    self.assertGreater(want['eval/verify/timeouts'], 0)
+    records = metrics_lib.read_metrics(workdir)
+    evals = [r for r in records if 'eval/accuracy' in r]
+    self.assertEqual([r['step'] for r in evals], [0, 2])
+    for r in evals:
+      self.assertEqual({k: v for k, v in r.items()
+                        if k.startswith('eval/verify/')}, want)
+    # The training steps' own counts stay apart.
+    self.assertEqual(summary.verify_errors,
+                     sum(r['verify/errors'] for r in records[1:]))
+    self.assertEqual(
+        (summary.eval_verify_errors, summary.eval_verify_timeouts),
+        (2 * want['eval/verify/errors'], 2 * want['eval/verify/timeouts']))
+
   def test_verifier_prints_are_counted_in_each_steps_metrics(self):
     # They reached one warning on stderr: metrics.jsonl never showed them.
     for collect in ('rounds', 'streaming'):

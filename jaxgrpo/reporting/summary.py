@@ -36,6 +36,12 @@ class RunSummary:
   # memory or open files grew (0 from metrics written before these counts).
   verify_printed: int = 0
   verify_workers_replaced: int = 0
+  # The same counts over the held-out evaluations (`eval/verify/*`; 0 from
+  # metrics written before these counts).
+  eval_verify_errors: int = 0
+  eval_verify_timeouts: int = 0
+  eval_verify_printed: int = 0
+  eval_verify_workers_replaced: int = 0
   # Seconds summed over the steps of the run, those before a resume
   # included: whole steps, generation, verification and held-out evaluation
   # (`seconds` is the wall time of this call only).
@@ -110,6 +116,11 @@ def summarize(
       verify_printed=int(_sum_of(train_records, 'verify/printed')),
       verify_workers_replaced=int(
           _sum_of(train_records, 'verify/workers_replaced')),
+      eval_verify_errors=int(_sum_of(evals, 'eval/verify/errors')),
+      eval_verify_timeouts=int(_sum_of(evals, 'eval/verify/timeouts')),
+      eval_verify_printed=int(_sum_of(evals, 'eval/verify/printed')),
+      eval_verify_workers_replaced=int(
+          _sum_of(evals, 'eval/verify/workers_replaced')),
       step_seconds=_sum_of(train_records, 'perf/step_s'),
       gen_seconds=_sum_of(train_records, 'perf/gen_s'),
       verify_seconds=_sum_of(train_records, 'perf/verify_s'),
@@ -151,6 +162,13 @@ def format_summary(s: RunSummary) -> str:
     # when it happened.
     rows.append(('verifier workers replaced / calls that printed',
                  f'{s.verify_workers_replaced} / {s.verify_printed}'))
+  if s.eval_accuracy_start is not None:  # the run evaluated: the same rows
+    rows.append(('held-out eval: verifier errors / timeouts',
+                 f'{s.eval_verify_errors} / {s.eval_verify_timeouts}'))
+    if s.eval_verify_workers_replaced or s.eval_verify_printed:
+      rows.append(('held-out eval: workers replaced / calls that printed',
+                   f'{s.eval_verify_workers_replaced} / '
+                   f'{s.eval_verify_printed}'))
   rows += [
       # A resumed run's other rows count from step 0; its time from the
       # resume (the GRPO steps before it may take longer than that).
