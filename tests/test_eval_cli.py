@@ -341,6 +341,8 @@ class CommandLineTest(absltest.TestCase):
     for entry in result['checkpoints']:
       self.assertEqual(entry['metrics']['arithmetic']['examples'], 6)
       _check_bounds(self, entry['metrics'])
+      self.assertEqual(entry['verify'], {'errors': 0, 'timeouts': 0,
+                                         'printed': 0, 'workers_replaced': 0})
     lines = stdout.splitlines()
     self.assertEqual(lines[0].split(),
                      ['checkpoint', 'dataset', 'examples', 'pass@1',
@@ -352,6 +354,29 @@ class CommandLineTest(absltest.TestCase):
     subsets = [g for g in result['checkpoints'][0]['metrics'] if '/' in g]
     self.assertLen(rows, 2 * (1 + len(subsets)))
     self.assertEqual(lines[-1], f'wrote {path}')
+
+  def test_verifier_failures_in_the_json_and_under_the_table(self):
+    # They were scored 0, lowering pass@1 and mean@k, and only a warning
+    # logged once said so.
+    path = os.path.join(self.create_tempdir().full_path, 'eval.json')
+    with mock.patch.object(decoder, 'init_params', fixtures.fast_init_params):
+      code, stdout, stderr = _main(
+          f'--config={CONFIG}', '--checkpoint=init', '--k=2',
+          '--temperature=1', '--limit=3', '--batch=4',
+          '--config.data.datasets[0].verifier=fails_by_id',
+          '--config.verify.workers=0', '--config.verify.timeout_s=0.2',
+          f'--json={path}', '--quiet')
+    self.assertEqual(code, 0, stderr)
+    with open(path) as f:
+      (entry,) = json.load(f)['checkpoints']
+    # arithmetic/258 raises on its 2 completions, arithmetic/260 times out.
+    self.assertEqual(entry['verify'], {'errors': 2, 'timeouts': 2,
+                                       'printed': 0, 'workers_replaced': 0})
+    self.assertLessEqual(entry['metrics']['all']['mean@k'], 1 / 3)
+    lines = stdout.splitlines()
+    self.assertEqual(lines[-2:], [
+        'init: verifier errors / timeouts 2 / 2 (scored 0), workers '
+        'replaced / calls that printed 0 / 0', f'wrote {path}'])
 
   def test_runs_of_one_folder_name_get_distinct_rows(self):
     workdir = fixtures.run_workdir()

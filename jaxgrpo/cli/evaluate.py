@@ -23,7 +23,11 @@ succeeding when its reward is >= rollout.easy_threshold:
   pass@k  share of examples with at least one success among k
 
 are reported overall ('all'), per dataset and per subset, in a table and,
-with --json, a file. Every checkpoint samples with the same keys. Mistakes
+with --json, a file. Verifier calls that raised, returned no reward in
+[0, 1] or timed out (scored 0), printed to stdout, and verifier workers
+replaced are counted per checkpoint, as training's `verify/*`: in the file
+('verify') and, when any, in a line under the table. Every checkpoint
+samples with the same keys. Mistakes
 end with one line `jaxgrpo-eval: error: ...` (exit code 2 for the command
 line, the config and checkpoint specs, 1 otherwise: a checkpoint that
 cannot be read).
@@ -147,9 +151,11 @@ def evaluate_checkpoints(
   Returns:
     A JSON-serialisable dict: the settings ('split', 'k', 'temperature',
     'threshold', 'seed', 'limit', 'datasets') and 'checkpoints', one entry
-    per spec in order: {'spec', 'name', 'tag', 'seconds', 'metrics'},
-    metrics mapping 'all', each dataset and each '<dataset>/<subset>' to
-    {'examples', 'pass@1', 'mean@k', 'pass@k'}.
+    per spec in order: {'spec', 'name', 'tag', 'seconds', 'metrics',
+    'verify'}, metrics mapping 'all', each dataset and each
+    '<dataset>/<subset>' to {'examples', 'pass@1', 'mean@k', 'pass@k'},
+    verify holding the verifiers' {'errors', 'timeouts', 'printed',
+    'workers_replaced'} (`evaluate.verify_counts`).
 
   Raises:
     errors.ConfigError: a bad argument or dataset name.
@@ -165,6 +171,7 @@ def evaluate_checkpoints(
   from jaxgrpo import evaluate
   from jaxgrpo.generate import sampling as sampling_lib
   from jaxgrpo.stratify import runner
+  from jaxgrpo.verifiers import base
   # pylint: enable=g-import-not-at-top
   if not isinstance(cfg, config_lib.Config):
     cfg = config_lib.from_config_dict(cfg)
@@ -197,6 +204,7 @@ def evaluate_checkpoints(
           runner.make_generator(cfg, model, k),
           sampling=sampling_lib.Sampling(temperature=temperature))
       tag = runner.tag_of(model.name)
+      stats = base.ScoreStats()
       with tqdm.tqdm(total=len(examples), desc=tag, unit='ex',
                      disable=not progress, dynamic_ncols=True) as bar:
         metrics = evaluate.evaluate_model(
@@ -204,10 +212,12 @@ def evaluate_checkpoints(
             key=key, threshold=threshold,
             max_prompt_len=cfg.rollout.max_prompt_len,
             truncate=cfg.rollout.long_prompts == 'truncate',
-            batch=min(batch, max(len(m) for _, m in loaded)), bar=bar)
+            batch=min(batch, max(len(m) for _, m in loaded)), bar=bar,
+            stats=stats)
       result['checkpoints'].append({
           'spec': spec, 'name': model.name, 'tag': tag,
-          'seconds': round(time.perf_counter() - t0, 3), 'metrics': metrics})
+          'seconds': round(time.perf_counter() - t0, 3), 'metrics': metrics,
+          'verify': evaluate.verify_counts(stats)})
   return _distinct_tags(result)
 
 
@@ -245,6 +255,20 @@ def format_table(result: dict[str, Any]) -> list[str]:
         console.pad(v, w, right=i >= 2)
         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
   return [line(header), *map(line, rows)]
+
+
+def format_verify(result: dict[str, Any]) -> list[str]:
+  """A line per checkpoint whose verifiers failed, printed or lost a
+  worker (the run summary's rows); none for the others."""
+  lines = []
+  for entry in result['checkpoints']:
+    v = entry.get('verify') or {}
+    if any(v.values()):
+      lines.append(
+          f"{entry['tag']}: verifier errors / timeouts {v['errors']} / "
+          f"{v['timeouts']} (scored 0), workers replaced / calls that "
+          f"printed {v['workers_replaced']} / {v['printed']}")
+  return lines
 
 
 # ---------------------------------------------------------------------------
@@ -339,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     except model_spec.ModelSpecError as e:
       raise common.UsageError(str(e)) from None
     result['config'] = ' '.join([args.config, *overrides])
-    for line in format_table(result):
+    for line in format_table(result) + format_verify(result):
       print(line, flush=True)
     if args.json:
       _write_json(args.json, result)
