@@ -225,7 +225,8 @@ def context_length(source: Source) -> int | None:
 
 
 def _architecture(reader: gguf.GGUFReader) -> str:
-  """The file's `general.architecture`, one the decoder models."""
+  """The file's `general.architecture`, one the decoder models, of a file
+  that holds a causal LM (`_causal_lm`)."""
   arch = _field(reader, 'general.architecture')
   if arch in _NOT_TEXT:
     raise GGUFError(
@@ -235,7 +236,49 @@ def _architecture(reader: gguf.GGUFReader) -> str:
         f'{_name(reader)}: architecture {arch!r} is not supported (only '
         f'{", ".join(map(repr, _ARCHITECTURES))})'
     )
+  _causal_lm(reader, arch)
   return arch
+
+
+# What llama.cpp's converter writes for a file of an architecture the
+# decoder models that holds no causal LM: gguf-py's general.type other than
+# 'model' (a LoRA adapter, an imatrix), `<arch>.pooling_type` for a model
+# whose hidden states are pooled into one vector per text (llama.cpp's
+# llama_pooling_type: none, mean, cls, last, rank; src/llama-model.cpp,
+# llama_model::load_hparams, ggml-org/llama.cpp commit
+# 00342301d01add50835550e8a916f12097d94517, reads it for 'qwen2' and
+# 'qwen3', the gte-Qwen2, Qwen3-Embedding and Qwen3-Reranker files), and the
+# labels and head of a classifier or reranker
+# (`<arch>.classifier.output_labels`, tensor `cls.output.weight`).
+_POOLING = ('none', 'mean', 'cls', 'last', 'rank')
+_CLASSIFIER_TENSORS = ('cls.weight', 'cls.output.weight')
+_NEED = 'model.path needs a causal language model (text generation)'
+
+
+def _causal_lm(reader: gguf.GGUFReader, arch: str) -> None:
+  """Refuses an embedding, reranker or adapter file (see `_POOLING`)."""
+  name = _name(reader)
+  kind = _field(reader, 'general.type', 'model')
+  if kind != 'model':
+    raise GGUFError(f'{name}: general.type = {kind!r}: the file holds no '
+                    f"model (it would say 'model'); {_NEED}")
+  key = f'{arch}.pooling_type'
+  if key in reader.fields:
+    pooling = _field(reader, key)
+    what = (_POOLING[pooling] if isinstance(pooling, int)
+            and 0 <= pooling < len(_POOLING) else 'unknown')
+    model = 'a reranker' if what == 'rank' else 'an embedding model'
+    raise GGUFError(
+        f'{name}: {key} = {pooling!r} ({what}): {model} (Qwen3-Embedding, '
+        f'Qwen3-Reranker), not a causal LM; {_NEED}')
+  key = f'{arch}.classifier.output_labels'
+  head = next((t.name for t in reader.tensors
+               if t.name in _CLASSIFIER_TENSORS), None)
+  if key in reader.fields or head is not None:
+    where = f'metadata key {key!r}' if key in reader.fields else (
+        f'tensor {head}')
+    raise GGUFError(f'{name}: {where}: a classifier or reranker, not a '
+                    f'causal LM; {_NEED}')
 
 
 def _rope_scaling(reader: gguf.GGUFReader, arch: str, head_dim: int,

@@ -557,6 +557,36 @@ class TinyGGUFTest(parameterized.TestCase):
                            "architecture 'qwen2moe' is not supported (only "
                            "'llama', 'qwen2', 'qwen3', 'gemma2', 'gemma3')")
 
+  @parameterized.named_parameters(
+      # Qwen3-Embedding and Qwen3-Reranker files are 'qwen3' files with a
+      # pooling type (and the reranker's labels); they loaded as causal LMs.
+      ('embedding', {'qwen3.pooling_type': (3, 'UINT32')}, (),
+       r"qwen3.pooling_type = 3 \(last\): an embedding model "),
+      ('reranker', {'qwen3.pooling_type': (4, 'UINT32'),
+                    'qwen3.classifier.output_labels': (['yes', 'no'],
+                                                       'ARRAY')}, (),
+       r'qwen3.pooling_type = 4 \(rank\): a reranker '),
+      ('labels', {'qwen3.classifier.output_labels': (['a', 'b'], 'ARRAY')},
+       (), "metadata key 'qwen3.classifier.output_labels': a classifier or "
+       'reranker, not a causal LM'),
+      ('head', {}, ('cls.output.weight',),
+       'tensor cls.output.weight: a classifier or reranker, not a causal LM'),
+      ('adapter', {'general.type': ('adapter', 'STRING')}, (),
+       "general.type = 'adapter': the file holds no model"),
+  )
+  def test_embedding_reranker_and_adapter_files_are_refused(
+      self, metadata, head, message):
+    tensors = dict(self.tensors,
+                   **{name: np.ones((2, 64), np.float32) for name in head})
+    path = self.write(tensors, arch='qwen3', metadata={
+        key: (value, gguf.GGUFValueType[vtype])
+        for key, (value, vtype) in metadata.items()})
+    for read in (gguf_loader.load, gguf_loader.config_from_gguf):
+      with self.assertRaisesRegex(
+          gguf_loader.GGUFError,
+          f'^{path}: {message}.*model.path needs a causal language model'):
+        read(path)
+
   def test_missing_tensor(self):
     tensors = dict(self.tensors)
     del tensors['blk.1.ffn_up.weight']
