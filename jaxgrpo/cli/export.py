@@ -342,6 +342,8 @@ def _write_tokenizer(tokenizer, out_dir: str) -> None:
       'pad_token': backend.id_to_token(tokenizer.pad_id),
       'clean_up_tokenization_spaces': False,
   }
+  if getattr(tokenizer, 'add_eos', False):
+    config['add_eos_token'] = True
   bos = tokenizer._template_tokens.get('bos_token')  # pylint: disable=protected-access
   if bos is not None:
     config['bos_token'] = bos

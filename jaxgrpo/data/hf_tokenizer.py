@@ -57,6 +57,9 @@ class HFTokenizer:
     add_bos: whether prompts start with `bos_id` (True exactly when it is
       set).
     eos_id: the end-of-sequence token.
+    add_eos: whether a prompt encoded without the chat template ends with
+      `eos_id` (a GGUF file's tokenizer.ggml.add_eos_token, a post-processor
+      that appends it).
     stop_ids: EOS first, then the other end tokens: those the model's files
       name (generation_config.json's and config.json's eos_token_id, GGUF's
       eot and eom ids) and `END_TOKENS` in the vocabulary.
@@ -78,6 +81,7 @@ class HFTokenizer:
       extra_stop_ids: Sequence[int] = (),
       template_tokens: Mapping[str, str] | None = None,
       source: str = 'tokenizer',
+      add_eos: bool = False,
   ):
     """Wraps `backend`; see `from_parts` for the arguments.
 
@@ -107,6 +111,7 @@ class HFTokenizer:
     self.pad_id = eos_id if pad_id is None else pad_id
     self.add_bos = bool(add_bos) and bos_id is not None
     self.bos_id = bos_id if self.add_bos else None
+    self.add_eos = bool(add_eos)
     stops = [eos_id, *extra_stop_ids]
     stops += [backend.token_to_id(t) for t in END_TOKENS]
     self.stop_ids = tuple(dict.fromkeys(
@@ -136,6 +141,7 @@ class HFTokenizer:
       vocab_size: int | None = None,
       extra_stop_ids: Sequence[int] = (),
       source: str = 'tokenizer',
+      add_eos: bool = False,
   ) -> 'HFTokenizer':
     """A tokenizer built from parts, e.g. those stored in a GGUF file.
 
@@ -152,6 +158,8 @@ class HFTokenizer:
       extra_stop_ids: more tokens that end a completion (a GGUF file's
         end-of-turn and end-of-message tokens).
       source: where the parts came from, for error messages.
+      add_eos: whether the model puts `eos_id` after a prompt encoded
+        without the chat template.
 
     Returns:
       The tokenizer.
@@ -159,7 +167,7 @@ class HFTokenizer:
     return cls(tokenizer, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
                chat_template=chat_template, add_bos=add_bos,
                vocab_size=vocab_size, extra_stop_ids=extra_stop_ids,
-               source=source)
+               source=source, add_eos=add_eos)
 
   @classmethod
   def from_dir(cls, path: str | os.PathLike[str], *,
@@ -177,9 +185,9 @@ class HFTokenizer:
     completion (transformers' generate stops at the first file's, or
     the second's where there is no first), and the first is the EOS where
     no file names an eos_token. The model adds
-    BOS when tokenizer.json's post-processor puts it first, as in
-    transformers 5; add_bos_token counts only where tokenizer.json has no
-    post-processor.
+    BOS when tokenizer.json's post-processor puts it first, and the EOS
+    when it puts it last, as in transformers 5; add_bos_token and
+    add_eos_token count only where tokenizer.json has no post-processor.
 
     Length: its docstring lists the files and fields read; the code reads them
     in one pass.
@@ -258,9 +266,12 @@ class HFTokenizer:
     # transformers 5 ignores add_bos_token next to a tokenizer.json, whose
     # post-processor adds the BOS or not; without one, the flag says.
     if backend.post_processor is not None:
-      add_bos = bos_id is not None and _post_processor_adds(backend, bos_id)
+      before, after = _post_processor_adds(backend)
+      add_bos = bos_id is not None and before[:1] == [bos_id]
+      add_eos = after[-1:] == [eos_id]
     else:
       add_bos = bool(config.get('add_bos_token', False))
+      add_eos = bool(config.get('add_eos_token', False))
     template_tokens = {key: token for key, (token, _) in specials.items()}
     if 'eos_token' not in template_tokens:
       template_tokens['eos_token'] = backend.id_to_token(eos_id)
@@ -270,7 +281,7 @@ class HFTokenizer:
         add_bos=add_bos, vocab_size=vocab_size,
         extra_stop_ids=gen_stops + model_stops,
         template_tokens={k: v for k, v in template_tokens.items() if v},
-        source=path,
+        source=path, add_eos=add_eos,
     )
 
   def encode(self, text: str) -> list[int]:
@@ -427,27 +438,43 @@ def _token_string(value: Any, file: str, key: str) -> str | None:
 
 def backend_to_write(tokenizer: HFTokenizer) -> Any:
   """The `tokenizers.Tokenizer` to write as an export's tokenizer.json: the
-  backend, or where the model adds a BOS that its post-processor does not
-  (a GGUF file's tokenizer) a copy whose post-processor puts it first, as
-  transformers 5 reads it (it ignores add_bos_token next to a tokenizer.json)
-  and `HFTokenizer.from_dir` reads it back."""
+  backend, or where the model adds a BOS or EOS that its post-processor
+  does not (a GGUF file's tokenizer) a copy whose post-processor puts the
+  BOS first and the EOS last, as transformers 5 reads it (it ignores
+  add_bos_token and add_eos_token next to a tokenizer.json) and
+  `HFTokenizer.from_dir` reads it back."""
   backend = tokenizer.backend
-  if not tokenizer.add_bos or _post_processor_adds(backend, tokenizer.bos_id):
+  add_eos = getattr(tokenizer, 'add_eos', False)
+  if not tokenizer.add_bos and not add_eos:
+    return backend
+  bos = [tokenizer.bos_id] if tokenizer.add_bos else []
+  eos = [tokenizer.eos_id] if add_eos else []
+  if (backend.post_processor is not None
+      and _post_processor_adds(backend) == (bos, eos)):
     return backend
   import tokenizers  # pylint: disable=g-import-not-at-top
   written = tokenizers.Tokenizer.from_str(backend.to_str())
-  bos = backend.id_to_token(tokenizer.bos_id)
+
+  def sequence(text: str, type_id: int) -> list[str]:
+    return [f'{piece}:{type_id}' for piece in (
+        [backend.id_to_token(i) for i in bos] + [text]
+        + [backend.id_to_token(i) for i in eos])]
+
   written.post_processor = tokenizers.processors.TemplateProcessing(
-      single=f'{bos}:0 $A:0', pair=f'{bos}:0 $A:0 {bos}:1 $B:1',
-      special_tokens=[(bos, tokenizer.bos_id)])
+      single=sequence('$A', 0), pair=sequence('$A', 0) + sequence('$B', 1),
+      special_tokens=sorted({(backend.id_to_token(i), i) for i in bos + eos}))
   return written
 
 
-def _post_processor_adds(backend: Any, bos_id: int) -> bool:
-  """Whether tokenizer.json's post-processor puts `bos_id` before text."""
+def _post_processor_adds(backend: Any) -> tuple[list[int], list[int]]:
+  """The ids tokenizer.json's post-processor puts before and after text
+  (all before where the text encodes as no ids)."""
   plain = backend.encode('a', add_special_tokens=False).ids
   special = backend.encode('a', add_special_tokens=True).ids
-  return len(special) > len(plain) and special[0] == bos_id
+  for start in range(len(special) - len(plain) + 1 if plain else 0):
+    if special[start:start + len(plain)] == plain:
+      return special[:start], special[start + len(plain):]
+  return special, []
 
 
 def _chat_template(path: str, config: Mapping[str, Any],

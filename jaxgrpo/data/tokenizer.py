@@ -205,8 +205,9 @@ def prompt_ids(tokenizer: Tokenizer, text: str,
   """The token ids a model sees for prompt `text`.
 
   BOS comes first when the tokenizer adds one (`adds_bos`) and the text does
-  not already start with it. With `max_len`, a longer prompt keeps its BOS,
-  if any, and its last tokens.
+  not already start with it; EOS comes last when its `add_eos` (False when
+  absent) is on. With `max_len`, a longer prompt keeps its BOS, if any, and
+  its last tokens.
 
   A tokenizer that applies a chat template (`chat`, set by
   `HFTokenizer.with_prompts`) turns the prompt into the text to encode
@@ -245,6 +246,10 @@ def _encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
   ids = tokenizer.encode(text)
   if adds_bos(tokenizer) and not _starts_with_bos(tokenizer, ids):
     ids = [tokenizer.bos_id] + ids
+  if getattr(tokenizer, 'add_eos', False):
+    # A GGUF file's tokenizer.ggml.add_eos_token: llama.cpp appends the EOS
+    # to what it encodes with special tokens, as transformers does.
+    ids = ids + [tokenizer.eos_id]
   return ids
 
 

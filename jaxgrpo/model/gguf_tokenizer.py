@@ -84,18 +84,25 @@ def _pre_tokenizer(reader: gguf.GGUFReader, pre: str) -> Any:
   )
 
 
-def _adds_bos(reader: gguf.GGUFReader, model: str, pre: str) -> bool:
-  """Whether prompts start with the BOS: the file's
-  tokenizer.ggml.add_bos_token, else llama.cpp's default (see `_BOS_PRE`)."""
-  key = 'tokenizer.ggml.add_bos_token'
+def _flag(reader: gguf.GGUFReader, key: str, default: bool) -> bool:
+  """The bool metadata `key`, or `default` where the file has none."""
   value = gguf_file._field(reader, key, None)
   if value is None:
-    return model == 'llama' or pre in _BOS_PRE
+    return default
   if not isinstance(value, bool):
     raise gguf_file.GGUFError(
-        f'{gguf_file._name(reader)}: metadata key {key!r} = {value!r:.60}: must be a '
-        'bool')
+        f'{gguf_file._name(reader)}: metadata key {key!r} = {value!r:.60}: '
+        'must be a bool')
   return value
+
+
+# The special ids llama.cpp assumes where a file names none, per
+# tokenizer.ggml.model (llama_vocab::impl::load, src/llama-vocab.cpp,
+# commit 00ad355e009e83abf98f96a6ded7193b95763681): SentencePiece BOS 1 and
+# EOS 2, byte-level BPE 11 for both. A default outside the vocabulary is
+# dropped there, and a vocabulary that must add the token but has none is
+# refused (check_add_special_token: "... is true, but ... is not set").
+_DEFAULT_IDS = {'llama': {'bos': 1, 'eos': 2}, 'gpt2': {'bos': 11, 'eos': 11}}
 
 
 def _byte_level_bpe(reader: gguf.GGUFReader, vocab: dict[str, int],
@@ -175,6 +182,60 @@ def _sentencepiece(reader: gguf.GGUFReader, vocab: dict[str, int],
   return tokenizer
 
 
+def _token_id(reader: gguf.GGUFReader, key: str, size: int) -> int | None:
+  """The token id metadata `key` names, or None; one of the `size` ids."""
+  value = gguf_file._typed(reader, key, 'an int', None)
+  if value is not None and not 0 <= value < size:
+    raise gguf_file.GGUFError(
+        f'{gguf_file._name(reader)}: {key} = {value} is outside the '
+        f'{size}-token vocab')
+  return value
+
+
+def _ends(reader: gguf.GGUFReader, model: str, pre: str,
+          size: int) -> dict[str, Any]:
+  """The BOS and EOS of a `size`-token vocabulary and whether prompts get
+  them: `tokenizer_parts`' 'bos_id', 'eos_id', 'add_bos' and 'add_eos'.
+
+  A file without tokenizer.ggml.add_bos_token gets llama.cpp's default
+  (see `_BOS_PRE`); add_eos_token is false where absent. Where it is
+  true, llama_vocab::impl::tokenize (src/llama-vocab.cpp, the commit of
+  `_BOS_PRE`) appends the EOS to a text it encodes with add_special, after
+  the text and whatever it ends with, SentencePiece and BPE alike. A BOS
+  or EOS the file adds but does not name is llama.cpp's default id
+  (`_DEFAULT_IDS`).
+  """
+  name = gguf_file._name(reader)
+  adds = {'bos': _flag(reader, 'tokenizer.ggml.add_bos_token',
+                       model == 'llama' or pre in _BOS_PRE),
+          'eos': _flag(reader, 'tokenizer.ggml.add_eos_token', False)}
+
+  def special_id(kind: str) -> int | None:
+    key = f'tokenizer.ggml.{kind}_token_id'
+    value = _token_id(reader, key, size)
+    if value is not None or not adds[kind]:
+      return value
+    default = _DEFAULT_IDS[model][kind]
+    if default >= size:
+      flag = f'tokenizer.ggml.add_{kind}_token'
+      said = '' if flag in reader.fields else (
+          " (llama.cpp's default for this vocabulary)")
+      raise gguf_file.GGUFError(
+          f'{name}: {flag} is true{said}, but metadata key {key!r} is '
+          f"missing and llama.cpp's default {kind.upper()} id for a "
+          f'{model!r} vocabulary, {default}, is outside the {size}-token '
+          'vocab')
+    return default
+
+  eos_id = special_id('eos')
+  if eos_id is None:
+    raise gguf_file.GGUFError(
+        f"{name}: metadata key 'tokenizer.ggml.eos_token_id' is missing: "
+        'it names the token that ends a completion (and pads)')
+  return {'bos_id': special_id('bos'), 'eos_id': eos_id,
+          'add_bos': adds['bos'], 'add_eos': adds['eos']}
+
+
 def tokenizer_parts(
     source: gguf_file.Source,
 ) -> tuple[tokenizers.Tokenizer, dict[str, Any]]:
@@ -196,16 +257,22 @@ def tokenizer_parts(
 
   Returns:
     (tokenizer, info) with info keys 'eos_id' (an int), 'bos_id', 'pad_id'
-    (ints, or None when the file names none), 'chat_template' (Jinja source or None),
+    (ints, or None when the file names none; a BOS or EOS the file adds
+    but does not name is llama.cpp's default id, see `_DEFAULT_IDS`),
+    'chat_template' (Jinja source or None),
     'add_bos' (whether the model expects a leading BOS: the file's
     tokenizer.ggml.add_bos_token, or where it has none llama.cpp's default
-    for its tokenizer, see `_BOS_PRE`) and 'stop_ids' (the end-of-turn and
+    for its tokenizer, see `_BOS_PRE`), 'add_eos' (whether it appends the
+    EOS where it adds special tokens: tokenizer.ggml.add_eos_token, false
+    where absent, as llama.cpp) and 'stop_ids' (the end-of-turn and
     end-of-message tokens, tokenizer.ggml.eot_token_id and eom_token_id,
     that also end a completion; empty when the file names none).
 
   Raises:
     gguf_file.GGUFError: no tokenizer or no EOS token id, another tokenizer model,
-      or a 'gpt2' pre-tokenizer not modelled here.
+      a 'gpt2' pre-tokenizer not modelled here, an add_bos_token or
+      add_eos_token that is not a bool, or a BOS or EOS to add that the file
+      does not name and whose default id is outside the vocabulary.
   """
   tk = gguf_file._import('tokenizers')
   reader = gguf_file.open_reader(source)
@@ -243,26 +310,13 @@ def tokenizer_parts(
       for i, t in enumerate(types) if t == _USER_DEFINED
   ])
 
-  def token_id(key: str) -> int | None:
-    value = gguf_file._typed(reader, key, 'an int', None)
-    if value is not None and not 0 <= value < len(tokens):
-      raise gguf_file.GGUFError(
-          f'{name}: {key} = {value} is outside the {len(tokens)}-token vocab'
-      )
-    return value
-
-  eos_id = token_id('tokenizer.ggml.eos_token_id')
-  if eos_id is None:
-    raise gguf_file.GGUFError(
-        f"{name}: metadata key 'tokenizer.ggml.eos_token_id' is missing: "
-        'it names the token that ends a completion (and pads)')
+  token_id = lambda key: _token_id(reader, key, len(tokens))
+  ends = _ends(reader, model, pre, len(tokens))
   info = {
-      'bos_id': token_id('tokenizer.ggml.bos_token_id'),
-      'eos_id': eos_id,
+      **ends,  # bos_id, eos_id, add_bos, add_eos
       'pad_id': token_id('tokenizer.ggml.padding_token_id'),
       'chat_template': gguf_file._typed(reader, 'tokenizer.chat_template', 'a string',
                               None),
-      'add_bos': _adds_bos(reader, model, pre),
       # The end-of-turn (Llama 3's <|eot_id|>) and end-of-message
       # (<|eom_id|>) tokens newer files name; llama.cpp stops at them too.
       'stop_ids': tuple(i for i in map(token_id, (

@@ -94,7 +94,8 @@ def load_tokenizer(source: str, *, vocab_size: int | None = None):
       backend, bos_id=info['bos_id'], eos_id=info['eos_id'],
       pad_id=info['pad_id'], chat_template=info['chat_template'],
       add_bos=info['add_bos'], vocab_size=vocab_size,
-      extra_stop_ids=info['stop_ids'], source=source)
+      extra_stop_ids=info['stop_ids'], source=source,
+      add_eos=info['add_eos'])
 
 
 def context_length(source: str) -> int | None:

@@ -571,6 +571,41 @@ class HFTokenizerTest(parameterized.TestCase):
     if _HAS_TRANSFORMERS and post_processor:
       self.assertEqual(ids, _hf(path).encode('the cat'))
 
+  # The EOS likewise: a post-processor that puts it last (as an export of a
+  # GGUF file with tokenizer.ggml.add_eos_token writes), else add_eos_token.
+  @parameterized.named_parameters(
+      ('post_processor', True, None, True),
+      ('post_processor_wins', True, False, True),
+      ('config_ignored', False, True, False),
+      ('no_post_processor', None, True, True),
+      ('no_post_processor_default', None, None, False),
+  )
+  def test_add_eos_rule(self, appends, add_eos_token, adds):
+    path = os.path.join(self.tmp, self._testMethodName)
+    bos, eos = '<|begin_of_text|>', '<|eot_id|>'
+    config = {'bos_token': bos, 'eos_token': eos}
+    if add_eos_token is not None:
+      config['add_eos_token'] = add_eos_token
+
+    def make(backend):
+      if appends is None:
+        return None
+      last = f' {eos}' if appends else ''
+      return processors.TemplateProcessing(
+          single=f'{bos} $A{last}', pair=f'{bos} $A{last} {bos} $B{last}',
+          special_tokens=[(t, backend.token_to_id(t)) for t in (bos, eos)])
+
+    _write(path, _train(_LLAMA_SPECIALS, make), config)
+    tok = hf_tokenizer.HFTokenizer.from_dir(path)
+    self.assertEqual(tok.add_eos, adds)
+    ids = tokenizer_lib.prompt_ids(tok, 'the cat')
+    self.assertEqual(ids[-1] == tok.eos_id, adds)
+    self.assertEqual(ids[:-1] if adds else ids,
+                     ([tok.bos_id] if tok.add_bos else [])
+                     + tok.encode('the cat'))
+    if _HAS_TRANSFORMERS and appends is not None:
+      self.assertEqual(ids, _hf(path).encode('the cat'))
+
   @absltest.skipUnless(_HAS_TRANSFORMERS, _SKIP_HF)
   def test_named_templates_and_jinja_file(self):
     backend = self.backends['chatml']

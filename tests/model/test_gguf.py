@@ -277,7 +277,7 @@ class TinyGGUFTest(parameterized.TestCase):
     self.assertEqual(
         info,
         dict(bos_id=1, eos_id=2, pad_id=None, chat_template=_TEMPLATE,
-             add_bos=True, stop_ids=()),
+             add_bos=True, add_eos=False, stop_ids=()),
     )
     text = 'ab cd ab\n12<|im_end|><tool>'
     tokens = tokenizer.encode(text).tokens
@@ -369,6 +369,95 @@ class TinyGGUFTest(parameterized.TestCase):
     reread = hf_tokenizer.HFTokenizer.from_dir(out)
     self.assertEqual(tokenizer_lib.prompt_ids(reread, text),
                      tokenizer_lib.prompt_ids(tok, text))
+
+  def assert_export_reads_back(self, tok, text: str) -> dict:
+    """Exports `tok`; its prompts read back the same, by jaxgrpo and by
+    tokenizer.json's post-processor (transformers 5). Returns the written
+    tokenizer_config.json."""
+    out = self.create_tempdir().full_path
+    export_cli._write_tokenizer(tok, out)  # pylint: disable=protected-access
+    reread = hf_tokenizer.HFTokenizer.from_dir(out)
+    ids = tokenizer_lib.prompt_ids(tok, text)
+    self.assertEqual(tokenizer_lib.prompt_ids(reread, text), ids)
+    self.assertEqual(reread.backend.encode(text).ids, ids)
+    with open(os.path.join(out, 'tokenizer_config.json')) as f:
+      return json.load(f)
+
+  def test_add_eos_token_appends_eos_to_prompts(self):
+    # llama.cpp appends the EOS where it adds special tokens and the file
+    # says tokenizer.ggml.add_eos_token; the key was not read.
+    key = 'tokenizer.ggml.add_eos_token'
+    value = (True, gguf.GGUFValueType.BOOL)
+    path = self.write(metadata={key: value})
+    _, info = gguf_tokenizer.tokenizer_parts(path)
+    self.assertIs(info['add_eos'], True)
+    tok = pretrained.load_tokenizer(path)
+    ab = tok.encode('ab')
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, 'ab'), [1] + ab + [2])
+    self.assertIs(self.assert_export_reads_back(tok, 'ab')['add_eos_token'],
+                  True)
+    # The chat template writes what the prompt holds; nothing is added.
+    chat = tok.with_prompts(chat=True)
+    self.assertEqual(tokenizer_lib.prompt_ids(chat, 'ab'),
+                     tok.encode(chat.prompt_text('ab')))
+    # A SentencePiece file, with no BOS (as llama.cpp: EOS alone).
+    spm = write_spm_gguf(
+        os.path.join(self.create_tempdir().full_path, 'spm.gguf'),
+        {key: value, 'tokenizer.ggml.add_bos_token':
+         (False, gguf.GGUFValueType.BOOL)})
+    tok = pretrained.load_tokenizer(spm)
+    ids = tok.encode('hello world')
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, 'hello world'), ids + [2])
+    self.assert_export_reads_back(tok, 'hello world')
+    path = self.write(metadata={key: (1, gguf.GGUFValueType.UINT8)})
+    with self.assertRaisesRegex(
+        gguf_loader.GGUFError,
+        f"^{path}: metadata key '{key}' = 1: must be a bool"):
+      pretrained.load_tokenizer(path)
+
+  def test_a_bos_or_eos_to_add_that_the_file_does_not_name(self):
+    # llama.cpp's defaults: SentencePiece BOS 1, EOS 2; byte-level BPE 11.
+    bool_ = gguf.GGUFValueType.BOOL
+    spm = write_spm_gguf(
+        os.path.join(self.create_tempdir().full_path, 'spm.gguf'),
+        {'tokenizer.ggml.bos_token_id': None,
+         'tokenizer.ggml.eos_token_id': None,
+         'tokenizer.ggml.add_eos_token': (True, bool_)})
+    _, info = gguf_tokenizer.tokenizer_parts(spm)
+    self.assertEqual((info['bos_id'], info['eos_id']), (1, 2))
+    tok = pretrained.load_tokenizer(spm)
+    ids = tok.encode('hello')
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, 'hello'), [1] + ids + [2])
+    path = self.write(pre='llama-bpe',
+                      metadata={'tokenizer.ggml.bos_token_id': None,
+                                'tokenizer.ggml.add_bos_token': None})
+    tok = pretrained.load_tokenizer(path)
+    self.assertEqual(tokenizer_lib.prompt_ids(tok, 'ab'),
+                     [11] + tok.encode('ab'))
+    # Where the default is outside the vocabulary, llama.cpp refuses.
+    array = gguf.GGUFValueType.ARRAY
+    small = {'tokenizer.ggml.tokens': (_SPECIALS + ['a', 'b', 'ab'], array),
+             'tokenizer.ggml.token_type': ([3, 3, 3, 4, 1, 1, 1], array),
+             'tokenizer.ggml.merges': (['a b'], array),
+             'tokenizer.ggml.bos_token_id': None}
+    path = self.write(pre='llama-bpe', metadata=dict(
+        small, **{'tokenizer.ggml.add_bos_token': None}))
+    with self.assertRaisesRegex(
+        gguf_loader.GGUFError,
+        f"^{path}: tokenizer.ggml.add_bos_token is true \\(llama.cpp's "
+        "default for this vocabulary\\), but metadata key "
+        "'tokenizer.ggml.bos_token_id' is missing and llama.cpp's default "
+        "BOS id for a 'gpt2' vocabulary, 11, is outside the 7-token vocab"):
+      pretrained.load_tokenizer(path)
+    path = self.write(metadata=dict(
+        small, **{'tokenizer.ggml.eos_token_id': None,
+                  'tokenizer.ggml.add_bos_token': (False, bool_),
+                  'tokenizer.ggml.add_eos_token': (True, bool_)}))
+    with self.assertRaisesRegex(
+        gguf_loader.GGUFError,
+        f'^{path}: tokenizer.ggml.add_eos_token is true, but metadata key '
+        "'tokenizer.ggml.eos_token_id' is missing .* 11, is outside"):
+      pretrained.load_tokenizer(path)
 
   def test_sentencepiece_bytes_specials_and_space_prefix(self):
     path = write_spm_gguf(
@@ -803,7 +892,8 @@ class SmolLM2Test(absltest.TestCase):
   def test_tokenizer(self):
     self.assertEqual(
         {k: v for k, v in self.info.items() if k != 'chat_template'},
-        dict(bos_id=1, eos_id=2, pad_id=2, add_bos=False, stop_ids=()),
+        dict(bos_id=1, eos_id=2, pad_id=2, add_bos=False, add_eos=False,
+             stop_ids=()),
     )
     self.assertEqual(self.tokenizer.get_vocab_size(), self.cfg.vocab_size)
     self.assertEqual(self.tokenizer.encode(' Paris').tokens, ['ĠParis'])

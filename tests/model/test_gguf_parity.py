@@ -236,7 +236,7 @@ class GGUFParityTest(test_hf_parity.TorchParityCase):
                                                 '<|im_end|>'])
     self.assertEqual(info, dict(bos_id=pad, eos_id=eos, pad_id=pad,
                                 chat_template=_CHATML, add_bos=False,
-                                stop_ids=()))
+                                add_eos=False, stop_ids=()))
 
   def test_sentencepiece_tokenizer_encodes_as_transformers_gguf_reader(self):
     # An older Llama 2-style file, without tokenizer.ggml.add_bos_token:
