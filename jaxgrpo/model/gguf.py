@@ -333,6 +333,13 @@ def _config(reader: gguf.GGUFReader) -> ModelConfig:
   if arch in _GEMMA:
     family = _gemma(reader, arch, num_layers, embed_dim // num_heads, head_dim)
   else:
+    # `<arch>.attention.sliding_window` is not read: llama.cpp reads it for
+    # none of 'llama', 'qwen2' and 'qwen3' (src/llama-model.cpp,
+    # llama_model::load_hparams, commit
+    # 00342301d01add50835550e8a916f12097d94517) and attends to every
+    # earlier position in them (src/models/qwen3.cpp: build_attn_inp_kv,
+    # no sliding-window mask), so a window a file states is ignored there
+    # and here.
     family = dict(rope_scaling=_rope_scaling(reader, arch, head_dim, theta),
                   qkv_bias=arch in _BIASED, qk_norm=arch in _QK_NORMED)
   return ModelConfig(

@@ -59,10 +59,11 @@ def _model(tied: bool, seed: int = 3):
                           **(_QWEN3 | dict(tie_word_embeddings=tied)))
 
 
-def _convert(model, path: str, quantize: str | None = None) -> str:
+def _convert(model, path: str, quantize: str | None = None,
+             window: int | None = None) -> str:
   """Writes `model` as convert_hf_to_gguf.py's Qwen3Model would (float32
   tensors; with `quantize`, matrices of that type and norms float32, as
-  llama.cpp quantizes)."""
+  llama.cpp quantizes; with `window`, a qwen3.attention.sliding_window)."""
   c = model.config
   w = gguf.GGUFWriter(path, 'qwen3')
   w.add_context_length(c.max_position_embeddings)
@@ -75,6 +76,8 @@ def _convert(model, path: str, quantize: str | None = None) -> str:
   w.add_layer_norm_rms_eps(c.rms_norm_eps)
   w.add_key_length(c.head_dim)
   w.add_value_length(c.head_dim)
+  if window is not None:
+    w.add_sliding_window(window)
   gguf_parity._add_vocab(w, gguf_parity._qwen2_tokenizer(), c.vocab_size)  # pylint: disable=protected-access
   names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3,
                                    c.num_hidden_layers)
@@ -117,6 +120,24 @@ class Qwen3GGUFTest(parity.TorchParityCase):
       np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs),
                                     err_msg=jax.tree_util.keystr(where))
     self.assertEqual(gguf_loader.context_length(path), 256)
+    self.assert_logits_match(parity._hf_logits(model, self.tokens, self.mask),
+                             graphdef, params)
+
+  def test_a_sliding_window_key_is_ignored_as_llama_cpp_ignores_it(self):
+    # llama.cpp reads no qwen3.attention.sliding_window and attends to
+    # every earlier position: so does the file's model here, with prompts
+    # longer than the window (the transformers model it came from attends
+    # to all of them too: use_sliding_window is off in Qwen3's configs).
+    model = _model(tied=True, seed=6)
+    plain = gguf_loader.config_from_gguf(_convert(model, self.path()))
+    window = 2
+    self.assertGreater(self.tokens.shape[1], window)
+    path = _convert(model, self.path(), window=window)
+    self.assertEqual(gguf_loader.open_reader(path).fields[
+        'qwen3.attention.sliding_window'].contents(), window)
+    cfg, graphdef, params = gguf_loader.load(path)
+    self.assertEqual(cfg, plain)
+    self.assertIsNone(cfg.sliding_window)
     self.assert_logits_match(parity._hf_logits(model, self.tokens, self.mask),
                              graphdef, params)
 
