@@ -11,6 +11,10 @@ by `jaxgrpo.model.gguf`, through the same reader and field lookup.
 
 from __future__ import annotations
 
+import collections
+import heapq
+import itertools
+import logging
 from typing import TYPE_CHECKING, Any
 
 from jaxgrpo.model import gguf as gguf_file
@@ -20,6 +24,8 @@ if TYPE_CHECKING:
   import tokenizers
 
 # pylint: disable=protected-access  # gguf's reader and field lookup
+
+_LOG = logging.getLogger(__name__)  # `jaxgrpo.*`: the CLIs show it
 
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 _UNKNOWN, _CONTROL, _USER_DEFINED, _BYTE = 2, 3, 4, 6
@@ -128,6 +134,72 @@ def _byte_level_bpe(reader: gguf.GGUFReader, vocab: dict[str, int],
   return tokenizer
 
 
+# The most "left of" pairs among merges of one score that `_leftmost_first`
+# orders (a vocabulary whose pieces all score alike, as gguf-py's
+# LlamaHfVocab writes -1000 for each, has millions).
+_MAX_TIE_PAIRS = 1_000_000
+
+
+def _leftmost_first(tied: list[tuple[str, str, float]],
+                    name: str) -> list[tuple[str, str, float]]:
+  """Merges of one score in the order that llama.cpp applies them.
+
+  llama.cpp's SentencePiece tokenizer (llm_tokenizer_spm_session,
+  src/llama-vocab.cpp, ggml-org/llama.cpp commit
+  00ad355e009e83abf98f96a6ded7193b95763681) pops the highest-scoring
+  adjacent pair, and of pairs of equal score the leftmost
+  (llm_bigram_spm::comparator: by score, then by left symbol). Two such
+  pairs compete only where they overlap, X = (p, q) just left of
+  Y = (q, r): so X goes before Y in the merge list, whose order
+  `tokenizers` follows. Merges no overlap orders keep their order in
+  `tied`. A cycle (X = (a, b) and Y = (b, a)) has no such order: llama.cpp
+  merges 'aba' as ab + a, 'bab' as ba + b; a warning says so.
+  """
+  by_left = collections.defaultdict(list)
+  for j, (left, _, _) in enumerate(tied):
+    by_left[left].append(j)
+  after = lambda j: [k for k in by_left.get(tied[j][1], ()) if k != j]
+  pairs = sum(len(by_left.get(right, ())) for _, right, _ in tied)
+  if len(tied) < 2 or not pairs:
+    return tied
+  if pairs > _MAX_TIE_PAIRS:
+    _LOG.warning(
+        '%s: tokenizer.ggml.scores gives %d merges the score %g: they are '
+        "not put in llama.cpp's leftmost-first order (too many overlaps), "
+        'so text where they meet may encode otherwise than in llama.cpp',
+        name, len(tied), tied[0][2])
+    return tied
+  before = [0] * len(tied)  # how many merges must go first
+  for j in range(len(tied)):
+    for k in after(j):
+      before[k] += 1
+  ready = [j for j in range(len(tied)) if not before[j]]
+  heapq.heapify(ready)
+  order = []
+  while ready:
+    j = heapq.heappop(ready)
+    order.append(j)
+    for k in after(j):
+      before[k] -= 1
+      if not before[k]:
+        heapq.heappush(ready, k)
+  rest = [j for j in range(len(tied)) if before[j]]
+  order += rest
+  # Runs of one character (Gemma's spaces and newlines, user-defined pieces
+  # of score 0) cycle too, but merge to the same pieces in either order.
+  rest = [j for j in rest if len(set(tied[j][0] + tied[j][1])) > 1]
+  if rest:
+    example = ' and '.join(f'{tied[j][0]!r} + {tied[j][1]!r}'
+                           for j in rest[:2])
+    _LOG.warning(
+        '%s: tokenizer.ggml.scores gives %d merges of score %g that overlap '
+        'one another both ways (%s): llama.cpp merges the leftmost of two '
+        'first, which no merge order follows, so text where they meet may '
+        'encode otherwise than in llama.cpp', name, len(rest), tied[0][2],
+        example)
+  return [tied[j] for j in order]
+
+
 def _sentencepiece(reader: gguf.GGUFReader, vocab: dict[str, int],
                    tokens: list[str], types: list[int]) -> tokenizers.Tokenizer:
   """The 'llama' tokenizer: SentencePiece BPE, as llama.cpp's SPM tokenizer
@@ -158,6 +230,8 @@ def _sentencepiece(reader: gguf.GGUFReader, vocab: dict[str, int],
     merges += [(left, right, scores[i]) for left, right in splits]
   # Stable: pairs of equal key keep the order above, as transformers'.
   merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+  merges = [m for _, tied in itertools.groupby(merges, key=lambda m: m[2])
+            for m in _leftmost_first(list(tied), name)]
   unknown = next((t for t, k in zip(tokens, types) if k == _UNKNOWN), None)
   tokenizer = tk.Tokenizer(tk.models.BPE(
       vocab=vocab, merges=[(left, right) for left, right, _ in merges],

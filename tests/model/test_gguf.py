@@ -6,6 +6,7 @@ checked against a NumPy forward pass written from llama.cpp's conventions
 and by greedy decoding.
 """
 
+import heapq
 import importlib.util
 import json
 import os
@@ -219,6 +220,40 @@ def write_spm_gguf(
       w.add_key_value(key, *entry)
   write_tensors(w, ())
   return path
+
+
+def llama_cpp_spm(pieces: dict[str, float], text: str) -> list[str]:
+  """llama.cpp's SentencePiece merging of `text` (llm_tokenizer_spm_session,
+  src/llama-vocab.cpp, ggml-org/llama.cpp commit
+  00ad355e009e83abf98f96a6ded7193b95763681) over `pieces` (piece: score)
+  that hold each character of `text`: the highest-scoring adjacent pair
+  whose join is a piece merges first, of equal scores the leftmost."""
+  symbols = list(text)
+  prev = list(range(-1, len(symbols) - 1))
+  nxt = list(range(1, len(symbols))) + [-1]
+  queue = []
+
+  def add(left: int, right: int) -> None:
+    if left != -1 and right != -1:
+      joined = symbols[left] + symbols[right]
+      if joined in pieces:  # top: highest score, then smallest left
+        heapq.heappush(queue, (-pieces[joined], left, right, len(joined)))
+
+  for i in range(1, len(symbols)):
+    add(i - 1, i)
+  while queue:
+    _, left, right, size = heapq.heappop(queue)
+    if (not symbols[left] or not symbols[right]
+        or len(symbols[left]) + len(symbols[right]) != size):
+      continue
+    symbols[left] += symbols[right]
+    symbols[right] = ''
+    nxt[left] = nxt[right]
+    if nxt[right] != -1:
+      prev[nxt[right]] = left
+    add(prev[left], left)
+    add(left, nxt[left])
+  return [piece for piece in symbols if piece]
 
 
 @absltest.skipUnless(_HAS_LIBS, _NO_LIBS)
@@ -458,6 +493,59 @@ class TinyGGUFTest(parameterized.TestCase):
         f'^{path}: tokenizer.ggml.add_eos_token is true, but metadata key '
         "'tokenizer.ggml.eos_token_id' is missing .* 11, is outside"):
       pretrained.load_tokenizer(path)
+
+  def write_spm_pieces(self, pieces: dict[str, float]) -> str:
+    """A SentencePiece file of SPM_TOKENS and `pieces` (piece: score, in id
+    order), without a space prefix."""
+    array = gguf.GGUFValueType.ARRAY
+    return write_spm_gguf(
+        os.path.join(self.create_tempdir().full_path, 'spm.gguf'), {
+            'tokenizer.ggml.tokens': (SPM_TOKENS + list(pieces), array),
+            'tokenizer.ggml.scores': (_SPM_SCORES + list(pieces.values()),
+                                      array),
+            'tokenizer.ggml.token_type': (_SPM_TYPES + [1] * len(pieces),
+                                          array),
+            'tokenizer.ggml.add_space_prefix': (False,
+                                                gguf.GGUFValueType.BOOL)})
+
+  def test_sentencepiece_merges_of_equal_score_leftmost_first(self):
+    # llama.cpp merges the leftmost of two pairs of equal score: 'abc' is
+    # ab + c. The merges were ordered by vocabulary id, and 'bc' comes
+    # before 'ab' here: a + bc.
+    pieces = {'a': -20.0, 'b': -21.0, 'c': -22.0, 'x': -23.0,
+              'cx': -30.0, 'bc': -30.0, 'ab': -30.0, 'abc': -10.0,
+              'bcx': -5.0}
+    tok = pretrained.load_tokenizer(self.write_spm_pieces(pieces))
+    tokens = SPM_TOKENS + list(pieces)
+    encode = lambda text: [tokens[i] for i in tok.encode(text)]
+    self.assertEqual(encode('abc'), ['abc'])
+    self.assertEqual(encode('abcx'), ['abc', 'x'])
+    self.assertEqual(encode('bcxa'), ['bcx', 'a'])
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+      text = ''.join(rng.choice(list('abcx'), rng.integers(1, 12)))
+      self.assertEqual(encode(text), llama_cpp_spm(pieces, text), text)
+
+  def test_sentencepiece_merges_that_no_order_follows_are_named(self):
+    # 'ab' and 'ba' of one score: llama.cpp merges 'aba' as ab + a and
+    # 'bab' as ba + b; a fixed merge order gives one of them otherwise.
+    pieces = {'a': -20.0, 'b': -21.0, 'ab': -30.0, 'ba': -30.0}
+    with self.assertLogs('jaxgrpo.model.gguf_tokenizer', 'WARNING') as logs:
+      pretrained.load_tokenizer(self.write_spm_pieces(pieces))
+    self.assertRegex(
+        logs.output[0], "spm.gguf: tokenizer.ggml.scores gives 2 merges of "
+        "score -30 that overlap one another both ways \\('a' \\+ 'b' and "
+        "'b' \\+ 'a'\\): llama.cpp merges the leftmost of two first")
+    # Runs of one character of one score (Gemma's spaces and newlines) cycle
+    # too, but merge as llama.cpp's in any order: nothing to report.
+    space = '\u2581'
+    pieces = {space: -1.0, **{space * k: 0.0 for k in (2, 3, 5, 8)}}
+    with self.assertNoLogs('jaxgrpo.model.gguf_tokenizer', 'WARNING'):
+      tok = pretrained.load_tokenizer(self.write_spm_pieces(pieces))
+    tokens = SPM_TOKENS + list(pieces)
+    for n in range(1, 30):
+      self.assertEqual([tokens[i] for i in tok.encode(' ' * n)],
+                       llama_cpp_spm(pieces, space * n), n)
 
   def test_sentencepiece_bytes_specials_and_space_prefix(self):
     path = write_spm_gguf(
