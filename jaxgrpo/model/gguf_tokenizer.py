@@ -7,6 +7,10 @@ the special token ids and a chat template. `tokenizer_parts` rebuilds a
 ('gpt2': SmolLM2, Qwen2, DeepSeek-R1-Distill-Qwen, Llama 3) or SentencePiece
 ('llama': Llama 2, Mistral, TinyLlama, Gemma). The model's weights are read
 by `jaxgrpo.model.gguf`, through the same reader and field lookup.
+
+Size: both tokenizer models llama.cpp reads (byte-level BPE with the
+regexes of its pre-tokenizers, SentencePiece with its merge order) and the
+special-token rules they share read one file's metadata in one pass.
 """
 
 from __future__ import annotations
@@ -41,17 +45,31 @@ _DIGIT_SPLIT_PRE = (
     'minerva',
 )
 # tokenizer.ggml.pre values that split text by their Hugging Face
-# tokenizer's regex (llama.cpp's own copy of it) before byte-level BPE, and
-# whether that tokenizer first applies Unicode NFC.
+# tokenizer's regexes (llama.cpp's own copies of them), each regex the
+# pieces of the one before, before byte-level BPE, and whether that
+# tokenizer first applies Unicode NFC.
 _LETTERS = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|"
             r'\p{N}%s| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+')
+# DeepSeek-V3's: groups of up to three digits, runs of CJK ideographs and
+# kana, then words, punctuation and spaces (llama.cpp's DEEPSEEK3_LLM type,
+# llm_tokenizer_bpe in src/llama-vocab.cpp, the commit below).
+_DEEPSEEK3 = (
+    r'\p{N}{1,3}',
+    '[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+',
+    r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|"""
+    r'[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|'
+    r'\s*[\r\n]+|\s+(?!\S)|\s+',
+)
 _REGEX_PRE = {
-    'qwen2': (_LETTERS % '', True),  # Qwen2/2.5: digits one by one.
+    'qwen2': ((_LETTERS % '',), True),  # Qwen2/2.5: digits one by one.
     # DeepSeek-R1-Distill-Qwen (1.5B to 32B): Qwen2.5's tokenizer with
     # DeepSeek's special tokens; llama.cpp reads the name as its QWEN2 type
     # (src/llama-vocab.cpp, commit 00ad355e009e83abf98f96a6ded7193b95763681).
-    'deepseek-r1-qwen': (_LETTERS % '', True),
-    'llama-bpe': (_LETTERS % '{1,3}', False),  # Llama 3.x: up to 3 digits.
+    'deepseek-r1-qwen': ((_LETTERS % '',), True),
+    'llama-bpe': ((_LETTERS % '{1,3}',), False),  # Llama 3.x: up to 3 digits.
+    # DeepSeek-V3 and R1, and the Qwen3 model that shares their tokenizer
+    # (DeepSeek-R1-0528-Qwen3-8B); no normalization, as in llama.cpp.
+    'deepseek-v3': (_DEEPSEEK3, False),
 }
 
 # A file without tokenizer.ggml.add_bos_token (older Llama 2, Mistral and
@@ -80,8 +98,9 @@ def _pre_tokenizer(reader: gguf.GGUFReader, pre: str) -> Any:
     )
   if pre in _REGEX_PRE:
     return tk.pre_tokenizers.Sequence([
-        tk.pre_tokenizers.Split(tk.Regex(_REGEX_PRE[pre][0]),
-                                behavior='isolated', invert=False),
+        *(tk.pre_tokenizers.Split(tk.Regex(regex), behavior='isolated',
+                                  invert=False)
+          for regex in _REGEX_PRE[pre][0]),
         tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
   raise gguf_file.GGUFError(

@@ -668,6 +668,47 @@ class TinyGGUFTest(parameterized.TestCase):
     for token in _R1_SPECIALS:
       self.assertEqual(tokenizer.encode(token).tokens, [token])
 
+  @absltest.skipUnless(importlib.util.find_spec('regex'), 'pip install regex')
+  def test_deepseek_v3_pre_tokenizer_splits_as_llama_cpp(self):
+    # DeepSeek-V3's three regexes, as llama.cpp's llm_tokenizer_bpe holds
+    # them for its DEEPSEEK3_LLM type (src/llama-vocab.cpp), applied as
+    # llama.cpp's unicode_regex_split applies them: each regex splits the
+    # pieces of the one before, matches and the text between kept. The
+    # file was refused ('deepseek-v3' is not supported).
+    import regex  # pylint: disable=g-import-not-at-top
+    regexes = (
+        '\\p{N}{1,3}', '[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+',
+        '[!"#$%&\'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|'
+        '[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|'
+        '\\s*[\r\n]+|\\s+(?!\\S)|\\s+')
+
+    def llama_cpp_pieces(text: str) -> list[str]:
+      pieces = [text]
+      for expr in regexes:
+        split = []
+        for piece in pieces:
+          start = 0
+          for m in regex.finditer(expr, piece):
+            split += [piece[start:m.start()]] if m.start() > start else []
+            split += [m.group()] if m.group() else []
+            start = m.end()
+          split += [piece[start:]] if start < len(piece) else []
+        pieces = split
+      chars = tokenizer_lib._byte_chars()  # pylint: disable=protected-access
+      return [''.join(chars[b] for b in p.encode()) for p in pieces]
+
+    tokenizer, _ = gguf_tokenizer.tokenizer_parts(self.write(
+        arch='qwen3', pre='deepseek-v3'))
+    for text in ('12345', 'x = 3.14159e10', ' \u6211\u60f3\u5728apple\u5de5\u4f5c2024\u5e74',
+                 '.Hello, world!Hi', "I've 'RE you", 'a\n\n  b \r\n\tc   ',
+                 'e\u0301t\u00e9 \U0001f680\u3002\u3053\u3093\u306b\u3061\u306f\u30ab\u30ca',
+                 '$x+=1;// done', '\uff08\u5168\u89d2\uff09 \u00bd \u2160 caf\u00e9'):
+      ours = [p for p, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text)]
+      self.assertEqual(ours, llama_cpp_pieces(text), text)
+    # Digits in groups of up to three: the '1 2' merge applies.
+    self.assertEqual(tokenizer.encode('1212 ab').tokens,
+                     ['12', '1', '2', '\u0120ab'])
+
   @absltest.skipUnless(importlib.util.find_spec('jinja2'), 'pip install jinja2')
   def test_deepseek_r1_distill_qwen_chat_prompt(self):
     # As the files carry: add_bos_token true, a template that writes the
@@ -864,7 +905,7 @@ class TinyGGUFTest(parameterized.TestCase):
     with self.assertRaisesRegex(
         gguf_loader.GGUFError,
         f"^{path}: tokenizer.ggml.pre = 'mystery' is not supported "
-        r'\(known: .*qwen2, deepseek-r1-qwen, llama-bpe\)'):
+        r'\(known: .*qwen2, deepseek-r1-qwen, llama-bpe, deepseek-v3\)'):
       gguf_tokenizer.tokenizer_parts(path)
 
   def test_smollm2_path_names_the_install_command(self):
