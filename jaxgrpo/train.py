@@ -260,7 +260,8 @@ def _first_eval(parts: build.Run, state: train_state_lib.TrainState,
   first = parts.evaluator(state.policy_params, 0)
   writer.write(0, first)
   if first:
-    console.info(f'step 0: held-out accuracy {first["eval/accuracy"]:.3f}')
+    console.info('step 0: held-out accuracy '
+                 + console_lib.eval_part(first).removeprefix('eval '))
   parts.save(0, state, meta)
 
 
@@ -401,7 +402,7 @@ class _Loop:
     if step % cfg.log_every == 0 or step == cfg.total_steps:
       line = self.window.line(step, cfg.total_steps, metrics)
       if 'eval/accuracy' in metrics:
-        line += f'  eval {metrics["eval/accuracy"]:.3f}'
+        line += '  ' + console_lib.eval_part(metrics)
       if step < cfg.total_steps:
         per_step = ((time.monotonic() - self.loop_start)
                     / (step - self.start_step))

@@ -80,6 +80,16 @@ class ConsoleTest(absltest.TestCase):
           'train/skipped counts the steps)',
           f'step 3: no informative group in {spent}; update skipped'])
 
+  def test_eval_part_shows_verifier_failures_only_when_there_are_some(self):
+    zero = {'eval/accuracy': 0.5, 'eval/verify/errors': 0.0,
+            'eval/verify/timeouts': 0.0, 'eval/verify/printed': 3.0}
+    self.assertEqual(console_lib.eval_part(zero), 'eval 0.500')
+    self.assertEqual(console_lib.eval_part({'eval/accuracy': 0.5}),
+                     'eval 0.500')  # metrics written before the counts
+    self.assertEqual(
+        console_lib.eval_part({**zero, 'eval/verify/timeouts': 1.0}),
+        'eval 0.500 (verifier errors 0, timeouts 1: scored 0)')
+
   def test_width_counts_terminal_columns(self):
     # Wide and full-width glyphs take 2, combining marks and zero-width
     # characters 0, half-width katakana 1.

@@ -793,8 +793,9 @@ class VerifierFailuresTest(absltest.TestCase):
     c.data.datasets[0]['verifier'] = 'fails_by_id'
     c.verify.timeout_s = 0.2
     workdir = self.create_tempdir().full_path
+    lines = []
     with self.assertLogs(level='WARNING'):
-      summary = train.run(c, workdir, log=lambda _: None)
+      summary = train.run(c, workdir, log=lines.append)
     cfg = config_lib.from_config_dict(c)
     _, _, held_out = loading.load_dataset(cfg, cfg.data.datasets[0], None)
     ends = [ex.id[-1] for ex in held_out]  # one greedy completion each
@@ -815,6 +816,16 @@ class VerifierFailuresTest(absltest.TestCase):
     self.assertEqual(
         (summary.eval_verify_errors, summary.eval_verify_timeouts),
         (2 * want['eval/verify/errors'], 2 * want['eval/verify/timeouts']))
+    # The console showed the accuracy alone, as if the model scored it.
+    failed = (f'(verifier errors {ends.count("8")}, timeouts '
+              f'{ends.count("0")}: scored 0)')
+    shown = [line for line in lines if line.startswith(('step 0:', 'step 2/2'))]
+    self.assertLen(shown, 2, lines)
+    self.assertRegex(shown[0], r'^step 0: held-out accuracy \d\.\d{3} '
+                     + re.escape(failed) + '$')
+    self.assertRegex(shown[1], r'  eval \d\.\d{3} ' + re.escape(failed) + '$')
+    step_one = [line for line in lines if line.startswith('step 1/2')]
+    self.assertNotIn('verifier', step_one[0])  # not evaluated
 
   def test_verifier_prints_are_counted_in_each_steps_metrics(self):
     # They reached one warning on stderr: metrics.jsonl never showed them.

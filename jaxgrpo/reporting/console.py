@@ -154,6 +154,20 @@ def postfix(metrics: dict[str, float]) -> str:
   return ' '.join(parts)
 
 
+def eval_part(metrics: dict[str, float]) -> str:
+  """`eval <accuracy>` of an evaluated step's console line, followed by the
+  evaluation's verifier failures when it had any (`eval/verify/errors`,
+  `eval/verify/timeouts`: those completions were scored 0, so the
+  accuracy is lower than the model's): `eval 0.400 (verifier errors 2,
+  timeouts 2: scored 0)`. Nothing is added when both are 0."""
+  part = f'eval {metrics["eval/accuracy"]:.3f}'
+  errors = int(metrics.get('eval/verify/errors', 0))
+  timeouts = int(metrics.get('eval/verify/timeouts', 0))
+  if errors or timeouts:
+    part += f' (verifier errors {errors}, timeouts {timeouts}: scored 0)'
+  return part
+
+
 def explain_no_update(step: int, metrics: dict[str, float], ro,
                       console: Console, waiting: bool) -> None:
   """Says why a step took no update (a short batch only when it starts
