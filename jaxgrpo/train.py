@@ -214,7 +214,8 @@ def _fresh_state(cfg: config_lib.Config, parts: build.Run,
     params = result.params
     meta = {**meta, 'warmstart': {'steps': result.steps,
                                   'pass_rate': result.pass_rate,
-                                  'seconds': result.seconds}}
+                                  'seconds': result.seconds,
+                                  'verify': result.verify}}
   state = sharding.shard(
       train_state_lib.create_train_state(
           parts.graphdef, params, parts.optimizer,

@@ -5,6 +5,11 @@ model fails everything, so the demo first trains it with teacher forcing on
 (prompt, answer) pairs and stops as soon as the sampled pass rate on training
 prompts reaches a target: the point where the jump in skill happens depends
 on the seed, so the stop is measured, not a fixed step count.
+
+The checks score with the run's verifiers, and count their failures as
+evaluation does (`evaluate.verify_counts`): a verifier that raises or times
+out scores 0, so a check where every call failed measures the verifier, not
+the model, and its line says so.
 """
 
 from collections.abc import Callable, Sequence
@@ -27,6 +32,7 @@ from jaxgrpo.example import Example
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import decoder
 from jaxgrpo.typing import PyTree
+from jaxgrpo.verifiers import base
 from jaxgrpo.verifiers import pool as verifier_pool
 
 _LOG = logging.getLogger(__name__)
@@ -34,11 +40,33 @@ _LOG = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WarmStartResult:
+  """The warm start's params, steps, last pass rate, wall time, (step, pass
+  rate) of each check, and the verifiers' counts summed over the checks
+  (`evaluate.verify_counts`: errors, timeouts, printed, workers_replaced)."""
+
   params: PyTree
   steps: int
   pass_rate: float
   seconds: float
   history: tuple[tuple[int, float], ...]
+  verify: dict[str, int] = dataclasses.field(
+      default_factory=lambda: evaluate.verify_counts(base.ScoreStats()))
+
+
+def check_failures(counts: dict[str, int], calls: int) -> str:
+  """What a pass-rate check's line adds about its verifier failures (''
+  when none): ', verifier errors 2, timeouts 1 of 16 calls (scored 0)',
+  or, when every call failed, a sentence that says the pass rate measures
+  the verifier, not the model."""
+  errors, timeouts = counts['errors'], counts['timeouts']
+  if not errors + timeouts:
+    return ''
+  what = f'verifier errors {errors}, timeouts {timeouts}'
+  if errors + timeouts < calls:
+    return f', {what} of {calls} calls (scored 0)'
+  return (f'; every one of its {calls} verifier calls failed ({what}, each '
+          'scored 0): this pass rate measures the verifier, not the model '
+          '(the verifier logged why)')
 
 
 def drawn_examples(examples: Sequence[Example],
@@ -125,6 +153,42 @@ def _sft_step(params, opt_state, inputs, targets, loss_mask, *, graphdef,
   return optax.apply_updates(params, updates), opt_state, loss
 
 
+class _Checks:
+  """The warm start's pass-rate checks: `checks(params, step)` samples the
+  check set, logs one line (`progress`, or `notice` when every verifier
+  call failed: it measured only the verifier) and returns the mean reward;
+  `history`, `total` (the verifiers' counts) and `all_failed` (of the last
+  check) accumulate."""
+
+  def __init__(self, generator, tokenizer, check_set, scorer, rng, *,
+               max_prompt_len, truncate, head, target, progress, notice):
+    self.sample = functools.partial(
+        evaluate.sample_rewards, generator, tokenizer=tokenizer,
+        examples=check_set, scorer=scorer, max_prompt_len=max_prompt_len,
+        truncate=truncate, chunk_size=len(check_set))
+    self.rng, self.head, self.target = rng, head, target
+    self.progress, self.notice = progress, notice
+    self.start = time.perf_counter()
+    self.history: list[tuple[int, float]] = []
+    self.total = base.ScoreStats()
+    self.all_failed = False
+
+  def __call__(self, params: PyTree, step: int) -> float:
+    stats = base.ScoreStats()
+    rewards = self.sample(params, rng=jax.random.fold_in(self.rng, step),
+                          stats=stats)
+    self.total.add(stats)
+    rate = float(rewards.mean())
+    self.history.append((step, rate))
+    counts = evaluate.verify_counts(stats)
+    self.all_failed = counts['errors'] + counts['timeouts'] == rewards.size
+    (self.notice if self.all_failed else self.progress)(
+        f'{self.head(step)}: sampled pass rate {rate:.3f} (target '
+        f'{self.target:.2f}), {time.perf_counter() - self.start:.1f}s'
+        + check_failures(counts, rewards.size))
+    return rate
+
+
 def warm_start(
     graphdef: nnx.GraphDef,
     params: PyTree,
@@ -171,14 +235,18 @@ def warm_start(
     seq_len: padded length of a teacher-forced sequence.
     truncate_prompts: cut prompts longer than `max_prompt_len` as rollouts
       do with rollout.long_prompts='truncate' (otherwise they raise).
-    progress: receives one line per check.
+    progress: receives one line per check (with its verifier failures,
+      when any: `check_failures`).
     on_step: called after each step with the step and the pass rate just
       measured (None between checks), e.g. to advance a progress bar.
-    notice: receives one line when the budget is spent short of the target.
+    notice: receives one line when the budget is spent short of the target,
+      and, instead of `progress`, the line of a check whose every verifier
+      call failed.
 
   Returns:
     The warm-started params, steps taken, the last measured pass rate, the
-    wall time and the (step, pass rate) history.
+    wall time, the (step, pass rate) history and the checks' verifier
+    counts.
   """
   # Examples whose sequence cannot fit are not taught (a long-tailed QA
   # answer); check_lengths bounds how many that may be.
@@ -199,23 +267,12 @@ def warm_start(
   check_set = [train_examples[i] for i in np_rng.choice(
       len(train_examples), size=min(check_examples, len(train_examples)),
       replace=False)]
-  start = time.perf_counter()
-  history: list[tuple[int, float]] = []
+  check = _Checks(
+      check_generator, tokenizer, check_set, scorer, rng,
+      max_prompt_len=max_prompt_len, truncate=truncate_prompts,
+      head=lambda step: f'warm start step {step}/{max_steps}',
+      target=target_pass_rate, progress=progress, notice=notice)
   pass_rate, step = 0.0, 0
-
-  def check(step: int) -> float:
-    rewards = evaluate.sample_rewards(
-        check_generator, params, tokenizer, check_set, scorer,
-        jax.random.fold_in(rng, step), max_prompt_len=max_prompt_len,
-        truncate=truncate_prompts, chunk_size=len(check_set),
-    )
-    rate = float(rewards.mean())
-    history.append((step, rate))
-    progress(
-        f'warm start step {step}/{max_steps}: sampled pass rate {rate:.3f} '
-        f'(target {target_pass_rate:.2f}), {time.perf_counter() - start:.1f}s'
-    )
-    return rate
 
   while step < max_steps:
     idx = np_rng.integers(0, len(train_examples), size=batch_size)
@@ -228,7 +285,7 @@ def warm_start(
     step += 1
     checked = step % check_every == 0 or step == max_steps
     if checked:
-      pass_rate = check(step)
+      pass_rate = check(params, step)
     if on_step is not None:
       on_step(step, pass_rate if checked else None)
     if checked and pass_rate >= target_pass_rate:
@@ -240,8 +297,11 @@ def warm_start(
         f'target {target_pass_rate:.2f} (warmstart.target_pass_rate); the '
         'run goes on from these weights, and GRPO learns only from the '
         'groups whose rewards differ: raise warmstart.max_steps (or '
-        'warmstart.learning_rate) to reach the target')
+        'warmstart.learning_rate) to reach the target'
+        + ('; but every verifier call of the last check failed: make the '
+           'verifier work first' if check.all_failed else ''))
   return WarmStartResult(
       params=params, steps=step, pass_rate=pass_rate,
-      seconds=time.perf_counter() - start, history=tuple(history),
+      seconds=time.perf_counter() - check.start,
+      history=tuple(check.history), verify=evaluate.verify_counts(check.total),
   )

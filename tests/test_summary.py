@@ -162,6 +162,26 @@ class SummaryTest(absltest.TestCase):
             warmstart={}, cum_prompts_generated=200, cum_groups_used=80,
             seconds=31.0, dataset_names=['a', 'b'])))
 
+  def test_the_warm_starts_verifier_failures_are_in_its_row(self):
+    # Its pass-rate checks scored them 0 and the row showed the steps alone.
+    def row(warmstart):
+      s = summary_lib.summarize(
+          _records(), steps=10, resumed_from=None, stopped_by=None,
+          warmstart=warmstart, cum_prompts_generated=200, cum_groups_used=80,
+          seconds=31.0, dataset_names=['a'])
+      rows = dict(line.split('  ', 1) for line in
+                  summary_lib.format_summary(s).splitlines()[2:])
+      return {k.strip(): v.strip() for k, v in rows.items()}[
+          'warm start steps']
+
+    counts = {'errors': 3, 'timeouts': 1, 'printed': 0, 'workers_replaced': 0}
+    self.assertEqual(row({'steps': 40, 'pass_rate': 0.0, 'verify': counts}),
+                     '40 (its pass-rate checks: verifier errors / timeouts '
+                     '3 / 1, scored 0)')
+    zero = dict.fromkeys(counts, 0)
+    self.assertEqual(row({'steps': 40, 'verify': zero}), '40')
+    self.assertEqual(row({'steps': 40}), '40')  # a note before the counts
+
   def test_rows_line_up_with_wide_dataset_names(self):
     # A CJK glyph takes two terminal columns, a combining accent none.
     records = [{k.replace('/a', '/数学').replace('/b', '/cafe\u0301'): v

@@ -827,6 +827,35 @@ class VerifierFailuresTest(absltest.TestCase):
     step_one = [line for line in lines if line.startswith('step 1/2')]
     self.assertNotIn('verifier', step_one[0])  # not evaluated
 
+  def test_the_warm_starts_checks_count_their_verifier_failures(self):
+    # They scored 0 and nothing said so: the summary showed the steps alone.
+    c = _config(total_steps=0, **{'warmstart.enabled': True,
+                                  'warmstart.max_steps': 2,
+                                  'warmstart.check_every': 1,
+                                  'warmstart.check_examples': 16,
+                                  'verify.timeout_s': 0.2, 'eval.every': 0})
+    c.data.datasets[0]['verifier'] = 'fails_by_id'
+    workdir = self.create_tempdir().full_path
+    lines = []
+    with self.assertLogs(level='WARNING'):
+      summary = train.run(c, workdir, log=lines.append)
+    checks = [line for line in lines if line.startswith('warm start step')]
+    self.assertLen(checks, 2, lines)
+    errors = timeouts = 0
+    for line in checks:
+      found = re.search(r', verifier errors (\d+), timeouts (\d+) of (\d+) '
+                        r'calls \(scored 0\)$', line)
+      self.assertIsNotNone(found, line)
+      errors += int(found[1])
+      timeouts += int(found[2])
+    self.assertGreater(errors + timeouts, 0)
+    self.assertEqual((summary.warmstart_verify_errors,
+                      summary.warmstart_verify_timeouts), (errors, timeouts))
+    self.assertRegex(
+        [line for line in lines if line.startswith('run summary')][0],
+        r'warm start steps +2 \(its pass-rate checks: verifier errors / '
+        rf'timeouts {errors} / {timeouts}, scored 0\)')
+
   def test_verifier_prints_are_counted_in_each_steps_metrics(self):
     # They reached one warning on stderr: metrics.jsonl never showed them.
     for collect in ('rounds', 'streaming'):

@@ -15,6 +15,7 @@ from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.verifiers import pool as verifier_pool
+from tests import flaky_verifiers
 
 
 class WarmStartTest(absltest.TestCase):
@@ -100,6 +101,62 @@ class WarmStartTest(absltest.TestCase):
         check_examples=8, max_prompt_len=6, seq_len=8, notice=notices.append)
     self.assertEqual(result.steps, 30)
     self.assertLen(notices, 1)  # the target was met: nothing more to say
+
+  def test_checks_count_their_verifier_failures(self):
+    # A verifier that raised or timed out scored 0 in the checks and no
+    # line said so: the warm start could spend its budget on a pass rate
+    # of 0 that measured the verifier.
+    tok = tokenizer_lib.CharTokenizer()
+    cfg = model_config.preset('tiny', vocab_size=tok.vocab_size)
+    graphdef, params = decoder.init_params(cfg, jax.random.key(0))
+    gen = Generator(graphdef=graphdef, model_cfg=cfg,
+                    sampling=sampling.Sampling(temperature=1.0),
+                    max_new_tokens=3, num_samples=2,
+                    stop_tokens=(tok.eos_id,), pad_id=tok.pad_id)
+    spec = arithmetic.ArithmeticSpec(max_digits=1)
+
+    def run(ids):
+      # fails_by_id raises on ids ending in 8, times out on those in 0.
+      lines, notices = [], []
+      with verifier_pool.Scorer(flaky_verifiers.fails_by_id,
+                                timeout_s=0.2) as scorer, \
+          self.assertLogs(level='WARNING'):
+        result = warmstart.warm_start(
+            graphdef, params, tokenizer=tok,
+            train_examples=arithmetic.make_examples(spec, ids, name='a'),
+            check_generator=gen, scorer=scorer, rng=jax.random.key(1),
+            max_steps=2, batch_size=4, learning_rate=1e-2,
+            target_pass_rate=1.1, check_every=1, check_examples=len(ids),
+            max_prompt_len=6, seq_len=8, progress=lines.append,
+            notice=notices.append)
+      return result, lines, notices
+
+    # a/8 raises, a/10 times out: 2 and 2 of each check's 2 x 5 calls.
+    result, lines, notices = run([1, 2, 8, 10, 11])
+    self.assertEqual(result.verify, {'errors': 4, 'timeouts': 4,
+                                     'printed': 0, 'workers_replaced': 0})
+    self.assertLen(lines, 2)
+    for line in lines:
+      self.assertRegex(line, r'sampled pass rate \d\.\d{3} .*, verifier '
+                       r'errors 2, timeouts 2 of 10 calls \(scored 0\)$')
+    self.assertLen(notices, 1)  # the budget spent: nothing about verifiers
+    self.assertNotIn('verifier call', notices[0])
+    # Every call fails: each check's line says so, shown as a notice.
+    result, lines, notices = run([8, 18, 28])
+    self.assertEqual((result.verify['errors'], result.verify['timeouts']),
+                     (12, 0))
+    self.assertEqual(result.pass_rate, 0.0)
+    self.assertEqual(lines, [])
+    self.assertLen(notices, 3)
+    for line in notices[:2]:
+      self.assertRegex(line, (
+          r'^warm start step \d/2: sampled pass rate 0\.000 .*; every one of '
+          r'its 6 verifier calls failed \(verifier errors 6, timeouts 0, '
+          r'each scored 0\): this pass rate measures the verifier, not the '
+          r'model'))
+    self.assertRegex(notices[2], r'short of the target .*; but every '
+                     'verifier call of the last check failed: make the '
+                     'verifier work first$')
 
 
 if __name__ == '__main__':

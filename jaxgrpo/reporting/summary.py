@@ -42,6 +42,11 @@ class RunSummary:
   eval_verify_timeouts: int = 0
   eval_verify_printed: int = 0
   eval_verify_workers_replaced: int = 0
+  # The warm start's pass-rate checks' verifier errors and timeouts (its
+  # checkpoint note's `verify`; 0 without one, or from a note written
+  # before these counts).
+  warmstart_verify_errors: int = 0
+  warmstart_verify_timeouts: int = 0
   # Seconds summed over the steps of the run, those before a resume
   # included: whole steps, generation, verification and held-out evaluation
   # (`seconds` is the wall time of this call only).
@@ -121,6 +126,10 @@ def summarize(
       eval_verify_printed=int(_sum_of(evals, 'eval/verify/printed')),
       eval_verify_workers_replaced=int(
           _sum_of(evals, 'eval/verify/workers_replaced')),
+      warmstart_verify_errors=int(
+          warmstart.get('verify', {}).get('errors', 0)),
+      warmstart_verify_timeouts=int(
+          warmstart.get('verify', {}).get('timeouts', 0)),
       step_seconds=_sum_of(train_records, 'perf/step_s'),
       gen_seconds=_sum_of(train_records, 'perf/gen_s'),
       verify_seconds=_sum_of(train_records, 'perf/verify_s'),
@@ -140,7 +149,11 @@ def format_summary(s: RunSummary) -> str:
        + (f' (resumed at {s.resumed_from})'
           if s.resumed_from is not None else '')
        + (f' (stopped by {s.stopped_by})' if s.stopped_by else '')),
-      ('warm start steps', str(s.warmstart_steps)),
+      ('warm start steps', str(s.warmstart_steps) + (
+          f' (its pass-rate checks: verifier errors / timeouts '
+          f'{s.warmstart_verify_errors} / {s.warmstart_verify_timeouts}, '
+          'scored 0)' if s.warmstart_verify_errors
+          or s.warmstart_verify_timeouts else '')),
       # The last evaluation may come before the last step (eval.every=0:
       # step 0 only; a stop between evaluations).
       ('held-out accuracy', f'{fmt(s.eval_accuracy_start)} -> '
