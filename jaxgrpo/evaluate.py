@@ -37,6 +37,7 @@ def sample_rewards(
     chunk_size: int = 64,
     on_chunk: Callable[[int], None] | None = None,
     stats: base.ScoreStats | None = None,
+    failed: np.ndarray | None = None,
 ) -> np.ndarray:
   """Rewards [E, k] of k = generator.num_samples completions per example.
 
@@ -48,7 +49,8 @@ def sample_rewards(
   otherwise they raise `PromptTooLongError`. `on_chunk` receives the number
   of examples each chunk finished (a progress bar's `update`); `stats`,
   when given, gets the verifiers' failure counts added (the same on every
-  process).
+  process); `failed`, when given, an [E, k] bool array, is set True where
+  a completion's verifier call failed (`scored.Scored.failed`).
   """
   out = np.zeros((len(examples), generator.num_samples), np.float32)
   for start in range(0, len(examples), chunk_size):
@@ -56,10 +58,12 @@ def sample_rewards(
     scored = scored_lib.generate_and_score(
         generator, params, tokenizer, chunk, scorer,
         jax.random.fold_in(rng, start), max_prompt_len=max_prompt_len,
-        truncate=truncate, rows=chunk_size)
+        truncate=truncate, rows=chunk_size, failures=failed is not None)
     out[start:start + len(chunk)] = scored.rewards
     if stats is not None:
       stats.add(scored.stats)
+    if failed is not None:
+      failed[start:start + len(chunk)] = scored.failed
     if on_chunk is not None:
       on_chunk(len(chunk))
   return out

@@ -27,6 +27,7 @@ def score_rows(
     examples: Sequence[Example],
     *,
     on_host: np.ndarray | None = None,
+    failed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, base.ScoreStats]:
   """Rewards [N] of the first N = len(examples) rows of `tokens` [>= N, T].
 
@@ -34,7 +35,10 @@ def score_rows(
   the same rewards and failure counts on every process. `on_host` is the
   whole of `tokens` where the caller already gathered it to the host
   (rollouts do, to build the batch): the owned rows are read from it
-  instead of being copied from the devices a second time.
+  instead of being copied from the devices a second time. `failed`, when
+  given, is an [N] bool array set True at the rows whose verifier call
+  failed (raised, gave no reward in [0, 1] or timed out; scored 0), the
+  same on every process.
   """
   n = len(examples)
   if isinstance(tokens, jax.Array):
@@ -45,7 +49,15 @@ def score_rows(
   else:  # host rows (stand-in generators): all here
     rows, held = np.arange(n), np.asarray(tokens)[:n]
   texts = [decode(row) for row in held]
-  part, stats = scorer.score(texts, [examples[i] for i in rows])
+  if failed is None:
+    part, stats = scorer.score(texts, [examples[i] for i in rows])
+  else:
+    part, stats, outcomes = scorer.score(
+        texts, [examples[i] for i in rows], with_details=True)
+    failed[:] = False
+    failed[rows] = [out.kind != 'ok' for out in outcomes]
+    if jax.process_count() > 1:
+      failed[:] = multihost.sum_over_processes(failed.astype(np.int32)) > 0
   rewards = np.zeros(n, np.float32)
   rewards[rows] = part
   if jax.process_count() > 1:

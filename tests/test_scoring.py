@@ -38,6 +38,22 @@ class ScoreRowsTest(absltest.TestCase):
       np.testing.assert_array_equal(rewards, [1.0, 0.0, 1.0, 0.0])
       self.assertEqual(stats, base.ScoreStats(errors=1))
 
+  def test_failed_rows_are_marked(self):
+    # Stratification names the examples whose every call failed: a count
+    # alone could not say which.
+    tok = tokenizer_lib.make_tokenizer('char')
+    rows = np.array([tok.encode(t) for t in ['12', '99', '77']], np.int32)
+    examples = [Example(id=str(i), prompt='p', answer='12', dataset='d')
+                for i in range(3)]
+    failed = np.ones(3, bool)
+    with verifier_pool.Scorer({'d': _raise_on_9}) as scorer:
+      for tokens in (rows, jnp.asarray(rows)):
+        rewards, stats = scoring.score_rows(scorer, tok.decode, tokens,
+                                            examples, failed=failed)
+        np.testing.assert_array_equal(rewards, [1.0, 0.0, 0.0])
+        np.testing.assert_array_equal(failed, [False, True, False])
+        self.assertEqual(stats, base.ScoreStats(errors=1))
+
   def test_calls_that_printed_are_counted(self):
     # Counted by the scorer; score_rows passed on the failures alone.
     def prints_on_7(completion, example):

@@ -48,6 +48,9 @@ class Scored:
       unless asked for (`gather`).
     rewards: [E, K] float32, the same on every process.
     stats: the verifiers' failures.
+    failed: [E, K] bool, the completions whose verifier call failed (scored
+      0; `scoring.score_rows`), the same on every process; None unless
+      asked for (`failures`).
     gen_s: seconds generating (and gathering).
     verify_s: seconds decoding and verifying.
   """
@@ -58,6 +61,7 @@ class Scored:
   completions: Completions | None
   rewards: np.ndarray
   stats: base.ScoreStats
+  failed: np.ndarray | None
   gen_s: float
   verify_s: float
 
@@ -85,6 +89,7 @@ def generate_and_score(
     truncate: bool = False,
     rows: int | None = None,
     gather: bool = False,
+    failures: bool = False,
 ) -> Scored:
   """Samples and scores K = generator.num_samples completions per example.
 
@@ -104,6 +109,8 @@ def generate_and_score(
     gather: keep the completions, gathered to the host on every process
       (rollouts build their batch from them); otherwise each process only
       reads the rows it verifies.
+    failures: mark the completions whose verifier call failed (`failed`;
+      the scorer then hands back each call's outcome).
 
   Returns:
     The prompts, completions (with `gather`), rewards and timings.
@@ -138,12 +145,13 @@ def generate_and_score(
   gen_s = time.perf_counter() - t0
   k = generator.num_samples
   t0 = time.perf_counter()
+  failed = np.zeros(n * k, bool) if failures else None
   rewards, stats = scoring.score_rows(
       scorer, tokenizer.decode, generated.tokens,
       [ex for ex in examples for _ in range(k)],
-      on_host=None if host is None else host.tokens)
+      on_host=None if host is None else host.tokens, failed=failed)
   verify_s = time.perf_counter() - t0
   return Scored(
       prompt_tokens=tokens, prompt_mask=mask, truncated=truncated,
       completions=host, rewards=rewards.reshape(n, k), stats=stats,
-      gen_s=gen_s, verify_s=verify_s)
+      failed=None if failed is None else failed.reshape(n, k), gen_s=gen_s, verify_s=verify_s)
