@@ -15,8 +15,10 @@ training examples, sampled under the checkpoint labelled <tag>, with columns
 
 and, in its schema metadata (key `jaxgrpo.stratify`), JSON describing how it
 was made: the checkpoint spec, K, seed, threshold, sampling settings, config
-file, dataset size and fingerprint, sharding and chunking, and its `format`
-(`FORMAT`; none: 1), which readers of an older one refuse. Parts are written
+file, dataset size and fingerprint, sharding and chunking, its verifier
+calls and failures (`verify`: counts, and the ids of the examples whose
+every call failed) and its `format` (`FORMAT`; none: 1), which readers of
+an older one refuse. Parts are written
 to a `*.tmp` file and renamed, so a part that reads is complete; the summary
 is rebuilt from the parts alone (`write_summary`).
 
@@ -379,6 +381,19 @@ TAG_KEYS = ('spec', 'policy', 'config', 'k', 'seed', 'success_threshold',
             'sampling')
 
 
+def _add_verify(total: dict[str, Any], part: Mapping[str, Any] | None
+                ) -> None:
+  """Adds a part's `verify` description (its verifier calls, their counts
+  and the ids of the examples whose every call failed) to `total`."""
+  if not part:
+    return
+  for key, value in part.items():
+    if key == 'all_failed':
+      total['all_failed'] = sorted({*total.get('all_failed', ()), *value})
+    else:
+      total[key] = total.get(key, 0) + int(value)
+
+
 def summarize(out_dir: str) -> dict[str, Any]:
   """The summary of `out_dir`'s parts (see `write_summary`)."""
   _, pq = _arrow()
@@ -394,12 +409,16 @@ def summarize(out_dir: str) -> dict[str, Any]:
       checkpoints.setdefault(tag, {key: info.get(key) for key in TAG_KEYS})
       checkpoints[tag].setdefault('datasets', {})[dataset] = {
           'num_shards': info.get('num_shards'), 'chunk': info.get('chunk')}
-      ids = set()
+      ids, verify = set(), {}
       for path in paths.values():
         ids.update(pq.read_table(path, columns=['id'])['id'].to_pylist())
+        described = part_info(path)
         entry['examples'] = max(entry['examples'],
-                                int(part_info(path).get('examples', 0)))
+                                int(described.get('examples', 0)))
+        _add_verify(verify, described.get('verify'))
       entry['done'][tag] = len(ids)
+      if verify:  # parts written before the counts have none
+        entry.setdefault('verify', {})[tag] = verify
     datasets[dataset] = entry
   return {'format': FORMAT, 'checkpoints': dict(sorted(checkpoints.items())),
           'datasets': datasets}
@@ -409,8 +428,11 @@ def write_summary(out_dir: str) -> dict[str, Any]:
   """Rebuilds `OUT/summary.json` from the part files and returns it.
 
   The summary maps each checkpoint tag to its spec, K, seed, success
-  threshold and config file, and each dataset to its number of examples
-  and the examples done per tag. Any process may rewrite it at any time.
+  threshold and config file, and each dataset to its number of examples,
+  the examples done per tag and, per tag, its verifier counts (`verify`:
+  calls, errors, timeouts, printed, workers_replaced, and `all_failed`,
+  the ids of the examples whose every call failed, whose pass rate of 0
+  measures the verifier). Any process may rewrite it at any time.
   """
   summary = summarize(out_dir)
 

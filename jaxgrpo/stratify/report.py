@@ -113,7 +113,7 @@ def report(
                         if dataset in tables},
         POOLED: strata_table(rates, edges),
     }
-  passrates.write_summary(out_dir)
+  summary = passrates.write_summary(out_dir)
   result['plot'] = (_plot(out_dir, pooled, per_tag, edges, log) if plot
                     else None)
   for line in format_tables(result):
@@ -126,6 +126,15 @@ def report(
             f'examples of dataset {dataset} that its jaxgrpo-stratify run '
             'set out to measure (interrupted, or shards not run yet): the '
             'same jaxgrpo-stratify run command finishes it')
+      failed = summary['datasets'][dataset].get('verify', {}).get(
+          tag, {}).get('all_failed', [])
+      if failed:
+        log(f'checkpoint {tag}: {len(failed)} examples of dataset {dataset} '
+            'had every verifier call fail: their pass rate of 0 measures '
+            'the verifier, not the model, yet they count in the lowest '
+            f'stratum here ({", ".join(failed[:5])}'
+            + (', ...' if len(failed) > 5 else '') + '; all of them in '
+            f'{os.path.join(out_dir, passrates.SUMMARY)})')
   path = os.path.join(out_dir, STRATA_JSON)
 
   def write(tmp: str) -> None:

@@ -7,6 +7,15 @@ Chunk c of shard i of the dataset at config index d samples with the key
 fold_in(fold_in(fold_in(key(seed), d), i), c): a run resumed after a crash
 skips the chunks whose part exists and gives exactly the pass rates of a
 run that never stopped.
+
+Verifier failures (a call that raises, gives no reward in [0, 1] or times
+out scores 0) are counted per run (`Counts`) and per part (its `verify`
+description, summed per tag in summary.json); an example whose every call
+failed would be filed as hard for want of a verifier, so it is named.
+
+Size: the `run` command's whole path: its settings and their checks, the
+checks of what an earlier run left in the output directory, the sampling
+loop and the counts it reports.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +42,7 @@ from jaxgrpo.generate.generator import Generator
 from jaxgrpo.reporting import console
 from jaxgrpo.stratify import passrates
 from jaxgrpo.typing import PyTree
+from jaxgrpo.verifiers import base
 from jaxgrpo.verifiers import pool as verifier_pool
 
 Log = Callable[[str], None]
@@ -95,14 +105,49 @@ class Settings:
 
 @dataclasses.dataclass
 class Counts:
-  """Examples sampled now and examples found done (resumed)."""
+  """Examples sampled now and examples found done (resumed); of those
+  sampled now, the verifier calls made, their failures (`stats`) and the
+  examples whose every call failed, as (tag, dataset, id)."""
 
   done: int = 0
   resumed: int = 0
+  calls: int = 0
+  stats: base.ScoreStats = dataclasses.field(default_factory=base.ScoreStats)
+  all_failed: list[tuple[str, str, str]] = dataclasses.field(
+      default_factory=list)
 
   def add(self, other: 'Counts') -> None:
     self.done += other.done
     self.resumed += other.resumed
+    self.calls += other.calls
+    self.stats.add(other.stats)
+    self.all_failed += other.all_failed
+
+
+def failure_lines(counts: Counts, out_dir: str) -> list[str]:
+  """The lines that report the verifier failures of a run (none without
+  any): their counts and, when every call of some example failed, those
+  examples (the first 10 named; summary.json lists them all)."""
+  verify = evaluate.verify_counts(counts.stats)
+  if not any(verify.values()):
+    return []
+  lines = [f'stratify: verifier errors {verify["errors"]}, timeouts '
+           f'{verify["timeouts"]} of {counts.calls} calls (scored 0), calls '
+           f'that printed {verify["printed"]}, workers replaced '
+           f'{verify["workers_replaced"]}']
+  if counts.all_failed:
+    named = ', '.join(f'{i} ({tag}, {d})' for tag, d, i in
+                      counts.all_failed[:10])
+    more = len(counts.all_failed) - 10
+    lines.append(
+        f'stratify: {len(counts.all_failed)} examples had every verifier '
+        'call fail, so their pass rate of 0 measures the verifier, not the '
+        f'model, and they would be filed as hard: {named}'
+        + (f' and {more} more' if more > 0 else '') + ' (all of them in '
+        f'{os.path.join(out_dir, passrates.SUMMARY)}: datasets.<dataset>.'
+        'verify.<tag>.all_failed); fix the verifier and measure them again '
+        'under another --out')
+  return lines
 
 
 def shard_chunks(total: int, settings: Settings) -> list[range]:
@@ -211,12 +256,15 @@ def stratify(
         if c in done:
           continue
         chunk = [examples[i] for i in members]
+        stats, failed = base.ScoreStats(), np.zeros((len(chunk), k), bool)
         rewards = evaluate.sample_rewards(
             generator, params, tokenizer, chunk, scorer,
             jax.random.fold_in(dataset_key, c),
             max_prompt_len=settings.max_prompt_len,
             truncate=settings.truncate,
-            chunk_size=min(settings.batch, settings.chunk))
+            chunk_size=min(settings.batch, settings.chunk), stats=stats,
+            failed=failed)
+        all_failed = [ex.id for ex, f in zip(chunk, failed) if f.all()]
         passrates.write_part(
             out_dir, name, tag, shard=settings.shard,
             num_shards=settings.num_shards, part=c,
@@ -224,8 +272,12 @@ def stratify(
             k=np.full(len(chunk), k),
             passes=(rewards >= settings.threshold).sum(axis=1),
             mean_reward=rewards.mean(axis=1),
-            info={**part_info, 'part': c})
-        counts.done += len(chunk)
+            info={**part_info, 'part': c, 'verify': {
+                **evaluate.verify_counts(stats), 'calls': int(failed.size),
+                'all_failed': all_failed}})
+        counts.add(Counts(done=len(chunk), calls=int(failed.size),
+                          stats=stats, all_failed=[
+                              (tag, name, i) for i in all_failed]))
         bar.update(len(chunk))
     counts.resumed += resumed
   return counts
@@ -397,4 +449,6 @@ def run(
       f'(done before), K={k}, shard {settings.shard} of '
       f'{settings.num_shards}, in {time.perf_counter() - t0:.1f}s; pass '
       f'rates in {out_dir}')
+  for line in failure_lines(counts, out_dir):
+    log(line)
   return counts

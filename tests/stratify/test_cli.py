@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
 
 from jaxgrpo.cli import stratify as stratify_cli
+from jaxgrpo.model import decoder
 from jaxgrpo.stratify import passrates
 from tests.stratify import fixtures
 
@@ -52,8 +54,13 @@ class CommandLineTest(absltest.TestCase):
     self.assertEqual(summary['checkpoints'][tag]['k'], 3)
     self.assertEqual(
         summary['checkpoints'][tag]['sampling']['temperature'], 0.5)
+    # exact_match never fails: each tag's 6 x 3 calls, none failed.
+    clean = {'errors': 0, 'timeouts': 0, 'printed': 0, 'workers_replaced': 0,
+             'calls': 18, 'all_failed': []}
     self.assertEqual(summary['datasets']['arithmetic'],
-                     {'examples': 6, 'done': {tag: 6, 'init': 6}})
+                     {'examples': 6, 'done': {tag: 6, 'init': 6},
+                      'verify': {tag: clean, 'init': clean}})
+    self.assertNotIn('verifier', stdout)
     # The same command again finds everything done.
     code, stdout, stderr = _main(*args)
     self.assertEqual(code, 0, stderr)
@@ -66,6 +73,34 @@ class CommandLineTest(absltest.TestCase):
     with open(os.path.join(out, 'strata.json')) as f:
       self.assertEqual(json.load(f)['checkpoints'], [tag])
     self.assertTrue(os.path.exists(os.path.join(out, 'pass_rates.png')))
+
+  def test_verifier_failures_are_printed_and_written(self):
+    # They were scored 0 with a warning logged once: arithmetic/0 and
+    # arithmetic/8 were filed at pass rate 0, as hard, for want of a verifier.
+    out = self.create_tempdir().full_path
+    with mock.patch.object(decoder, 'init_params', fixtures.fast_init_params):
+      code, stdout, stderr = _main(
+          'run', f'--config={CONFIG}', '--checkpoint=init', f'--out={out}',
+          '--k=2', '--limit=10', '--chunk=4', '--batch=4',
+          '--config.data.datasets[0].verifier=fails_by_id',
+          "--config.verify.imports=('tests.flaky_verifiers',)",
+          '--config.verify.workers=0', '--config.verify.timeout_s=0.2',
+          '--quiet')
+    self.assertEqual(code, 0, stderr)
+    # fails_by_id raises on arithmetic/8, times out on arithmetic/0.
+    self.assertIn('stratify: verifier errors 2, timeouts 2 of 20 calls '
+                  '(scored 0), calls that printed 0, workers replaced 0\n',
+                  stdout)
+    self.assertIn(
+        'stratify: 2 examples had every verifier call fail, so their pass '
+        'rate of 0 measures the verifier, not the model, and they would be '
+        'filed as hard: arithmetic/0 (init, arithmetic), arithmetic/8 '
+        f'(init, arithmetic) (all of them in {out}/summary.json: ', stdout)
+    with open(os.path.join(out, passrates.SUMMARY)) as f:
+      verify = json.load(f)['datasets']['arithmetic']['verify']
+    self.assertEqual(verify, {'init': {
+        'errors': 2, 'timeouts': 2, 'printed': 0, 'workers_replaced': 0,
+        'calls': 20, 'all_failed': ['arithmetic/0', 'arithmetic/8']}})
 
   def test_mistakes_end_with_one_line(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')

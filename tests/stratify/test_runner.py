@@ -1,5 +1,6 @@
 """The runner's core with a scripted model: rates, resume and shards."""
 
+import json
 import os
 import signal
 import subprocess
@@ -11,8 +12,10 @@ import numpy as np
 
 from jaxgrpo import errors
 from jaxgrpo.stratify import passrates
+from jaxgrpo.stratify import report
 from jaxgrpo.stratify import runner
 from jaxgrpo.verifiers import pool as verifier_pool
+from tests import flaky_verifiers
 from tests.stratify import fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -159,8 +162,12 @@ class ShardTest(absltest.TestCase):
     self.assertEqual(passrates.read(out)['a'].ids,
                      sorted(ex.id for ex in examples))
     summary = passrates.write_summary(out)
-    self.assertEqual(summary['datasets']['a'],
-                     {'examples': 40, 'done': {'scripted': 40}})
+    # Both shards' verifier calls, none failed (exact_match).
+    self.assertEqual(summary['datasets']['a'], {
+        'examples': 40, 'done': {'scripted': 40},
+        'verify': {'scripted': {'errors': 0, 'timeouts': 0, 'printed': 0,
+                                'workers_replaced': 0, 'calls': 40 * 8,
+                                'all_failed': []}}})
 
   def test_shard_settings_are_checked(self):
     for kwargs, pattern in ((dict(shard=2, num_shards=2), '--shard=2'),
@@ -179,6 +186,71 @@ class ShardTest(absltest.TestCase):
                                chunk=2, shard=1, num_shards=3)
     self.assertEqual([list(c) for c in runner.shard_chunks(10, settings)],
                      [[1, 4], [7]])
+
+
+class VerifierFailuresTest(absltest.TestCase):
+
+  def test_failures_are_counted_and_examples_that_always_failed_named(self):
+    # A verifier that raised or timed out scored 0 and nothing said so: the
+    # examples it always failed on were filed as hard, at pass rate 0.
+    out = self.create_tempdir().full_path
+    tok, examples, rates = fixtures.scripted_dataset(12)  # a/0 ... a/11
+    gen = fixtures.KeyedGenerator(tok, examples, rates, group_size=2)
+    # fails_by_id raises on a/8 and times out on a/0 and a/10; every other
+    # completion (digits) scores 1.
+    with verifier_pool.Scorer(flaky_verifiers.fails_by_id,
+                              timeout_s=0.2) as scorer, \
+        self.assertLogs(level='WARNING'):
+      counts = runner.stratify(
+          out, tag='t', info={'policy': 'p', 'sampling': {}}, generator=gen,
+          params=None, tokenizer=tok, scorer=scorer,
+          datasets=[(0, 'a', examples)], progress=False,
+          settings=runner.Settings(seed=0, threshold=1.0, max_prompt_len=8,
+                                   chunk=4))
+    self.assertEqual((counts.calls, counts.stats.errors,
+                      counts.stats.timeouts), (24, 2, 4))
+    self.assertEqual(counts.all_failed,
+                     [('t', 'a', 'a/0'), ('t', 'a', 'a/8'), ('t', 'a', 'a/10')])
+    lines = runner.failure_lines(counts, out)
+    self.assertLen(lines, 2)
+    self.assertEqual(lines[0], 'stratify: verifier errors 2, timeouts 4 of '
+                     '24 calls (scored 0), calls that printed 0, workers '
+                     'replaced 0')
+    self.assertRegex(lines[1], (
+        r'^stratify: 3 examples had every verifier call fail, so their pass '
+        r'rate of 0 measures the verifier, not the model, and they would be '
+        r'filed as hard: a/0 \(t, a\), a/8 \(t, a\), a/10 \(t, a\) \(all '
+        r'of them in .*summary\.json: datasets\.<dataset>\.verify\.<tag>\.'
+        r'all_failed\)'))
+    # summary.json (`run` writes it) sums the parts' counts per tag.
+    summary = passrates.write_summary(out)
+    self.assertEqual(summary['datasets']['a']['verify'], {'t': {
+        'errors': 2, 'timeouts': 4, 'printed': 0, 'workers_replaced': 0,
+        'calls': 24, 'all_failed': ['a/0', 'a/10', 'a/8']}})
+    shown = []
+    report.report(out, plot=False, log=shown.append)
+    self.assertTrue(any(line.startswith(
+        'checkpoint t: 3 examples of dataset a had every verifier call fail: '
+        'their pass rate of 0 measures the verifier, not the model, yet they '
+        'count in the lowest stratum here (a/0, a/10, a/8; all of them in ')
+        for line in shown), shown)
+    with open(os.path.join(out, passrates.SUMMARY)) as f:
+      self.assertEqual(json.load(f)['datasets']['a']['verify']['t']
+                       ['all_failed'], ['a/0', 'a/10', 'a/8'])
+    # A verifier that never fails: no line, and zero counts written.
+    clean = self.create_tempdir().full_path
+    counts = runner.stratify(
+        clean, tag='t', info={'policy': 'p', 'sampling': {}}, generator=gen,
+        params=None, tokenizer=tok,
+        scorer=verifier_pool.Scorer(flaky_verifiers.starts_with_digit),
+        datasets=[(0, 'a', examples)], progress=False,
+        settings=runner.Settings(seed=0, threshold=1.0, max_prompt_len=8,
+                                 chunk=4))
+    self.assertEqual(runner.failure_lines(counts, clean), [])
+    self.assertEqual(passrates.write_summary(clean)['datasets']['a']['verify'],
+                     {'t': {'errors': 0, 'timeouts': 0, 'printed': 0,
+                            'workers_replaced': 0, 'calls': 24,
+                            'all_failed': []}})
 
 
 class TagTest(absltest.TestCase):
