@@ -4,7 +4,8 @@
 more baseline models. Matched to a run's examples by stable id, the rates put
 every example of a dataset in a stratum: 'too_hard' (pass rate 0), one band
 per interval of `bands` ('0-0.25', '0.25-0.5', ...), 'too_easy' (pass rate
-1), or 'unrated' (no pass rate in the files). Each stratum behaves as a
+1), or 'unrated' (no pass rate in the files: not measured, or every
+verifier call of theirs failed, which measured the verifier). Each stratum behaves as a
 sub-dataset with a weight: an example is offered with its stratum's weight
 relative to the largest (see `snooze.SnoozeTable.set_strata`), so weight 0
 postpones a stratum and the dataset's share of the mixture is kept. Its batch
@@ -252,6 +253,20 @@ def match(rates: passrates.PassRates, ids: Sequence[str],
                 prior=mean if prior else None), unknown
 
 
+def _log_failed(log, path: str, name: str, failed: Sequence[str],
+                ids: Sequence[str]) -> None:
+  """Says how many of the dataset's examples (`ids`) are unrated because
+  their every verifier call failed (`PassRates.failed`), naming a few."""
+  named = set(failed)
+  failed = [i for i in ids if i in named]
+  if failed:
+    log(f'curriculum: dataset {name!r}: {len(failed)} examples whose every '
+        f'verifier call failed in {path} are {UNRATED}, not '
+        f'{bands_lib.TOO_HARD} ({", ".join(failed[:5])}'
+        + (', ...' if len(failed) > 5 else '') + '): fix the verifier and '
+        'measure them again (jaxgrpo-stratify run into another --out)')
+
+
 def load(
     path: str,
     datasets: Mapping[str, Sequence],
@@ -269,7 +284,8 @@ def load(
     edges: band edges (`curriculum.bands`).
     checkpoints: tags whose pass rates are pooled; empty: all.
     prior: keep the mean rewards as the weighted policy's prior.
-    log: where to report what was matched.
+    log: where to report what was matched (and how many examples are
+      unrated because every verifier call of theirs failed).
 
   Raises:
     errors.ConfigError: no dataset of the run has pass rates in `path`.
@@ -301,6 +317,7 @@ def load(
             'them: the same jaxgrpo-stratify run command finishes it')
     ids = [examples[i].id for i in range(len(examples))]
     strata, unknown = match(table[name], ids, edges, prior=prior)
+    _log_failed(log, path, name, table[name].failed, ids)
     counts = strata.counts()
     log(f'curriculum: dataset {name!r} strata {_listed(counts)}'
         + (f'; {unknown} pass rates for ids not in the dataset'

@@ -23,7 +23,10 @@ to a `*.tmp` file and renamed, so a part that reads is complete; the summary
 is rebuilt from the parts alone (`write_summary`).
 
 Readers need only numpy and pyarrow: `read` pools the rates of any selection
-of checkpoints, keyed by dataset.
+of checkpoints, keyed by dataset. A row whose every verifier call failed (in
+its part's `verify.all_failed`) measured the verifier, not the model: `read`
+leaves it out, so such an example has no pass rate from that checkpoint
+(`PassRates.failed` names those that have none from any).
 
 Size: the one definition of the format: its writer, the checks that every
 reader makes (format, columns, rows, thresholds) and the readers that pool
@@ -84,12 +87,16 @@ class PassRates:
     trials: [E] int64, completions sampled (summed over checkpoints).
     passes: [E] int64, completions that passed (summed).
     mean_reward: [E] float64, mean reward per completion (trial-weighted).
+    failed: sorted ids of the examples whose every verifier call failed
+      under each pooled checkpoint that measured them: they have no row
+      (their pass rate of 0 would measure the verifier, not the model).
   """
 
   ids: list[str]
   trials: np.ndarray
   passes: np.ndarray
   mean_reward: np.ndarray
+  failed: tuple[str, ...] = ()
 
   @property
   def pass_rate(self) -> np.ndarray:
@@ -254,9 +261,10 @@ def tags(out_dir: str) -> list[str]:
 
 def _read_tag(out_dir: str, dataset: str, tag: str):
   """((ids, k, passes, mean_reward) of one tag, each id once (the first),
-  the pass threshold its first part was measured with)."""
+  the pass threshold its first part was measured with, the ids left out
+  because their part names them in `verify.all_failed`)."""
   pa, pq = _arrow()
-  tables, infos = [], []
+  tables, infos, failed = [], [], []
   for path in list_parts(out_dir, dataset, tag).values():
     infos.append(part_info(path))  # its format checked
     try:
@@ -265,14 +273,20 @@ def _read_tag(out_dir: str, dataset: str, tag: str):
       raise errors.UserError(
           f'{path}: not a readable pass-rate part ({e})') from None
     _check_rows(path, tables[-1])
+    # Parts written before the verifier counts have no `verify`.
+    named = {str(i) for i in
+             (infos[-1].get('verify') or {}).get('all_failed') or ()}
+    failed.append(np.isin(np.asarray(tables[-1]['id'].to_pylist(), object),
+                          list(named)))
   table = pa.concat_tables(tables)
   ids = np.asarray(table['id'].to_pylist(), dtype=object)
-  _, first = np.unique(ids, return_index=True)
-  keep = np.sort(first)
+  failed = np.concatenate(failed)
+  _, first = np.unique(ids[~failed], return_index=True)
+  keep = np.flatnonzero(~failed)[np.sort(first)]
   return (ids[keep], table['k'].to_numpy()[keep],
           table['passes'].to_numpy()[keep],
           table['mean_reward'].to_numpy()[keep]), infos[0].get(
-              'success_threshold')
+              'success_threshold'), set(ids[failed].tolist())
 
 
 def _check_rows(path: str, table) -> None:
@@ -327,7 +341,10 @@ def read(
 ) -> dict[str, PassRates]:
   """Pass rates per dataset, pooled over the selected checkpoint tags.
 
-  Rows repeated for the same (tag, id) count once.
+  Rows repeated for the same (tag, id) count once. Rows whose every
+  verifier call failed (their part's `verify.all_failed`) are left out:
+  such an example keeps the rates of the other checkpoints, or has none
+  (`PassRates.failed`).
 
   Args:
     out_dir: a `jaxgrpo-stratify` output directory.
@@ -358,9 +375,10 @@ def read(
     if not parts:
       continue
     _check_thresholds(out_dir, dataset, {
-        t: threshold for t, (_, threshold) in parts.items()})
+        t: threshold for t, (_, threshold, _) in parts.items()})
     ids, k, passes, reward = (
-        np.concatenate(x) for x in zip(*(rows for rows, _ in parts.values())))
+        np.concatenate(x) for x in zip(*(rows for rows, _, _ in
+                                         parts.values())))
     unique, inverse = np.unique(ids, return_inverse=True)
     n = len(unique)
     k = k.astype(np.int64)
@@ -372,7 +390,10 @@ def read(
         trials=trials,
         passes=np.bincount(inverse, weights=passes.astype(np.int64),
                            minlength=n).astype(np.int64),
-        mean_reward=reward_sum / np.maximum(trials, 1))
+        mean_reward=reward_sum / np.maximum(trials, 1),
+        failed=tuple(sorted(
+            set().union(*(f for _, _, f in parts.values()))
+            - set(unique.tolist()))))
   return out
 
 

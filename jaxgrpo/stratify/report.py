@@ -3,7 +3,9 @@
 For each dataset: the count and share of examples in each stratum
 (`bands`), per checkpoint tag and pooled over the selected tags (trials and
 passes summed per example). The tables are printed and written to
-OUT/strata.json; OUT/pass_rates.png shows the pass-rate histograms.
+OUT/strata.json; OUT/pass_rates.png shows the pass-rate histograms. An
+example whose every verifier call failed under a checkpoint has no pass
+rate from it (`passrates.read`), and is named after the tables.
 """
 
 from collections.abc import Callable, Sequence
@@ -129,12 +131,7 @@ def report(
       failed = summary['datasets'][dataset].get('verify', {}).get(
           tag, {}).get('all_failed', [])
       if failed:
-        log(f'checkpoint {tag}: {len(failed)} examples of dataset {dataset} '
-            'had every verifier call fail: their pass rate of 0 measures '
-            'the verifier, not the model, yet they count in the lowest '
-            f'stratum here ({", ".join(failed[:5])}'
-            + (', ...' if len(failed) > 5 else '') + '; all of them in '
-            f'{os.path.join(out_dir, passrates.SUMMARY)})')
+        log(_failed_line(out_dir, dataset, tag, failed))
   path = os.path.join(out_dir, STRATA_JSON)
 
   def write(tmp: str) -> None:
@@ -145,6 +142,19 @@ def report(
   passrates.atomic_write(path, write)
   log(f'wrote {path}' + (f' and {result["plot"]}' if result['plot'] else ''))
   return result
+
+
+def _failed_line(out_dir: str, dataset: str, tag: str,
+                 failed: Sequence[str]) -> str:
+  """Names the examples of `dataset` whose every verifier call failed under
+  `tag`, which have no pass rate from it (the first five)."""
+  return (f'checkpoint {tag}: {len(failed)} examples of dataset {dataset} '
+          'had every verifier call fail: their pass rate of 0 would '
+          'measure the verifier, not the model, so they have none from '
+          f'this checkpoint and count in no stratum of its row '
+          f'({", ".join(failed[:5])}' + (', ...' if len(failed) > 5 else '')
+          + f'; all of them in {os.path.join(out_dir, passrates.SUMMARY)}); '
+          'fix the verifier and measure them again under another --out')
 
 
 def _bins(trials: np.ndarray) -> np.ndarray:

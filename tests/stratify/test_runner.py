@@ -11,6 +11,7 @@ from absl.testing import absltest
 import numpy as np
 
 from jaxgrpo import errors
+from jaxgrpo.data import curriculum
 from jaxgrpo.stratify import passrates
 from jaxgrpo.stratify import report
 from jaxgrpo.stratify import runner
@@ -229,11 +230,19 @@ class VerifierFailuresTest(absltest.TestCase):
         'calls': 24, 'all_failed': ['a/0', 'a/10', 'a/8']}})
     shown = []
     report.report(out, plot=False, log=shown.append)
+    # They counted in too_hard, at pass rate 0: now they have none.
     self.assertTrue(any(line.startswith(
         'checkpoint t: 3 examples of dataset a had every verifier call fail: '
-        'their pass rate of 0 measures the verifier, not the model, yet they '
-        'count in the lowest stratum here (a/0, a/10, a/8; all of them in ')
-        for line in shown), shown)
+        'their pass rate of 0 would measure the verifier, not the model, so '
+        'they have none from this checkpoint and count in no stratum of its '
+        'row (a/0, a/10, a/8; all of them in ') and line.endswith(
+            'summary.json); fix the verifier and measure them again under '
+            'another --out') for line in shown), shown)
+    self.assertIn('dataset a (9 examples with pass rates)', shown)
+    with open(os.path.join(out, report.STRATA_JSON)) as f:
+      self.assertEqual(json.load(f)['datasets']['a']['pooled']['counts'], {
+          'too_hard': 0, '0-0.25': 0, '0.25-0.5': 0, '0.5-0.75': 0,
+          '0.75-1': 0, 'too_easy': 9})
     with open(os.path.join(out, passrates.SUMMARY)) as f:
       self.assertEqual(json.load(f)['datasets']['a']['verify']['t']
                        ['all_failed'], ['a/0', 'a/10', 'a/8'])
@@ -251,6 +260,67 @@ class VerifierFailuresTest(absltest.TestCase):
                      {'t': {'errors': 0, 'timeouts': 0, 'printed': 0,
                             'workers_replaced': 0, 'calls': 24,
                             'all_failed': []}})
+
+  def _stratify(self, out, tag, verifier, **scorer_kwargs):
+    """Measures a/0 ... a/11 under `verifier` into `out`, as `tag`; every
+    completion starts with a digit, so a call that works scores 1."""
+    tok, examples, rates = fixtures.scripted_dataset(12)
+    gen = fixtures.KeyedGenerator(tok, examples, rates, group_size=2)
+    with verifier_pool.Scorer(verifier, **scorer_kwargs) as scorer:
+      runner.stratify(
+          out, tag=tag, info={'policy': 'p', 'sampling': {}}, generator=gen,
+          params=None, tokenizer=tok, scorer=scorer,
+          datasets=[(0, 'a', examples)], progress=False,
+          settings=runner.Settings(seed=0, threshold=1.0, max_prompt_len=8,
+                                   chunk=4))
+    return examples
+
+  def test_a_curriculum_leaves_examples_that_always_failed_unrated(self):
+    # curriculum.strata filed a/0, a/8 and a/10 too_hard, their prior 0,
+    # without a word: pass rates of 0 that measured the verifier.
+    out = self.create_tempdir().full_path
+    with self.assertLogs(level='WARNING'):
+      examples = self._stratify(out, 't', flaky_verifiers.fails_by_id,
+                                timeout_s=0.2)
+    failed = ('a/0', 'a/8', 'a/10')
+    unrated = {ex.id: 'unrated' if ex.id in failed else 'too_easy'
+               for ex in examples}
+
+    def load(path, **kwargs):
+      lines = []
+      st = curriculum.load(path, {'a': examples}, edges=(0.25, 0.5, 0.75),
+                           log=lines.append, **kwargs)['a']
+      return {ex.id: st.names[i] for ex, i in zip(examples, st.index)}, (
+          dict(zip([ex.id for ex in examples], st.prior.tolist())), lines)
+
+    strata, (prior, lines) = load(out)
+    self.assertEqual(strata, unrated)
+    self.assertTrue(all(np.isnan(prior[i]) for i in failed), prior)
+    self.assertEqual(lines, [
+        f"curriculum: dataset 'a': 3 examples whose every verifier call "
+        f'failed in {out} are unrated, not too_hard (a/0, a/8, a/10): fix '
+        'the verifier and measure them again (jaxgrpo-stratify run into '
+        'another --out)',
+        "curriculum: dataset 'a' strata too_easy 9, unrated 3"])
+    # Another checkpoint, whose verifier worked, rates them: they keep that.
+    self._stratify(out, 'u', flaky_verifiers.starts_with_digit)
+    strata, (prior, lines) = load(out)
+    self.assertEqual(set(strata.values()), {'too_easy'})
+    self.assertEqual(set(prior.values()), {1.0})
+    self.assertEqual(lines, ["curriculum: dataset 'a' strata too_easy 12"])
+    self.assertEqual(load(out, checkpoints=('t',))[0], unrated)
+    # Parts written before the verifier counts (no `verify`, nor in
+    # summary.json) read as they did: pass rate 0, too_hard.
+    old = self.create_tempdir().full_path
+    for path in passrates.list_parts(out, 'a', 't').values():
+      _rewrite_without_verify(path, old)
+    passrates.write_summary(old)
+    strata, (prior, lines) = load(old)
+    self.assertEqual(strata, {i: 'too_hard' if i in failed else s
+                              for i, s in unrated.items()})
+    self.assertEqual([prior[i] for i in failed], [0.0] * 3)
+    self.assertEqual(lines, [
+        "curriculum: dataset 'a' strata too_hard 3, too_easy 9"])
 
 
 class TagTest(absltest.TestCase):
@@ -276,6 +346,20 @@ class TagTest(absltest.TestCase):
     for name, tag in cases:
       with self.subTest(name=name):
         self.assertEqual(runner.tag_of(name), tag)
+
+
+def _rewrite_without_verify(path, out_dir):
+  """Copies the part at `path` into `out_dir` (same dataset, tag and name)
+  without its metadata's `verify`, as jaxgrpo-stratify wrote it before."""
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+  table = pq.read_table(path)
+  info = json.loads(table.schema.metadata[passrates.METADATA_KEY])
+  del info['verify']
+  rel = os.path.relpath(path, os.path.dirname(os.path.dirname(
+      os.path.dirname(os.path.dirname(path)))))
+  os.makedirs(os.path.dirname(os.path.join(out_dir, rel)), exist_ok=True)
+  pq.write_table(table.replace_schema_metadata(
+      {passrates.METADATA_KEY: json.dumps(info)}), os.path.join(out_dir, rel))
 
 
 def _part_ids(path):
