@@ -11,7 +11,8 @@ run that never stopped.
 Verifier failures (a call that raises, gives no reward in [0, 1] or times
 out scores 0) are counted per run (`Counts`) and per part (its `verify`
 description, summed per tag in summary.json); an example whose every call
-failed would be filed as hard for want of a verifier, so it is named.
+failed is named, and readers give it no pass rate from that part
+(`passrates.read`) rather than file it as hard for want of a verifier.
 
 Size: the `run` command's whole path: its settings and their checks, the
 checks of what an earlier run left in the output directory, the sampling
@@ -141,8 +142,9 @@ def failure_lines(counts: Counts, out_dir: str) -> list[str]:
     more = len(counts.all_failed) - 10
     lines.append(
         f'stratify: {len(counts.all_failed)} examples had every verifier '
-        'call fail, so their pass rate of 0 measures the verifier, not the '
-        f'model, and they would be filed as hard: {named}'
+        'call fail, so their pass rate of 0 would measure the verifier, not '
+        'the model: they get no pass rate from it (jaxgrpo-stratify report '
+        f'and curriculum.strata leave them unrated, not too_hard): {named}'
         + (f' and {more} more' if more > 0 else '') + ' (all of them in '
         f'{os.path.join(out_dir, passrates.SUMMARY)}: datasets.<dataset>.'
         'verify.<tag>.all_failed); fix the verifier and measure them again '

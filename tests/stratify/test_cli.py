@@ -93,8 +93,10 @@ class CommandLineTest(absltest.TestCase):
                   stdout)
     self.assertIn(
         'stratify: 2 examples had every verifier call fail, so their pass '
-        'rate of 0 measures the verifier, not the model, and they would be '
-        'filed as hard: arithmetic/0 (init, arithmetic), arithmetic/8 '
+        'rate of 0 would measure the verifier, not the model: they get no '
+        'pass rate from it (jaxgrpo-stratify report and curriculum.strata '
+        'leave them unrated, not too_hard): arithmetic/0 (init, arithmetic), '
+        'arithmetic/8 '
         f'(init, arithmetic) (all of them in {out}/summary.json: ', stdout)
     with open(os.path.join(out, passrates.SUMMARY)) as f:
       verify = json.load(f)['datasets']['arithmetic']['verify']

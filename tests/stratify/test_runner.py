@@ -219,8 +219,10 @@ class VerifierFailuresTest(absltest.TestCase):
                      'replaced 0')
     self.assertRegex(lines[1], (
         r'^stratify: 3 examples had every verifier call fail, so their pass '
-        r'rate of 0 measures the verifier, not the model, and they would be '
-        r'filed as hard: a/0 \(t, a\), a/8 \(t, a\), a/10 \(t, a\) \(all '
+        r'rate of 0 would measure the verifier, not the model: they get no '
+        r'pass rate from it \(jaxgrpo-stratify report and curriculum\.strata '
+        r'leave them unrated, not too_hard\): a/0 \(t, a\), a/8 \(t, a\), '
+        r'a/10 \(t, a\) \(all '
         r'of them in .*summary\.json: datasets\.<dataset>\.verify\.<tag>\.'
         r'all_failed\)'))
     # summary.json (`run` writes it) sums the parts' counts per tag.
