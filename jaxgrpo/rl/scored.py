@@ -154,4 +154,5 @@ def generate_and_score(
   return Scored(
       prompt_tokens=tokens, prompt_mask=mask, truncated=truncated,
       completions=host, rewards=rewards.reshape(n, k), stats=stats,
-      failed=None if failed is None else failed.reshape(n, k), gen_s=gen_s, verify_s=verify_s)
+      failed=None if failed is None else failed.reshape(n, k), gen_s=gen_s,
+      verify_s=verify_s)
