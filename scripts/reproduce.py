@@ -56,7 +56,7 @@ Experiments:
                fixed rule.
   replica_memorise  memorise run again in the same way as replica,
                `none` and `weighted` on 10 seeds: does `weighted`'s saving
-               to the target hold?
+               to the target hold? And `filter` under the fixed rule.
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
@@ -267,7 +267,7 @@ def experiments() -> dict[str, Experiment]:
   replica_broad = dataclasses.replace(broad, name='replica_broad')
   replica_memorise = dataclasses.replace(
       memorise, name='replica_memorise',
-      variants={k: POLICIES[k] for k in ('none', 'weighted')})
+      variants={k: POLICIES[k] for k in ('none', 'weighted', 'filter')})
   return {e.name: e for e in (regime, replica, long, replica_long, warm,
                               broad, replica_broad, memorise,
                               replica_memorise,
