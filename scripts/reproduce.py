@@ -60,6 +60,8 @@ Experiments:
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
+  replica_conflict  conflict's `none` and `filter` run again in the same way
+               as replica: its `filter` under the fixed rule.
 """
 
 import argparse
@@ -265,13 +267,17 @@ def experiments() -> dict[str, Experiment]:
   replica = dataclasses.replace(regime, name='replica')
   replica_long = dataclasses.replace(long, name='replica_long')
   replica_broad = dataclasses.replace(broad, name='replica_broad')
+  replica_conflict = dataclasses.replace(
+      conflict, name='replica_conflict',
+      variants={k: POLICIES[k] for k in ('none', 'filter')})
   replica_memorise = dataclasses.replace(
       memorise, name='replica_memorise',
       variants={k: POLICIES[k] for k in ('none', 'weighted', 'filter')})
   return {e.name: e for e in (regime, replica, long, replica_long, warm,
                               broad, replica_broad, memorise,
                               replica_memorise,
-                              short_batch, drift, mixed, conflict, *sizes)}
+                              short_batch, drift, mixed, conflict,
+                              replica_conflict, *sizes)}
 
 
 def smoke(experiment: Experiment) -> Experiment:
