@@ -167,6 +167,15 @@ def fails_by_id(completion, example):
   return float(completion[:1].isdigit())
 
 
+def fails_on_wrong(completion, example):
+  """`starts_with_digit`, but raises on a wrong answer (longer than the
+  example's answer, as the scripted generator writes them) to an example
+  whose id ends in '1' or '3': those examples have some calls fail."""
+  if example.id[-1] in '13' and len(completion) > len(example.answer):
+    raise ValueError('fails_on_wrong raises here')
+  return float(completion[:1].isdigit())
+
+
 def informative_demo_config():
   """The demo's 2-step runlocal config without a warm start, scored by
   `starts_with_digit`: an untrained model starts with a digit about as

@@ -9,15 +9,16 @@ Each part holds the examples of chunk c of shard i (of n) of a dataset's
 training examples, sampled under the checkpoint labelled <tag>, with columns
 
     id           string   the example's stable id
-    k            int32    completions sampled
+    k            int32    completions scored: sampled, less those whose
+                          verifier call failed (all K when every call failed)
     passes       int32    completions whose reward reached the threshold
     mean_reward  float32  mean reward of the k completions
 
 and, in its schema metadata (key `jaxgrpo.stratify`), JSON describing how it
 was made: the checkpoint spec, K, seed, threshold, sampling settings, config
 file, dataset size and fingerprint, sharding and chunking, its verifier
-calls and failures (`verify`: counts, and the ids of the examples whose
-every call failed) and its `format` (`FORMAT`; none: 1), which readers of
+calls and failures (`verify`: counts, the number of examples where some
+calls failed, and the ids of the examples whose every call failed) and its `format` (`FORMAT`; none: 1), which readers of
 an older one refuse. Parts are written
 to a `*.tmp` file and renamed, so a part that reads is complete; the summary
 is rebuilt from the parts alone (`write_summary`).
@@ -84,7 +85,8 @@ class PassRates:
 
   Attributes:
     ids: [E] example ids, sorted.
-    trials: [E] int64, completions sampled (summed over checkpoints).
+    trials: [E] int64, completions scored (summed over checkpoints): those
+      whose verifier call failed do not count.
     passes: [E] int64, completions that passed (summed).
     mean_reward: [E] float64, mean reward per completion (trial-weighted).
     failed: sorted ids of the examples whose every verifier call failed
@@ -170,7 +172,7 @@ def write_part(
     num_shards: number of shards.
     part: chunk index within the shard.
     ids: [E] example ids.
-    k: [E] completions sampled per example.
+    k: [E] completions scored per example (sampled, less failed calls).
     passes: [E] completions that passed.
     mean_reward: [E] mean reward per example.
     info: JSON-serialisable description stored in the schema metadata.
@@ -222,7 +224,30 @@ def part_info(path: str) -> dict[str, Any]:
         f'{path}: written by a later jaxgrpo-stratify (format '
         f'{form!r}; this version reads format {FORMAT}): read it '
         'with that version, or measure again with this one')
+  _check_verify(path, info.get('verify'))
   return {**info, 'rows': meta.num_rows}
+
+
+def _check_verify(path: str, verify: Any) -> None:
+  """Raises UserError naming the key when a part's `verify` description
+  is not what `write_part` writes: a dict of counts (ints >= 0) and
+  `all_failed`, a list of example ids. Parts written before the counts
+  have none."""
+  if verify is None:
+    return
+  where = f'{path}: its {METADATA_KEY.decode()} metadata\'s verify'
+  if not isinstance(verify, dict):
+    raise errors.UserError(f'{where} must be a dict of verifier counts, got '
+                           f'{verify!r}')
+  for key, value in verify.items():
+    if key == 'all_failed':
+      if not isinstance(value, list) or not all(
+          isinstance(i, str) for i in value):
+        raise errors.UserError(f'{where}.all_failed must be a list of '
+                               f'example ids, got {value!r}')
+    elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      raise errors.UserError(f'{where}.{key} must be a count (an int >= 0), '
+                             f'got {value!r}')
 
 
 def layout(out_dir: str) -> dict[str, list[str]]:
@@ -451,7 +476,9 @@ def write_summary(out_dir: str) -> dict[str, Any]:
   The summary maps each checkpoint tag to its spec, K, seed, success
   threshold and config file, and each dataset to its number of examples,
   the examples done per tag and, per tag, its verifier counts (`verify`:
-  calls, errors, timeouts, printed, workers_replaced, and `all_failed`,
+  calls, errors, timeouts, printed, workers_replaced, partly_failed (the
+  examples where some calls failed: their rates count the others), and
+  `all_failed`,
   the ids of the examples whose every call failed, whose pass rate of 0
   measures the verifier). Any process may rewrite it at any time.
   """

@@ -10,9 +10,11 @@ run that never stopped.
 
 Verifier failures (a call that raises, gives no reward in [0, 1] or times
 out scores 0) are counted per run (`Counts`) and per part (its `verify`
-description, summed per tag in summary.json); an example whose every call
-failed is named, and readers give it no pass rate from that part
-(`passrates.read`) rather than file it as hard for want of a verifier.
+description, summed per tag in summary.json). Such a call's 0 says nothing
+of the model: an example's row counts only the calls the verifier answered
+(`scored_rows`), and an example whose every call failed is named, and
+readers give it no pass rate from that part (`passrates.read`) rather than
+file it as hard for want of a verifier.
 
 Size: the `run` command's whole path: its settings and their checks, the
 checks of what an earlier run left in the output directory, the sampling
@@ -108,12 +110,15 @@ class Settings:
 class Counts:
   """Examples sampled now and examples found done (resumed); of those
   sampled now, the verifier calls made, their failures (`stats`) and the
-  examples whose every call failed, as (tag, dataset, id)."""
+  examples where some but not all calls failed (`partly_failed`: their
+  pass rates count the other calls only) and those whose every call
+  failed, as (tag, dataset, id)."""
 
   done: int = 0
   resumed: int = 0
   calls: int = 0
   stats: base.ScoreStats = dataclasses.field(default_factory=base.ScoreStats)
+  partly_failed: int = 0
   all_failed: list[tuple[str, str, str]] = dataclasses.field(
       default_factory=list)
 
@@ -122,6 +127,7 @@ class Counts:
     self.resumed += other.resumed
     self.calls += other.calls
     self.stats.add(other.stats)
+    self.partly_failed += other.partly_failed
     self.all_failed += other.all_failed
 
 
@@ -136,6 +142,10 @@ def failure_lines(counts: Counts, out_dir: str) -> list[str]:
            f'{verify["timeouts"]} of {counts.calls} calls (scored 0), calls '
            f'that printed {verify["printed"]}, workers replaced '
            f'{verify["workers_replaced"]}']
+  if counts.partly_failed:
+    lines.append(
+        f'stratify: {counts.partly_failed} examples had some verifier calls '
+        'fail: their pass rates count only the calls the verifier answered')
   if counts.all_failed:
     named = ', '.join(f'{i} ({tag}, {d})' for tag, d, i in
                       counts.all_failed[:10])
@@ -267,22 +277,39 @@ def stratify(
             chunk_size=min(settings.batch, settings.chunk), stats=stats,
             failed=failed)
         all_failed = [ex.id for ex, f in zip(chunk, failed) if f.all()]
+        trials, passes, mean_reward = scored_rows(rewards, failed,
+                                                  settings.threshold)
+        partly = int(((trials < k) & ~failed.all(axis=1)).sum())
         passrates.write_part(
             out_dir, name, tag, shard=settings.shard,
             num_shards=settings.num_shards, part=c,
-            ids=[ex.id for ex in chunk],
-            k=np.full(len(chunk), k),
-            passes=(rewards >= settings.threshold).sum(axis=1),
-            mean_reward=rewards.mean(axis=1),
+            ids=[ex.id for ex in chunk], k=trials, passes=passes,
+            mean_reward=mean_reward,
             info={**part_info, 'part': c, 'verify': {
                 **evaluate.verify_counts(stats), 'calls': int(failed.size),
-                'all_failed': all_failed}})
+                'partly_failed': partly, 'all_failed': all_failed}})
         counts.add(Counts(done=len(chunk), calls=int(failed.size),
-                          stats=stats, all_failed=[
+                          stats=stats, partly_failed=partly, all_failed=[
                               (tag, name, i) for i in all_failed]))
         bar.update(len(chunk))
     counts.resumed += resumed
   return counts
+
+
+def scored_rows(rewards: np.ndarray, failed: np.ndarray, threshold: float
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(k, passes, mean_reward) of each example's row from its [E, K]
+  rewards: only the calls whose verifier answered count, since a failed
+  call's 0 says nothing of the model. A row whose every call failed keeps
+  k = K, 0 passes and reward 0 (readers leave it out by its id in
+  `verify.all_failed`)."""
+  answered = ~failed
+  trials = answered.sum(axis=1)
+  none = trials == 0
+  passes = ((rewards >= threshold) & answered).sum(axis=1)
+  total = np.where(answered, rewards, 0.0).sum(axis=1)
+  mean_reward = np.where(none, 0.0, total / np.maximum(trials, 1))
+  return np.where(none, rewards.shape[1], trials), passes, mean_reward
 
 
 def _remove_stale_tmp(out_dir: str, dataset: str, tag: str,

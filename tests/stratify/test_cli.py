@@ -56,7 +56,7 @@ class CommandLineTest(absltest.TestCase):
         summary['checkpoints'][tag]['sampling']['temperature'], 0.5)
     # exact_match never fails: each tag's 6 x 3 calls, none failed.
     clean = {'errors': 0, 'timeouts': 0, 'printed': 0, 'workers_replaced': 0,
-             'calls': 18, 'all_failed': []}
+             'calls': 18, 'partly_failed': 0, 'all_failed': []}
     self.assertEqual(summary['datasets']['arithmetic'],
                      {'examples': 6, 'done': {tag: 6, 'init': 6},
                       'verify': {tag: clean, 'init': clean}})
@@ -102,7 +102,8 @@ class CommandLineTest(absltest.TestCase):
       verify = json.load(f)['datasets']['arithmetic']['verify']
     self.assertEqual(verify, {'init': {
         'errors': 2, 'timeouts': 2, 'printed': 0, 'workers_replaced': 0,
-        'calls': 20, 'all_failed': ['arithmetic/0', 'arithmetic/8']}})
+        'calls': 20, 'partly_failed': 0,
+        'all_failed': ['arithmetic/0', 'arithmetic/8']}})
 
   def test_mistakes_end_with_one_line(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 
 from absl.testing import absltest
@@ -155,6 +156,36 @@ class PassRatesTest(absltest.TestCase):
     pq.write_table(table.replace_schema_metadata(
         {passrates.METADATA_KEY: json.dumps(info)}), path)
     self.assertEqual(passrates.read(out)['a'].ids, ['x', 'y'])
+
+  def test_a_verify_description_that_is_not_counts_is_named(self):
+    # A hand-edited all_failed of 'x' was read letter by letter, ids given
+    # as numbers matched none, and a verify that is no dict raised a bare
+    # AttributeError.
+    out = self.create_tempdir().full_path
+    path = _write(out, 'm1', ['x', 'y'], [1, 4])
+    import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+    table = pq.read_table(path)
+    info = json.loads(table.schema.metadata[passrates.METADATA_KEY])
+    where = f"{path}: its jaxgrpo.stratify metadata's verify"
+    for verify, message in (
+        ('x', ' must be a dict of verifier counts, got '),
+        ({'all_failed': 'x'}, r'\.all_failed must be a list of example ids, '
+         "got 'x'"),
+        ({'all_failed': [3]}, r'\.all_failed must be a list of example ids'),
+        ({'errors': -1}, r'\.errors must be a count \(an int >= 0\), got -1'),
+        ({'calls': '4'}, r"\.calls must be a count \(an int >= 0\), got '4'")):
+      with self.subTest(verify=verify):
+        pq.write_table(table.replace_schema_metadata(
+            {passrates.METADATA_KEY: json.dumps({**info, 'verify': verify})}),
+                       path)
+        with self.assertRaisesRegex(errors.UserError,
+                                    '^' + re.escape(where) + message):
+          passrates.read(out)
+    pq.write_table(table.replace_schema_metadata({
+        passrates.METADATA_KEY: json.dumps({**info, 'verify': {
+            'calls': 8, 'errors': 1, 'partly_failed': 1,
+            'all_failed': ['x']}})}), path)
+    self.assertEqual(passrates.read(out)['a'].failed, ('x',))
 
   def test_a_part_without_a_column_is_refused(self):
     # A part with 'k' named otherwise (another tool, another version): the

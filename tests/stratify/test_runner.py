@@ -168,7 +168,7 @@ class ShardTest(absltest.TestCase):
         'examples': 40, 'done': {'scripted': 40},
         'verify': {'scripted': {'errors': 0, 'timeouts': 0, 'printed': 0,
                                 'workers_replaced': 0, 'calls': 40 * 8,
-                                'all_failed': []}}})
+                                'partly_failed': 0, 'all_failed': []}}})
 
   def test_shard_settings_are_checked(self):
     for kwargs, pattern in ((dict(shard=2, num_shards=2), '--shard=2'),
@@ -229,7 +229,7 @@ class VerifierFailuresTest(absltest.TestCase):
     summary = passrates.write_summary(out)
     self.assertEqual(summary['datasets']['a']['verify'], {'t': {
         'errors': 2, 'timeouts': 4, 'printed': 0, 'workers_replaced': 0,
-        'calls': 24, 'all_failed': ['a/0', 'a/10', 'a/8']}})
+        'calls': 24, 'partly_failed': 0, 'all_failed': ['a/0', 'a/10', 'a/8']}})
     shown = []
     report.report(out, plot=False, log=shown.append)
     # They counted in too_hard, at pass rate 0: now they have none.
@@ -261,21 +261,63 @@ class VerifierFailuresTest(absltest.TestCase):
     self.assertEqual(passrates.write_summary(clean)['datasets']['a']['verify'],
                      {'t': {'errors': 0, 'timeouts': 0, 'printed': 0,
                             'workers_replaced': 0, 'calls': 24,
-                            'all_failed': []}})
+                            'partly_failed': 0, 'all_failed': []}})
 
-  def _stratify(self, out, tag, verifier, **scorer_kwargs):
+  def test_calls_that_failed_leave_the_others_to_rate_the_example(self):
+    # The calls of a/1, a/3 and a/11 that a verifier bug failed scored 0
+    # and counted in their pass rates: 0.25 for an example the model
+    # answered right every time the verifier answered.
+    out = self.create_tempdir().full_path
+    with self.assertLogs(level='WARNING'):
+      counts = self._stratify(out, 't', flaky_verifiers.fails_on_wrong,
+                              group_size=8, counts=True)
+    rows = {}
+    for path in passrates.list_parts(out, 'a', 't').values():
+      table = passrates._arrow()[1].read_table(path).to_pydict()
+      rows.update(zip(table['id'], zip(table['k'], table['passes'])))
+    partly = {i: kp for i, kp in rows.items() if kp[0] < 8}
+    self.assertTrue(partly)  # the scripted answers are wrong often enough
+    self.assertTrue(set(partly) <= {'a/1', 'a/3', 'a/11'}, partly)
+    # Every call the verifier answered passed: so does every row.
+    self.assertEqual({i: p for i, (k, p) in rows.items()},
+                     {i: k for i, (k, p) in rows.items()})
+    self.assertEqual(counts.partly_failed, len(partly))
+    self.assertEqual(counts.stats.errors, sum(8 - k for k, _ in
+                                              partly.values()))
+    self.assertIn(f'stratify: {len(partly)} examples had some verifier calls '
+                  'fail: their pass rates count only the calls the verifier '
+                  'answered', runner.failure_lines(counts, out))
+    summary = passrates.write_summary(out)
+    self.assertEqual(summary['datasets']['a']['verify']['t']['partly_failed'],
+                     len(partly))
+    rates = passrates.read(out)['a']
+    self.assertEqual(rates.pass_rate.tolist(), [1.0] * 12)
+    self.assertEqual(sorted(rates.trials.tolist()),
+                     sorted(k for k, _ in rows.values()))
+
+  def test_scored_rows(self):
+    rewards = np.array([[1.0, 0.0, 0.5, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    failed = np.array([[False, True, False, False], [True] * 4])
+    k, passes, mean = runner.scored_rows(rewards, failed, 1.0)
+    self.assertEqual(k.tolist(), [3, 4])  # all failed: K, left out by id
+    self.assertEqual(passes.tolist(), [2, 0])
+    np.testing.assert_allclose(mean, [2.5 / 3, 0.0])
+
+  def _stratify(self, out, tag, verifier, group_size=2, counts=False,
+                **scorer_kwargs):
     """Measures a/0 ... a/11 under `verifier` into `out`, as `tag`; every
-    completion starts with a digit, so a call that works scores 1."""
+    completion starts with a digit, so a call that works scores 1. Returns
+    the examples, or with `counts` the run's Counts."""
     tok, examples, rates = fixtures.scripted_dataset(12)
-    gen = fixtures.KeyedGenerator(tok, examples, rates, group_size=2)
+    gen = fixtures.KeyedGenerator(tok, examples, rates, group_size=group_size)
     with verifier_pool.Scorer(verifier, **scorer_kwargs) as scorer:
-      runner.stratify(
+      done = runner.stratify(
           out, tag=tag, info={'policy': 'p', 'sampling': {}}, generator=gen,
           params=None, tokenizer=tok, scorer=scorer,
           datasets=[(0, 'a', examples)], progress=False,
           settings=runner.Settings(seed=0, threshold=1.0, max_prompt_len=8,
                                    chunk=4))
-    return examples
+    return done if counts else examples
 
   def test_a_curriculum_leaves_examples_that_always_failed_unrated(self):
     # curriculum.strata filed a/0, a/8 and a/10 too_hard, their prior 0,
