@@ -56,12 +56,21 @@ Experiments:
                fixed rule.
   replica_memorise  memorise run again in the same way as replica,
                `none` and `weighted` on 10 seeds: does `weighted`'s saving
-               to the target hold? And `filter` under the fixed rule.
+               to the target hold?
+  replica_memorise_filter  memorise's `none` and `filter` run again on
+               seeds 0-4 on a third machine: its `filter` under the fixed
+               rule.
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
   replica_conflict  conflict's `none` and `filter` run again in the same way
                as replica: its `filter` under the fixed rule.
+
+The runs of one experiment must come from one environment (CPU and
+packages: XLA's float results depend on both, so a warm start made
+elsewhere differs and pairs by seed no longer hold): `run` refuses to add
+to an experiment whose data files, in --data or docs/results/data, were
+made in another (`--mixed-environments` overrides).
 """
 
 import argparse
@@ -272,10 +281,13 @@ def experiments() -> dict[str, Experiment]:
       variants={k: POLICIES[k] for k in ('none', 'filter')})
   replica_memorise = dataclasses.replace(
       memorise, name='replica_memorise',
-      variants={k: POLICIES[k] for k in ('none', 'weighted', 'filter')})
+      variants={k: POLICIES[k] for k in ('none', 'weighted')})
+  replica_memorise_filter = dataclasses.replace(
+      memorise, name='replica_memorise_filter',
+      variants={k: POLICIES[k] for k in ('none', 'filter')})
   return {e.name: e for e in (regime, replica, long, replica_long, warm,
                               broad, replica_broad, memorise,
-                              replica_memorise,
+                              replica_memorise, replica_memorise_filter,
                               short_batch, drift, mixed, conflict,
                               replica_conflict, *sizes)}
 
@@ -475,6 +487,43 @@ def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
   return out
 
 
+# What must match for runs to pair: the rest of `environment()` (the core
+# count) does not change XLA's results.
+ENVIRONMENT_KEYS = ('packages', 'python', 'cpu')
+
+
+def other_environments(experiment: str, folders) -> list[tuple[str, dict]]:
+  """(path, environment) of the data files of `experiment` in `folders`
+  made in an environment other than this process's."""
+  here = environment_lib.environment()
+  here = {k: here[k] for k in ENVIRONMENT_KEYS}
+  out = []
+  for folder in dict.fromkeys(os.path.abspath(f) for f in folders):
+    folder = os.path.join(folder, experiment)
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+      if name.endswith('.jsonl.gz'):
+        path = os.path.join(folder, name)
+        made = read_run(path)[0].get('environment') or {}
+        made = {k: made.get(k) for k in ENVIRONMENT_KEYS}
+        if made != here:
+          out.append((path, made))
+  return out
+
+
+def check_environment(experiment: str, folders) -> None:
+  """Raises SystemExit naming a data file of `experiment` made in another
+  environment, with both environments."""
+  if other := other_environments(experiment, folders):
+    here = environment_lib.environment()
+    raise SystemExit(
+        f'{experiment}: {len(other)} of its runs were made in another '
+        f'environment, e.g. {other[0][0]}: {other[0][1]}; this machine is '
+        f'{ {k: here[k] for k in ENVIRONMENT_KEYS} }. XLA\'s results differ '
+        'between them (a warm start too), so runs made here would not pair '
+        'with those by seed: run the experiment where they were made, run '
+        'it whole here under another name, or pass --mixed-environments')
+
+
 def plan(experiment: Experiment, seeds, only=None) -> list[tuple[str, int]]:
   """The (variant, seed) runs of a sweep, seed-major."""
   names = list(experiment.variants)
@@ -508,6 +557,9 @@ def main(argv=None):
   run_p.add_argument('--data', default=DATA)
   run_p.add_argument('--smoke', action='store_true',
                      help='tiny sizes and 2 steps (keeps this working)')
+  run_p.add_argument('--mixed-environments', action='store_true',
+                     help='add runs to an experiment whose runs were made '
+                     'on another CPU or with other packages')
   status_p = sub.add_parser('status', help='finished runs per experiment')
   status_p.add_argument('--data', default=DATA)
   report_p = sub.add_parser('report', help='docs/results.md from the data')
@@ -534,6 +586,9 @@ def main(argv=None):
   k, n = (int(x) for x in args.shard.split('/'))
   runs = plan(experiment, _seeds(args.seeds),
               [v for v in args.variants.split(',') if v])[k::n]
+  if not args.mixed_environments:  # a smoke run adds to no committed data
+    check_environment(experiment.name,
+                      (args.data,) if args.smoke else (args.data, DATA))
   command = 'python scripts/reproduce.py ' + shlex.join(
       argv if argv is not None else sys.argv[1:])
   t0 = time.perf_counter()

@@ -870,6 +870,9 @@ def render_blocks(data: str) -> dict[str, str]:
       blocks[name] += conflict_flood_table(runs)
     if runs:
       blocks[name] += f'\n![{title}](results/{name}.png)\n'
+  replica_conflict = load(data, 'replica_conflict')
+  blocks['replica_conflict'] = (conflict_table(replica_conflict)
+                                + conflict_flood_table(replica_conflict))
   long = load(data, 'long')
   blocks['long_checks'] = regime_checks(long)
   blocks['long_savings'] = savings(long, policy_stats(long))[0]
@@ -904,6 +907,10 @@ def render_blocks(data: str) -> dict[str, str]:
   blocks['replica_memorise_checks'] = regime_checks(replica_memorise)
   blocks['replica_memorise_savings'] = replica_table(memorise,
                                                      replica_memorise)
+  replica_memorise_filter = load(data, 'replica_memorise_filter')
+  blocks['replica_memorise_filter'] = replica_table(
+      seeds_of(memorise, sorted(replica_memorise_filter.get('none', {}))),
+      replica_memorise_filter)
   mixed = load(data, 'mixed')
   blocks['mixed_checks'] = regime_checks(mixed)
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'

@@ -5,6 +5,7 @@ import dataclasses
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import numpy as np
 from jaxgrpo import config_lib
 from jaxgrpo.data import arithmetic
 from jaxgrpo.data import snooze
+from jaxgrpo.reporting import environment as environment_lib
 from tests import interrupt_worker
 from tests import test_train
 
@@ -163,6 +165,36 @@ class ReproduceTest(absltest.TestCase):
     self.assertEqual(fit['predictions']['none']['saving_prompts_whole'],
                      [1.0])
     self.assertIn('`snooze5`', results_report.render_blocks(data)['simulator'])
+
+
+class EnvironmentTest(absltest.TestCase):
+
+  def test_runs_of_another_environment_are_not_added_to(self):
+    # Runs made on an AMD EPYC were added to an experiment made on an
+    # Intel Xeon: their warm starts differed (700 steps against 800), so
+    # the pairs by seed compared two starting points.
+    data = self.create_tempdir().full_path
+    here = environment_lib.environment()
+    other = {**here, 'cpu': 'Another CPU avx2'}
+    for name, env in (('none_s0', here), ('filter_s0', other)):
+      reproduce.export([{'step': 0}], {'environment': env},
+                       reproduce.data_path(data, 'regime', name))
+    found = reproduce.other_environments('regime', [data, data + '/'])
+    self.assertEqual(found, [(reproduce.data_path(data, 'regime', 'filter_s0'),
+                              {k: other[k] for k in
+                               reproduce.ENVIRONMENT_KEYS})])
+    # Another core count is the same environment.
+    reproduce.export([{'step': 0}], {'environment': {**here, 'cores': 64}},
+                     reproduce.data_path(data, 'regime', 'none_s1'))
+    self.assertLen(reproduce.other_environments('regime', [data]), 1)
+    self.assertEqual(reproduce.other_environments('drift', [data]), [])
+    args = ['run', 'regime', '--smoke', '--seeds', '0', '--variants', 'none',
+            '--work', self.create_tempdir().full_path, '--data', data]
+    with self.assertRaisesRegex(SystemExit, (
+        r"^regime: 1 of its runs were made in another environment, e\.g\. "
+        rf"{re.escape(found[0][0])}: .*'cpu': 'Another CPU avx2'.*; this "
+        r'machine is .*pass --mixed-environments$')):
+      reproduce.main(args)
 
 
 class StoppedRunTest(absltest.TestCase):
