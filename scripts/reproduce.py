@@ -65,6 +65,8 @@ Experiments:
                per-subset accuracy and the minority's batch share.
   replica_conflict  conflict's `none` and `filter` run again in the same way
                as replica: its `filter` under the fixed rule.
+  replica_short_batch  short_batch run again in the same way, every
+               variant: its `filter` under the fixed rule.
 
 The runs of one experiment must come from one environment (CPU and
 packages: XLA's float results depend on both, so a warm start made
@@ -282,13 +284,15 @@ def experiments() -> dict[str, Experiment]:
   replica_memorise = dataclasses.replace(
       memorise, name='replica_memorise',
       variants={k: POLICIES[k] for k in ('none', 'weighted')})
+  replica_short_batch = dataclasses.replace(short_batch,
+                                            name='replica_short_batch')
   replica_memorise_filter = dataclasses.replace(
       memorise, name='replica_memorise_filter',
       variants={k: POLICIES[k] for k in ('none', 'filter')})
   return {e.name: e for e in (regime, replica, long, replica_long, warm,
                               broad, replica_broad, memorise,
                               replica_memorise, replica_memorise_filter,
-                              short_batch, drift, mixed, conflict,
+                              short_batch, replica_short_batch, drift, mixed, conflict,
                               replica_conflict, *sizes)}
 
 

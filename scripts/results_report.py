@@ -870,6 +870,8 @@ def render_blocks(data: str) -> dict[str, str]:
       blocks[name] += conflict_flood_table(runs)
     if runs:
       blocks[name] += f'\n![{title}](results/{name}.png)\n'
+  blocks['replica_short_batch'] = short_batch_table(
+      load(data, 'replica_short_batch'))
   replica_conflict = load(data, 'replica_conflict')
   blocks['replica_conflict'] = (conflict_table(replica_conflict)
                                 + conflict_flood_table(replica_conflict))
