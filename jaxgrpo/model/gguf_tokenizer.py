@@ -286,8 +286,8 @@ def _token_id(reader: gguf.GGUFReader, key: str, size: int) -> int | None:
 
 
 def _ends(reader: gguf.GGUFReader, model: str, pre: str,
-          size: int) -> dict[str, Any]:
-  """The BOS and EOS of a `size`-token vocabulary and whether prompts get
+          tokens: list[str]) -> dict[str, Any]:
+  """The BOS and EOS of a vocabulary of `tokens` and whether prompts get
   them: `tokenizer_parts`' 'bos_id', 'eos_id', 'add_bos' and 'add_eos'.
 
   A file without tokenizer.ggml.add_bos_token gets llama.cpp's default
@@ -295,10 +295,12 @@ def _ends(reader: gguf.GGUFReader, model: str, pre: str,
   true, llama_vocab::impl::tokenize (src/llama-vocab.cpp, the commit of
   `_BOS_PRE`) appends the EOS to a text it encodes with add_special, after
   the text and whatever it ends with, SentencePiece and BPE alike. A BOS
-  or EOS the file adds but does not name is llama.cpp's default id
-  (`_DEFAULT_IDS`).
+  or EOS the file does not name is llama.cpp's default id (`_DEFAULT_IDS`),
+  added or not: the chat template's bos_token is the default BOS's text
+  there too, and completions end at the default EOS (with a warning that
+  names it, since a 'gpt2' vocabulary's id 11 is an ordinary token).
   """
-  name = gguf_file._name(reader)
+  name, size = gguf_file._name(reader), len(tokens)
   adds = {'bos': _flag(reader, 'tokenizer.ggml.add_bos_token',
                        model == 'llama' or pre in _BOS_PRE),
           'eos': _flag(reader, 'tokenizer.ggml.add_eos_token', False)}
@@ -306,9 +308,11 @@ def _ends(reader: gguf.GGUFReader, model: str, pre: str,
   def special_id(kind: str) -> int | None:
     key = f'tokenizer.ggml.{kind}_token_id'
     value = _token_id(reader, key, size)
-    if value is not None or not adds[kind]:
+    if value is not None:
       return value
     default = _DEFAULT_IDS[model][kind]
+    if default >= size and not adds[kind]:
+      return None
     if default >= size:
       flag = f'tokenizer.ggml.add_{kind}_token'
       said = '' if flag in reader.fields else (
@@ -324,7 +328,15 @@ def _ends(reader: gguf.GGUFReader, model: str, pre: str,
   if eos_id is None:
     raise gguf_file.GGUFError(
         f"{name}: metadata key 'tokenizer.ggml.eos_token_id' is missing: "
-        'it names the token that ends a completion (and pads)')
+        'it names the token that ends a completion (and pads), and '
+        f"llama.cpp's default for a {model!r} vocabulary, "
+        f'{_DEFAULT_IDS[model]["eos"]}, is outside the {size}-token vocab')
+  if 'tokenizer.ggml.eos_token_id' not in reader.fields:
+    _LOG.warning(
+        '%s names no EOS (metadata key tokenizer.ggml.eos_token_id): '
+        "completions end at llama.cpp's default for a %r vocabulary, id "
+        '%d (%r), as they do under llama.cpp', name, model, eos_id,
+        tokens[eos_id])
   return {'bos_id': special_id('bos'), 'eos_id': eos_id,
           'add_bos': adds['bos'], 'add_eos': adds['eos']}
 
@@ -350,8 +362,9 @@ def tokenizer_parts(
 
   Returns:
     (tokenizer, info) with info keys 'eos_id' (an int), 'bos_id', 'pad_id'
-    (ints, or None when the file names none; a BOS or EOS the file adds
-    but does not name is llama.cpp's default id, see `_DEFAULT_IDS`),
+    (ints, or None when the file names none; a BOS or EOS the file does
+    not name is llama.cpp's default id where the vocabulary has it, see
+    `_DEFAULT_IDS`),
     'chat_template' (Jinja source or None),
     'add_bos' (whether the model expects a leading BOS: the file's
     tokenizer.ggml.add_bos_token, or where it has none llama.cpp's default
@@ -362,7 +375,8 @@ def tokenizer_parts(
     that also end a completion; empty when the file names none).
 
   Raises:
-    gguf_file.GGUFError: no tokenizer or no EOS token id, another tokenizer model,
+    gguf_file.GGUFError: no tokenizer, no EOS token id (named or default),
+      another tokenizer model,
       a 'gpt2' pre-tokenizer not modelled here, an add_bos_token or
       add_eos_token that is not a bool, or a BOS or EOS to add that the file
       does not name and whose default id is outside the vocabulary.
@@ -404,7 +418,7 @@ def tokenizer_parts(
   ])
 
   token_id = lambda key: _token_id(reader, key, len(tokens))
-  ends = _ends(reader, model, pre, len(tokens))
+  ends = _ends(reader, model, pre, tokens)
   info = {
       **ends,  # bos_id, eos_id, add_bos, add_eos
       'pad_id': token_id('tokenizer.ggml.padding_token_id'),

@@ -883,15 +883,56 @@ class TinyGGUFTest(parameterized.TestCase):
         'be an int$'):
       gguf_tokenizer.tokenizer_parts(path)
 
-  def test_missing_eos_token_is_named(self):
-    # It loaded with no EOS and no pad token: the first prompts raised
-    # TypeError (int() argument ... not 'NoneType').
+  def test_a_file_that_names_no_eos_ends_at_llama_cpps_default(self):
+    # It was refused, where llama.cpp loads it with EOS 11 (byte-level BPE;
+    # SentencePiece 2): completions end there under llama.cpp.
     key = 'tokenizer.ggml.eos_token_id'
     path = self.write(metadata={key: None})
+    with self.assertLogs('jaxgrpo.model.gguf_tokenizer', 'WARNING') as logs:
+      tok = pretrained.load_tokenizer(path)
+    self.assertEqual((tok.eos_id, tok.pad_id), (11, 11))
+    self.assertIn(11, tok.stop_ids)
+    self.assertEqual(logs.output, [
+        f'WARNING:jaxgrpo.model.gguf_tokenizer:{path} names no EOS (metadata '
+        "key tokenizer.ggml.eos_token_id): completions end at llama.cpp's "
+        "default for a 'gpt2' vocabulary, id 11 ('h'), as they do under "
+        'llama.cpp'])
+    spm = write_spm_gguf(
+        os.path.join(self.create_tempdir().full_path, 'spm.gguf'),
+        {key: None})
+    with self.assertLogs('jaxgrpo.model.gguf_tokenizer', 'WARNING') as logs:
+      self.assertEqual(pretrained.load_tokenizer(spm).eos_id, 2)
+    self.assertIn("id 2 ('</s>')", logs.output[0])
+    # Where the default is outside the vocabulary, the error names the key.
+    array = gguf.GGUFValueType.ARRAY
+    path = self.write(metadata={
+        'tokenizer.ggml.tokens': (_SPECIALS + ['a', 'b', 'ab'], array),
+        'tokenizer.ggml.token_type': ([3, 3, 3, 4, 1, 1, 1], array),
+        'tokenizer.ggml.merges': (['a b'], array), key: None})
     with self.assertRaisesRegex(
         gguf_loader.GGUFError, f"^{path}: metadata key '{key}' is missing: "
-        'it names the token that ends a completion'):
-      pretrained.load(path)
+        'it names the token that ends a completion \\(and pads\\), and '
+        "llama.cpp's default for a 'gpt2' vocabulary, 11, is outside the "
+        '7-token vocab$'):
+      pretrained.load_tokenizer(path)
+
+  def test_the_default_bos_is_the_chat_templates_bos_token(self):
+    # A file that names no BOS and adds none: llama.cpp's chat template
+    # still gets the default BOS's text as bos_token; here it was empty.
+    template = ("{{ bos_token }}{% for m in messages %}{{ m['content'] }}"
+                '{% endfor %}')
+    string, bool_ = gguf.GGUFValueType.STRING, gguf.GGUFValueType.BOOL
+    spm = write_spm_gguf(
+        os.path.join(self.create_tempdir().full_path, 'spm.gguf'),
+        {'tokenizer.ggml.bos_token_id': None,
+         'tokenizer.ggml.add_bos_token': (False, bool_),
+         'tokenizer.chat_template': (template, string)})
+    _, info = gguf_tokenizer.tokenizer_parts(spm)
+    self.assertEqual(info['bos_id'], 1)
+    tok = pretrained.load_tokenizer(spm)
+    self.assertIsNone(tok.bos_id)  # prompts get none of their own
+    self.assertEqual(tok.with_prompts(chat=True).prompt_text('hello'),
+                     '<s>hello')
 
   def test_unsupported_tokenizer_model(self):
     path = self.write(tokenizer_model='bert')
