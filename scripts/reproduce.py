@@ -519,13 +519,39 @@ def check_environment(experiment: str, folders) -> None:
   environment, with both environments."""
   if other := other_environments(experiment, folders):
     here = environment_lib.environment()
+    path, made = other[0]
+    made = (made if any(made.values()) else
+            'made before runs recorded their environment')
     raise SystemExit(
         f'{experiment}: {len(other)} of its runs were made in another '
-        f'environment, e.g. {other[0][0]}: {other[0][1]}; this machine is '
+        f'environment, e.g. {path}: {made}; this machine is '
         f'{ {k: here[k] for k in ENVIRONMENT_KEYS} }. XLA\'s results differ '
         'between them (a warm start too), so runs made here would not pair '
         'with those by seed: run the experiment where they were made, run '
         'it whole here under another name, or pass --mixed-environments')
+
+
+def status_lines(data: str) -> list[str]:
+  """Per experiment, its finished runs and the CPUs that made them, with
+  '(this machine)' on this machine's, which alone may add runs to it."""
+  here = environment_lib.environment()
+  here = {k: here[k] for k in ENVIRONMENT_KEYS}
+  lines = []
+  for name, e in experiments().items():
+    folder = os.path.join(data, name)
+    done = sorted(f for f in (os.listdir(folder) if os.path.isdir(folder)
+                              else ()) if f.endswith('.jsonl.gz'))
+    made = {}
+    for f in done:
+      env = read_run(os.path.join(folder, f))[0].get('environment') or {}
+      cpu = env.get('cpu') or 'not recorded'
+      same = {k: env.get(k) for k in ENVIRONMENT_KEYS} == here
+      made[cpu + ' (this machine)' * same] = made.get(
+          cpu + ' (this machine)' * same, 0) + 1
+    where = '; '.join(f'{n} on {cpu}' for cpu, n in made.items())
+    lines.append(f'{name}: {len(done)} runs of {len(e.variants)} variants'
+                 + (f' ({where})' if where else ''))
+  return lines
 
 
 def plan(experiment: Experiment, seeds, only=None) -> list[tuple[str, int]]:
@@ -579,10 +605,8 @@ def main(argv=None):
                                 None if args.no_figures else args.figures)
     return
   if args.command == 'status':
-    for name, e in experiments().items():
-      folder = os.path.join(args.data, name)
-      done = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-      print(f'{name}: {len(done)} runs of {len(e.variants)} variants')
+    for line in status_lines(args.data):
+      print(line)
     return
   experiment = experiments()[args.experiment]
   if args.smoke:

@@ -195,6 +195,18 @@ class EnvironmentTest(absltest.TestCase):
         rf"{re.escape(found[0][0])}: .*'cpu': 'Another CPU avx2'.*; this "
         r'machine is .*pass --mixed-environments$')):
       reproduce.main(args)
+    # Runs that recorded none (made before headers had it) are another.
+    reproduce.export([{'step': 0}], {}, reproduce.data_path(data, 'drift',
+                                                            'none_s0'))
+    with self.assertRaisesRegex(SystemExit, (
+        r'^drift: 1 of its runs .*none_s0\.jsonl\.gz: made before runs '
+        'recorded their environment; this machine is')):
+      reproduce.check_environment('drift', [data])
+    lines = reproduce.status_lines(data)
+    self.assertIn('regime: 3 runs of 9 variants (1 on Another CPU avx2; 2 on '
+                  f"{here['cpu']} (this machine))", lines)
+    self.assertIn('drift: 1 runs of 2 variants (1 on not recorded)', lines)
+    self.assertIn('size500: 0 runs of 2 variants', lines)
 
 
 class StoppedRunTest(absltest.TestCase):
