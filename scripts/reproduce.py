@@ -57,9 +57,10 @@ Experiments:
   replica_memorise  memorise run again in the same way as replica,
                `none` and `weighted` on 10 seeds: does `weighted`'s saving
                to the target hold?
-  replica_memorise_filter  memorise's `none` and `filter` run again on
-               seeds 0-4 on a third machine: its `filter` under the fixed
-               rule.
+  replica2_memorise  memorise's `none`, `weighted` and `filter` run
+               again on seeds 0-4 on a third machine: does `weighted`'s
+               saving to the target hold there too? And `filter` under the
+               fixed rule.
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
@@ -286,12 +287,12 @@ def experiments() -> dict[str, Experiment]:
       variants={k: POLICIES[k] for k in ('none', 'weighted')})
   replica_short_batch = dataclasses.replace(short_batch,
                                             name='replica_short_batch')
-  replica_memorise_filter = dataclasses.replace(
-      memorise, name='replica_memorise_filter',
-      variants={k: POLICIES[k] for k in ('none', 'filter')})
+  replica2_memorise = dataclasses.replace(
+      memorise, name='replica2_memorise',
+      variants={k: POLICIES[k] for k in ('none', 'weighted', 'filter')})
   return {e.name: e for e in (regime, replica, long, replica_long, warm,
                               broad, replica_broad, memorise,
-                              replica_memorise, replica_memorise_filter,
+                              replica_memorise, replica2_memorise,
                               short_batch, replica_short_batch, drift, mixed, conflict,
                               replica_conflict, *sizes)}
 

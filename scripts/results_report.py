@@ -909,10 +909,11 @@ def render_blocks(data: str) -> dict[str, str]:
   blocks['replica_memorise_checks'] = regime_checks(replica_memorise)
   blocks['replica_memorise_savings'] = replica_table(memorise,
                                                      replica_memorise)
-  replica_memorise_filter = load(data, 'replica_memorise_filter')
-  blocks['replica_memorise_filter'] = replica_table(
-      seeds_of(memorise, sorted(replica_memorise_filter.get('none', {}))),
-      replica_memorise_filter)
+  replica2_memorise = load(data, 'replica2_memorise')
+  blocks['replica2_memorise_checks'] = regime_checks(replica2_memorise)
+  blocks['replica2_memorise_savings'] = replica_table(
+      seeds_of(memorise, sorted(replica2_memorise.get('none', {}))),
+      replica2_memorise)
   mixed = load(data, 'mixed')
   blocks['mixed_checks'] = regime_checks(mixed)
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
@@ -989,17 +990,20 @@ def fill(doc_text: str, blocks: dict[str, str]) -> str:
 def write_report(data: str, docs, figures: str | None) -> None:
   """Rewrites the marked blocks of each of `docs` (paths) from `data`."""
   blocks = render_blocks(data)
-  used = set()
-  for doc in docs:
+  used, pages = set(), {}
+  for doc in docs:  # every page filled before any is written
     with open(doc, encoding='utf-8') as f:
       text = f.read()
     used |= set(read_blocks(text))
-    with open(doc, 'w', encoding='utf-8') as f:
-      f.write(fill(text, blocks))
-    print(f'wrote {len(read_blocks(text))} blocks into {doc}')
+    pages[doc] = (fill(text, blocks), len(read_blocks(text)))
   missing = sorted(set(blocks) - used)
   if missing:
     raise KeyError(f'no page has a block for {missing}')
+  for doc, (text, count) in pages.items():
+    with open(doc + '.tmp', 'w', encoding='utf-8') as f:
+      f.write(text)
+    os.replace(doc + '.tmp', doc)
+    print(f'wrote {count} blocks into {doc}')
   if figures:
     import results_figures
     for path in results_figures.draw_all(data, figures):

@@ -38,6 +38,33 @@ class ResultsPageTest(absltest.TestCase):
       seen |= set(on_page)
     self.assertEqual(seen, set(made))
 
+  def test_a_report_that_fails_leaves_every_page_as_it_was(self):
+    # A page with a block the report does not make was left empty: it was
+    # opened for writing before its blocks were filled.
+    root = self.create_tempdir().full_path
+    data = os.path.join(root, 'data')
+    os.makedirs(data)
+    pages = [os.path.join(root, 'a.md'), os.path.join(root, 'b.md')]
+    with open(DOC, encoding='utf-8') as f:
+      results = f.read()
+    texts = [results, 'intro\n<!-- results:nope -->\nold\n'
+             '<!-- /results:nope -->\n']
+    for page, text in zip(pages, texts):
+      with open(page, 'w', encoding='utf-8') as f:
+        f.write(text)
+    with self.assertRaisesRegex(KeyError, "a block 'nope' the report does "
+                                'not make'):
+      results_report.write_report(data, pages, None)
+    # Pages that lack a block the report makes (the README's): nothing
+    # written either (the pages were written before that was found).
+    with self.assertRaisesRegex(KeyError, "no page has a block for "
+                                r"\['readme_summary'\]"):
+      results_report.write_report(data, [pages[0]], None)
+    for page, text in zip(pages, texts):
+      with open(page, encoding='utf-8') as f:
+        self.assertEqual(f.read(), text)
+    self.assertEqual(sorted(os.listdir(root)), ['a.md', 'b.md', 'data'])
+
   def test_numbers_in_the_prose_are_the_tables_numbers(self):
     # Prose between the blocks is written by hand: each decimal it quotes
     # must be a number of a block, rounded to either's precision.
