@@ -135,6 +135,7 @@ class Strata:
   names: tuple[str, ...]
   index: np.ndarray
   prior: np.ndarray | None
+  failed: int = 0  # examples unrated: every verifier call of theirs failed
 
   def counts(self) -> dict[str, int]:
     n = np.bincount(self.index, minlength=len(self.names))
@@ -150,22 +151,30 @@ class Strata:
 
 def notes(strata: Mapping[str, Strata]) -> dict[str, dict[str, Any]]:
   """What a checkpoint notes of each dataset's strata (`changes` reads it)."""
-  return {name: {'counts': st.counts(), 'fingerprint': st.fingerprint()}
+  return {name: {'counts': st.counts(), 'fingerprint': st.fingerprint(),
+                 'failed': st.failed}
           for name, st in strata.items()}
 
 
 def changes(then: Mapping[str, Any] | None, now: Mapping[str, Any] | None,
             *, where: str) -> list[str]:
   """A line for each dataset whose `notes` differ from those of `where`, a
-  checkpoint (none noted: nothing to compare)."""
+  checkpoint (none noted: nothing to compare). A checkpoint noted before
+  examples whose every verifier call failed were left unrated has no
+  'failed': where such examples are unrated now, that is a reason too."""
   out = []
   for name, st in (now or {}).items():
     was = (then or {}).get(name)
     if was and was.get('fingerprint') != st['fingerprint']:
+      why = ('the pass rates in curriculum.strata were measured again or '
+             'completed')
+      if 'failed' not in was and st.get('failed'):
+        why += (f', or because the {st["failed"]} examples whose every '
+                f'verifier call failed are {UNRATED} now, where the version '
+                f'that saved it filed them {bands_lib.TOO_HARD}')
       out.append(
-          f'dataset {name!r}: its strata changed since the {where} (the '
-          'pass rates in curriculum.strata were measured again or '
-          f'completed): {_listed(was["counts"])} then, '
+          f'dataset {name!r}: its strata changed since the {where} ({why}): '
+          f'{_listed(was["counts"])} then, '
           f'{_listed(st["counts"])} now; its examples are offered by the '
           'strata of now')
   return out
@@ -254,9 +263,10 @@ def match(rates: passrates.PassRates, ids: Sequence[str],
 
 
 def _log_failed(log, path: str, name: str, failed: Sequence[str],
-                ids: Sequence[str]) -> None:
+                ids: Sequence[str]) -> int:
   """Says how many of the dataset's examples (`ids`) are unrated because
-  their every verifier call failed (`PassRates.failed`), naming a few."""
+  their every verifier call failed (`PassRates.failed`), naming a few;
+  returns how many."""
   named = set(failed)
   failed = [i for i in ids if i in named]
   if failed:
@@ -265,6 +275,7 @@ def _log_failed(log, path: str, name: str, failed: Sequence[str],
         f'{bands_lib.TOO_HARD} ({", ".join(failed[:5])}'
         + (', ...' if len(failed) > 5 else '') + '): fix the verifier and '
         'measure them again (jaxgrpo-stratify run into another --out)')
+  return len(failed)
 
 
 def load(
@@ -317,7 +328,8 @@ def load(
             'them: the same jaxgrpo-stratify run command finishes it')
     ids = [examples[i].id for i in range(len(examples))]
     strata, unknown = match(table[name], ids, edges, prior=prior)
-    _log_failed(log, path, name, table[name].failed, ids)
+    strata = dataclasses.replace(strata, failed=_log_failed(
+        log, path, name, table[name].failed, ids))
     counts = strata.counts()
     log(f'curriculum: dataset {name!r} strata {_listed(counts)}'
         + (f'; {unknown} pass rates for ids not in the dataset'

@@ -237,6 +237,27 @@ class CurriculumTest(absltest.TestCase):
          'again or completed): too_hard 1, 0.25-0.5 1, unrated 1 then, '
          'too_hard 1, 0.25-0.5 2 now; its examples are offered by the strata '
          'of now'])
+    # Saved before examples whose every verifier call failed were left
+    # unrated (no 'failed' noted), resumed with 1 such example unrated: the
+    # reason was only 'measured again or completed'.
+    older = {'a': {k: v for k, v in then['a'].items() if k != 'failed'}}
+    now = curriculum.notes({'a': dataclasses.replace(
+        _strata([0, 2, 6]), failed=1)})
+    self.assertEqual(now['a']['failed'], 1)
+    changed = curriculum.changes(
+        older, curriculum.notes({'a': dataclasses.replace(
+            _strata([6, 2, 6]), failed=1)}), where=where)
+    self.assertEqual(changed, [
+        "dataset 'a': its strata changed since the checkpoint of step 1 in "
+        'W/checkpoints (the pass rates in curriculum.strata were measured '
+        'again or completed, or because the 1 examples whose every verifier '
+        'call failed are unrated now, where the version that saved it filed '
+        'them too_hard): too_hard 1, 0.25-0.5 1, unrated 1 then, 0.25-0.5 1, '
+        'unrated 2 now; its examples are offered by the strata of now'])
+    # Saved by this version: measured again is the reason.
+    self.assertNotIn('version', curriculum.changes(
+        then, curriculum.notes({'a': dataclasses.replace(
+            _strata([6, 2, 6]), failed=1)}), where=where)[0])
     # The same strata with other pass rates as the weighted policy's prior.
     prior = np.array([0.0, 0.3, np.nan])
     self.assertLen(curriculum.changes(

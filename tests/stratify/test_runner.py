@@ -339,6 +339,9 @@ class VerifierFailuresTest(absltest.TestCase):
 
     strata, (prior, lines) = load(out)
     self.assertEqual(strata, unrated)
+    self.assertEqual(curriculum.notes(curriculum.load(
+        out, {'a': examples}, edges=(0.25, 0.5, 0.75), log=lambda _: None))
+                     ['a']['failed'], 3)  # a resume can tell why they moved
     self.assertTrue(all(np.isnan(prior[i]) for i in failed), prior)
     self.assertEqual(lines, [
         f"curriculum: dataset 'a': 3 examples whose every verifier call "
