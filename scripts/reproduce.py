@@ -293,8 +293,8 @@ def experiments() -> dict[str, Experiment]:
   return {e.name: e for e in (regime, replica, long, replica_long, warm,
                               broad, replica_broad, memorise,
                               replica_memorise, replica2_memorise,
-                              short_batch, replica_short_batch, drift, mixed, conflict,
-                              replica_conflict, *sizes)}
+                              short_batch, replica_short_batch, drift,
+                              mixed, conflict, replica_conflict, *sizes)}
 
 
 def smoke(experiment: Experiment) -> Experiment:
@@ -497,36 +497,40 @@ def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
 ENVIRONMENT_KEYS = ('packages', 'python', 'cpu')
 
 
+def _made_in(env: dict | None) -> dict:
+  """The part of an `environment()` that must match for runs to pair."""
+  return {k: (env or {}).get(k) for k in ENVIRONMENT_KEYS}
+
+
+def _runs_made_in(folder: str) -> list[tuple[str, dict]]:
+  """(path, `_made_in` of its header) of each data file in `folder`."""
+  names = sorted(os.listdir(folder)) if os.path.isdir(folder) else ()
+  return [(path, _made_in(read_run(path)[0].get('environment')))
+          for path in (os.path.join(folder, n) for n in names
+                       if n.endswith('.jsonl.gz'))]
+
+
 def other_environments(experiment: str, folders) -> list[tuple[str, dict]]:
   """(path, environment) of the data files of `experiment` in `folders`
   made in an environment other than this process's."""
-  here = environment_lib.environment()
-  here = {k: here[k] for k in ENVIRONMENT_KEYS}
-  out = []
-  for folder in dict.fromkeys(os.path.abspath(f) for f in folders):
-    folder = os.path.join(folder, experiment)
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
-      if name.endswith('.jsonl.gz'):
-        path = os.path.join(folder, name)
-        made = read_run(path)[0].get('environment') or {}
-        made = {k: made.get(k) for k in ENVIRONMENT_KEYS}
-        if made != here:
-          out.append((path, made))
-  return out
+  here = _made_in(environment_lib.environment())
+  return [(path, made)
+          for folder in dict.fromkeys(os.path.abspath(f) for f in folders)
+          for path, made in _runs_made_in(os.path.join(folder, experiment))
+          if made != here]
 
 
 def check_environment(experiment: str, folders) -> None:
   """Raises SystemExit naming a data file of `experiment` made in another
   environment, with both environments."""
   if other := other_environments(experiment, folders):
-    here = environment_lib.environment()
     path, made = other[0]
     made = (made if any(made.values()) else
             'made before runs recorded their environment')
     raise SystemExit(
         f'{experiment}: {len(other)} of its runs were made in another '
         f'environment, e.g. {path}: {made}; this machine is '
-        f'{ {k: here[k] for k in ENVIRONMENT_KEYS} }. XLA\'s results differ '
+        f'{_made_in(environment_lib.environment())}. XLA\'s results differ '
         'between them (a warm start too), so runs made here would not pair '
         'with those by seed: run the experiment where they were made, run '
         'it whole here under another name, or pass --mixed-environments')
@@ -535,22 +539,16 @@ def check_environment(experiment: str, folders) -> None:
 def status_lines(data: str) -> list[str]:
   """Per experiment, its finished runs and the CPUs that made them, with
   '(this machine)' on this machine's, which alone may add runs to it."""
-  here = environment_lib.environment()
-  here = {k: here[k] for k in ENVIRONMENT_KEYS}
+  here = _made_in(environment_lib.environment())
   lines = []
   for name, e in experiments().items():
-    folder = os.path.join(data, name)
-    done = sorted(f for f in (os.listdir(folder) if os.path.isdir(folder)
-                              else ()) if f.endswith('.jsonl.gz'))
+    runs = _runs_made_in(os.path.join(data, name))
     made = {}
-    for f in done:
-      env = read_run(os.path.join(folder, f))[0].get('environment') or {}
-      cpu = env.get('cpu') or 'not recorded'
-      same = {k: env.get(k) for k in ENVIRONMENT_KEYS} == here
-      made[cpu + ' (this machine)' * same] = made.get(
-          cpu + ' (this machine)' * same, 0) + 1
+    for _, env in runs:
+      cpu = (env['cpu'] or 'not recorded') + ' (this machine)' * (env == here)
+      made[cpu] = made.get(cpu, 0) + 1
     where = '; '.join(f'{n} on {cpu}' for cpu, n in made.items())
-    lines.append(f'{name}: {len(done)} runs of {len(e.variants)} variants'
+    lines.append(f'{name}: {len(runs)} runs of {len(e.variants)} variants'
                  + (f' ({where})' if where else ''))
   return lines
 

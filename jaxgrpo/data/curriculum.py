@@ -6,8 +6,8 @@ every example of a dataset in a stratum: 'too_hard' (pass rate 0), one band
 per interval of `bands` ('0-0.25', '0.25-0.5', ...), 'too_easy' (pass rate
 1), or 'unrated' (no pass rate in the files: not measured, or every
 verifier call of theirs failed, which measured the verifier). Each stratum
-behaves as a sub-dataset with a weight: an example is offered with its stratum's weight
-relative to the largest (see `snooze.SnoozeTable.set_strata`), so weight 0
+behaves as a sub-dataset with a weight: an example is offered with its
+stratum's weight relative to the largest (see `snooze.SnoozeTable.set_strata`), so weight 0
 postpones a stratum and the dataset's share of the mixture is kept. Its batch
 share is reported as `data/batch_share/<dataset>/<stratum>`.
 

@@ -18,10 +18,10 @@ and, in its schema metadata (key `jaxgrpo.stratify`), JSON describing how it
 was made: the checkpoint spec, K, seed, threshold, sampling settings, config
 file, dataset size and fingerprint, sharding and chunking, its verifier
 calls and failures (`verify`: counts, the number of examples where some
-calls failed, and the ids of the examples whose every call failed) and its `format` (`FORMAT`; none: 1), which readers of
-an older one refuse. Parts are written
-to a `*.tmp` file and renamed, so a part that reads is complete; the summary
-is rebuilt from the parts alone (`write_summary`).
+calls failed, and the ids of the examples whose every call failed) and its
+`format` (`FORMAT`; none: 1), which readers of an older one refuse. Parts
+are written to a `*.tmp` file and renamed, so a part that reads is
+complete; the summary is rebuilt from the parts alone (`write_summary`).
 
 Readers need only numpy and pyarrow: `read` pools the rates of any selection
 of checkpoints, keyed by dataset. A row whose every verifier call failed (in

@@ -279,7 +279,7 @@ def stratify(
         all_failed = [ex.id for ex, f in zip(chunk, failed) if f.all()]
         trials, passes, mean_reward = scored_rows(rewards, failed,
                                                   settings.threshold)
-        partly = int(((trials < k) & ~failed.all(axis=1)).sum())
+        partly = int((failed.any(axis=1) & ~failed.all(axis=1)).sum())
         passrates.write_part(
             out_dir, name, tag, shard=settings.shard,
             num_shards=settings.num_shards, part=c,
