@@ -51,6 +51,7 @@ warnings.filterwarnings(
 # (orbax_patch).
 orbax_patch.install()
 orbax_patch.quiet_late_callbacks()
+orbax_patch.quiet_abandoned_reads()
 
 
 def absolute(path: str) -> str:

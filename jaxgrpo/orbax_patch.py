@@ -15,9 +15,15 @@ A read that fails midway (a damaged checkpoint: jaxgrpo-eval, -export,
 flight, each to report to an asyncio loop that orbax has closed by then:
 Python printed a `RuntimeError: Event loop is closed` traceback for each
 (dozens, after the command's one error line). `quiet_late_callbacks`
-drops exactly those; the failure itself is raised where it happened.
+drops exactly those; the failure itself is raised where it happened. Reads
+that fail too, after the first failure was raised, end in asyncio tasks
+whose errors nobody retrieves: asyncio logged a `Task exception was never
+retrieved` traceback for each, at random (when the task is freed);
+`quiet_abandoned_reads` drops those records.
 """
 
+import logging
+import re
 import sys
 import traceback
 
@@ -83,3 +89,29 @@ def quiet_late_callbacks() -> None:
 
   quiet.drops_late_callbacks = True
   sys.unraisablehook = quiet
+
+
+# tensorstore's errors: a status code, then what failed.
+_TENSORSTORE_IO = re.compile(r'^[A-Z_]+: Error (reading|writing|opening) ')
+
+
+def _abandoned_read(record: logging.LogRecord) -> bool:
+  """Whether an asyncio record reports a tensorstore read or write that
+  failed in a task no one awaited any more (its sibling's failure was
+  raised)."""
+  exc = record.exc_info[1] if record.exc_info else None
+  return (str(record.msg).startswith('Task exception was never retrieved')
+          and isinstance(exc, ValueError)
+          and _TENSORSTORE_IO.match(str(exc)) is not None)
+
+
+def _keep(record: logging.LogRecord) -> bool:
+  return not _abandoned_read(record)
+
+
+def quiet_abandoned_reads() -> None:
+  """Drops `_abandoned_read` records of the asyncio logger; every other
+  record reaches its handlers as before. Installed once per process."""
+  logger = logging.getLogger('asyncio')
+  if _keep not in logger.filters:
+    logger.addFilter(_keep)

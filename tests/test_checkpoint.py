@@ -141,6 +141,31 @@ class CheckpointTest(absltest.TestCase):
       self.assertFalse(orbax_patch._late_callback(unraisable(call)))  # pylint: disable=protected-access
     self.assertTrue(sys.unraisablehook.drops_late_callbacks)
 
+  def test_only_abandoned_tensorstore_reads_leave_asyncio_quiet(self):
+    # Reads still in flight when a sibling's failure was raised end in
+    # tasks no one awaits: asyncio logged each ('Task exception was never
+    # retrieved', with its traceback) when the task was freed. Those are
+    # dropped; any other task's error is still logged.
+    def abandon(error):
+      loop = asyncio.new_event_loop()
+      async def read():
+        raise error
+      task = loop.create_task(read())
+      loop.run_until_complete(asyncio.sleep(0))
+      loop.close()
+      del task
+      gc.collect()
+    with self.assertNoLogs('asyncio'):
+      abandon(ValueError(
+          'FAILED_PRECONDITION: Error reading "params.w/0.0" in OCDBT '
+          'database at local file "/x/4/state/": Truncated Zstd-compressed '
+          'stream; at byte 0'))
+    for other in (ValueError('boom'), KeyError('FAILED_PRECONDITION: Error '
+                                               'reading "a"')):
+      with self.assertLogs('asyncio', 'ERROR') as logs:
+        abandon(other)
+      self.assertIn('Task exception was never retrieved', logs.output[0])
+
   def test_state_saved_over_more_devices_reads_here(self):
     # A run on 4 devices, read by jaxgrpo-export on 1: orbax refused it
     # without a target ("Topology mismatch detected").

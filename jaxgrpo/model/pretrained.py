@@ -82,14 +82,20 @@ def smollm2_path() -> str:
   )
 
 
-def load_tokenizer(source: str, *, vocab_size: int | None = None):
-  """The tokenizer of a resolved model directory or .gguf file."""
+def load_tokenizer(source: str, *, vocab_size: int | None = None,
+                   reader=None):
+  """The tokenizer of a resolved model directory or .gguf file.
+
+  `reader`: the .gguf file already opened by `gguf.open_reader` (parsing a
+  50k-token vocabulary's metadata takes seconds), else it is opened here.
+  """
   # pylint: disable=g-import-not-at-top
   from jaxgrpo.data import hf_tokenizer
   if os.path.isdir(source):
     return hf_tokenizer.HFTokenizer.from_dir(source, vocab_size=vocab_size)
   from jaxgrpo.model import gguf_tokenizer
-  backend, info = gguf_tokenizer.tokenizer_parts(source)
+  backend, info = gguf_tokenizer.tokenizer_parts(
+      source if reader is None else reader)
   return hf_tokenizer.HFTokenizer.from_parts(
       backend, bos_id=info['bos_id'], eos_id=info['eos_id'],
       pad_id=info['pad_id'], chat_template=info['chat_template'],
@@ -133,6 +139,7 @@ def load(path: str, *, dtype: str = 'float32',
   """
   # pylint: disable=g-import-not-at-top
   source = resolve(path)
+  reader = None
   if os.path.isdir(source):
     from jaxgrpo.model import hf
     if said := peft_adapter(source):
@@ -156,6 +163,7 @@ def load(path: str, *, dtype: str = 'float32',
         '(config.json + *.safetensors) nor a .gguf file')
   else:
     raise PretrainedError(f'model.path={path!r}: {source} does not exist')
-  tokenizer = load_tokenizer(source, vocab_size=cfg.vocab_size)
+  tokenizer = load_tokenizer(source, vocab_size=cfg.vocab_size,
+                             reader=reader)
   return Pretrained(cfg=cfg, graphdef=graphdef, params=params,
                     tokenizer=tokenizer, source=source, context=context)
