@@ -515,6 +515,27 @@ class CommandLineTest(absltest.TestCase):
 
 class TensorBoardTest(absltest.TestCase):
 
+  def test_the_writer_imports_neither_torch_nor_tensorboardx_writers(self):
+    # tensorboardX's __init__ imports its SummaryWriter, and with it torch
+    # where torch is installed: two seconds at every training start. The
+    # writer needs only the protos; tensorboardX itself still imports whole
+    # afterwards.
+    if tensorboard_events.missing():
+      self.skipTest(tensorboard_events.missing())
+    script = (
+        'import sys\n'
+        'from jaxgrpo.reporting import tensorboard\n'
+        'assert tensorboard.available()\n'
+        "print(sorted(m for m in ('torch', 'tensorboardX', "
+        "'tensorboardX.writer') if m in sys.modules))\n"
+        'import tensorboardX\n'
+        'print(tensorboardX.SummaryWriter.__name__)\n')
+    done = subprocess.run([sys.executable, '-c', script], capture_output=True,
+                          text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, 'PYTHONPATH': REPO})
+    self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+    self.assertEqual(done.stdout.splitlines(), ['[]', 'SummaryWriter'])
+
   def test_every_scalar_of_every_step(self):
     if tensorboard_events.missing():
       self.skipTest(tensorboard_events.missing())

@@ -23,12 +23,15 @@ tensorboard`), here or on any other machine.
 from collections.abc import Iterable, Mapping
 import dataclasses
 import importlib
+import importlib.util
 import io
 import itertools
 import os
 import socket
 import struct
+import sys
 import time
+import types
 from typing import Any, BinaryIO, Callable
 
 from etils import epath
@@ -60,17 +63,45 @@ class _Protos:
   masked_crc32c: Callable[[bytes], int]
 
 
+_PROTOS = ('event_pb2', 'summary_pb2', 'tensor_pb2', 'tensor_shape_pb2',
+           'types_pb2')
+
+
+def _import_parts(package: str = 'tensorboardX') -> dict[str, Any]:
+  """The proto modules and record_writer of `package`, imported without
+  running the package's own __init__, which imports its SummaryWriter and
+  with it torch, where torch is installed (a second or more at each start,
+  for modules that need neither). A package already imported is used as
+  it is."""
+  names = [f'{package}.proto.{name}' for name in _PROTOS]
+  names.append(f'{package}.record_writer')
+  if package in sys.modules:
+    importlib.import_module(package)  # None there: taken out, as if missing
+    return {name: importlib.import_module(name) for name in names}
+  spec = importlib.util.find_spec(package)
+  if spec is None or not spec.submodule_search_locations:
+    raise ImportError(f'no package {package}')
+  # A bare package module stands in while the parts import; a later
+  # `import tensorboardX` runs the real __init__ over the same parts.
+  stand_in = types.ModuleType(package)
+  stand_in.__path__ = list(spec.submodule_search_locations)
+  stand_in.__spec__ = spec
+  sys.modules[package] = stand_in
+  try:
+    return {name: importlib.import_module(name) for name in names}
+  finally:
+    if sys.modules.get(package) is stand_in:
+      del sys.modules[package]
+
+
 def _protos() -> _Protos | None:
   try:
-    # The package first: it is what a missing install leaves out.
-    importlib.import_module('tensorboardX')
-    proto = {name: importlib.import_module(f'tensorboardX.proto.{name}')
-             for name in ('event_pb2', 'summary_pb2', 'tensor_pb2',
-                          'tensor_shape_pb2', 'types_pb2')}
-    record_writer = importlib.import_module('tensorboardX.record_writer')
+    parts = _import_parts()
   except ImportError:
     return None
-  return _Protos(**proto, masked_crc32c=record_writer.masked_crc32c)
+  proto = {name: parts[f'tensorboardX.proto.{name}'] for name in _PROTOS}
+  return _Protos(**proto, masked_crc32c=parts[
+      'tensorboardX.record_writer'].masked_crc32c)
 
 
 def available() -> bool:
