@@ -19,6 +19,7 @@ restart resuming from the one before it.
 --signal SIGTERM or SIGINT stops the run instead of killing it (a
 preemption, a Ctrl-C, in steps, in saves, at the last step): each stop must
 end it cleanly, with status 0, and the resumed run must match all the same.
+A list (`--signal SIGKILL,SIGINT`) sends them in turn, kill by kill.
 
   python scripts/fault_injection.py --kills 20 --steps 12
   python scripts/fault_injection.py --collect streaming --kills 8 --steps 12
@@ -181,12 +182,14 @@ def _lines(path: str) -> int:
 
 def run_with_kills(workdir: str, argv: list[str], kills: int,
                    rng: random.Random, damage_every: int = 2,
-                   sig: signal.Signals = signal.SIGKILL) -> dict:
+                   signals: tuple[signal.Signals, ...] = (signal.SIGKILL,)
+                   ) -> dict:
   """Runs `argv` (training in `workdir`) to completion, SIGKILLing `kills`
   times and damaging the latest checkpoint after every `damage_every`-th
-  kill. `sig` SIGTERM or SIGINT stops it instead (a preemption, a Ctrl-C):
-  each stop must end the run cleanly (status 0); one that comes at its last
-  step leaves it complete, and counts as no kill.
+  kill. `signals` are sent in turn, kill by kill: SIGTERM or SIGINT stops
+  the run instead (a preemption, a Ctrl-C): each stop must end the run
+  cleanly (status 0); one that comes at its last step leaves it complete,
+  and counts as no kill.
 
   Returns:
     kills, starts, restorable (kills after which the latest checkpoint
@@ -207,6 +210,7 @@ def run_with_kills(workdir: str, argv: list[str], kills: int,
                               stderr=subprocess.PIPE, text=True,
                               env={**os.environ, 'PYTHONUNBUFFERED': '1'})
       killed = False
+      sig = signals[done_kills % len(signals)]
       if done_kills < kills:
         # Wait until a checkpoint exists and this start has trained at
         # least one step, then kill at a random moment within the next few.
@@ -297,12 +301,17 @@ def main():
   parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='another config override, e.g. rl.beta=0.04 '
                       '(repeatable; after those of --collect)')
-  parser.add_argument('--signal', choices=('SIGKILL', 'SIGTERM', 'SIGINT'),
-                      default='SIGKILL',
+  parser.add_argument('--signal', default='SIGKILL',
                       help='what each kill sends: SIGTERM or SIGINT stop the '
-                      'run cleanly (a preemption, a Ctrl-C), status 0')
+                      'run cleanly (a preemption, a Ctrl-C), status 0; a '
+                      'comma-separated list is sent in turn')
   parser.add_argument('--json', help='also write the result here')
   args = parser.parse_args()
+  signals = tuple(args.signal.split(','))
+  for name in signals:
+    if name not in ('SIGKILL', 'SIGTERM', 'SIGINT'):
+      parser.error(f'--signal {args.signal}: {name!r} is not SIGKILL, '
+                   'SIGTERM or SIGINT')
   for kv in args.set:
     if '=' not in kv:
       parser.error(f'--set {kv}: expected KEY=VALUE')
@@ -318,7 +327,7 @@ def main():
                    stdout=subprocess.DEVNULL)
     got = run_with_kills(killed, argv(killed), args.kills,
                          random.Random(args.seed), args.damage_every,
-                         signal.Signals[args.signal])
+                         tuple(signal.Signals[name] for name in signals))
     kills, starts, restorable = got['kills'], got['starts'], got['restorable']
     problems = got['problems'] + compare(reference, killed)
     names = os.listdir(os.path.join(killed, 'checkpoints'))

@@ -432,12 +432,16 @@ class AssembleTest(parameterized.TestCase):
                                  pad_id=0)
     self.assertEqual(empty.completion_tokens.shape, (2 * G, 64))
 
-  @parameterized.product(
-      loss_agg=['token_mean', 'seq_mean_token_mean', 'dr_grpo'],
-      # T, completion lengths, the length the batch is cut to. T = 256:
-      # GSM8K's lengths, completions of 1 to 180 tokens cut to 192.
-      shape=[(130, [[5, 50, 12, 1], [30, 2, 9, 40]], 64),
-             (256, [[1, 180, 12, 140], [30, 2, 100, 64]], 192)])
+  # T, completion lengths, the length the batch is cut to. T = 256:
+  # GSM8K's lengths, completions of 1 to 180 tokens cut to 192.
+  _SHORT = (130, [[5, 50, 12, 1], [30, 2, 9, 40]], 64)
+  _GSM8K = (256, [[1, 180, 12, 140], [30, 2, 100, 64]], 192)
+
+  # Each aggregation on one shape, each shape under two (every pair
+  # compiles two train steps).
+  @parameterized.parameters(('token_mean', _SHORT),
+                            ('seq_mean_token_mean', _GSM8K),
+                            ('dr_grpo', _SHORT), ('dr_grpo', _GSM8K))
   def test_cut_batch_trains_as_the_padded_one(self, loss_agg, shape):
     # The same update from the cut batch as from the one padded to T: the
     # cut columns are padding, which no loss or metric counts (dr_grpo
