@@ -36,6 +36,7 @@ from jaxgrpo.configs import common
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.configs import demo
 from jaxgrpo.reporting import metrics as metrics_lib
+from tests import cli_in_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, 'scripts'))
@@ -57,6 +58,13 @@ def cli(workdir: str, *flags: str, config: str = 'configs/demo.py:runlocal',
                             stderr=subprocess.PIPE, text=True)
   return subprocess.run(args, cwd=REPO, env=env, capture_output=True,
                         text=True, timeout=300)
+
+
+def cli_here(workdir: str, *flags: str,
+             config: str = 'configs/demo.py:runlocal'):
+  """`cli`, run in this process (tests/cli_in_process.py)."""
+  return cli_in_process.run(f'--config={config}', f'--workdir={workdir}',
+                            *FAST, *flags)
 
 
 def steps_written(workdir: str) -> list[int]:
@@ -758,9 +766,11 @@ class DataFileTest(FaultTestCase):
         (self._file('{"id": "a", "answer": "1"}\n'), None,
          "data.datasets[0]: /"),
     ]
-    for path, eval_path, needle in cases:
+    for i, (path, eval_path, needle) in enumerate(cases):
       workdir = os.path.join(self.create_tempdir().full_path, 'run')
-      out = cli(workdir, config=self._config(path, eval_path))
+      # The first as a real process; the others in this one.
+      out = (cli if i == 0 else cli_here)(
+          workdir, config=self._config(path, eval_path))
       self.assert_one_line(out, 2, needle)
       self.assertFalse(os.path.exists(os.path.join(workdir, 'metrics.jsonl')))
 

@@ -31,6 +31,7 @@ from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.reporting import metrics as metrics_lib
 from tests import flaky_verifiers  # noqa: F401  (registers starts_with_digit)
+from tests import cli_in_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -294,9 +295,10 @@ class CommandLineTest(absltest.TestCase):
         '--config.rollout.gruop_size=4': 'gruop_size',
         '--config.rollout.group_size=abc': 'group_size',
     }
-    for flag, key in cases.items():
-      out = self._run('--config=configs/demo.py:runlocal',
-                      f'--workdir={workdir}', flag)
+    for i, (flag, key) in enumerate(cases.items()):
+      # The first as a real process; the others in this one.
+      out = (self._run if i == 0 else cli_in_process.run)(
+          '--config=configs/demo.py:runlocal', f'--workdir={workdir}', flag)
       self.assertEqual(out.returncode, 2, msg=(flag, out.stderr[-2000:]))
       lines = [l for l in out.stderr.splitlines() if l.strip()]
       self.assertLen(lines, 1, msg=(flag, out.stderr[-2000:]))
@@ -304,6 +306,19 @@ class CommandLineTest(absltest.TestCase):
       self.assertNotIn('Traceback', out.stderr)
     # Nothing was trained or written.
     self.assertFalse(os.path.exists(os.path.join(workdir, 'metrics.jsonl')))
+
+  def test_a_config_file_loaded_after_another_is_read_alone(self):
+    # config_flags ran each file over the module of the one loaded before
+    # it in the process (a notebook, a script, these tests): a file with
+    # no get_config() then returned the earlier file's config.
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, 'no_get.py')
+    with open(path, 'w') as f:
+      f.write('X = 1\n')
+    common.load_config('jaxgrpo-train', 'configs/demo.py:runlocal', [])
+    with self.assertRaisesRegex(common.UsageError,
+                                'no_get.py defines no get_config()'):
+      common.load_config('jaxgrpo-train', path, [])
 
   def test_missing_workdir(self):
     out = self._run('--config=configs/demo.py:runlocal')
@@ -486,8 +501,10 @@ class CommandLineTest(absltest.TestCase):
         f'--config={folder}/plain.py': (
             'get_config() returned NoneType, not an ml_collections ConfigDict'),
     }
-    for args, reason in cases.items():
-      out = self._run(*args.split(), f'--workdir={workdir}')
+    for i, (args, reason) in enumerate(cases.items()):
+      # The first as a real process; the others in this one.
+      out = (self._run if i == 0 else cli_in_process.run)(
+          *args.split(), f'--workdir={workdir}')
       lines = [l for l in out.stderr.splitlines() if l.strip()]
       self.assertEqual(out.returncode, 2, msg=(args, out.stderr[-2000:]))
       self.assertLen(lines, 1, msg=(args, out.stderr[-2000:]))

@@ -315,6 +315,11 @@ def load_config(prog: str, config: str,
   return result
 
 
+# The module name config_flags gives a --config file (its flag's name, then
+# `_config`).
+_CONFIG_MODULE = 'config_config'
+
+
 def _load(prog: str, config: str, overrides: list[str],
           lock: bool = True) -> ml_collections.ConfigDict:
   """`load_config` with the overrides that ml_collections applies; `lock`:
@@ -327,6 +332,11 @@ def _load(prog: str, config: str, overrides: list[str],
     config = shipped + sep + arg
   values = flags.FlagValues()
   argv = [prog, f'--config={config}', *overrides]
+  # config_flags loads the file as module `config_config` with
+  # `SourceFileLoader.load_module`, which runs it over the module of the
+  # file loaded before, if any, in this process: a file without a
+  # get_config() then returned the earlier file's config.
+  sys.modules.pop(_CONFIG_MODULE, None)
   # config_flags finds the override flags in `sys_argv` when defined.
   holder = config_flags.DEFINE_config_file(
       'config', None, 'Config file.', flag_values=values, lock_config=lock,
