@@ -135,7 +135,13 @@ def main(argv: list[str]) -> None:
                          num_processes=int(n), process_id=int(pid),
                          log=lambda _: None)
   out = {}
-  if mode == 'train':
+  if mode == 'train' and isinstance(overrides, list):
+    # Several jobs one after the other, in the same processes.
+    out['jobs'] = []
+    for i, job in enumerate(overrides):
+      out['jobs'].append({})
+      train(out['jobs'][-1], os.path.join(out_dir, f'workdir{i}'), job)
+  elif mode == 'train':
     train(out, os.path.join(out_dir, 'workdir'), overrides)
   else:
     {'primitives': primitives}[mode](out)

@@ -25,12 +25,13 @@ def _free_port() -> int:
 
 def run_job(test: absltest.TestCase, mode: str, num_processes: int = 2,
             timeout_s: float = 300.0, *, also_one_process: bool = False,
-            overrides: dict | None = None) -> list[dict]:
+            overrides: dict | list[dict] | None = None) -> list[dict]:
   """Runs tests/multihost_worker.py MODE in NUM_PROCESSES processes.
 
   With `also_one_process`, the same job also runs in one process over
   NUM_PROCESSES forced devices, alongside; its result comes last.
-  `overrides` (dotted config keys) change the `train` job's config.
+  `overrides` (dotted config keys) change the `train` job's config; a list
+  of them runs one job for each, in turn, in the same processes.
   """
   out = test.create_tempdir().full_path
   port = _free_port()
@@ -225,25 +226,27 @@ class TwoProcessTest(absltest.TestCase):
           r'processes differ\): every process must run the same command\b')
       self.assertEqual(len(err.splitlines()), 1, err[-3000:])
 
-  def test_two_processes_train_and_resume_in_lockstep(self):
-    p0, p1, one = run_job(self, 'train', also_one_process=True)
+  def test_two_processes_train_and_stream_and_resume_in_lockstep(self):
+    # Two jobs, one after the other in the same processes: the demo's
+    # rounds, then streaming collection, where each process verifies every
+    # other completed group and the rewards are summed where they are
+    # applied. 6 slots for groups of 4, so a group admitted in part waits
+    # for a slot; a budget of 8 rounds' worth of prompts, so step 1 fills
+    # its batch and updates.
+    streaming = {'rollout.engine': 'continuous',
+                 'rollout.collect': 'streaming', 'rollout.slots': 6,
+                 'rollout.max_rounds': 8}
+    jobs = run_job(self, 'train', timeout_s=600, also_one_process=True,
+                   overrides=[{}, streaming])
+    (p0, p1, one), (s0, s1, s_one) = zip(*(p['jobs'] for p in jobs))
     self.assert_lockstep(p0, p1, one)
-
-  def test_two_processes_stream_and_resume_in_lockstep(self):
-    # Streaming collection: each process verifies every other completed
-    # group and the rewards are summed where they are applied. 6 slots for
-    # groups of 4, so a group admitted in part waits for a slot; a budget
-    # of 8 rounds' worth of prompts, so step 1 fills its batch and updates.
-    p0, p1, one = run_job(self, 'train', timeout_s=600, also_one_process=True,
-                          overrides={
-                              'rollout.engine': 'continuous',
-                              'rollout.collect': 'streaming',
-                              'rollout.slots': 6, 'rollout.max_rounds': 8})
-    self.assert_lockstep(p0, p1, one)
-    # Steps 1 and 3 (after the resume) decoded in the continuous engine's
-    # slots; step 2 may train on groups step 1 carried.
-    self.assertIsNotNone(p0['steps_seen'][0]['occupancy'], p0['steps_seen'])
-    self.assertIsNotNone(p0['steps_seen'][2]['occupancy'], p0['steps_seen'])
+    self.assert_lockstep(s0, s1, s_one)
+    # Streaming's steps 1 and 3 (after the resume) decoded in the
+    # continuous engine's slots; step 2 may train on groups step 1 carried.
+    self.assertIsNotNone(s0['steps_seen'][0]['occupancy'], s0['steps_seen'])
+    self.assertIsNotNone(s0['steps_seen'][2]['occupancy'], s0['steps_seen'])
+    # The rounds job decoded no slots.
+    self.assertIsNone(p0['steps_seen'][0]['occupancy'], p0['steps_seen'])
 
 
 if __name__ == '__main__':
