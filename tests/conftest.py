@@ -24,3 +24,27 @@ flags.FLAGS.mark_as_parsed()
 
 # Implicit rank promotion hides shape bugs; make it an error everywhere.
 jax.config.update('jax_numpy_rank_promotion', 'raise')
+
+# Modules whose tests take the longest (a real model, several processes, a
+# benchmark script or a whole run each; `--durations` lists them). They run
+# first, each module's tests in their order, so that under `-n 2` the two
+# workers end together on short tests instead of one finishing a long one
+# alone.
+_FIRST = (
+    'tests/test_notebooks.py',
+    'tests/test_multihost.py',
+    'tests/model/test_hf_sampling_parity.py',
+    'tests/test_benchmarks.py',
+    'tests/model/test_gguf_gemma.py',
+    'tests/model/test_gguf_qwen3.py',
+    'tests/test_resume.py',
+    'tests/test_sharding.py',
+    'tests/generate/test_continuous.py',
+)
+
+
+def pytest_collection_modifyitems(items):
+  """Puts the modules of `_FIRST` first, in its order (a stable sort)."""
+  rank = {path: i for i, path in enumerate(_FIRST)}
+  items.sort(key=lambda item: rank.get(item.nodeid.split('::')[0],
+                                       len(_FIRST)))

@@ -175,7 +175,8 @@ class DefaultEngineBenchmarkTest(absltest.TestCase):
     out = _script(
         'default_engine.py', '--config', 'configs/demo.py:runlocal',
         '--steps', '3', '--skip', '2', '--repeats', '1', '--modes',
-        'static,streaming', '--json', path)
+        'static,streaming', '--set', 'warmstart.enabled=False', '--json',
+        path)
     self.assertEqual(out.returncode, 0, out.stderr[-3000:])
     with open(path) as f:
       result = json.load(f)
