@@ -47,11 +47,16 @@ FAST = ('--config.warmstart.enabled=False', '--config.eval.every=0',
         '--config.plots=False', '--config.tensorboard=False', '--quiet')
 
 
+def _argv(workdir: str, flags: tuple[str, ...], config: str) -> list[str]:
+  """The command line of `cli` and `cli_here`, after the program."""
+  return [f'--config={config}', f'--workdir={workdir}', *FAST, *flags]
+
+
 def cli(workdir: str, *flags: str, config: str = 'configs/demo.py:runlocal',
         env: dict[str, str] | None = None, wait: bool = True):
   """Runs `python -m jaxgrpo.main` (the CompletedProcess, or the Popen)."""
-  args = [sys.executable, '-m', 'jaxgrpo.main', f'--config={config}',
-          f'--workdir={workdir}', *FAST, *flags]
+  args = [sys.executable, '-m', 'jaxgrpo.main',
+          *_argv(workdir, flags, config)]
   env = {**os.environ, 'PYTHONPATH': REPO, **(env or {})}
   if not wait:
     return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -63,8 +68,7 @@ def cli(workdir: str, *flags: str, config: str = 'configs/demo.py:runlocal',
 def cli_here(workdir: str, *flags: str,
              config: str = 'configs/demo.py:runlocal'):
   """`cli`, run in this process (tests/cli_in_process.py)."""
-  return cli_in_process.run(f'--config={config}', f'--workdir={workdir}',
-                            *FAST, *flags)
+  return cli_in_process.run(*_argv(workdir, flags, config))
 
 
 def steps_written(workdir: str) -> list[int]:

@@ -67,17 +67,16 @@ _PROTOS = ('event_pb2', 'summary_pb2', 'tensor_pb2', 'tensor_shape_pb2',
            'types_pb2')
 
 
-def _import_parts(package: str = 'tensorboardX') -> dict[str, Any]:
-  """The proto modules and record_writer of `package`, imported without
+def _import_parts(names: list[str], package: str = 'tensorboardX') -> list:
+  """The modules `package.NAME` for each of `names`, imported without
   running the package's own __init__, which imports its SummaryWriter and
   with it torch, where torch is installed (a second or more at each start,
   for modules that need neither). A package already imported is used as
   it is."""
-  names = [f'{package}.proto.{name}' for name in _PROTOS]
-  names.append(f'{package}.record_writer')
+  names = [f'{package}.{name}' for name in names]
   if package in sys.modules:
     importlib.import_module(package)  # None there: taken out, as if missing
-    return {name: importlib.import_module(name) for name in names}
+    return [importlib.import_module(name) for name in names]
   spec = importlib.util.find_spec(package)
   if spec is None or not spec.submodule_search_locations:
     raise ImportError(f'no package {package}')
@@ -88,7 +87,7 @@ def _import_parts(package: str = 'tensorboardX') -> dict[str, Any]:
   stand_in.__spec__ = spec
   sys.modules[package] = stand_in
   try:
-    return {name: importlib.import_module(name) for name in names}
+    return [importlib.import_module(name) for name in names]
   finally:
     if sys.modules.get(package) is stand_in:
       del sys.modules[package]
@@ -96,12 +95,12 @@ def _import_parts(package: str = 'tensorboardX') -> dict[str, Any]:
 
 def _protos() -> _Protos | None:
   try:
-    parts = _import_parts()
+    *proto, record_writer = _import_parts(
+        [f'proto.{name}' for name in _PROTOS] + ['record_writer'])
   except ImportError:
     return None
-  proto = {name: parts[f'tensorboardX.proto.{name}'] for name in _PROTOS}
-  return _Protos(**proto, masked_crc32c=parts[
-      'tensorboardX.record_writer'].masked_crc32c)
+  return _Protos(**dict(zip(_PROTOS, proto)),
+                 masked_crc32c=record_writer.masked_crc32c)
 
 
 def available() -> bool:
