@@ -7,9 +7,10 @@ per interval of `bands` ('0-0.25', '0.25-0.5', ...), 'too_easy' (pass rate
 1), or 'unrated' (no pass rate in the files: not measured, or every
 verifier call of theirs failed, which measured the verifier). Each stratum
 behaves as a sub-dataset with a weight: an example is offered with its
-stratum's weight relative to the largest (see `snooze.SnoozeTable.set_strata`), so weight 0
-postpones a stratum and the dataset's share of the mixture is kept. Its batch
-share is reported as `data/batch_share/<dataset>/<stratum>`.
+stratum's weight relative to the largest (see
+`snooze.SnoozeTable.set_strata`), so weight 0 postpones a stratum and the
+dataset's share of the mixture is kept. Its batch share is reported as
+`data/batch_share/<dataset>/<stratum>`.
 
 A curriculum is a list of stages, each `{'step': S, 'weights': {...}}`: from
 step S until the next stage, each named stratum gets its weight (keys are a
