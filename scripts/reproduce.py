@@ -60,12 +60,15 @@ Experiments:
   replica2_memorise  memorise's `none`, `weighted` and `filter` run
                again on seeds 0-4 on a third machine: does `weighted`'s
                saving to the target hold there too? And `filter` under the
-               fixed rule.
+               fixed rule. `none` and `weighted` on seeds 5-9 were added
+               later, to test that saving on seeds chosen in advance.
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
-  replica_conflict  conflict's `none` and `filter` run again in the same way
-               as replica: its `filter` under the fixed rule.
+  replica_conflict  conflict's policies run again in the same way as
+               replica: its `filter` under the fixed rule, and its snooze
+               variants (added later, on the same seeds): does the longest
+               snooze cost accuracy on the majority task there too?
   replica_short_batch  short_batch run again in the same way, every
                variant: its `filter` under the fixed rule.
 
@@ -280,8 +283,7 @@ def experiments() -> dict[str, Experiment]:
   replica_long = dataclasses.replace(long, name='replica_long')
   replica_broad = dataclasses.replace(broad, name='replica_broad')
   replica_conflict = dataclasses.replace(
-      conflict, name='replica_conflict',
-      variants={k: POLICIES[k] for k in ('none', 'filter')})
+      conflict, name='replica_conflict')
   replica_memorise = dataclasses.replace(
       memorise, name='replica_memorise',
       variants={k: POLICIES[k] for k in ('none', 'weighted')})
