@@ -417,6 +417,9 @@ def replication(runs, first, second) -> str:
       rows.append((f'`{variant}`', f'{name} ({group[0]}-{group[-1]})',
                    ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
                    _ratio(st['ratios'][0]), _ci(st['diffs'])))
+  if not rows:
+    return (f'_No policy has run on seeds {second[0]}-{second[-1]} with '
+            '`none` yet._\n')
   return _table(('policy', 'seeds', 'saving in prompts to the target, per '
                  'seed (0: not reached)', 'geometric mean',
                  'final accuracy minus none\'s'), rows)
@@ -914,6 +917,8 @@ def render_blocks(data: str) -> dict[str, str]:
   blocks['replica2_memorise_savings'] = replica_table(
       seeds_of(memorise, sorted(replica2_memorise.get('none', {}))),
       replica2_memorise)
+  blocks['replica2_memorise_replication'] = replication(
+      replica2_memorise, (0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
   mixed = load(data, 'mixed')
   blocks['mixed_checks'] = regime_checks(mixed)
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
