@@ -727,6 +727,34 @@ def conflict_table(runs) -> str:
                 rows)
 
 
+def conflict_replication(runs, first, second) -> str:
+  """Each policy run on both seed sets, per set and over both: its final
+  accuracy on each subset minus `none`'s, seed by seed and as a paired
+  interval; the seeds that found the effects against the seeds that test
+  them."""
+  rows = []
+  for variant, seeds in runs.items():
+    if variant == 'none' or not set(second) <= set(seeds):
+      continue
+    every = tuple(sorted(set(first) | set(second)))
+    for name, group in (('first', first), ('replication', second),
+                        ('all', every)):
+      diffs = {sub: [seeds[s].final(f'eval/accuracy/{sub}')
+                     - runs['none'][s].final(f'eval/accuracy/{sub}')
+                     for s in group]
+               for sub in ('answerable', 'unanswerable')}
+      rows.append((f'`{variant}`', f'{name} ({group[0]}-{group[-1]})',
+                   '' if group is every else
+                   ' / '.join(f'{x:.3f}' for x in diffs['answerable']),
+                   _ci(diffs['answerable']), _ci(diffs['unanswerable'])))
+  if not rows:
+    return (f'_No policy has run on seeds {second[0]}-{second[-1]} with '
+            '`none` yet._\n')
+  return _table(('policy', 'seeds', 'answerable: minus none\'s, per seed',
+                 'answerable: minus none\'s', 'unanswerable: minus none\'s'),
+                rows)
+
+
 # The window of the minority's highest batch share, in updates.
 PEAK_UPDATES = 10
 
@@ -876,8 +904,13 @@ def render_blocks(data: str) -> dict[str, str]:
   blocks['replica_short_batch'] = short_batch_table(
       load(data, 'replica_short_batch'))
   replica_conflict = load(data, 'replica_conflict')
-  blocks['replica_conflict'] = (conflict_table(replica_conflict)
-                                + conflict_flood_table(replica_conflict))
+  # Every policy ran on seeds 0-4; `none`, N = 2 and N = 5 on seeds 5-9
+  # too, to test the first seeds' findings (their own table).
+  first = seeds_of(replica_conflict, (0, 1, 2, 3, 4))
+  blocks['replica_conflict'] = (conflict_table(first)
+                                + conflict_flood_table(first))
+  blocks['replica_conflict_replication'] = conflict_replication(
+      replica_conflict, (0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
   long = load(data, 'long')
   blocks['long_checks'] = regime_checks(long)
   blocks['long_savings'] = savings(long, policy_stats(long))[0]
