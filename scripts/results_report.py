@@ -122,19 +122,20 @@ class Run:
   def updates(self) -> int:
     return sum(1 for r in self.steps if not r.get('train/skipped'))
 
-  def accuracy_at(self, prompts: float) -> float:
-    """Held-out accuracy after `prompts` prompts generated (interpolated
-    between evaluations; the last one beyond the run's end)."""
-    x = [self.cum[step][0] for step, _, _ in self.evals]
-    y = [acc for _, acc, _ in self.evals]
-    return float(np.interp(prompts, x, y))
+  def accuracy_at(self, prompts: float, key: str = 'eval/accuracy') -> float:
+    """Held-out accuracy (`key`) after `prompts` prompts generated
+    (interpolated between evaluations; the last one beyond the run's end)."""
+    steps, y = self.eval_series(key)
+    return float(np.interp(prompts, [self.cum[s][0] for s in steps], y))
 
-  def matched_minus(self, base: 'Run') -> float:
+  def matched_minus(self, base: 'Run', key: str = 'eval/accuracy') -> float:
     """At matched generation: over the run's last LAST_EVALS evaluations
-    (the final accuracy's), the mean of each minus `base`'s accuracy after
+    (the final accuracy's), the mean of each (`key`) minus `base`'s after
     as many prompts."""
-    return float(np.mean([acc - base.accuracy_at(self.cum[step][0])
-                          for step, acc, _ in self.evals[-LAST_EVALS:]]))
+    steps, y = self.eval_series(key)
+    return float(np.mean([acc - base.accuracy_at(self.cum[s][0], key)
+                          for s, acc in zip(steps[-LAST_EVALS:],
+                                            y[-LAST_EVALS:])]))
 
   def cost_to(self, target: float):
     """(prompts, tokens, gen seconds, step) at the first eval >= target."""
@@ -730,8 +731,8 @@ def conflict_table(runs) -> str:
 def conflict_replication(runs, first, second) -> str:
   """Each policy run on both seed sets, per set and over both: its final
   accuracy on each subset minus `none`'s, seed by seed and as a paired
-  interval; the seeds that found the effects against the seeds that test
-  them."""
+  interval, at equal steps and at matched generation; the seeds that found
+  the effects against the seeds that test them."""
   rows = []
   for variant, seeds in runs.items():
     if variant == 'none' or not set(second) <= set(seeds):
@@ -739,20 +740,24 @@ def conflict_replication(runs, first, second) -> str:
     every = tuple(sorted(set(first) | set(second)))
     for name, group in (('first', first), ('replication', second),
                         ('all', every)):
-      diffs = {sub: [seeds[s].final(f'eval/accuracy/{sub}')
-                     - runs['none'][s].final(f'eval/accuracy/{sub}')
-                     for s in group]
-               for sub in ('answerable', 'unanswerable')}
+      keys = [f'eval/accuracy/{sub}' for sub in ('answerable',
+                                                 'unanswerable')]
+      diffs = [[seeds[s].final(k) - runs['none'][s].final(k) for s in group]
+               for k in keys]
+      matched = [[seeds[s].matched_minus(runs['none'][s], k) for s in group]
+                 for k in keys]
       rows.append((f'`{variant}`', f'{name} ({group[0]}-{group[-1]})',
                    '' if group is every else
-                   ' / '.join(f'{x:.3f}' for x in diffs['answerable']),
-                   _ci(diffs['answerable']), _ci(diffs['unanswerable'])))
+                   ' / '.join(f'{x:.3f}' for x in diffs[0]),
+                   _ci(diffs[0]), _ci(diffs[1]), _ci(matched[0]),
+                   _ci(matched[1])))
   if not rows:
     return (f'_No policy has run on seeds {second[0]}-{second[-1]} with '
             '`none` yet._\n')
   return _table(('policy', 'seeds', 'answerable: minus none\'s, per seed',
-                 'answerable: minus none\'s', 'unanswerable: minus none\'s'),
-                rows)
+                 'answerable: minus none\'s', 'unanswerable: minus none\'s',
+                 'answerable: minus none\'s at the same prompts',
+                 'unanswerable: minus none\'s at the same prompts'), rows)
 
 
 # The window of the minority's highest batch share, in updates.
