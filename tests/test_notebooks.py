@@ -1,6 +1,7 @@
 """The Colab notebooks run top to bottom (tiny size) and carry no outputs."""
 
 import importlib.util
+import math
 import os
 from unittest import mock
 
@@ -132,6 +133,12 @@ class NotebookTest(absltest.TestCase):
                 'rollout/prompts_generated', 'perf/gen_tokens_per_s'):
       self.assertIn(key, records[1])
     self.assertEqual(records[1]['rollout/prompts_generated'], 4)
+    # ... that updates the weights (short_batch='train' in the tiny cell):
+    # a step that waited for a full batch would test no train step.
+    self.assertNotIn('train/skipped', records[1])
+    self.assertEqual(records[1]['train/updates'], 1)
+    self.assertGreater(records[1]['train/grad_norm'], 0)
+    self.assertTrue(math.isfinite(records[1]['train/loss']))
 
 
 if __name__ == '__main__':
