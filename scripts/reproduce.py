@@ -69,7 +69,8 @@ Experiments:
                replica: its `filter` under the fixed rule, and its snooze
                variants (added later, on the same seeds): does the longest
                snooze cost accuracy on the majority task there too? Then
-               `none`, N = 2 and N = 5 on seeds 5-9, fixed in advance.
+               `none`, N = 2 and N = 5 on seeds 5-9, fixed in advance,
+               then N = 3 and `snooze_prob` there too.
   replica_short_batch  short_batch run again in the same way, every
                variant: its `filter` under the fixed rule.
 
