@@ -61,7 +61,8 @@ Experiments:
                again on seeds 0-4 on a third machine: does `weighted`'s
                saving to the target hold there too? And `filter` under the
                fixed rule. `none` and `weighted` on seeds 5-9 were added
-               later, to test that saving on seeds chosen in advance.
+               later, to test that saving on seeds chosen in advance, and
+               then N = 3 (the demo's policy) on seeds 0-9.
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
@@ -293,7 +294,8 @@ def experiments() -> dict[str, Experiment]:
                                             name='replica_short_batch')
   replica2_memorise = dataclasses.replace(
       memorise, name='replica2_memorise',
-      variants={k: POLICIES[k] for k in ('none', 'weighted', 'filter')})
+      variants={k: POLICIES[k] for k in ('none', 'weighted', 'filter',
+                                         'snooze3')})
   return {e.name: e for e in (regime, replica, long, replica_long, warm,
                               broad, replica_broad, memorise,
                               replica_memorise, replica2_memorise,
