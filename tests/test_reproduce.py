@@ -301,17 +301,20 @@ class StatsTest(absltest.TestCase):
   def test_matched_generation_compares_the_final_evaluations(self):
     # none's accuracy rises by 0.01 per 1 prompt; the policy holds 0.5
     # and spends half as much: over its last three evaluations (after 5, 10
-    # and 15 prompts) it is 0.45, 0.4 and 0.35 above none.
-    def run(prompts, accuracies):
+    # and 15 prompts) it is 0.45, 0.4 and 0.35 above none. On a subset
+    # (its own key) none holds 0.2 and the policy 0.1 less.
+    def run(prompts, accuracies, subset):
       r = object.__new__(results_report.Run)
       r.cum = {step: (p, 0.0, 0.0) for step, p in enumerate(prompts)}
-      r.evals = [(step, a, {}) for step, a in enumerate(accuracies)]
+      r.evals = [(step, a, {'eval/accuracy': a, 'eval/accuracy/x': subset})
+                 for step, a in enumerate(accuracies)]
       return r
 
-    base = run([0, 10, 20, 30], [0.0, 0.1, 0.2, 0.3])
-    policy = run([0, 5, 10, 15], [0.5] * 4)
+    base = run([0, 10, 20, 30], [0.0, 0.1, 0.2, 0.3], 0.2)
+    policy = run([0, 5, 10, 15], [0.5] * 4, 0.1)
     self.assertAlmostEqual(policy.matched_minus(base), 0.4)
     self.assertAlmostEqual(base.matched_minus(base), 0.0)
+    self.assertAlmostEqual(policy.matched_minus(base, 'eval/accuracy/x'), -0.1)
 
   def test_preregistered_verdict_applies_each_rule(self):
     verdict = results_report.preregistered_verdict
