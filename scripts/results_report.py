@@ -404,6 +404,12 @@ def regime_need(experiments: dict[str, dict]) -> str:
                  'snooze N=3: saving in prompts to the target'), rows)
 
 
+def _none_on(seeds) -> str:
+  """The line of a seed-set table before any policy ran on `seeds`."""
+  return (f'_No policy has run on seeds {seeds[0]}-{seeds[-1]} with `none` '
+          'yet._\n')
+
+
 def replication(runs, first, second) -> str:
   """Savings to the target of each policy run on both seed sets, per set:
   the seeds that chose the policies against the seeds that test them."""
@@ -419,8 +425,7 @@ def replication(runs, first, second) -> str:
                    ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
                    _ratio(st['ratios'][0]), _ci(st['diffs'])))
   if not rows:
-    return (f'_No policy has run on seeds {second[0]}-{second[-1]} with '
-            '`none` yet._\n')
+    return _none_on(second)
   return _table(('policy', 'seeds', 'saving in prompts to the target, per '
                  'seed (0: not reached)', 'geometric mean',
                  'final accuracy minus none\'s'), rows)
@@ -733,15 +738,14 @@ def conflict_replication(runs, first, second) -> str:
   accuracy on each subset minus `none`'s, seed by seed and as a paired
   interval, at equal steps and at matched generation; the seeds that found
   the effects against the seeds that test them."""
+  every = tuple(sorted(set(first) | set(second)))
+  keys = [f'eval/accuracy/{sub}' for sub in ('answerable', 'unanswerable')]
   rows = []
   for variant, seeds in runs.items():
     if variant == 'none' or not set(second) <= set(seeds):
       continue
-    every = tuple(sorted(set(first) | set(second)))
     for name, group in (('first', first), ('replication', second),
                         ('all', every)):
-      keys = [f'eval/accuracy/{sub}' for sub in ('answerable',
-                                                 'unanswerable')]
       diffs = [[seeds[s].final(k) - runs['none'][s].final(k) for s in group]
                for k in keys]
       matched = [[seeds[s].matched_minus(runs['none'][s], k) for s in group]
@@ -752,8 +756,7 @@ def conflict_replication(runs, first, second) -> str:
                    _ci(diffs[0]), _ci(diffs[1]), _ci(matched[0]),
                    _ci(matched[1])))
   if not rows:
-    return (f'_No policy has run on seeds {second[0]}-{second[-1]} with '
-            '`none` yet._\n')
+    return _none_on(second)
   return _table(('policy', 'seeds', 'answerable: minus none\'s, per seed',
                  'answerable: minus none\'s', 'unanswerable: minus none\'s',
                  'answerable: minus none\'s at the same prompts',
@@ -909,8 +912,8 @@ def render_blocks(data: str) -> dict[str, str]:
   blocks['replica_short_batch'] = short_batch_table(
       load(data, 'replica_short_batch'))
   replica_conflict = load(data, 'replica_conflict')
-  # Every policy ran on seeds 0-4; `none`, N = 2 and N = 5 on seeds 5-9
-  # too, to test the first seeds' findings (their own table).
+  # Every policy ran on seeds 0-4; `none` and the snooze variants on seeds
+  # 5-9 too, to test the first seeds' findings (their own table).
   first = seeds_of(replica_conflict, (0, 1, 2, 3, 4))
   blocks['replica_conflict'] = (conflict_table(first)
                                 + conflict_flood_table(first))
