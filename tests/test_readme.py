@@ -19,6 +19,9 @@ DOCS = os.path.join(REPO, 'docs')
 DOCS_INDEX = os.path.join(DOCS, 'README.md')
 PICTURE = 'docs/sampler_policies.png'
 MAX_README_LINES = 300
+# The keys a template requires (config_dict.required_placeholder), with a
+# value to validate it by.
+REQUIRED_KEYS = {'qwen25_gsm8k': {'model.path': '/data/qwen'}}
 
 # `--config=configs/NAME.py[:ARGS]`, also as the TPU VM scripts' CONFIG=.
 CONFIG_FLAG = re.compile(
@@ -130,8 +133,13 @@ class ReadmeTest(absltest.TestCase):
       for n in range(len(switches) + 1):
         for combo in itertools.combinations(switches, n):
           with self.subTest(config=f'{name}.py:{",".join(combo)}'):
-            config_lib.from_config_dict(module.get_config(
-                ','.join(combo) or None))
+            c = module.get_config(','.join(combo) or None)
+            # A template's required keys (placeholders) name themselves.
+            unset = config_lib.unset_keys(c)
+            self.assertEqual(unset, sorted(REQUIRED_KEYS.get(name, {})))
+            for key in unset:
+              c.update_from_flattened_dict({key: REQUIRED_KEYS[name][key]})
+            config_lib.from_config_dict(c)
 
   def test_paths_exist(self):
     for page, text in _pages().items():

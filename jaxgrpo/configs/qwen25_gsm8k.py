@@ -7,6 +7,13 @@ nothing is downloaded:
   python -m jaxgrpo.main --workdir=runs/qwen25_gsm8k \
       --config=configs/qwen25_gsm8k.py:path=/data/Qwen2.5-0.5B-Instruct,gsm8k=/data/gsm8k
 
+Add `,runlocal` to check the whole path first (model, files, chat
+template, verifier, engine, checkpoints) in a 2-step run of 4 prompts x 4
+samples of at most 32 new tokens (a short step updates too), evaluated on
+16 held-out problems.
+`path` is required (`--config.model.path=...` gives it too); without it
+the run stops at once, naming `model.path`.
+
 Prompts go through the model's chat template; the `math` verifier reads
 `#### x`, `\boxed{x}` or "the answer is x". Params stay f32 and compute runs
 in bf16; snoozing N=5 skips problems the model solves in every sample.
@@ -18,14 +25,16 @@ groups still decoding then are retried at the next step.
 
 import os
 
+from ml_collections import config_dict
+
 from jaxgrpo import configs
 from jaxgrpo.configs import common
 
 
 def get_config(arg: str | None = None):
-  args = common.parse_arg(arg, path='', gsm8k='')
+  args = common.parse_arg(arg, path='', gsm8k='', runlocal=False)
   c = common.base_config()
-  c.model.path = args.path or None
+  c.model.path = args.path or config_dict.required_placeholder(str)
   c.model.dtype = 'bfloat16'
   c.warmstart.enabled = False
   gsm8k = args.gsm8k or configs.shared_data('gsm8k')
@@ -62,4 +71,9 @@ def get_config(arg: str | None = None):
   c.checkpoint.every = 25
   c.checkpoint.every_minutes = 15.0
   c.verify.workers = 8
+  if args.runlocal:
+    common.shrink_for_runlocal(c)
+    # Short steps update too, so that the train step runs.
+    c.rollout.update(max_new_tokens=32, slots=16, short_batch='train')
+    c.verify.workers = 2
   return c

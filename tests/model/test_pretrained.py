@@ -14,9 +14,11 @@ from jaxgrpo import build
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import model_spec
+from jaxgrpo import configs
 from jaxgrpo import train
 from jaxgrpo.cli import export
 from jaxgrpo.configs import common
+from jaxgrpo.configs import qwen25_gsm8k
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
 from jaxgrpo.model import pretrained
@@ -34,8 +36,10 @@ _CHATML = (
 )
 
 
-def _model_dir(path: str) -> str:
-  """A tiny random llama with a small ChatML BPE tokenizer, HF layout."""
+def _model_dir(path: str, **model) -> str:
+  """A tiny random llama (or, with `model`'s ModelConfig fields, another
+  family: `qkv_bias=True` is Qwen2) with a small ChatML BPE tokenizer, HF
+  layout."""
   # pylint: disable=g-import-not-at-top
   import tokenizers
   from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -53,7 +57,7 @@ def _model_dir(path: str) -> str:
   vocab = -(-backend.get_vocab_size() // 8) * 8
   cfg = model_config.ModelConfig(
       vocab_size=vocab, num_layers=2, embed_dim=32, num_heads=4,
-      num_kv_heads=2, head_dim=8, mlp_dim=64)
+      num_kv_heads=2, head_dim=8, mlp_dim=64, **model)
   _, params = decoder.init_params(cfg, jax.random.key(0))
   hf.export(cfg, params, path)
   backend.save(os.path.join(path, 'tokenizer.json'))
@@ -326,6 +330,50 @@ class HuggingFaceDirTest(absltest.TestCase):
     c.model.tokenizer = 'char'
     with self.assertRaisesRegex(errors.ConfigError, "model.tokenizer='char'"):
       train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+
+
+_GSM8K = configs.shared_data('gsm8k')
+
+
+@absltest.skipUnless(_HAS_HF, _SKIP_HF)
+@absltest.skipUnless(os.path.exists(os.path.join(_GSM8K, 'test.jsonl')),
+                     f'needs GSM8K in {_GSM8K} (../shared/data beside the '
+                     'repository)')
+class Qwen25TemplateTest(absltest.TestCase):
+  """configs/qwen25_gsm8k.py as a user first runs it, `:runlocal`, on a
+  tiny random Qwen2 and GSM8K's own files: every setting of the template
+  but the sizes (chat template, `math` verifier, bfloat16 compute,
+  streaming on the continuous engine, `retry`, 4 minibatches)."""
+
+  def test_runlocal_runs_the_template_on_gsm8k(self):
+    model_dir = _model_dir(self.create_tempdir().full_path, qkv_bias=True)
+    with open(os.path.join(model_dir, 'config.json')) as f:
+      self.assertEqual(json.load(f)['model_type'], 'qwen2')
+    c = qwen25_gsm8k.get_config(f'path={model_dir},gsm8k={_GSM8K},runlocal')
+    cfg = config_lib.from_config_dict(c)
+    self.assertEqual(
+        (cfg.rollout.engine, cfg.rollout.collect, cfg.rollout.in_flight,
+         cfg.model.dtype, cfg.rl.num_minibatches, cfg.model.chat_template),
+        ('continuous', 'streaming', 'retry', 'bfloat16', 4, True))
+    workdir = self.create_tempdir().full_path
+    lines = []
+    summary = train.run(c, workdir, log=lines.append)
+    self.assertEqual(summary.steps, 2)
+    records = metrics_lib.read_metrics(workdir)
+    self.assertEqual([r['step'] for r in records], [0, 1, 2])
+    self.assertIn('eval/accuracy/gsm8k', records[0])
+    self.assertEqual(records[0]['eval/verify/errors'], 0)
+    for r in records[1:]:
+      self.assertGreaterEqual(r['rollout/prompts_generated/gsm8k'], 4)
+      self.assertGreater(r['rollout/tokens_generated'], 0)
+      self.assertEqual((r['verify/errors'], r['verify/timeouts']), (0, 0))
+    self.assertIn('2', os.listdir(os.path.join(workdir, 'checkpoints')))
+    self.assertTrue(any(line.startswith('loaded ') for line in lines))
+
+  def test_the_model_path_is_required(self):
+    c = qwen25_gsm8k.get_config('runlocal')
+    with self.assertRaisesRegex(errors.ConfigError, 'model.path must be given'):
+      config_lib.from_config_dict(c)
 
 
 # One GRPO step of SmolLM2 runs in tests/test_notebooks.py (the
