@@ -63,6 +63,10 @@ Experiments:
                fixed rule. `none` and `weighted` on seeds 5-9 were added
                later, to test that saving on seeds chosen in advance, and
                then N = 3 (the demo's policy) on seeds 0-9.
+  group4_memorise, group16_memorise  replica2_memorise's settings at
+               G = 4 and G = 16 completions per prompt (8 there), `none`,
+               N = 3 and `weighted` on seeds 0-4, on the same machine: how do
+               the savings and the accuracy cost depend on G?
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.
@@ -296,9 +300,16 @@ def experiments() -> dict[str, Experiment]:
       memorise, name='replica2_memorise',
       variants={k: POLICIES[k] for k in ('none', 'weighted', 'filter',
                                          'snooze3')})
+  # replica2_memorise's settings (and machine) at other group sizes, G = 4
+  # and G = 16 against its G = 8: `none`, N = 3 and `weighted`.
+  groups = [dataclasses.replace(
+      memorise, name=f'group{g}_memorise',
+      settings={**memorise.settings, 'rollout.group_size': g},
+      variants={k: POLICIES[k] for k in ('none', 'snooze3', 'weighted')})
+            for g in (4, 16)]
   return {e.name: e for e in (regime, replica, long, replica_long, warm,
                               broad, replica_broad, memorise,
-                              replica_memorise, replica2_memorise,
+                              replica_memorise, replica2_memorise, *groups,
                               short_batch, replica_short_batch, drift,
                               mixed, conflict, replica_conflict, *sizes)}
 

@@ -767,6 +767,39 @@ def conflict_replication(runs, first, second) -> str:
 PEAK_UPDATES = 10
 
 
+def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
+  """Per group size G ({G: runs}), N = 3 and `weighted` each paired with
+  `none` of the same G, seed by seed; and whether each G's warm starts are
+  `warm_of`'s (runs at G = 8), seed by seed."""
+  rows, same, seeds = [], 0, 0
+  for g, runs in sorted(by_g.items()):
+    if 'none' not in runs:
+      continue
+    stats = policy_stats(runs)
+    for variant in ('snooze3', 'weighted'):
+      if variant not in runs or not (st := stats[variant])['seeds']:
+        continue
+      reached = sum(st['costs'][x] is not None for x in st['seeds'])
+      rows.append((g, f'`{variant}`', len(st['seeds']),
+                   f'{reached}/{len(st["seeds"])}', _ratio(st['ratios'][0]),
+                   _ratio(st['whole']), _ci(stats['none']['finals']),
+                   _ci(st['diffs']), _ci(st['matched'])))
+    for seed, run in runs['none'].items():
+      if (base := warm_of.get('none', {}).get(seed)) and run is not base:
+        seeds += 1
+        same += all(run.header['warmstart'][k] == base.header['warmstart'][k]
+                    for k in _WARM_KEYS)
+  if not rows:
+    return '_No runs at G = 4 or G = 16 yet._\n'
+  return _table(('G', 'policy', 'seeds', 'seeds reaching target',
+                 'saving: prompts to target', 'saving: prompts, whole run',
+                 'none\'s final accuracy', 'final accuracy minus none\'s',
+                 'minus none\'s at the same prompts'), rows) + (
+                     f'\nWarm starts the same as at G = 8 (steps, sampled '
+                     f'pass rate, held-out accuracy): {same} of {seeds} '
+                     'seeds.\n')
+
+
 def _over_updates(share: np.ndarray) -> np.ndarray:
   """Means of `share` over each PEAK_UPDATES consecutive updates."""
   return np.convolve(share, np.ones(PEAK_UPDATES) / PEAK_UPDATES, 'valid')
@@ -960,6 +993,11 @@ def render_blocks(data: str) -> dict[str, str]:
       replica2_memorise)
   blocks['replica2_memorise_replication'] = replication(
       replica2_memorise, (0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
+  groups = {8: seeds_of(replica2_memorise, (0, 1, 2, 3, 4))}
+  for g in (4, 16):
+    groups[g] = load(data, f'group{g}_memorise')
+    blocks[f'group{g}_memorise_checks'] = regime_checks(groups[g])
+  blocks['group_size'] = group_size_table(groups, groups[8])
   mixed = load(data, 'mixed')
   blocks['mixed_checks'] = regime_checks(mixed)
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
