@@ -316,6 +316,37 @@ class StatsTest(absltest.TestCase):
     self.assertAlmostEqual(base.matched_minus(base), 0.0)
     self.assertAlmostEqual(policy.matched_minus(base, 'eval/accuracy/x'), -0.1)
 
+  def test_group_size_table_pairs_within_each_g(self):
+    # At G = 4, N = 3 spends half of none's prompts at every step and
+    # reaches the same accuracies; its warm start is G = 8's on seed 0
+    # (its sampled pass rate, G samples a prompt, differs) and not on seed
+    # 1 (other steps).
+    def run(variant, seed, per_step, warm_steps, pass_rate=0.9):
+      r = object.__new__(results_report.Run)
+      r.variant, r.seed = variant, seed
+      r.header = {'steps': 3, 'warmstart': {
+          'steps': warm_steps, 'pass_rate': pass_rate, 'eval_accuracy': 0.5}}
+      r.steps = [{'step': k, 'rollout/prompts_generated': per_step}
+                 for k in (1, 2, 3)]
+      r.cum = {k: (k * per_step, 0.0, 0.0) for k in range(4)}
+      accuracies = [0.5 + 0.1 * seed, 0.6, 0.7, 0.8]
+      r.evals = [(k, a, {'eval/accuracy': a})
+                 for k, a in enumerate(accuracies)]
+      return r
+
+    g8 = {'none': {s: run('none', s, 100, 300) for s in (0, 1)}}
+    g4 = {v: {s: run(v, s, 100 if v == 'none' else 50,
+                     300 if s == 0 else 400, pass_rate=0.8) for s in (0, 1)}
+          for v in ('none', 'snooze3')}
+    table = results_report.group_size_table({8: g8, 4: g4}, g8)
+    self.assertIn('| 4 | `snooze3` | 2 | 2/2 | 2.00x [2.00, 2.00] | '
+                  '2.00x [2.00, 2.00] |', table)
+    self.assertNotIn('`weighted`', table)
+    self.assertNotIn('| 8 |', table)  # G = 8 has no policy but none here
+    self.assertIn('(steps and held-out accuracy): 1 of 2 seeds', table)
+    self.assertIn('No runs at G = 4 or G = 16 yet',
+                  results_report.group_size_table({8: g8}, g8))
+
   def test_preregistered_verdict_applies_each_rule(self):
     verdict = results_report.preregistered_verdict
     good = [2.2, 2.4, 2.1, 2.6, 2.3]
