@@ -781,7 +781,9 @@ def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
         continue
       reached = sum(st['costs'][x] is not None for x in st['seeds'])
       rows.append((g, f'`{variant}`', len(st['seeds']),
-                   f'{reached}/{len(st["seeds"])}', _ratio(st['ratios'][0]),
+                   f'{reached}/{len(st["seeds"])}',
+                   ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
+                   _ratio(st['ratios'][0]),
                    _ratio(st['whole']), _ci(stats['none']['finals']),
                    _ci(st['diffs']), _ci(st['matched'])))
     for seed, run in runs['none'].items():
@@ -794,6 +796,7 @@ def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
   if not rows:
     return '_No runs at G = 4 or G = 16 yet._\n'
   return _table(('G', 'policy', 'seeds', 'seeds reaching target',
+                 'saving in prompts to the target, per seed (0: not reached)',
                  'saving: prompts to target', 'saving: prompts, whole run',
                  'none\'s final accuracy', 'final accuracy minus none\'s',
                  'minus none\'s at the same prompts'), rows) + (

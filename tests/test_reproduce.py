@@ -339,8 +339,8 @@ class StatsTest(absltest.TestCase):
                      300 if s == 0 else 400, pass_rate=0.8) for s in (0, 1)}
           for v in ('none', 'snooze3')}
     table = results_report.group_size_table({8: g8, 4: g4}, g8)
-    self.assertIn('| 4 | `snooze3` | 2 | 2/2 | 2.00x [2.00, 2.00] | '
-                  '2.00x [2.00, 2.00] |', table)
+    self.assertIn('| 4 | `snooze3` | 2 | 2/2 | 2.00 / 2.00 | '
+                  '2.00x [2.00, 2.00] | 2.00x [2.00, 2.00] |', table)
     self.assertNotIn('`weighted`', table)
     self.assertNotIn('| 8 |', table)  # G = 8 has no policy but none here
     self.assertIn('(steps and held-out accuracy): 1 of 2 seeds', table)
