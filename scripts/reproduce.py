@@ -66,7 +66,9 @@ Experiments:
   group4_memorise, group16_memorise  replica2_memorise's settings at
                G = 4 and G = 16 completions per prompt (8 there), `none`,
                N = 3 and `weighted` on seeds 0-4, on the same machine: how do
-               the savings and the accuracy cost depend on G?
+               the savings and the accuracy cost depend on G? Then `none`
+               and `weighted` on seeds 5-9, to test a claim fixed in
+               advance: `weighted` saves less to the target than at G = 8.
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.

@@ -804,6 +804,29 @@ def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
                      f'held-out accuracy): {same} of {seeds} seeds.\n')
 
 
+def group_size_replication(by_g: dict[int, dict]) -> str:
+  """`weighted`'s saving to the target at each G ({G: runs}) on seeds 0-4,
+  on seeds 5-9 (fixed in advance) and on all ten, paired with `none`."""
+  first, second = (0, 1, 2, 3, 4), (5, 6, 7, 8, 9)
+  rows = []
+  for g, runs in sorted(by_g.items()):
+    if not set(second) <= set(runs.get('weighted', {})) & set(
+        runs.get('none', {})):
+      continue
+    for name, group in (('first', first), ('replication', second),
+                        ('all', first + second)):
+      st = policy_stats(seeds_of({v: runs[v] for v in ('none', 'weighted')},
+                                 group))['weighted']
+      rows.append((g, f'{name} ({group[0]}-{group[-1]})',
+                   ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
+                   _ratio(st['ratios'][0]), _ci(st['diffs'])))
+  if not rows:
+    return _none_on(second)
+  return _table(('G', 'seeds', '`weighted`: saving in prompts to the target, '
+                 'per seed (0: not reached)', 'geometric mean',
+                 'final accuracy minus none\'s'), rows)
+
+
 def _over_updates(share: np.ndarray) -> np.ndarray:
   """Means of `share` over each PEAK_UPDATES consecutive updates."""
   return np.convolve(share, np.ones(PEAK_UPDATES) / PEAK_UPDATES, 'valid')
@@ -1002,6 +1025,8 @@ def render_blocks(data: str) -> dict[str, str]:
     groups[g] = load(data, f'group{g}_memorise')
     blocks[f'group{g}_memorise_checks'] = regime_checks(groups[g])
   blocks['group_size'] = group_size_table(groups, groups[8])
+  blocks['group_size_replication'] = group_size_replication(
+      {8: replica2_memorise, 4: groups[4], 16: groups[16]})
   mixed = load(data, 'mixed')
   blocks['mixed_checks'] = regime_checks(mixed)
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
