@@ -281,6 +281,22 @@ def records_of(path):
     return [json.loads(line) for line in f][1:]
 
 
+def _run(variant, seed, per_step, warm_steps=300, pass_rate=0.9):
+  """A Run of 3 steps of `per_step` prompts each, held-out accuracy 0.5,
+  0.6, 0.7, 0.8 (target 0.95 x 0.7, reached at step 2), and a warm start
+  of `warm_steps` steps and pass rate `pass_rate`."""
+  r = object.__new__(results_report.Run)
+  r.variant, r.seed = variant, seed
+  r.header = {'steps': 3, 'warmstart': {
+      'steps': warm_steps, 'pass_rate': pass_rate, 'eval_accuracy': 0.5}}
+  r.steps = [{'step': k, 'rollout/prompts_generated': per_step}
+             for k in (1, 2, 3)]
+  r.cum = {k: (k * per_step, 0.0, 0.0) for k in range(4)}
+  r.evals = [(k, a, {'eval/accuracy': a})
+             for k, a in enumerate((0.5, 0.6, 0.7, 0.8))]
+  return r
+
+
 class StatsTest(absltest.TestCase):
 
   def test_interval_by_hand(self):
@@ -321,22 +337,9 @@ class StatsTest(absltest.TestCase):
     # reaches the same accuracies; its warm start is G = 8's on seed 0
     # (its sampled pass rate, G samples a prompt, differs) and not on seed
     # 1 (other steps).
-    def run(variant, seed, per_step, warm_steps, pass_rate=0.9):
-      r = object.__new__(results_report.Run)
-      r.variant, r.seed = variant, seed
-      r.header = {'steps': 3, 'warmstart': {
-          'steps': warm_steps, 'pass_rate': pass_rate, 'eval_accuracy': 0.5}}
-      r.steps = [{'step': k, 'rollout/prompts_generated': per_step}
-                 for k in (1, 2, 3)]
-      r.cum = {k: (k * per_step, 0.0, 0.0) for k in range(4)}
-      accuracies = [0.5 + 0.1 * seed, 0.6, 0.7, 0.8]
-      r.evals = [(k, a, {'eval/accuracy': a})
-                 for k, a in enumerate(accuracies)]
-      return r
-
-    g8 = {'none': {s: run('none', s, 100, 300) for s in (0, 1)}}
-    g4 = {v: {s: run(v, s, 100 if v == 'none' else 50,
-                     300 if s == 0 else 400, pass_rate=0.8) for s in (0, 1)}
+    g8 = {'none': {s: _run('none', s, 100, 300) for s in (0, 1)}}
+    g4 = {v: {s: _run(v, s, 100 if v == 'none' else 50,
+                      300 if s == 0 else 400, pass_rate=0.8) for s in (0, 1)}
           for v in ('none', 'snooze3')}
     table = results_report.group_size_table({8: g8, 4: g4}, g8)
     self.assertIn('| 4 | `snooze3` | 2 | 2/2 | 2.00 / 2.00 | '
@@ -346,6 +349,24 @@ class StatsTest(absltest.TestCase):
     self.assertIn('(steps and held-out accuracy): 1 of 2 seeds', table)
     self.assertIn('No runs at G = 4 or G = 16 yet',
                   results_report.group_size_table({8: g8}, g8))
+
+  def test_group_size_replication_splits_the_seeds(self):
+    # At G = 16 `weighted` spends half of none's prompts on seeds 0-4 and
+    # a quarter on seeds 5-9; G = 4 has not run on seeds 5-9.
+    g16 = {'none': {s: _run('none', s, 100) for s in range(10)},
+           'weighted': {s: _run('weighted', s, 50 if s < 5 else 25)
+                        for s in range(10)}}
+    g4 = {v: {s: _run(v, s, 100) for s in range(5)}
+          for v in ('none', 'weighted')}
+    table = results_report.group_size_replication({4: g4, 16: g16})
+    self.assertIn('| 16 | first (0-4) | 2.00 / 2.00 / 2.00 / 2.00 / 2.00 | '
+                  '2.00x [2.00, 2.00] |', table)
+    self.assertIn('| 16 | replication (5-9) | 4.00 / 4.00 / 4.00 / 4.00 / '
+                  '4.00 | 4.00x [4.00, 4.00] |', table)
+    self.assertIn('| 2.83x [', table)  # all ten: the geometric mean
+    self.assertNotIn('| 4 |', table)
+    self.assertIn('No policy has run on seeds 5-9',
+                  results_report.group_size_replication({4: g4}))
 
   def test_preregistered_verdict_applies_each_rule(self):
     verdict = results_report.preregistered_verdict
