@@ -767,10 +767,21 @@ def conflict_replication(runs, first, second) -> str:
 PEAK_UPDATES = 10
 
 
+def _same_warm(runs, base) -> tuple[int, int]:
+  """(seeds whose warm start is `base`'s, seeds both have) of the `none`
+  runs. The pass rate that stops a warm start is sampled G times a prompt,
+  so it differs across G; the same steps give the same weights."""
+  pairs = [(r, base['none'][s]) for s, r in runs.get('none', {}).items()
+           if s in base.get('none', {})]
+  return sum(all(a.header['warmstart'][k] == b.header['warmstart'][k]
+                 for k in ('steps', 'eval_accuracy'))
+             for a, b in pairs), len(pairs)
+
+
 def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
   """Per group size G ({G: runs}), N = 3 and `weighted` each paired with
-  `none` of the same G, seed by seed; and on how many seeds each G's warm
-  start is `warm_of`'s (the runs at G = 8)."""
+  `none` of the same G, seed by seed; and on how many seeds the warm start
+  of each G but 8 is `warm_of`'s (the runs at G = 8)."""
   rows, same, seeds = [], 0, 0
   for g, runs in sorted(by_g.items()):
     if 'none' not in runs:
@@ -786,13 +797,8 @@ def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
                    _ratio(st['ratios'][0]),
                    _ratio(st['whole']), _ci(stats['none']['finals']),
                    _ci(st['diffs']), _ci(st['matched'])))
-    for seed, run in runs['none'].items():
-      if (base := warm_of.get('none', {}).get(seed)) and run is not base:
-        seeds += 1
-        # The pass rate that stops a warm start is sampled G times a
-        # prompt, so it differs; the same steps give the same weights.
-        same += all(run.header['warmstart'][k] == base.header['warmstart'][k]
-                    for k in ('steps', 'eval_accuracy'))
+    if g != 8:
+      same, seeds = map(sum, zip((same, seeds), _same_warm(runs, warm_of)))
   if not rows:
     return '_No runs at G = 4 or G = 16 yet._\n'
   return _table(('G', 'policy', 'seeds', 'seeds reaching target',
@@ -804,11 +810,13 @@ def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
                      f'held-out accuracy): {same} of {seeds} seeds.\n')
 
 
-def group_size_replication(by_g: dict[int, dict]) -> str:
+def group_size_replication(by_g: dict[int, dict], warm_of: dict) -> str:
   """`weighted`'s saving to the target at each G ({G: runs}) on seeds 0-4,
-  on seeds 5-9 (fixed in advance) and on all ten, paired with `none`."""
+  on seeds 5-9 (fixed in advance) and on all ten, paired with `none`; and
+  on how many of seeds 5-9 the warm start of each G but 8 is `warm_of`'s
+  (the runs at G = 8)."""
   first, second = (0, 1, 2, 3, 4), (5, 6, 7, 8, 9)
-  rows = []
+  rows, same, seeds = [], 0, 0
   for g, runs in sorted(by_g.items()):
     if not set(second) <= set(runs.get('weighted', {})) & set(
         runs.get('none', {})):
@@ -820,11 +828,16 @@ def group_size_replication(by_g: dict[int, dict]) -> str:
       rows.append((g, f'{name} ({group[0]}-{group[-1]})',
                    ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
                    _ratio(st['ratios'][0]), _ci(st['diffs'])))
+    if g != 8:
+      same, seeds = map(sum, zip((same, seeds), _same_warm(
+          seeds_of(runs, second), warm_of)))
   if not rows:
     return _none_on(second)
   return _table(('G', 'seeds', '`weighted`: saving in prompts to the target, '
                  'per seed (0: not reached)', 'geometric mean',
-                 'final accuracy minus none\'s'), rows)
+                 'final accuracy minus none\'s'), rows) + (
+                     f'\nWarm starts of seeds 5-9 the same as at G = 8: '
+                     f'{same} of {seeds}.\n')
 
 
 def _over_updates(share: np.ndarray) -> np.ndarray:
@@ -1020,13 +1033,17 @@ def render_blocks(data: str) -> dict[str, str]:
       replica2_memorise)
   blocks['replica2_memorise_replication'] = replication(
       replica2_memorise, (0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
-  groups = {8: seeds_of(replica2_memorise, (0, 1, 2, 3, 4))}
-  for g in (4, 16):
-    groups[g] = load(data, f'group{g}_memorise')
-    blocks[f'group{g}_memorise_checks'] = regime_checks(groups[g])
-  blocks['group_size'] = group_size_table(groups, groups[8])
+  # The claims on G were fixed for seeds 0-4; `none` and `weighted` ran on
+  # seeds 5-9 after (their own table).
+  groups = {g: load(data, f'group{g}_memorise') for g in (4, 16)}
+  for g, runs in groups.items():
+    blocks[f'group{g}_memorise_checks'] = regime_checks(runs)
+  groups[8] = replica2_memorise
+  blocks['group_size'] = group_size_table(
+      {g: seeds_of(runs, (0, 1, 2, 3, 4)) for g, runs in groups.items()},
+      replica2_memorise)
   blocks['group_size_replication'] = group_size_replication(
-      {8: replica2_memorise, 4: groups[4], 16: groups[16]})
+      groups, replica2_memorise)
   mixed = load(data, 'mixed')
   blocks['mixed_checks'] = regime_checks(mixed)
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'

@@ -352,21 +352,26 @@ class StatsTest(absltest.TestCase):
 
   def test_group_size_replication_splits_the_seeds(self):
     # At G = 16 `weighted` spends half of none's prompts on seeds 0-4 and
-    # a quarter on seeds 5-9; G = 4 has not run on seeds 5-9.
+    # a quarter on seeds 5-9; G = 4 has not run on seeds 5-9. Of seeds
+    # 5-9, G = 8's warm start of seed 9 took other steps.
     g16 = {'none': {s: _run('none', s, 100) for s in range(10)},
            'weighted': {s: _run('weighted', s, 50 if s < 5 else 25)
                         for s in range(10)}}
     g4 = {v: {s: _run(v, s, 100) for s in range(5)}
           for v in ('none', 'weighted')}
-    table = results_report.group_size_replication({4: g4, 16: g16})
+    g8 = {'none': {s: _run('none', s, 100, 400 if s == 9 else 300)
+                   for s in range(10)}}
+    table = results_report.group_size_replication({4: g4, 16: g16}, g8)
     self.assertIn('| 16 | first (0-4) | 2.00 / 2.00 / 2.00 / 2.00 / 2.00 | '
                   '2.00x [2.00, 2.00] |', table)
     self.assertIn('| 16 | replication (5-9) | 4.00 / 4.00 / 4.00 / 4.00 / '
                   '4.00 | 4.00x [4.00, 4.00] |', table)
     self.assertIn('| 2.83x [', table)  # all ten: the geometric mean
     self.assertNotIn('| 4 |', table)
+    self.assertIn('Warm starts of seeds 5-9 the same as at G = 8: 4 of 5.',
+                  table)
     self.assertIn('No policy has run on seeds 5-9',
-                  results_report.group_size_replication({4: g4}))
+                  results_report.group_size_replication({4: g4}, g8))
 
   def test_preregistered_verdict_applies_each_rule(self):
     verdict = results_report.preregistered_verdict
