@@ -798,7 +798,8 @@ def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
                    _ratio(st['whole']), _ci(stats['none']['finals']),
                    _ci(st['diffs']), _ci(st['matched'])))
     if g != 8:
-      same, seeds = map(sum, zip((same, seeds), _same_warm(runs, warm_of)))
+      equal, paired = _same_warm(runs, warm_of)
+      same, seeds = same + equal, seeds + paired
   if not rows:
     return '_No runs at G = 4 or G = 16 yet._\n'
   return _table(('G', 'policy', 'seeds', 'seeds reaching target',
@@ -829,8 +830,8 @@ def group_size_replication(by_g: dict[int, dict], warm_of: dict) -> str:
                    ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
                    _ratio(st['ratios'][0]), _ci(st['diffs'])))
     if g != 8:
-      same, seeds = map(sum, zip((same, seeds), _same_warm(
-          seeds_of(runs, second), warm_of)))
+      equal, paired = _same_warm(seeds_of(runs, second), warm_of)
+      same, seeds = same + equal, seeds + paired
   if not rows:
     return _none_on(second)
   return _table(('G', 'seeds', '`weighted`: saving in prompts to the target, '
