@@ -68,7 +68,8 @@ Experiments:
                N = 3 and `weighted` on seeds 0-4, on the same machine: how do
                the savings and the accuracy cost depend on G? Then `none`
                and `weighted` on seeds 5-9, to test a claim fixed in
-               advance: `weighted` saves less to the target than at G = 8.
+               advance: `weighted` saves less to the target than at G = 8;
+               then N = 3 there: its cost in accuracy is G = 8's.
   conflict     answerable (90%) and unanswerable (10%, the right answer is
                the refusal 'none') subtractions, '57-23=' vs '23-57=':
                per-subset accuracy and the minority's batch share.

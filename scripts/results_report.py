@@ -811,21 +811,22 @@ def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
                      f'held-out accuracy): {same} of {seeds} seeds.\n')
 
 
-def group_size_replication(by_g: dict[int, dict], warm_of: dict) -> str:
-  """`weighted`'s saving to the target at each G ({G: runs}) on seeds 0-4,
+def group_size_replication(by_g: dict[int, dict], warm_of: dict,
+                           variant: str = 'weighted') -> str:
+  """`variant`'s saving to the target at each G ({G: runs}) on seeds 0-4,
   on seeds 5-9 (fixed in advance) and on all ten, paired with `none`; and
   on how many of seeds 5-9 the warm start of each G but 8 is `warm_of`'s
   (the runs at G = 8)."""
   first, second = (0, 1, 2, 3, 4), (5, 6, 7, 8, 9)
   rows, same, seeds = [], 0, 0
   for g, runs in sorted(by_g.items()):
-    if not set(second) <= set(runs.get('weighted', {})) & set(
+    if not set(second) <= set(runs.get(variant, {})) & set(
         runs.get('none', {})):
       continue
     for name, group in (('first', first), ('replication', second),
                         ('all', first + second)):
-      st = policy_stats(seeds_of({v: runs[v] for v in ('none', 'weighted')},
-                                 group))['weighted']
+      st = policy_stats(seeds_of({v: runs[v] for v in ('none', variant)},
+                                 group))[variant]
       rows.append((g, f'{name} ({group[0]}-{group[-1]})',
                    ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
                    _ratio(st['ratios'][0]), _ci(st['diffs'])))
@@ -834,8 +835,8 @@ def group_size_replication(by_g: dict[int, dict], warm_of: dict) -> str:
       same, seeds = same + equal, seeds + paired
   if not rows:
     return _none_on(second)
-  return _table(('G', 'seeds', '`weighted`: saving in prompts to the target, '
-                 'per seed (0: not reached)', 'geometric mean',
+  return _table(('G', 'seeds', f'`{variant}`: saving in prompts to the '
+                 'target, per seed (0: not reached)', 'geometric mean',
                  'final accuracy minus none\'s'), rows) + (
                      f'\nWarm starts of seeds 5-9 the same as at G = 8: '
                      f'{same} of {seeds}.\n')
@@ -1034,8 +1035,8 @@ def render_blocks(data: str) -> dict[str, str]:
       replica2_memorise)
   blocks['replica2_memorise_replication'] = replication(
       replica2_memorise, (0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
-  # The claims on G were fixed for seeds 0-4; `none` and `weighted` ran on
-  # seeds 5-9 after (their own table).
+  # The claims on G were fixed for seeds 0-4; `none` and `weighted`, then
+  # N = 3, ran on seeds 5-9 after (their own tables).
   groups = {g: load(data, f'group{g}_memorise') for g in (4, 16)}
   for g, runs in groups.items():
     blocks[f'group{g}_memorise_checks'] = regime_checks(runs)
@@ -1045,6 +1046,8 @@ def render_blocks(data: str) -> dict[str, str]:
       replica2_memorise)
   blocks['group_size_replication'] = group_size_replication(
       groups, replica2_memorise)
+  blocks['group_size_snooze'] = group_size_replication(
+      groups, replica2_memorise, 'snooze3')
   mixed = load(data, 'mixed')
   blocks['mixed_checks'] = regime_checks(mixed)
   blocks['mixed_savings'] = (savings(mixed, policy_stats(mixed))[0] + '\n'
