@@ -410,6 +410,22 @@ def _none_on(seeds) -> str:
           'yet._\n')
 
 
+def _per_seed(ratios) -> str:
+  """Savings, one per seed, as a table cell ('1.08 / 2.48 / ...')."""
+  return ' / '.join(f'{x:.2f}' for x in ratios)
+
+
+def _seed_set_row(runs, variant: str, name: str, group) -> tuple:
+  """The cells of `variant` paired with `none` on the seeds of `group`:
+  the set's name and seeds, the savings in prompts to the target per seed
+  and their geometric mean, and the final accuracy minus none's."""
+  sub = {k: {s: r for s, r in d.items() if s in group}
+         for k, d in runs.items() if k in ('none', variant)}
+  st = policy_stats(sub)[variant]
+  return (f'{name} ({group[0]}-{group[-1]})', _per_seed(st['ratios'][0]),
+          _ratio(st['ratios'][0]), _ci(st['diffs']))
+
+
 def replication(runs, first, second) -> str:
   """Savings to the target of each policy run on both seed sets, per set:
   the seeds that chose the policies against the seeds that test them."""
@@ -418,12 +434,8 @@ def replication(runs, first, second) -> str:
     if variant == 'none' or not set(second) <= set(seeds):
       continue
     for name, group in (('first', first), ('replication', second)):
-      sub = {k: {s: r for s, r in d.items() if s in group}
-             for k, d in runs.items() if k in ('none', variant)}
-      st = policy_stats(sub)[variant]
-      rows.append((f'`{variant}`', f'{name} ({group[0]}-{group[-1]})',
-                   ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
-                   _ratio(st['ratios'][0]), _ci(st['diffs'])))
+      rows.append((f'`{variant}`', *_seed_set_row(runs, variant, name,
+                                                   group)))
   if not rows:
     return _none_on(second)
   return _table(('policy', 'seeds', 'saving in prompts to the target, per '
@@ -540,7 +552,7 @@ def preregistered(runs) -> str:
              for s in seeds]
     rows.append((
         f'{name} ({", ".join(map(str, seeds)) or "none yet"})',
-        ' / '.join(f'{x:.2f}' for x in ratios) or 'n/a', _ratio(ratios),
+        _per_seed(ratios) or 'n/a', _ratio(ratios),
         _ci(diffs) if diffs else 'n/a',
         preregistered_verdict(ratios, diffs, len(p['test']), p['bar'])
         if group == p['test'] else ''))
@@ -793,7 +805,7 @@ def group_size_table(by_g: dict[int, dict], warm_of: dict) -> str:
       reached = sum(st['costs'][x] is not None for x in st['seeds'])
       rows.append((g, f'`{variant}`', len(st['seeds']),
                    f'{reached}/{len(st["seeds"])}',
-                   ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
+                   _per_seed(st['ratios'][0]),
                    _ratio(st['ratios'][0]),
                    _ratio(st['whole']), _ci(stats['none']['finals']),
                    _ci(st['diffs']), _ci(st['matched'])))
@@ -825,11 +837,7 @@ def group_size_replication(by_g: dict[int, dict], warm_of: dict,
       continue
     for name, group in (('first', first), ('replication', second),
                         ('all', first + second)):
-      st = policy_stats(seeds_of({v: runs[v] for v in ('none', variant)},
-                                 group))[variant]
-      rows.append((g, f'{name} ({group[0]}-{group[-1]})',
-                   ' / '.join(f'{x:.2f}' for x in st['ratios'][0]),
-                   _ratio(st['ratios'][0]), _ci(st['diffs'])))
+      rows.append((g, *_seed_set_row(runs, variant, name, group)))
     if g != 8:
       equal, paired = _same_warm(seeds_of(runs, second), warm_of)
       same, seeds = same + equal, seeds + paired

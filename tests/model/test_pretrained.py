@@ -12,9 +12,9 @@ import numpy as np
 
 from jaxgrpo import build
 from jaxgrpo import config_lib
+from jaxgrpo import configs
 from jaxgrpo import errors
 from jaxgrpo import model_spec
-from jaxgrpo import configs
 from jaxgrpo import train
 from jaxgrpo.cli import export
 from jaxgrpo.configs import common
