@@ -107,8 +107,11 @@ def values(section: Any, kind: type | None = None) -> dict[str, Any]:
 
 
 def fail(key: str, value: Any, message: str) -> None:
-  """Raises ConfigError `key=value: message`."""
-  raise ConfigError(f'{key}={value!r}: {message}')
+  """Raises ConfigError `key=value: message` (`key: message` where the
+  value's text is long: a whole list of dataset entries)."""
+  shown = repr(value)
+  raise ConfigError(f'{key}={shown}: {message}' if len(shown) <= 160
+                    else f'{key}: {message}')
 
 
 # pylint: disable-next=redefined-builtin,redefined-outer-name

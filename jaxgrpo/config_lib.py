@@ -85,6 +85,10 @@ class ModelSection(Section, name='model'):
   def _validate(self):
     yield 'tokenizer', self.path is not None or self.tokenizer != 'model', (
         "'model' needs model.path")
+    yield 'system_prompt', self.system_prompt is None or (
+        self.path is not None and self.chat_template), (
+            'needs model.path (a model with a chat template) and '
+            'model.chat_template=True')
 
 
 class DataSection(Section, name='data'):
@@ -100,8 +104,9 @@ class DataSection(Section, name='data'):
     yield 'datasets', names, 'needs at least one dataset'
     yield 'datasets', len(set(names)) == len(names), (
         f'dataset names must be unique, got {names}')
+    weights = ', '.join(f'{d.name}={d.weight:g}' for d in self.datasets)
     yield 'datasets', 0 < sum(d.weight for d in self.datasets) < math.inf, (
-        'weights must have a positive, finite sum')
+        f'weights must have a positive, finite sum, got {weights}')
 
 
 class RLSection(train_step.LossSection, name='rl'):

@@ -140,6 +140,7 @@ class ConfigTest(parameterized.TestCase):
   def test_unset_required_placeholders_are_named(self):
     c = demo.get_config()
     c.seed = config_dict.required_placeholder(int)
+    c.model.path = 'smollm2'
     c.model.system_prompt = config_dict.required_placeholder(str)
     with self.assertRaisesRegex(
         config_lib.ConfigError, r'^model.system_prompt, seed must be given '
@@ -257,6 +258,38 @@ class ConfigTest(parameterized.TestCase):
           config_lib.ConfigError, r'^rollout.batch_size=4: the min_fraction '
           r"floors of data.datasets \({'a': \d, 'b': \d}\) exceed it$"):
         config_lib.from_config_dict(c)
+
+  def test_mixture_mistakes_are_named_without_the_whole_list(self):
+    # Each message printed the repr of every entry (about 1,000 characters).
+    c = demo.get_config()
+    c.data.datasets = [common.arithmetic_dataset('a', weight=0),
+                       common.arithmetic_dataset('b', weight=0)]
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r'^data.datasets: weights must have a '
+        r'positive, finite sum, got a=0, b=0$'):
+      config_lib.from_config_dict(c)
+    c.data.datasets = [common.arithmetic_dataset('a'),
+                       common.arithmetic_dataset('a')]
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r"^data.datasets: dataset names must be "
+        r"unique, got \['a', 'a'\]$"):
+      config_lib.from_config_dict(c)
+
+  def test_a_system_prompt_needs_a_chat_template(self):
+    # A preset model has no chat template: the system turn went unused.
+    c = demo.get_config()
+    c.model.system_prompt = 'Be brief.'
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r"^model.system_prompt='Be brief.': needs "
+        r'model.path \(a model with a chat template\) and '
+        r'model.chat_template=True$'):
+      config_lib.from_config_dict(c)
+    c.model.path = 'smollm2'
+    self.assertEqual(config_lib.from_config_dict(c).model.system_prompt,
+                     'Be brief.')
+    c.model.chat_template = False
+    with self.assertRaisesRegex(config_lib.ConfigError, 'model.system_prompt'):
+      config_lib.from_config_dict(c)
 
   def test_lists_become_tuples(self):
     # A config file writes lists; the frozen Config holds tuples.

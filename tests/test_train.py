@@ -431,6 +431,7 @@ class CommandLineTest(absltest.TestCase):
               'def get_config():\n'
               '  c = common.base_config()\n'
               '  c.seed = config_dict.required_placeholder(int)\n'
+              "  c.model.path = 'smollm2'\n"
               '  c.model.system_prompt = (\n'
               '      config_dict.required_placeholder(str))\n'
               '  return c\n')
@@ -707,6 +708,17 @@ class BadInputTest(absltest.TestCase):
     self.assertIn(f"skipped as bad: data.datasets[1] (dataset 'qb'): {path}:2:",
                   logs.output[0])
 
+  def test_more_arithmetic_problems_than_the_digits_hold_name_the_key(self):
+    # A raw ValueError traceback before.
+    c = _config()
+    c.data.datasets = [dict(name='one', kind='arithmetic', num_train=100,
+                            num_eval=500, max_digits=1)]
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        r"^data\.datasets\[0\]\.num_eval=500 \(dataset 'one'\): only \d+ "
+        r'held-out problems differ from the 100 training problems'):
+      self._load(c)
+
   def test_long_prompt_stops_the_run_naming_example_and_key(self):
     path = self._jsonl(['{"id": "a", "prompt": "1+0=", "answer": "1"}',
                         '{"id": "b", "prompt": "1234+5678+9=", "answer": "1"}'])
@@ -723,8 +735,16 @@ class BadInputTest(absltest.TestCase):
     c.rollout.long_prompts = 'truncate'
     spec, ds, _ = self._load(c)
     self.assertEqual((len(ds), spec.dropped_long), (1, 0))
-    loading.check_lengths(config_lib.from_config_dict(c),
-                          tokenizer_lib.CharTokenizer(), [ds[0]])
+    short = dataclasses.replace(ds[0], id='a', prompt='1+1=')
+    # The share cut is told (it was silent: GSM8K's questions under
+    # gsm8k_mixture's 80 bytes lost their start, 7,459 of 7,473).
+    with self.assertLogs('jaxgrpo', level='WARNING') as logs:
+      loading.check_lengths(config_lib.from_config_dict(c),
+                            tokenizer_lib.CharTokenizer(), [ds[0], short])
+    self.assertEqual(logs.output, [
+        'WARNING:jaxgrpo.data.loading:rollout.max_prompt_len=12: 1 of the 2 '
+        'examples checked (50.0%) have longer prompts (up to 13 tokens), '
+        "which rollout.long_prompts='truncate' cuts from the start"])
 
 
 class ConfigFilesTest(absltest.TestCase):

@@ -182,8 +182,7 @@ def split_train_eval(
     index += 1
   if len(held_out) < num_eval:
     raise ValueError(
-        f'arithmetic dataset {name!r}: only {len(held_out)} held-out problems '
-        f'differ from the {num_train} training problems (wanted {num_eval}); '
-        'widen the digit range or shrink num_train'
-    )
+        f'only {len(held_out)} held-out problems differ from the {num_train} '
+        f'training problems of dataset {name!r} (wanted {num_eval}); widen '
+        'the digit range or shrink num_train or num_eval')
   return train, held_out

@@ -13,6 +13,16 @@ from jaxgrpo.data import snooze
 from jaxgrpo.data import sources
 
 
+# The keys of one kind of entry, refused on the others (set to other than
+# their defaults) so that a key under the wrong kind does not pass unused.
+_KIND_KEYS = {
+    'arithmetic': ('min_digits', 'max_digits', 'ops', 'carries', 'num_train',
+                   'seed', 'unanswerable'),
+    'tfds': ('tfds_name', 'split', 'eval_split', 'data_dir'),
+    'file': ('path', 'eval_path'),
+}
+
+
 class DatasetSection(checks.Section, name='data.datasets[?]'):
   """One entry of the config's `data.datasets`; which keys apply depends on
   `kind` (docs/configuration.md#dataset-entries)."""
@@ -65,7 +75,8 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
       None, '`tfds`: a prepared local dataset (nothing is downloaded)')
   holdout: int = field(
       0, 'all but `arithmetic`: records held out of the training data, '
-      'spread over it, when there is no `eval_path` or `eval_split`')
+      'spread over it, when there is no `eval_path` or `eval_split` (the '
+      'first `num_eval` of them are evaluated)')
   format: str | None = field(
       None, "the record format: None (the kind's own; for `tfds` that of a "
       '`jaxgrpo_gsm8k` / `jaxgrpo_squad2` builder), `fields`, `gsm8k` or '
@@ -81,6 +92,11 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
       "`'{prompt}'`; `arithmetic`: `{expression}` and `{prompt}`)")
 
   def _validate(self):
+    group = self.kind if self.kind in ('arithmetic', 'tfds') else 'file'
+    for other, keys in _KIND_KEYS.items():
+      for key in keys if other != group else ():
+        yield key, getattr(self, key) == getattr(type(self), key), (
+            f'does not apply to kind={self.kind!r}')
     if self.kind == 'arithmetic':
       yield from arithmetic_lib.spec_checks(self)
       yield 'format', self.format is None, "does not apply to kind='arithmetic'"

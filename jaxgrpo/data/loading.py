@@ -38,8 +38,9 @@ def check_lengths(
   """Fails before compiling when prompts or answers cannot fit.
 
   A prompt longer than the context is an error only with
-  rollout.long_prompts='error': 'truncate' cuts it when it is encoded, and
-  'drop' left it out when its dataset was loaded.
+  rollout.long_prompts='error': 'truncate' cuts it when it is encoded (a
+  warning gives the share of the examples checked that it cuts), and 'drop'
+  left it out when its dataset was loaded.
   """
   # One encoding per prompt and answer: a text the tokenizer cannot encode
   # is named here, and the lengths serve both checks below.
@@ -69,6 +70,13 @@ def check_lengths(
           'tokens (BOS included; the longest checked); raise it, or set '
           "rollout.long_prompts to 'truncate' or 'drop'"
       )
+  cut = np.array(prompt_lengths) > max_len
+  if cfg.rollout.long_prompts == 'truncate' and cut.any():
+    _LOG.warning(
+        'rollout.max_prompt_len=%d: %d of the %d examples checked (%.1f%%) '
+        'have longer prompts (up to %d tokens), which '
+        "rollout.long_prompts='truncate' cuts from the start", max_len,
+        int(cut.sum()), len(examples), 100 * cut.mean(), max(prompt_lengths))
   limit = cfg.rollout.max_new_tokens
   lengths = np.array(answer_lengths)
   too_long = lengths > limit
@@ -268,9 +276,14 @@ def load_dataset(
         min_digits=entry.min_digits, max_digits=entry.max_digits,
         ops=entry.ops, carries=entry.carries, seed=entry.seed,
         unanswerable=entry.unanswerable)
-    train, held = arithmetic.split_train_eval(
-        problems, entry.num_train, entry.num_eval, name=entry.name,
-        template=entry.template)
+    try:
+      train, held = arithmetic.split_train_eval(
+          problems, entry.num_train, entry.num_eval, name=entry.name,
+          template=entry.template)
+    except ValueError as e:  # more problems than the digit range holds
+      raise errors.ConfigError(
+          f'{_entry_key(cfg, entry)}.num_eval={entry.num_eval} (dataset '
+          f'{entry.name!r}): {e}') from None
     train = grain.MapDataset.source(train)
   else:
     record_format = _record_format(entry)
@@ -293,8 +306,10 @@ def load_dataset(
         try:
           return sources.make_dataset(entry.kind, name=entry.name, path=path,
                                       record_format=record_format)
-        except sources.BadRecordError:
-          raise
+        except sources.BadRecordError as e:  # a file read whole (SQuAD's)
+          raise sources.BadRecordError(
+              f'{_entry_key(cfg, entry)}.{key} (dataset {entry.name!r}): '
+              f'{e}') from None
         except (OSError, ValueError) as e:
           raise _file_error(cfg, entry, key, path, e) from None
       train = load(entry.path, 'path')

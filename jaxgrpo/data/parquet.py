@@ -49,21 +49,23 @@ class ParquetError(errors.UserError, ValueError):
 def find_files(path: str) -> list[str]:
   """The Parquet or Arrow files that `path` names, in a stable order.
 
+  A path that exists is read as named, even where it holds glob characters
+  (`data[1].parquet`); a folder among a glob's matches, such as Spark's
+  `out.parquet/`, stands for the Parquet files under it.
+
   Raises:
     ParquetError: `path` names no such file.
   """
-  if glob.has_magic(path):
-    files = sorted(glob.glob(path))
+  if glob.has_magic(path) and not os.path.exists(path):
+    files = _under_folders(sorted(glob.glob(path)))
   elif os.path.isdir(path):
     state = os.path.join(path, 'state.json')
     _check_not_dataset_dict(path)
     if os.path.isfile(state):  # Dataset.save_to_disk
-      with open(state, encoding='utf-8') as f:
-        names = [d['filename'] for d in json.load(f).get('_data_files', [])]
-      files = [os.path.join(path, n) for n in names]
+      files = [os.path.join(path, n) for n in _state_files(state)]
     else:
-      files = sorted(glob.glob(os.path.join(path, '**', '*.parquet'),
-                               recursive=True))
+      files = _under_folders(sorted(glob.glob(
+          os.path.join(path, '**', '*.parquet'), recursive=True)))
       files = files or sorted(glob.glob(os.path.join(path, '*.arrow')))
       _check_one_split(path, files)
   else:
@@ -74,6 +76,29 @@ def find_files(path: str) -> list[str]:
   if missing:
     raise ParquetError(f'{path}: {missing[0]} is missing')
   return files
+
+
+def _under_folders(paths: list[str]) -> list[str]:
+  """`paths` with each folder replaced by the Parquet files under it, every
+  file once."""
+  out = []
+  for p in paths:
+    out += (sorted(glob.glob(os.path.join(p, '**', '*.parquet'),
+                             recursive=True)) if os.path.isdir(p) else [p])
+  out = [p for p in out if not os.path.isdir(p)]
+  return list(dict.fromkeys(out))
+
+
+def _state_files(state: str) -> list[str]:
+  """The data file names listed by a `save_to_disk` folder's state.json."""
+  try:
+    with open(state, encoding='utf-8') as f:
+      return [str(d['filename']) for d in json.load(f).get('_data_files', [])]
+  except (ValueError, KeyError, TypeError, AttributeError) as e:
+    raise ParquetError(
+        f'{state}: not the state.json of a save_to_disk folder (a '
+        f'"_data_files" list of {{"filename": ...}} entries): '
+        f'{type(e).__name__}: {e}') from None
 
 
 def _check_not_dataset_dict(folder: str) -> None:
@@ -243,6 +268,7 @@ class ParquetSource:
       total += f.num_rows
     self._len = total
     self._groups: collections.OrderedDict = collections.OrderedDict()
+    self._unreadable: dict[tuple[int, int], str] = {}  # (file, group): why
     self._lock = threading.Lock()  # grain may read from several threads
 
   def __getstate__(self) -> dict[str, Any]:
@@ -274,11 +300,26 @@ class ParquetSource:
     return f'{self.files[k]}:row {row}'
 
   def _group(self, k: int, g: int) -> pa.Table:
+    """Row group `g` of file `k`, read once (an LRU of `_CACHED_GROUPS`).
+
+    Raises:
+      formats.BadRecordError: the group cannot be read. The reason is kept,
+        so that its other rows fail at once instead of each reading the
+        group again (`on_bad_record='skip'` over a damaged group of a
+        million rows).
+    """
     key = (k, g)
     with self._lock:
+      if key in self._unreadable:
+        raise formats.BadRecordError(self._unreadable[key])
       if key not in self._groups:
         f = self._files[k]
-        self._groups[key] = f.parquet.read_row_group(g, columns=f.columns)
+        try:
+          self._groups[key] = f.parquet.read_row_group(g, columns=f.columns)
+        except (pa.ArrowException, OSError) as e:
+          why = ' '.join(str(e).split())  # pyarrow's text spans lines
+          self._unreadable[key] = f'its row group ({g}) cannot be read ({why})'
+          raise formats.BadRecordError(self._unreadable[key]) from None
         if len(self._groups) > _CACHED_GROUPS:
           self._groups.popitem(last=False)
       self._groups.move_to_end(key)
@@ -292,8 +333,6 @@ class ParquetSource:
     g = bisect.bisect_right(f.starts, row) - 1
     try:
       group = self._group(k, g)
-    except (pa.ArrowException, OSError) as e:
-      raise formats.BadRecordError(
-          f'{self.describe(index)}: its row group ({g}) cannot be read '
-          f'({e})') from None
+    except formats.BadRecordError as e:
+      raise formats.BadRecordError(f'{self.describe(index)}: {e}') from None
     return _row(group, row - f.starts[g])

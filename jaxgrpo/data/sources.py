@@ -170,7 +170,8 @@ def _open_source(kind: str, name: str, path: str | None,
   if kind == 'parquet':
     source = parquet.ParquetSource(path, formats.fields_read(record_format))
     return source, path, source.describe
-  paths = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
+  paths = ([path] if os.path.exists(path) or not glob.has_magic(path)
+           else sorted(glob.glob(path)))  # an existing name is read as is
   if not paths:
     raise ValueError('no file matches the pattern')
   if kind in ('jsonl', 'gsm8k', 'squad2'):

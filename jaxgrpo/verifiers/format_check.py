@@ -7,8 +7,8 @@ correctness verifier, or a gate with `combine='product'`:
               {'name': 'format', 'preset': 'think_answer', 'weight': 0.1}]
 
 Each configured option adds one or more named checks; the reward is 1 when
-all pass (or the fraction passed, with `partial=True`). A verifier with no
-checks configured scores every completion 1.
+all pass (or the fraction passed, with `partial=True`). One with no check
+configured is refused: it would score every completion 1.
 """
 
 from collections.abc import Sequence
@@ -147,6 +147,11 @@ class FormatCheck:
         raise ValueError(f'regex={self.regex!r}: not a valid pattern: '
                          f'{e}') from None
       object.__setattr__(self, '_pattern', pattern)
+    if not (self.tags or self.min_chars or self.max_chars is not None
+            or self.max_words is not None or self.regex is not None):
+      raise ValueError(
+          'no check configured: every completion would score 1; give tags, '
+          'preset, regex, min_chars, max_chars or max_words')
 
   def failed_checks(self, completion: str) -> tuple[list[str], int]:
     """The names of the failed checks, and the number of checks."""
@@ -180,7 +185,7 @@ class FormatCheck:
     del example  # the format does not depend on the question
     failed, n = self.failed_checks(completion)
     if self.partial:
-      reward = (n - len(failed)) / n if n else 1.0
+      reward = (n - len(failed)) / n
     else:
       reward = float(not failed)
     return base.Verdict(reward, {'failed': failed})

@@ -431,6 +431,17 @@ class LoadDatasetTest(parameterized.TestCase):
                      ['1', '3', '7,000'])
     self.assertIn(f'{path}:2: invalid JSON', logs.output[0])
 
+  def test_a_squad2_file_that_does_not_parse_names_the_entry(self):
+    # Read whole when opened: its error named the file but not the key.
+    path = os.path.join(self.create_tempdir().full_path, 'dev.json')
+    with open(path, 'w') as f:
+      f.write('{"version": "v2.0", "data": [')
+    with self.assertRaisesRegex(
+        sources.BadRecordError,
+        rf"^data\.datasets\[0\]\.path \(dataset 'qa'\): {path}:1:\d+: "
+        'invalid JSON'):
+      _load(_config(kind='squad2', path=path))
+
   def test_gsm8k_format_for_jsonl_and_array_record(self):
     path = self._gsm8k_file()
     out = os.path.join(self.create_tempdir().full_path, 'g.array_record')
@@ -549,6 +560,18 @@ class DatasetConfigTest(parameterized.TestCase):
       ('holdout_for_arithmetic', dict(kind='arithmetic', holdout=5),
        r"holdout=5: does not apply to kind='arithmetic'"),
       ('squad2_needs_path', dict(kind='squad2'), r"path=None: is required"),
+      # A key of another kind: read by nothing, it passed without a word.
+      ('arithmetic_key_on_a_file', dict(kind='jsonl', path='x', num_train=5),
+       r"num_train=5: does not apply to kind='jsonl'"),
+      ('file_key_on_arithmetic', dict(kind='arithmetic', path='x.jsonl'),
+       r"path='x.jsonl': does not apply to kind='arithmetic'"),
+      ('eval_path_on_arithmetic', dict(kind='arithmetic', eval_path='y'),
+       r"eval_path='y': does not apply to kind='arithmetic'"),
+      ('tfds_key_on_a_file', dict(kind='jsonl', path='x', eval_split='test'),
+       r"eval_split='test': does not apply to kind='jsonl'"),
+      ('file_key_on_tfds', dict(kind='tfds', tfds_name='jaxgrpo_gsm8k',
+                                eval_path='y'),
+       r"eval_path='y': does not apply to kind='tfds'"),
   )
   def test_bad_entries_name_the_key(self, entry, message):
     with self.assertRaisesRegex(errors.ConfigError,

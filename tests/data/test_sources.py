@@ -306,6 +306,17 @@ class MakeDatasetTest(parameterized.TestCase):
     self.assertEqual(ds[0].answer, '2')  # numbers become text
     self.assertEqual(ds[2].prompt, 'Q: Café?\nA:')
 
+  def test_a_file_named_with_glob_characters_is_read_as_named(self):
+    # 'set[1].jsonl' read set1.jsonl instead, without a word.
+    folder = self.create_tempdir().full_path
+    named = _write(os.path.join(folder, 'set[1].jsonl'), _jsonl(_RECORDS))
+    _write(os.path.join(folder, 'set1.jsonl'),
+           _jsonl([{'prompt': 'other', 'answer': '0'}]))
+    ds = sources.make_dataset('jsonl', name='qa', path=named,
+                              record_format=_FIELDS)
+    self.assertLen(ds, len(_RECORDS))
+    self.assertEqual(ds[1].id, 'q8')
+
   def test_template_over_record_fields(self):
     fields = sources.RecordFields(template='[{level}] {question}')
     ds = sources.make_dataset(

@@ -18,7 +18,6 @@ _GOOD = '<think>It is in the north.</think>\n<answer>France</answer>'
 class FormatTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ('no_checks', 'anything', {}, 1.0, []),
       ('think_answer', _GOOD, {'preset': 'think_answer'}, 1.0, []),
       ('tags_option', _GOOD, {'tags': ['think', 'answer']}, 1.0, []),
       ('answer_tag', 'So: <answer>France</answer>.', {'preset': 'answer_tag'},
@@ -117,6 +116,8 @@ class FormatTest(parameterized.TestCase):
       ({'regex': '(unclosed'}, 'regex'),
       ({'regex': 5}, 'regex'),
       ({'max_tokens': 5}, 'max_tokens'),
+      ({}, 'no check configured'),  # it scored every completion 1
+      ({'partial': True, 'min_chars': 0}, 'no check configured'),
   )
   def test_bad_options(self, options, name):
     with self.assertRaisesRegex(ValueError, name):
