@@ -564,7 +564,7 @@ def _source(cfg: config_lib.Config, datasets,
 def _meta(cfg: config_lib.Config, model_cfg, datasets,
           source: mixture.MixtureSampler, base) -> dict[str, Any]:
   """What each checkpoint notes: the config, the model, each dataset's
-  size and fingerprint, a LoRA run's base's checksum (a resume checks the
+  size, fingerprint and files' digest, a LoRA run's base's checksum (a resume checks the
   last three), and the strata's counts and fingerprints (a resume says
   where they changed)."""
   return {
@@ -573,10 +573,22 @@ def _meta(cfg: config_lib.Config, model_cfg, datasets,
       'config': config_lib.to_dict(cfg),
       'model': dataclasses.asdict(model_cfg),
       'datasets': {spec.name: {'size': len(train),
-                               'fingerprint': sources.fingerprint(train)}
-                   for spec, train, _ in datasets},
+                               'fingerprint': sources.fingerprint(train),
+                               **_content(entry)}
+                   for entry, (spec, train, _) in zip(cfg.data.datasets,
+                                                      datasets)},
       **({} if base is None else {lora_lib.BASE: lora_lib.base_checksum(base)}),
   }
+
+
+def _content(entry) -> dict[str, str]:
+  """{'content': the digest of the bytes of the files a file kind's entry
+  trains from} (a resume compares it: an edit that leaves the size and the
+  sampled records alone changes it), or {} for `arithmetic` and `tfds`."""
+  if entry.kind in ('arithmetic', 'tfds'):
+    return {}
+  return {'content': sources.content_digest(
+      sources.data_files(entry.kind, entry.path))}
 
 
 def _ids(cfg: config_lib.Config, datasets) -> dict[str, Any] | None:

@@ -213,10 +213,14 @@ class Checkpointer:
       self.wait()
 
   def read_meta(self, step: int) -> dict[str, Any]:
-    """The JSON item of step `step` alone (cheap; checks before a restore)."""
+    """The JSON item of step `step` alone (cheap; checks before a restore).
+
+    Raises:
+      DamagedError: it holds no config (`checked_meta`).
+    """
     out = self.manager.restore(
         step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-    return dict(out.meta)
+    return checked_meta(out.meta)
 
   def restore(self, step: int, target_state: PyTree) -> Restored:
     """Restores step `step` into the structure of `target_state`.
@@ -429,13 +433,32 @@ def saved_steps(directory: str) -> list[int]:
 
 
 def read_meta(directory: str, step: int) -> dict[str, Any]:
-  """The JSON item of checkpoint `step` in `directory`, read only."""
+  """The JSON item of checkpoint `step` in `directory`, read only.
+
+  Raises:
+    DamagedError: it holds no config (`checked_meta`).
+  """
   manager = reader(directory)
   try:
-    return dict(manager.restore(
+    return checked_meta(manager.restore(
         step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
   finally:
     manager.close()
+
+
+def checked_meta(meta: Any) -> dict[str, Any]:
+  """A checkpoint's JSON item, as a dict.
+
+  Raises:
+    DamagedError: it is no dict holding a `config`, which every checkpoint
+      a run writes holds: without it nothing could be checked against this
+      run's settings, and the arrays' checksums would be gone too.
+  """
+  if not isinstance(meta, Mapping) or 'config' not in meta:
+    raise DamagedError(
+        'its notes (meta/metadata) hold no config, which every checkpoint '
+        'holds: the file was replaced or edited')
+  return dict(meta)
 
 
 def load_state_arrays(directory: str, step: int | None = None) -> dict:
@@ -494,7 +517,8 @@ def check_resumable(
     step: its step (for the message).
     directory: where it is (for the message).
     model: this run's model config as a dict.
-    datasets: this run's datasets: name -> {'size', 'fingerprint'}.
+    datasets: this run's datasets: name -> {'size', 'fingerprint'} and,
+      for file kinds, 'content' (`sources.content_digest`).
     remap: datasets may differ (checkpoint.on_dataset_change='remap'): their
       sampler state is then matched by example id instead of failing.
 
@@ -529,6 +553,9 @@ def check_resumable(
     return []
   hint = ("; or set checkpoint.on_dataset_change='remap' to keep each "
           "example's sampler state by its stable id")
+  # A start point (step 0, `resume_policy.FREE_AT_START`): the data may
+  # change, the sampler starting afresh (`resume.restore_or_start`).
+  remap = remap or step == 0
   if set(saved) != set(datasets) and not remap:
     raise errors.ResumeError(
         f'the {where} has datasets {sorted(saved)}, this run configures '
@@ -544,6 +571,9 @@ def check_resumable(
       what = f'{then["size"]} examples then, {now["size"]} now'
     elif then['fingerprint'] != now['fingerprint']:
       what = 'same size, other records (fingerprint differs)'
+    elif then.get('content', now.get('content')) != now.get('content'):
+      # Noted since a version after the fingerprint: compared when saved.
+      what = "same size, its files' bytes changed (records edited or moved)"
     else:
       continue
     if not remap:

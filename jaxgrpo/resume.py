@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import errors
 from jaxgrpo import multihost
@@ -158,6 +160,27 @@ def _by_position(entry: Mapping[str, Any] | None) -> str:
   return ''.join(f'; {c}' for c in clauses)
 
 
+def _restore_sampler(restored, source: Any, rollout: Any, changed: list[str],
+                     gone: list[str], ids: Mapping[str, Any] | None,
+                     where: str) -> tuple[dict[str, Any], int]:
+  """Sets the sampler's and the rollout's saved state, remapping the
+  `changed` datasets by id and dropping the `gone` ones; (the remap's
+  report, groups dropped)."""
+  saved_ids = restored.data.get('ids', {})
+  for name in changed:
+    if name in restored.data['source']['tables'] and name not in saved_ids:
+      raise errors.ResumeError(
+          f'dataset {name!r} changed since the {where}, which holds no '
+          'example ids to match its sampler state by (they are saved from '
+          "the first run with checkpoint.on_dataset_change='remap'); "
+          'restore the dataset or use a new --workdir')
+  report = source.set_state(
+      restored.data['source'],
+      remap={name: (saved_ids.get(name), ids[name]) for name in changed})
+  rollout.set_state(restored.data['rollout'])
+  return report, rollout.accumulator.drop_datasets(gone) if gone else 0
+
+
 def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
             saved_meta: Mapping[str, Any],
             target_state: PyTree, shardings: PyTree, *,
@@ -180,20 +203,23 @@ def _resume(ckpt: checkpoint_lib.Checkpointer, step: int,
   try:
     restored = ckpt.restore(step, target_state)
     saved_ids = restored.data.get('ids', {})
-    for name in changed:
-      if (name in restored.data['source']['tables']
-          and name not in saved_ids):
-        raise errors.ResumeError(
-            f'dataset {name!r} changed since the {where}, which holds no '
-            'example ids to match its sampler state by (they are saved from '
-            "the first run with checkpoint.on_dataset_change='remap'); "
-            'restore the dataset or use a new --workdir')
-    report = source.set_state(
-        restored.data['source'],
-        remap={name: (saved_ids.get(name), ids[name]) for name in changed})
-    rollout.set_state(restored.data['rollout'])
+    # Ids saved and read again: a dataset whose ids moved is remapped by id
+    # even where its size and sampled records are as they were.
+    changed += [name for name in saved_ids if name in (ids or {})
+                and name not in changed
+                and not np.array_equal(saved_ids[name], ids[name])]
     gone = sorted(set(restored.data['source']['tables']) - set(meta['datasets']))
-    dropped = rollout.accumulator.drop_datasets(gone) if gone else 0
+    if step == 0 and (changed or gone):
+      # A start point: no step drew from the sampler or carried a group,
+      # so the fresh sampler and rollout built on this run's data stand.
+      report, dropped = {}, 0
+      notice(f'the {where} is a start point and its datasets differ from '
+             f'this run\'s ({", ".join(map(repr, sorted(changed + gone)))}): '
+             'the sampler starts afresh on the data as it is now')
+      gone = []
+    else:
+      report, dropped = _restore_sampler(restored, source, rollout, changed,
+                                         gone, ids, where)
   except errors.UserError:
     raise
   except Exception as e:  # pylint: disable=broad-except

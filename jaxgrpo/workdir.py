@@ -1,6 +1,7 @@
 """The run's workdir: checked at start, and held by one run at a time.
 
-`check` fails in one line when the workdir is a file or cannot be written.
+`check` fails in one line when the workdir is a file, lies in another
+run's checkpoints, or cannot be written.
 `lock` takes an exclusive `fcntl.flock` on `WORKDIR/.lock` (process 0 of a
 run; process i of a multi-process run locks `.lock.<i>`, so the processes
 of one run do not block each other while a second run's are refused). The
@@ -23,6 +24,22 @@ import jax
 from jaxgrpo import errors
 
 
+def owning_run(path: str) -> str | None:
+  """The workdir of the run whose `checkpoints/` folder is or holds `path`
+  (a local path), or None. Such a folder is not the user's: the run's
+  checkpoint rotation deletes step folders with all they hold."""
+  if '://' in str(path):
+    return None
+  here = os.path.realpath(os.path.expanduser(os.fspath(path)))
+  while (parent := os.path.dirname(here)) != here:
+    if os.path.basename(here) == 'checkpoints' and any(
+        os.path.isfile(os.path.join(parent, name))
+        for name in ('.lock', 'metrics.jsonl')):
+      return parent
+    here = parent
+  return None
+
+
 def check(workdir: str) -> None:
   """Fails early, in one line, when the workdir cannot be written.
 
@@ -31,10 +48,15 @@ def check(workdir: str) -> None:
   stops the run before anything is computed.
 
   Raises:
-    ConfigError: it is a file, or it or its checkpoint folder cannot be
-      created or written.
+    ConfigError: it is a file, it lies in another run's checkpoints, or
+      it or its checkpoint folder cannot be created or written.
   """
   path = epath.Path(workdir)
+  if owner := owning_run(workdir):
+    raise errors.ConfigError(
+        f"--workdir {workdir}: it is inside the checkpoints of the run in "
+        f'{owner}, whose checkpoint rotation would delete it; choose another '
+        'folder')
   if path.is_file():
     raise errors.ConfigError(
         f'--workdir {workdir} is a file, not a folder; name a folder (it is '

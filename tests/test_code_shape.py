@@ -47,8 +47,10 @@ KNOWN_MODULES = {
 # model.param_dtype's help naming how bfloat16 params train, 1118 with
 # greedy rollouts refused by the training's RolloutConfig, counted, 1123
 # with rl.cut_completions, 1129 with infinite values refused except where
-# they mean no limit, 1148 with unset required placeholders named).
-KNOWN_CONFIG_LINES = 1148
+# they mean no limit, 1148 with unset required placeholders named, 1173
+# with dataset keys of another kind refused, model.system_prompt checked
+# and the mixture's weights named).
+KNOWN_CONFIG_LINES = 1173
 
 
 class CodeShapeTest(absltest.TestCase):

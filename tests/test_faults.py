@@ -31,6 +31,8 @@ from jaxgrpo import errors
 from jaxgrpo import model_spec
 from jaxgrpo import resume_policy
 from jaxgrpo.cli import export
+from jaxgrpo.cli import plot
+from jaxgrpo.cli import stratify
 from jaxgrpo.model import pretrained
 from jaxgrpo.configs import common
 from jaxgrpo.data import tokenizer as tokenizer_lib
@@ -130,6 +132,31 @@ class TrainedWorkdirTest(FaultTestCase):
 
   def ckpt(self, workdir: str, step) -> str:
     return os.path.join(workdir, 'checkpoints', str(step))
+
+  def test_no_command_writes_into_a_runs_checkpoints(self):
+    # A run trained in W/checkpoints/2 was accepted, and then deleted with
+    # that step's folder by W's checkpoint rotation, without a word.
+    workdir = self.copy()
+    before = listing(workdir)
+    inner = self.ckpt(workdir, 2)
+    self.assert_one_line(
+        cli_here(inner), 2, f'--workdir {inner}: it is inside the checkpoints '
+        f'of the run in {workdir}, whose checkpoint rotation would delete it; '
+        'choose another folder')
+    for command, prog, args in (
+        (plot.main, 'jaxgrpo-plot', [workdir]),
+        (stratify.main, 'jaxgrpo-stratify', [
+            'run', '--config=configs/demo.py:runlocal',
+            f'--checkpoint={workdir}'])):
+      err = io.StringIO()
+      with contextlib.redirect_stderr(err), contextlib.redirect_stdout(
+          io.StringIO()):
+        code = command([*args, f'--out={inner}/out'])
+      self.assertEqual((code, err.getvalue().strip().splitlines()), (2, [
+          f'{prog}: error: --out={inner}/out: it is inside the checkpoints of '
+          f'the run in {workdir}, whose checkpoint rotation would delete it; '
+          'choose another folder']))
+    self.assertEqual(listing(workdir), before)
 
   def test_changed_settings_are_refused_naming_the_key(self):
     workdir = self.copy()
@@ -356,6 +383,18 @@ class TrainedWorkdirTest(FaultTestCase):
         2: corrupt_json('meta/metadata'), 1: remove_file('state/_METADATA')})
     self.assertIn("(its 'data' item is missing)", out.stdout)
     self.assertIn('(a file is missing: ', out.stdout)
+
+  def test_notes_without_a_config_are_damage(self):
+    # `{}` in meta/metadata turned off every resume check: the run resumed
+    # unchecked and a changed group_size ended in a broadcast traceback.
+    out = self._damage_and_resume({
+        4: replace_json('meta/metadata', {}),
+        3: replace_json('meta/metadata', {'model': {}, 'datasets': {}}),
+        2: replace_json('meta/metadata', []),
+        1: replace_json('meta/metadata', 'x')})
+    self.assertIn('(its notes (meta/metadata) hold no config, which every '
+                  'checkpoint holds: the file was replaced or edited)',
+                  out.stdout)
 
   def test_changed_array_values_are_set_aside(self):
     # Files whole and parseable, values changed: orbax restores them; the
@@ -720,6 +759,13 @@ def corrupt_json(name: str):
   def damage(folder):
     with open(os.path.join(folder, name), 'w') as f:
       f.write('{"cut short')
+  return damage
+
+
+def replace_json(name: str, value):
+  def damage(folder):
+    with open(os.path.join(folder, name), 'w') as f:
+      json.dump(value, f)
   return damage
 
 

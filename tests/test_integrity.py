@@ -105,14 +105,15 @@ class VerifyTest(absltest.TestCase):
   def test_saves_without_changing_the_callers_meta(self):
     workdir = self.create_tempdir().full_path
     ckpt = checkpoint_lib.Checkpointer(workdir, every=1, max_to_keep=1)
-    meta = {'note': 1}
+    meta = {'config': {}, 'note': 1}
     ckpt.save(1, {'w': jnp.ones(3)}, {'t': np.arange(3)}, meta)
     ckpt.close()
-    self.assertEqual(meta, {'note': 1})
+    self.assertEqual(meta, {'config': {}, 'note': 1})
     ckpt = checkpoint_lib.Checkpointer(workdir, every=1, max_to_keep=1)
     restored = ckpt.restore(1, {'w': jnp.zeros(3)})
     ckpt.close()
-    self.assertEqual(restored.meta, {'note': 1})  # the checksums stay inside
+    # The checksums stay inside.
+    self.assertEqual(restored.meta, {'config': {}, 'note': 1})
     self.assertIn(checkpoint_lib.INTEGRITY, ckpt.read_meta(1))
 
 

@@ -465,6 +465,10 @@ class CommandLineTest(absltest.TestCase):
         ((), 2, 'required: workdir'),
         ((blank,), 1, 'holds no step yet'),
         ((no_objects,), 1, 'holds no metrics to plot'),
+        # It said `no plots: [Errno 17] File exists`, naming no flag.
+        ((with_records, f'--out={with_records}/metrics.jsonl'), 2,
+         f'--out={with_records}/metrics.jsonl: {with_records}/metrics.jsonl '
+         'is a file; name a folder'),
     )
     for argv, want, pattern in cases:
       with self.subTest(argv=argv):

@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -72,6 +73,36 @@ class ResumeChecksTest(absltest.TestCase):
                                 "'arithmetic' changed.*holds no example ids"):
       train.run(c, self.workdir, log=lambda _: None)
 
+  def test_a_start_point_takes_changed_data(self):
+    # Step 0 is a start point whose data may change (FREE_AT_START): a
+    # resized or added dataset was refused, and the hint ('remap') led to a
+    # second refusal.
+    workdir = self.create_tempdir().full_path
+    train.run(_config(total_steps=0), workdir, log=lambda _: None)
+    c = _config(total_steps=1)
+    first = {**c.data.datasets[0], 'num_train': 200}
+    c.data.datasets = [first, {**first, 'name': 'b', 'num_train': 100}]
+    out = []
+    train.run(c, workdir, log=out.append)
+    self.assertTrue(any(
+        'the checkpoint of step 0 in ' in line and "is a start point and its "
+        "datasets differ from this run's ('arithmetic', 'b'): the sampler "
+        'starts afresh on the data as it is now' in line for line in out), out)
+    self.assertEqual([r['step'] for r in metrics_lib.read_metrics(workdir)],
+                     [0, 1])
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, 'checkpoints'), every=1, max_to_keep=2)
+    tables = ckpt.restore_data(1)['source']['tables']
+    ckpt.close()
+    self.assertEqual({k: int(v['size']) for k, v in tables.items()},
+                     {'arithmetic': 200, 'b': 100})
+    # Past step 0, the same change is refused.
+    c.total_steps = 2
+    c.data.datasets = [{**first, 'num_train': 150}, c.data.datasets[1]]
+    with self.assertRaisesRegex(errors.ResumeError,
+                                "dataset 'arithmetic' changed.*200.*150"):
+      train.run(c, workdir, log=lambda _: None)
+
   def test_other_model_is_named(self):
     c = _config(total_steps=2)
     c.model.preset = 'tiny'
@@ -123,6 +154,73 @@ class RemapTest(absltest.TestCase):
         'id_field for ids that follow the records; holdout=4 holds out '
         'records by position: the held-out set changed too' in line
         for line in out), out)
+
+  def test_records_edited_between_the_sampled_ones_are_found(self):
+    # The fingerprint reads the first, middle and last records: an edit
+    # between them resumed without a word, the sampler state of each
+    # position going to whatever record was there now.
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, 'qa.jsonl')
+    record = '{{"id": "{}", "prompt": "{}+{}=", "answer": "{}"}}\n'.format
+    lines = [record(f'q{i}', i, i % 3, i + i % 3) for i in range(40)]
+    with open(path, 'w') as f:
+      f.writelines(lines)
+    workdir = os.path.join(folder, 'run')
+    c = _config(total_steps=1)
+    c.checkpoint.on_dataset_change = 'remap'
+    c.data.datasets = [dict(name='qa', kind='jsonl', path=path, holdout=0,
+                            id_field='id', num_eval=0,
+                            verifier='starts_with_digit')]
+    train.run(c, workdir, log=lambda _: None)
+    # Records 5-14 replaced; 21-38 reversed (0, 20 and 39 stay).
+    edited = (lines[:5] + [record(f'n{i}', i, 7, i + 7) for i in range(10)]
+              + lines[15:21] + lines[21:39][::-1] + lines[39:])
+    with open(path, 'w') as f:
+      f.writelines(edited)
+    c.total_steps = 2
+    c.checkpoint.on_dataset_change = 'error'
+    with self.assertRaisesRegex(
+        errors.ResumeError, "^dataset 'qa' changed since the checkpoint of "
+        r"step 1 in .*: same size, its files' bytes changed \(records edited "
+        r'or moved\); or set checkpoint.on_dataset_change'):
+      train.run(c, workdir, log=lambda _: None)
+    c.checkpoint.on_dataset_change = 'remap'
+    out = []
+    train.run(c, workdir, log=out.append)
+    self.assertTrue(any(
+        "dataset 'qa' changed: sampler state kept for 30 examples by id, 10 "
+        'new, 10 removed' in line for line in out), out)
+
+  def test_ids_that_moved_are_remapped_from_a_checkpoint_without_digest(self):
+    # A checkpoint saved before the files' digest was noted: the saved ids
+    # still show a reorder that the sampled fingerprint misses.
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, 'qa.jsonl')
+    lines = [f'{{"id": "q{i}", "prompt": "{i}+1=", "answer": "{i + 1}"}}\n'
+             for i in range(40)]
+    with open(path, 'w') as f:
+      f.writelines(lines)
+    workdir = os.path.join(folder, 'run')
+    c = _config(total_steps=1)
+    c.checkpoint.on_dataset_change = 'remap'
+    c.data.datasets = [dict(name='qa', kind='jsonl', path=path, id_field='id',
+                            num_eval=0, verifier='starts_with_digit')]
+    train.run(c, workdir, log=lambda _: None)
+    meta = os.path.join(workdir, 'checkpoints', '1', 'meta', 'metadata')
+    with open(meta) as f:
+      notes = json.load(f)
+    del notes['datasets']['qa']['content']
+    with open(meta, 'w') as f:
+      json.dump(notes, f)
+    with open(path, 'w') as f:
+      f.writelines(lines[:1] + lines[1:20][::-1] + lines[20:21]
+                   + lines[21:39][::-1] + lines[39:])
+    c.total_steps = 2
+    out = []
+    train.run(c, workdir, log=out.append)
+    self.assertTrue(any(
+        "dataset 'qa' changed: sampler state kept for 40 examples by id, 0 "
+        'new, 0 removed' in line for line in out), out)
 
   def test_resume_with_a_changed_dataset_keeps_state_by_id(self):
     workdir = self.create_tempdir().full_path

@@ -485,7 +485,8 @@ class CommandLineTest(absltest.TestCase):
     workdir = self.create_tempdir().full_path
     folder = self.create_tempdir().full_path
     files = {'no_get.py': 'X = 1\n',
-             'plain.py': 'def get_config():\n  return None\n'}
+             'plain.py': 'def get_config():\n  return None\n',
+             'typo.py': 'def get_config():\n  return undefined_name\n'}
     for name, text in files.items():
       with open(os.path.join(folder, name), 'w') as f:
         f.write(text)
@@ -501,6 +502,9 @@ class CommandLineTest(absltest.TestCase):
         f'--config={folder}/no_get.py': 'no_get.py defines no get_config()',
         f'--config={folder}/plain.py': (
             'get_config() returned NoneType, not an ml_collections ConfigDict'),
+        # The file and line of a mistake in it (it named neither).
+        f'--config={folder}/typo.py': (
+            f"name 'undefined_name' is not defined ({folder}/typo.py:2)"),
     }
     for i, (args, reason) in enumerate(cases.items()):
       # The first as a real process; the others in this one.
@@ -728,6 +732,27 @@ class BadInputTest(absltest.TestCase):
         '.*rollout.long_prompts'):
       train.run(self._config(path), self.create_tempdir().full_path,
                 log=lambda _: None)
+
+  def test_text_the_tokenizer_cannot_encode_names_the_fix(self):
+    path = self._jsonl(['{"id": "a", "prompt": "Caf\u00e9?", "answer": "1"}'])
+    c = self._config(path)
+    c.rollout.max_prompt_len = 20
+    _, ds, _ = self._load(c)
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r"^model.tokenizer='auto': the prompt of "
+        r"example a \(dataset 'qa'\) cannot be encoded \(.*\); "
+        r"model.tokenizer='byte' encodes any text$"):
+      loading.check_lengths(config_lib.from_config_dict(c),
+                            tokenizer_lib.CharTokenizer(), [ds[0]])
+    # jaxgrpo-eval with --config.model.tokenizer=byte reads a checkpoint
+    # trained with 'char': its hint was the value already given.
+    c.model.tokenizer = 'byte'
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, r"cannot be encoded \(.*\); the "
+        r"checkpoint's own tokenizer is used, whatever model.tokenizer says: "
+        r"evaluate a model trained with model.tokenizer='byte'$"):
+      loading.check_lengths(config_lib.from_config_dict(c),
+                            tokenizer_lib.CharTokenizer(), [ds[0]])
 
   def test_truncate_lets_long_prompts_through_the_checks(self):
     path = self._jsonl(['{"id": "b", "prompt": "1234+5678+9=", "answer": "1"}'])

@@ -5,7 +5,12 @@ with one line on stderr, `PROG: error: ...`, and an exit code: 2 for a
 mistake in the command line or the config, 1 for anything found later
 (a checkpoint that cannot be used, a file that cannot be read), 130 when
 interrupted. `run_main` does that mapping; `load_config` reads `--config`
-with its `--config.KEY=VALUE` overrides as `jaxgrpo-train` does.
+with its `--config.KEY=VALUE` overrides as `jaxgrpo-train` does;
+`out_folder` checks an `--out` before anything is loaded.
+
+Size: most of it is `load_config`, which turns each way ml_collections
+fails (an unknown key, a typed override, a required placeholder, a file
+that raises) into one line naming the flag, and applies what it cannot.
 """
 
 import argparse
@@ -16,6 +21,8 @@ import logging
 import os
 import re
 import sys
+import tempfile
+import traceback
 import typing
 from typing import Any
 
@@ -58,6 +65,35 @@ class Parser(argparse.ArgumentParser):
         self.error(f'argument {name}: the value is empty (an unset shell '
                    'variable?)')
     return parsed, extra
+
+
+def out_folder(flag: str, out: str) -> str:
+  """`out`, the folder a command writes (`--out`), as an absolute path,
+  made if missing; checked before anything is loaded or computed.
+
+  Raises:
+    UsageError: naming `flag` and the reason: `out` is a file, lies in a
+      run's checkpoints (whose rotation would delete it), or cannot be
+      written (a read-only file system, permissions).
+  """
+  # pylint: disable-next=g-import-not-at-top
+  from jaxgrpo import workdir as workdir_lib
+  path = os.path.abspath(os.path.expanduser(out))
+  if owner := workdir_lib.owning_run(path):
+    raise UsageError(f"{flag}={out}: it is inside the checkpoints of the run "
+                     f'in {owner}, whose checkpoint rotation would delete it; '
+                     'choose another folder')
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise UsageError(f'{flag}={out}: {path} is a file; name a folder (it is '
+                     'created if missing)')
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):  # read-only, permissions, quota
+      pass
+  except OSError as e:
+    raise UsageError(
+        f'{flag}={out}: cannot write there ({e.strerror or e})') from None
+  return path
 
 
 def fail(prog: str, message: str, code: int) -> int:
@@ -162,6 +198,15 @@ def _one_line(e: Exception) -> str:
   if any(line.startswith('Traceback') for line in lines):
     lines = [lines[0].rstrip(':') + ':', lines[-1]]
   return ' '.join(lines)[:500]
+
+
+def _where_in(path: str, e: BaseException) -> str:
+  """' (FILE:LINE)', the last line of the config file `path` that the
+  error passed through, or '' (an error raised outside it)."""
+  real = os.path.realpath(path)
+  lines = [frame.lineno for frame in traceback.extract_tb(e.__traceback__)
+           if os.path.realpath(frame.filename) == real]
+  return f' ({path}:{lines[-1]})' if lines else ''
 
 
 def shipped_config(path: str) -> str | None:
@@ -362,7 +407,7 @@ def _load(prog: str, config: str, overrides: list[str],
       raise UsageError(unknown_key(e, overrides)) from None
     except Exception as e:  # pylint: disable=broad-except
       raise UsageError(f'cannot load --config={config}: {_one_line(e)}'
-                       ) from None
+                       f'{_where_in(path, e)}') from None
   if not isinstance(result, ml_collections.ConfigDict):
     raise UsageError(f'--config={config}: get_config() returned '
                      f'{type(result).__name__}, not an ml_collections '

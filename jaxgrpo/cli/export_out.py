@@ -43,21 +43,7 @@ def out_dir(out: str, source: str | None, workdir: str) -> str:
   if real == checkpoints or real.startswith(checkpoints + os.sep):
     raise common.UsageError(f'--out={out}: it is inside the run\'s '
                             'checkpoints; choose another folder')
-  if os.path.exists(path) and not os.path.isdir(path):
-    raise common.UsageError(f'--out={out}: {path} is a file; name a folder '
-                            '(it is created if missing)')
-  try:
-    os.makedirs(path, exist_ok=True)
-  except OSError as e:
-    raise common.UsageError(
-        f'--out={out}: cannot write there ({e.strerror})') from None
-  try:  # the reason itself: a read-only file system, permissions, quota
-    with tempfile.TemporaryFile(dir=path):
-      pass
-  except OSError as e:
-    raise common.UsageError(
-        f'--out={out}: cannot write there ({e.strerror})') from None
-  return path
+  return common.out_folder('--out', out)
 
 
 @contextlib.contextmanager

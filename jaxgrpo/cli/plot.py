@@ -107,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     # tensorboard/ folder behind.
     return common.fail(PROG, *nothing)
   path = os.path.join(args.workdir, 'metrics.jsonl')
+  try:  # one line naming --out, not one failed write per figure
+    if plot.have_matplotlib():  # else no folder is made: nothing is drawn
+      common.out_folder('--out',
+                        args.out or os.path.join(args.workdir, 'plots'))
+  except common.UsageError as e:
+    return common.fail(PROG, str(e) if args.out else (
+        f'{e} (the default --out: WORKDIR/plots); give --out=FOLDER'), 2)
   failed = []  # one error line each
   paths = plot.plot_run(args.workdir, args.out, args.window, log=failed.append)
   for p in paths:

@@ -84,6 +84,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
   overrides = common.config_overrides(extra)
   cfg = config_lib.from_config_dict(
       common.load_config(PROG, args.config, overrides))
+  common.out_folder('--out', args.out)  # before the model loads
   datasets = None
   if args.datasets is not None:
     datasets = [d.strip() for d in args.datasets.split(',') if d.strip()]

@@ -66,7 +66,8 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
       None, 'file kinds: a JSONL file, ArrayRecord shards of JSON records, '
       'for `parquet` a Parquet file, a folder of shards or a Hugging Face '
       'dataset saved with `save_to_disk`, for `gsm8k` and `squad2` the file '
-      'as shipped; a glob reads its sorted matches in order')
+      'as shipped; a glob reads its sorted matches in order (a file that '
+      'exists is read as named, `[` or `*` in its name or not)')
   eval_path: str | None = field(None, 'file kinds: the held-out file')
   tfds_name: str | None = field(None, '`tfds`: the dataset name')
   split: str = field('train', '`tfds`: the training split')

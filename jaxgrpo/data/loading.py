@@ -56,10 +56,16 @@ def check_lengths(
     except errors.UserError:
       raise  # e.g. a chat template that fails: its own message
     except ValueError as e:
+      # A checkpoint's own tokenizer (jaxgrpo-eval), whatever the flag says.
+      theirs = (cfg.model.tokenizer == 'byte'
+                and not isinstance(tokenizer, tokenizer_lib.ByteTokenizer))
       raise errors.ConfigError(
           f'model.tokenizer={cfg.model.tokenizer!r}: the {what} of example '
-          f'{ex.id} (dataset {ex.dataset!r}) cannot be encoded ({e}); '
-          "model.tokenizer='byte' encodes any text") from None
+          f'{ex.id} (dataset {ex.dataset!r}) cannot be encoded ({e}); ' + (
+              "the checkpoint's own tokenizer is used, whatever "
+              'model.tokenizer says: evaluate a model trained with '
+              "model.tokenizer='byte'" if theirs else
+              "model.tokenizer='byte' encodes any text")) from None
   max_len = cfg.rollout.max_prompt_len
   if cfg.rollout.long_prompts == 'error':
     longest = int(np.argmax(prompt_lengths))

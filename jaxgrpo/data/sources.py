@@ -170,8 +170,7 @@ def _open_source(kind: str, name: str, path: str | None,
   if kind == 'parquet':
     source = parquet.ParquetSource(path, formats.fields_read(record_format))
     return source, path, source.describe
-  paths = ([path] if os.path.exists(path) or not glob.has_magic(path)
-           else sorted(glob.glob(path)))  # an existing name is read as is
+  paths = data_files(kind, path)
   if not paths:
     raise ValueError('no file matches the pattern')
   if kind in ('jsonl', 'gsm8k', 'squad2'):
@@ -188,6 +187,31 @@ def _open_source(kind: str, name: str, path: str | None,
                      ) from None
   return (_ArrayRecords(source, path), path,
           functools.partial(_describe_record, path))
+
+
+def data_files(kind: str, path: str) -> list[str]:
+  """The files a dataset of a file kind reads, in order: `path`, or a
+  glob's sorted matches (an existing name is read as named); for `parquet`
+  those of `parquet.find_files`."""
+  path = os.path.expanduser(path)
+  if kind == 'parquet':
+    return parquet.find_files(path)
+  if os.path.exists(path) or not glob.has_magic(path):
+    return [path]
+  return sorted(glob.glob(path))
+
+
+def content_digest(files: Iterable[str]) -> str:
+  """A digest of the bytes of `files`, in order (not their names: a moved
+  file with the same bytes has the same digest); 16 hex digits. It reads
+  every byte (about 1.7 GB/s here): what catches an edit that the sampled
+  `fingerprint` misses."""
+  digest = hashlib.sha256()
+  for path in files:
+    with open(path, 'rb') as f:
+      part = hashlib.file_digest(f, 'sha256').hexdigest()
+    digest.update(f'{os.path.getsize(path)}:{part}\n'.encode())
+  return digest.hexdigest()[:16]
 
 
 def _first_line(e: Exception) -> str:
@@ -415,7 +439,8 @@ def fingerprint(ds: grain.MapDataset) -> str:
 
   It hashes the size and the first, middle and last elements, so it reads
   three records however large the dataset is. It catches a swapped or
-  resized dataset, not every edit of a record in between.
+  resized dataset, not every edit of a record in between (checkpoints also
+  note the files' `content_digest`, which does).
 
   Args:
     ds: a dataset from `make_dataset` (any MapDataset with stable reprs).
