@@ -381,6 +381,11 @@ class CommandLineTest(absltest.TestCase):
          r'unknown config key data\.datasets\[0\]\.wieght'),
         (['--config.data.datasets=arithmetic'],
          'expected a list of dataset dicts'),
+        # NaN and infinity read as numbers (it said 'not str').
+        (['--config.data.datasets[0].weight=nan'],
+         r'datasets\[0\]\.weight=nan: must be a finite number >= 0'),
+        (['--config.data.datasets[0].weight=inf'],
+         r'datasets\[0\]\.weight=inf: must be a finite number >= 0'),
     ):
       with self.subTest(overrides=overrides), self.assertRaisesRegex(
           (common.UsageError, config_lib.ConfigError), message):

@@ -271,6 +271,8 @@ def _value_of(key: str, text: str) -> Any:
   if set(kinds) <= {str, type(None)}:  # a string, as ml_collections reads it
     return text
   value = _literal(text)
+  if float in kinds and text.strip().lower().lstrip('+-') in ('nan', 'inf'):
+    value = float(text)  # refused or read as no limit by the key's check
   if (float in kinds and isinstance(value, int)
       and not isinstance(value, bool)):
     value = float(value)
