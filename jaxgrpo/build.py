@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import os
 import time
+import traceback
 from typing import Any
 
 import jax
@@ -62,9 +63,16 @@ def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
   for i, module in enumerate(cfg.verify.imports):
     try:
       importlib.import_module(module)
-    except ImportError as e:
+    except Exception as e:  # pylint: disable=broad-except
+      # Any failure of the module's code (a SyntaxError, a name registered
+      # twice, a RuntimeError of its own), with where it was raised.
+      where = traceback.extract_tb(e.__traceback__)[-1]
+      where = ((e.filename, e.lineno) if isinstance(e, SyntaxError)
+               else (where.filename, where.lineno))
+      at = '' if isinstance(e, ImportError) else f' at {where[0]}:{where[1]}'
       raise errors.ConfigError(
-          f'verify.imports[{i}]={module!r}: cannot import it ({e})') from None
+          f'verify.imports[{i}]={module!r}: cannot import it '
+          f'({type(e).__name__}: {e}{at})') from None
   built, names = {}, {}
   for i, entry in enumerate(cfg.data.datasets):
     key = f'data.datasets[{i}].verifier'

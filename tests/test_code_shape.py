@@ -49,8 +49,8 @@ KNOWN_MODULES = {
 # with rl.cut_completions, 1129 with infinite values refused except where
 # they mean no limit, 1148 with unset required placeholders named, 1173
 # with dataset keys of another kind refused, model.system_prompt checked
-# and the mixture's weights named).
-KNOWN_CONFIG_LINES = 1173
+# and the mixture's weights named, 1178 with LoRA keys refused at rank 0).
+KNOWN_CONFIG_LINES = 1178
 
 
 class CodeShapeTest(absltest.TestCase):

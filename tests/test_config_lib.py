@@ -291,6 +291,19 @@ class ConfigTest(parameterized.TestCase):
     with self.assertRaisesRegex(config_lib.ConfigError, 'model.system_prompt'):
       config_lib.from_config_dict(c)
 
+  def test_adapter_settings_need_a_rank(self):
+    # Ignored without a word: every weight trained.
+    for key, value in (('modules', 'blocks/0/attn/q'), ('alpha', 8.0)):
+      c = demo.get_config()
+      c.model.lora[key] = value
+      with self.assertRaisesRegex(
+          config_lib.ConfigError, rf'^model.lora.{key}=.*: needs '
+          r'model.lora.rank > 0'):
+        config_lib.from_config_dict(c)
+      c.model.lora.rank, c.warmstart.enabled = 4, False
+      self.assertEqual(getattr(config_lib.from_config_dict(c).model.lora, key),
+                       value)
+
   def test_lists_become_tuples(self):
     # A config file writes lists; the frozen Config holds tuples.
     c = demo.get_config().to_dict()

@@ -842,16 +842,23 @@ class ConfigFilesTest(absltest.TestCase):
 class VerifierFailuresTest(absltest.TestCase):
 
   def test_timeouts_and_errors_are_counted_and_training_goes_on(self):
-    c = _config(total_steps=2)
-    c.data.datasets[0]['verifier'] = 'unreliable'
-    c.verify.timeout_s = 0.2
-    workdir = self.create_tempdir().full_path
-    summary = train.run(c, workdir, log=lambda _: None)
-    self.assertEqual(summary.steps, 2)
-    records = metrics_lib.read_metrics(workdir)[1:]
-    self.assertGreater(sum(r['verify/timeouts'] for r in records), 0)
-    self.assertGreater(sum(r['verify/errors'] for r in records), 0)
-    self.assertTrue(all(0 <= r['reward/mean'] <= 1 for r in records))
+    # Streaming with verify.workers=0 scored in a thread, where the timer
+    # cannot run: a hanging verifier hung the run.
+    for collect in ('rounds', 'streaming'):
+      c = _config(total_steps=2, **{'verify.workers': 0,
+                                    'rollout.collect': collect})
+      if collect == 'streaming':
+        c.rollout.engine, c.rollout.slots = 'continuous', 8
+      c.data.datasets[0]['verifier'] = 'unreliable'
+      c.verify.timeout_s = 0.2
+      workdir = self.create_tempdir().full_path
+      summary = train.run(c, workdir, log=lambda _: None)
+      self.assertEqual(summary.steps, 2)
+      records = metrics_lib.read_metrics(workdir)[1:]
+      self.assertGreater(sum(r['verify/timeouts'] for r in records), 0,
+                         collect)
+      self.assertGreater(sum(r['verify/errors'] for r in records), 0)
+      self.assertTrue(all(0 <= r['reward/mean'] <= 1 for r in records))
 
   def test_evaluations_count_their_verifier_failures(self):
     # Evaluation scored them 0 and its metrics did not say so: a verifier
@@ -977,6 +984,26 @@ class VerifierFailuresTest(absltest.TestCase):
     c.verify.imports = ('no_such_module_here',)
     with self.assertRaisesRegex(errors.ConfigError, r'verify.imports\[0\]'):
       train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+    # A module whose own code fails: a traceback, exit 1, before.
+    folder = self.create_tempdir().full_path
+    sys.path.insert(0, folder)
+    self.addCleanup(sys.path.remove, folder)
+    for name, text, shown in (
+        ('raises_here', "X = 1\nraise RuntimeError('no licence')\n",
+         'RuntimeError: no licence at {}:2'),
+        ('bad_syntax', 'def f(:\n', 'SyntaxError: .* at {}:1'),
+        ('takes_math', 'from jaxgrpo.verifiers import base\n'
+         "@base.register('math')\ndef mine(c, e):\n  return 1.0\n",
+         "ValueError: verifier 'math' is already registered.* at ")):
+      path = os.path.join(folder, f'{name}.py')
+      with open(path, 'w') as f:
+        f.write(text)
+      c = _config()
+      c.verify.imports = ('tests.flaky_verifiers', name)
+      with self.assertRaisesRegex(
+          errors.ConfigError, rf"^verify.imports\[1\]='{name}': cannot "
+          rf'import it \({shown.format(re.escape(path))}'):
+        train.run(c, self.create_tempdir().full_path, log=lambda _: None)
 
   def test_greedy_rollouts_are_refused(self):
     # A greedy group's completions are all the same: never informative.

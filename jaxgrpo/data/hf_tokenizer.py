@@ -277,7 +277,8 @@ class HFTokenizer:
       template_tokens['eos_token'] = backend.id_to_token(eos_id)
     return cls(
         backend, bos_id=bos_id, eos_id=eos_id, pad_id=token_id('pad_token'),
-        chat_template=_chat_template(path, config, config_file),
+        # An empty one is none, as transformers takes it.
+        chat_template=_chat_template(path, config, config_file) or None,
         add_bos=add_bos, vocab_size=vocab_size,
         extra_stop_ids=gen_stops + model_stops,
         template_tokens={k: v for k, v in template_tokens.items() if v},
@@ -326,6 +327,14 @@ class HFTokenizer:
     if system is not None and not chat:
       raise ChatTemplateError(
           'model.system_prompt needs model.chat_template=True')
+    if chat:  # a template that writes no user text trains on nothing
+      probe = 'Probe 4217 of the chat template'
+      rendered = self.format_prompt(probe, system=system)
+      if probe not in rendered:
+        raise ChatTemplateError(
+            f"the chat template of {self.source} drops the user's message: "
+            f'{probe!r} renders as {rendered!r}; fix the template or set '
+            'model.chat_template=False')
     out = copy.copy(self)
     out.chat, out.system = bool(chat), system
     return out

@@ -566,6 +566,9 @@ def load(
     if tensor is None:
       raise GGUFError(f'{name}: tensor {slot.tensor} is missing')
     w = _dequantize(reader, tensor)
+    if bad := int(np.count_nonzero(~np.isfinite(w))):
+      raise GGUFError(f'{name}: tensor {slot.tensor} holds {bad} NaN or '
+                      f'infinite values (of {w.size}): the file is damaged')
     if w.shape != slot.shape:
       raise GGUFError(
           f'{name}: tensor {slot.tensor} has shape {w.shape} (rows, cols), '

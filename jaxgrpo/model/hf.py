@@ -219,7 +219,11 @@ def _read_headers(
   st = _safetensors()
   index_path = model_dir / _INDEX
   weight_map = None
-  if index_path.is_file():
+  # As transformers: model.safetensors first, an index (perhaps one left
+  # from an earlier sharded save) only without it.
+  if (model_dir / _SINGLE).is_file():
+    files = [_SINGLE]
+  elif index_path.is_file():
     try:
       weight_map = dict(json.loads(index_path.read_text())['weight_map'])
     except (ValueError, KeyError, TypeError) as e:
@@ -233,8 +237,6 @@ def _read_headers(
             'name (a string)'
         )
     files = sorted(set(weight_map.values()))
-  elif (model_dir / _SINGLE).is_file():
-    files = [_SINGLE]
   else:
     files = sorted(p.name for p in model_dir.glob('*.safetensors'))
     if not files:
@@ -387,9 +389,13 @@ def load(
       continue
     with st.safe_open(model_dir / file, framework='numpy') as f:
       for t in group:
-        arrays[t.path] = jnp.asarray(
-            t.to_decoder(f.get_tensor(t.name), np_dtype)
-        )
+        raw = f.get_tensor(t.name)
+        if bad := int(np.count_nonzero(~np.isfinite(raw))):
+          raise CheckpointError(
+              f'{model_dir / file}: tensor {t.name!r} holds {bad} NaN or '
+              f'infinite values (of {raw.size}): the file is damaged')
+        arrays[t.path] = jnp.asarray(t.to_decoder(raw, np_dtype))
+        del raw
   if cfg.tie_embeddings and head in stored:
     with st.safe_open(model_dir / stored[head].file, framework='numpy') as f:
       tied = f.get_tensor(head).astype(np_dtype)

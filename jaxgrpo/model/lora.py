@@ -74,6 +74,11 @@ class LoraSection(Section, name='model.lora'):
       'an adapter (`attn/q|k|v|o`, `mlp/gate|up|down`)',
       rule(_is_regex, 'must be a regular expression'))
 
+  def _validate(self):
+    for key in ('alpha', 'modules'):  # read by nothing without adapters
+      yield key, self.rank or getattr(self, key) == getattr(type(self), key), (
+          'needs model.lora.rank > 0 (0: no adapter, every weight trained)')
+
 
 def provider(lora: LoraSection) -> qwix.LoraProvider:
   """The qwix provider of `lora`'s adapters (A he-uniform, B zero)."""

@@ -172,10 +172,14 @@ class ModelStream:
       classify: rewards [n, G] -> `rounds.classify` masks.
       step: the train step, the version of `params`.
     """
+    # Scored on this thread where only it can time a call out
+    # (verify.workers=0 with verify.timeout_s): no overlap then.
+    overlap = (self.verify_overlap
+               and not self.scorer.limited_on_main_thread_only)
     with futures.ThreadPoolExecutor(
         1, thread_name_prefix='jaxgrpo-verify') as pool:
       _Step(self, params, rng, source, acc, classify,
-            pool if self.verify_overlap else None, step).run(budget)
+            pool if overlap else None, step).run(budget)
 
 
 class _Step:

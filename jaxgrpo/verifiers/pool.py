@@ -388,6 +388,13 @@ class Scorer:
     names: dataset name -> verifier name, for log messages.
   """
 
+  @property
+  def limited_on_main_thread_only(self) -> bool:
+    """Whether `timeout_s` holds only for calls from the main thread: it
+    scores in this process (no workers), whose SIGALRM timer a thread
+    cannot use, so a call from a thread could run for ever."""
+    return not self._workers and self.timeout_s is not None
+
   def __init__(
       self,
       verifiers: Mapping[str, base.VerifyFn] | base.VerifyFn,

@@ -674,6 +674,26 @@ class HFTokenizerTest(parameterized.TestCase):
     with self.assertRaisesRegex(hf_tokenizer.ChatTemplateError,
                                 'no_template has no chat template'):
       tok.format_prompt('hi')
+    # An empty template is none (it rendered every prompt empty, and the
+    # first evaluation ended in a ValueError traceback).
+    empty = hf_tokenizer.HFTokenizer.from_dir(_write(
+        os.path.join(self.tmp, 'empty_template'), backend,
+        {'eos_token': '<|im_end|>', 'chat_template': ''}))
+    self.assertIsNone(empty.chat_template)
+    with self.assertRaisesRegex(hf_tokenizer.ChatTemplateError,
+                                'empty_template has no chat template; set '
+                                'model.chat_template=False'):
+      empty.with_prompts(chat=True)
+    # One that drops the user's text (`message.text` for `message.content`)
+    # gave every example the same prompt, without a word.
+    tok.chat_template = (
+        '{% for message in messages %}<|im_start|>{{ message.role }}\n'
+        '{{ message.text }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n')
+    with self.assertRaisesRegex(
+        hf_tokenizer.ChatTemplateError, "no_template drops the user's "
+        r"message: 'Probe 4217 of the chat template' renders as "
+        r"'<\|im_start\|>user\\n<\|im_end\|>"):
+      tok.with_prompts(chat=True)
     self.assertEqual(tok.format_prompt('hi', chat=False), 'hi')
     # The template's own raise_exception, and a template that does not parse.
     tok.chat_template = _LLAMA3.replace("'system', ", '')
@@ -703,14 +723,19 @@ class HFTokenizerTest(parameterized.TestCase):
                                 f'^cannot read {jinja_file}: .*utf-8'):
       hf_tokenizer.HFTokenizer.from_dir(path)
     # A template that fails while rendering (here adding a str and an int)
-    # fails at the first prompt, naming the source and the error.
+    # fails when the prompts are set up, before any example, naming the
+    # source and the error.
     with open(jinja_file, 'w') as f:
       f.write('{{ messages[0].content + 1 }}')
-    tok = hf_tokenizer.HFTokenizer.from_dir(path).with_prompts(chat=True)
+    tok = hf_tokenizer.HFTokenizer.from_dir(path)
     with self.assertRaisesRegex(
         hf_tokenizer.ChatTemplateError,
         f'^the chat template of {path} failed: TypeError: '):
-      tok.prompt_text('hi')
+      tok.with_prompts(chat=True)
+    with self.assertRaisesRegex(
+        hf_tokenizer.ChatTemplateError,
+        f'^the chat template of {path} failed: TypeError: '):
+      tok.format_prompt('hi')
 
   def test_template_is_sandboxed(self):
     tok = self.tok('chatml')

@@ -817,6 +817,16 @@ class TinyGGUFTest(parameterized.TestCase):
     self.assert_load_error(self.write(tensors), 'blk.0.attn_k.weight',
                            '(16, 64)', '(32, 64)')
 
+  def test_non_finite_weights_are_named(self):
+    # Loaded without a word: the run then trained a model scoring 0.
+    tensors = dict(self.tensors)
+    norm = tensors['output_norm.weight'].copy()
+    norm[:2] = [np.inf, np.nan]
+    tensors['output_norm.weight'] = norm
+    self.assert_load_error(self.write(tensors), 'tensor output_norm.weight '
+                           'holds 2 NaN or infinite values (of 64): the file '
+                           'is damaged')
+
   def test_unsupported_quantization(self):
     tensors = dict(self.tensors)
     tensors['blk.0.attn_v.weight'] = np.ones((32, 64), np.int32)

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -459,6 +460,22 @@ class RoundTripTest(parameterized.TestCase):
     self.assertEqual(sorted(os.listdir(out)),
                      ['config.json', 'model.safetensors'])
 
+  def test_a_single_file_beside_a_stale_index_is_read_as_transformers_does(self):
+    # A folder saved sharded, then whole: the index and shards stay beside
+    # model.safetensors. transformers reads model.safetensors; this read
+    # the index's shards, other weights, without a word.
+    cfg = _cfg(tie_embeddings=False)
+    path = self.create_tempdir().full_path
+    hf.export(cfg, _random_params(cfg, 3), path, max_shard_bytes=50_000)
+    whole = hf.export(cfg, _random_params(cfg, 4),
+                      self.create_tempdir().full_path)
+    shutil.copy(whole / hf._SINGLE, path)
+    self.assertIn(hf._INDEX, os.listdir(path))
+    _, _, loaded = hf.load(path)
+    np.testing.assert_array_equal(
+        _flat(loaded)['unembedding.w'],
+        _flat(_random_params(cfg, 4))['unembedding.w'])
+
   def test_config_extra(self):
     cfg = _cfg()
     params = _random_params(cfg, 0)
@@ -533,6 +550,7 @@ class LoadErrorTest(parameterized.TestCase):
       hf.load(self.dir)
 
   def test_weight_map_entries_must_be_file_names(self):
+    os.rename(self.file, self.dir / 'model-00001-of-00001.safetensors')
     index = self.dir / hf._INDEX
     index.write_text(json.dumps({'weight_map': {'model.norm.weight': 5}}))
     with self.assertRaisesRegex(
@@ -550,6 +568,18 @@ class LoadErrorTest(parameterized.TestCase):
         f"^{self.file}: tensor '{name}' has dtype I32; weights must be one "
         'of F16, BF16, F32, F64$'):
       hf.load(self.dir)
+
+  def test_non_finite_weights_are_named(self):
+    # Loaded without a word: the run then trained a model scoring 0.
+    for dtype in (np.float32, np.float16):
+      tensors = {k: v.astype(dtype) for k, v in self.tensors.items()}
+      tensors['model.norm.weight'][0] = np.nan
+      self._rewrite(tensors)
+      with self.assertRaisesRegex(
+          hf_config.CheckpointError,
+          f"^{self.file}: tensor 'model.norm.weight' holds 1 NaN or "
+          r'infinite values \(of 64\): the file is damaged$'):
+        hf.load(self.dir)
 
   def test_float16_weights_load(self):
     self._rewrite({k: v.astype(np.float16) for k, v in self.tensors.items()})
