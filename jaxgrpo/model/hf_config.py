@@ -109,8 +109,12 @@ def _sizes(config: Mapping[str, Any]) -> dict[str, int]:
   heads = sizes['num_heads']
   sizes['num_kv_heads'] = (
       _get(config, 'num_key_value_heads', 'a positive int') or heads)
-  sizes['head_dim'] = (_get(config, 'head_dim', 'a positive int')
-                       or sizes['embed_dim'] // heads)
+  head_dim = _get(config, 'head_dim', 'a positive int')
+  if head_dim is None and sizes['embed_dim'] % heads:
+    raise CheckpointError(
+        f'hidden_size={sizes["embed_dim"]} is not a multiple of '
+        f'num_attention_heads={heads}, and no head_dim is given')
+  sizes['head_dim'] = head_dim or sizes['embed_dim'] // heads
   return sizes
 
 

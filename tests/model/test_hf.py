@@ -215,6 +215,11 @@ class ConfigFromHFTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ('zero_heads', dict(num_attention_heads=0, head_dim=None),
        'num_attention_heads=0: must be a positive int'),
+      # It said `ModelConfig.head_dim must be even for RoPE, got 7`.
+      ('heads_do_not_divide', dict(hidden_size=30, num_attention_heads=4,
+                                   head_dim=None),
+       'hidden_size=30 is not a multiple of num_attention_heads=4, and no '
+       'head_dim is given'),
       ('bool_size', dict(vocab_size=True), 'vocab_size=True: must be a'),
       ('theta_text', dict(rope_theta='abc'),
        "rope_theta='abc': must be a number"),
