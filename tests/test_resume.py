@@ -129,49 +129,47 @@ class ResumeChecksTest(absltest.TestCase):
 
 class RemapTest(absltest.TestCase):
 
-  def test_a_changed_file_with_positional_ids_or_split_says_so(self):
+  def _first_step(self, lines: list[str], **entry):
+    """(file, workdir, config) of one step under `remap` on a JSONL file of
+    `lines` (dataset 'qa' with the `entry` keys)."""
     folder = self.create_tempdir().full_path
     path = os.path.join(folder, 'qa.jsonl')
-    lines = [f'{{"prompt": "{i}+{i % 3}=", "answer": "{i + i % 3}"}}\n'
-             for i in range(24)]
     with open(path, 'w') as f:
       f.writelines(lines)
     workdir = os.path.join(folder, 'run')
     c = _config(total_steps=1)
     c.checkpoint.on_dataset_change = 'remap'
-    c.data.datasets = [dict(name='qa', kind='jsonl', path=path, holdout=4,
-                            num_eval=4, verifier='starts_with_digit')]
+    c.data.datasets = [dict(name='qa', kind='jsonl', path=path,
+                            verifier='starts_with_digit', **entry)]
     train.run(c, workdir, log=lambda _: None)
+    return path, workdir, c
+
+  def assert_second_step_says(self, c, workdir: str, text: str):
+    """Runs step 2 of `c` in `workdir`; one of its lines holds `text`."""
+    c.total_steps, out = 2, []
+    train.run(c, workdir, log=out.append)
+    self.assertTrue(any(text in line for line in out), out)
+
+  def test_a_changed_file_with_positional_ids_or_split_says_so(self):
+    lines = [f'{{"prompt": "{i}+{i % 3}=", "answer": "{i + i % 3}"}}\n'
+             for i in range(24)]
+    path, workdir, c = self._first_step(lines, holdout=4, num_eval=4)
     with open(path, 'w') as f:  # the same records, in another order
       f.writelines(lines[12:] + lines[:12])
-    c.total_steps = 2
-    out = []
-    train.run(c, workdir, log=out.append)
-    self.assertTrue(any(
-        "dataset 'qa' changed: sampler state kept for 20 examples by id, 0 "
-        'new, 0 removed; its ids are record positions (no id_field): a '
-        'record that moved took the state of the one that was there; set '
-        'id_field for ids that follow the records; holdout=4 holds out '
-        'records by position: the held-out set changed too' in line
-        for line in out), out)
+    self.assert_second_step_says(
+        c, workdir, "dataset 'qa' changed: sampler state kept for 20 examples "
+        'by id, 0 new, 0 removed; its ids are record positions (no '
+        'id_field): a record that moved took the state of the one that was '
+        'there; set id_field for ids that follow the records; holdout=4 '
+        'holds out records by position: the held-out set changed too')
 
   def test_records_edited_between_the_sampled_ones_are_found(self):
     # The fingerprint reads the first, middle and last records: an edit
     # between them resumed without a word, the sampler state of each
     # position going to whatever record was there now.
-    folder = self.create_tempdir().full_path
-    path = os.path.join(folder, 'qa.jsonl')
     record = '{{"id": "{}", "prompt": "{}+{}=", "answer": "{}"}}\n'.format
     lines = [record(f'q{i}', i, i % 3, i + i % 3) for i in range(40)]
-    with open(path, 'w') as f:
-      f.writelines(lines)
-    workdir = os.path.join(folder, 'run')
-    c = _config(total_steps=1)
-    c.checkpoint.on_dataset_change = 'remap'
-    c.data.datasets = [dict(name='qa', kind='jsonl', path=path, holdout=0,
-                            id_field='id', num_eval=0,
-                            verifier='starts_with_digit')]
-    train.run(c, workdir, log=lambda _: None)
+    path, workdir, c = self._first_step(lines, id_field='id', num_eval=0)
     # Records 5-14 replaced; 21-38 reversed (0, 20 and 39 stay).
     edited = (lines[:5] + [record(f'n{i}', i, 7, i + 7) for i in range(10)]
               + lines[15:21] + lines[21:39][::-1] + lines[39:])
@@ -185,27 +183,16 @@ class RemapTest(absltest.TestCase):
         r'or moved\); or set checkpoint.on_dataset_change'):
       train.run(c, workdir, log=lambda _: None)
     c.checkpoint.on_dataset_change = 'remap'
-    out = []
-    train.run(c, workdir, log=out.append)
-    self.assertTrue(any(
-        "dataset 'qa' changed: sampler state kept for 30 examples by id, 10 "
-        'new, 10 removed' in line for line in out), out)
+    self.assert_second_step_says(
+        c, workdir, "dataset 'qa' changed: sampler state kept for 30 examples "
+        'by id, 10 new, 10 removed')
 
   def test_ids_that_moved_are_remapped_from_a_checkpoint_without_digest(self):
     # A checkpoint saved before the files' digest was noted: the saved ids
     # still show a reorder that the sampled fingerprint misses.
-    folder = self.create_tempdir().full_path
-    path = os.path.join(folder, 'qa.jsonl')
     lines = [f'{{"id": "q{i}", "prompt": "{i}+1=", "answer": "{i + 1}"}}\n'
              for i in range(40)]
-    with open(path, 'w') as f:
-      f.writelines(lines)
-    workdir = os.path.join(folder, 'run')
-    c = _config(total_steps=1)
-    c.checkpoint.on_dataset_change = 'remap'
-    c.data.datasets = [dict(name='qa', kind='jsonl', path=path, id_field='id',
-                            num_eval=0, verifier='starts_with_digit')]
-    train.run(c, workdir, log=lambda _: None)
+    path, workdir, c = self._first_step(lines, id_field='id', num_eval=0)
     meta = os.path.join(workdir, 'checkpoints', '1', 'meta', 'metadata')
     with open(meta) as f:
       notes = json.load(f)
@@ -215,12 +202,9 @@ class RemapTest(absltest.TestCase):
     with open(path, 'w') as f:
       f.writelines(lines[:1] + lines[1:20][::-1] + lines[20:21]
                    + lines[21:39][::-1] + lines[39:])
-    c.total_steps = 2
-    out = []
-    train.run(c, workdir, log=out.append)
-    self.assertTrue(any(
-        "dataset 'qa' changed: sampler state kept for 40 examples by id, 0 "
-        'new, 0 removed' in line for line in out), out)
+    self.assert_second_step_says(
+        c, workdir, "dataset 'qa' changed: sampler state kept for 40 examples "
+        'by id, 0 new, 0 removed')
 
   def test_resume_with_a_changed_dataset_keeps_state_by_id(self):
     workdir = self.create_tempdir().full_path

@@ -743,21 +743,19 @@ class BadInputTest(absltest.TestCase):
     c = self._config(path)
     c.rollout.max_prompt_len = 20
     _, ds, _ = self._load(c)
-    with self.assertRaisesRegex(
-        config_lib.ConfigError, r"^model.tokenizer='auto': the prompt of "
-        r"example a \(dataset 'qa'\) cannot be encoded \(.*\); "
-        r"model.tokenizer='byte' encodes any text$"):
-      loading.check_lengths(config_lib.from_config_dict(c),
-                            tokenizer_lib.CharTokenizer(), [ds[0]])
-    # jaxgrpo-eval with --config.model.tokenizer=byte reads a checkpoint
+    # With --config.model.tokenizer=byte, jaxgrpo-eval reads a checkpoint
     # trained with 'char': its hint was the value already given.
-    c.model.tokenizer = 'byte'
-    with self.assertRaisesRegex(
-        config_lib.ConfigError, r"cannot be encoded \(.*\); the "
-        r"checkpoint's own tokenizer is used, whatever model.tokenizer says: "
-        r"evaluate a model trained with model.tokenizer='byte'$"):
-      loading.check_lengths(config_lib.from_config_dict(c),
-                            tokenizer_lib.CharTokenizer(), [ds[0]])
+    for name, hint in (
+        ('auto', r"model.tokenizer='byte' encodes any text$"),
+        ('byte', r"the checkpoint's own tokenizer is used, whatever "
+         r"model.tokenizer says: evaluate a model trained with "
+         r"model.tokenizer='byte'$")):
+      c.model.tokenizer = name
+      with self.assertRaisesRegex(
+          config_lib.ConfigError, rf"^model.tokenizer='{name}': the prompt "
+          rf"of example a \(dataset 'qa'\) cannot be encoded \(.*\); {hint}"):
+        loading.check_lengths(config_lib.from_config_dict(c),
+                              tokenizer_lib.CharTokenizer(), [ds[0]])
 
   def test_truncate_lets_long_prompts_through_the_checks(self):
     path = self._jsonl(['{"id": "b", "prompt": "1234+5678+9=", "answer": "1"}'])
