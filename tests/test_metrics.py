@@ -7,6 +7,7 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
+from jaxgrpo.reporting import console
 from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.reporting import plot_panels
 from jaxgrpo.reporting import tensorboard
@@ -305,6 +306,21 @@ class ConsoleTest(absltest.TestCase):
     self.assertIn('share a=0.25 b=0.75', line)
     self.assertIn('snoozed a=12 b=0', line)
     self.assertNotIn('filtered', line)
+
+  def test_steps_that_generated_nothing_leave_eff_out(self):
+    # Every example snoozed or filtered: metrics.jsonl's efficiency of 0 / 0
+    # is 1.0, which the line showed as 'eff 1.00'.
+    window = metrics_lib.ConsoleWindow()
+    nothing = {'reward/mean': 0.0, 'rollout/efficiency': 1.0,
+               'rollout/prompts_generated': 0.0}
+    window.add(nothing)
+    self.assertNotIn('eff', window.line(1, 10))
+    self.assertNotIn('eff', console.postfix(nothing))
+    window.add(nothing)
+    window.add({'rollout/efficiency': 0.5, 'rollout/prompts_generated': 8.0})
+    self.assertIn('eff 0.50', window.line(2, 10))
+    self.assertIn('eff 0.500', console.postfix(
+        {'rollout/efficiency': 0.5, 'rollout/prompts_generated': 8.0}))
 
 
 if __name__ == '__main__':

@@ -381,6 +381,14 @@ class CommandLineTest(absltest.TestCase):
          r'unknown config key data\.datasets\[0\]\.wieght'),
         (['--config.data.datasets=arithmetic'],
          'expected a list of dataset dicts'),
+        # A negative index: 'unknown config key ...: weight'.
+        (['--config.data.datasets[-1].weight=1'],
+         r'datasets\[-1\]\.weight=1: the config has 2 datasets'),
+        # ml_collections' 'Type <class dict> ... is not supported for
+        # overriding', and its list of types.
+        (["--config.data.datasets[0]={'weight': 2}"],
+         r'^--config.data.datasets\[0\]: a dict cannot be given whole; set '
+         r'its keys one by one'),
         # NaN and infinity read as numbers (it said 'not str').
         (['--config.data.datasets[0].weight=nan'],
          r'datasets\[0\]\.weight=nan: must be a finite number >= 0'),

@@ -226,7 +226,7 @@ def shipped_config(path: str) -> str | None:
 
 # A dataset entry's key, which ml_collections cannot override when the
 # entry's dict leaves it out (at its default).
-_ENTRY_KEY = re.compile(r'data\.datasets\[(\d+)\]\.(\w+)')
+_ENTRY_KEY = re.compile(r'data\.datasets\[(-?\d+)\]\.(\w+)')
 
 
 def _field_of(key: str) -> Any:
@@ -296,7 +296,7 @@ def _apply_later(config: ml_collections.ConfigDict,
     elif match := _ENTRY_KEY.fullmatch(key):
       entries = config.data.datasets
       index = int(match.group(1))
-      if not isinstance(entries, list) or index >= len(entries):
+      if not isinstance(entries, list) or not 0 <= index < len(entries):
         count = len(entries) if isinstance(entries, list) else 0
         raise UsageError(f'{where}: the config has {count} dataset'
                          f'{"s" * (count != 1)} (data.datasets[0] to '
@@ -397,6 +397,12 @@ def _load(prog: str, config: str, overrides: list[str],
           result, 'to_dict'):
         result.to_dict()  # an unloadable file: raises its error
     except flags.Error as e:
+      if found := re.search(r'Type <class .dict.> of field config\.(\S+) is '
+                            'not supported for overriding', str(e)):
+        raise UsageError(
+            f'--config.{found[1]}: a dict cannot be given whole; set its keys '
+            f'one by one (--config.{found[1]}.KEY=VALUE), or give the whole '
+            'list (--config.data.datasets="[{...}, ...]")') from None
       raise UsageError(_one_line(e)) from None
     except AttributeError as e:
       if "has no attribute 'get_config'" in str(e):

@@ -149,8 +149,9 @@ def postfix(metrics: dict[str, float]) -> str:
   parts = []
   for key, label in (('reward/mean', 'reward'), ('rollout/efficiency', 'eff'),
                      ('eval/accuracy', 'eval')):
-    if key in metrics:
-      parts.append(f'{label} {metrics[key]:.3f}')
+    if key in metrics and (key != 'rollout/efficiency'
+                           or metrics.get('rollout/prompts_generated') != 0):
+      parts.append(f'{label} {metrics[key]:.3f}')  # no eff of 0 / 0
   return ' '.join(parts)
 
 
