@@ -417,6 +417,9 @@ def build_run(
       head_examples, eval_examples,
       checked_all=len(head_examples) == sum(len(d[1]) for d in datasets)):
     console.notice(line)
+  # The prompt sampler, strata read: a missing curriculum.strata is told
+  # before the model loads and the step compiles.
+  source = _source(cfg, datasets, log)
   scorer = resources.enter_context(build_scorer(cfg))
   model_cfg, graphdef, params, model_name = _model(
       cfg, pretrained_model, tokenizer, init_rng)
@@ -449,7 +452,6 @@ def build_run(
   check_memory(cfg, step_fn, abstract_state,
                sharding.with_shardings(batch_spec, batch_shardings), log)
   check_kv_cache(cfg, model_cfg, log)
-  source = _source(cfg, datasets, log)
   rollout = rollout_lib.Rollout.for_model(
       rollout_cfg, source, tokenizer, generator if ro.engine == 'static' else
       continuous.ContinuousGenerator(generator=generator, slots=ro.slots),

@@ -765,6 +765,17 @@ class BadInputTest(absltest.TestCase):
         loading.check_lengths(config_lib.from_config_dict(c),
                               tokenizer_lib.CharTokenizer(), [ds[0]])
 
+  def test_missing_strata_are_told_before_anything_compiles(self):
+    # The run compiled its train step (minutes on a real model) first.
+    empty = self.create_tempdir().full_path
+    lines = []
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                rf"^curriculum.strata='{empty}': .*no pass "
+                                'rates there'):
+      train.run(_config(**{'curriculum.strata': empty}),
+                self.create_tempdir().full_path, log=lines.append)
+    self.assertFalse([l for l in lines if 'memory per device' in l], lines)
+
   def test_truncate_lets_long_prompts_through_the_checks(self):
     path = self._jsonl(['{"id": "b", "prompt": "1234+5678+9=", "answer": "1"}'])
     c = self._config(path)
