@@ -455,12 +455,11 @@ def _gemma_rope(
 
 def _from_gemma(config: Mapping[str, Any], model_type: str) -> ModelConfig:
   """The ModelConfig of a Gemma 2 or Gemma 3 (text) config.json."""
-  act = config.get('hidden_activation') or config.get('hidden_act')
+  key = 'hidden_activation' if config.get('hidden_activation') else 'hidden_act'
+  act = config.get(key)
   if act not in ('gelu_pytorch_tanh', 'gelu_tanh'):
-    raise CheckpointError(
-        f'hidden_activation={act!r} is not supported; only '
-        "'gelu_pytorch_tanh'"
-    )
+    raise CheckpointError(  # the key the file holds
+        f"{key}={act!r} is not supported; only 'gelu_pytorch_tanh'")
   for key in ('attention_bias', 'use_bidirectional_attention'):
     if config.get(key):
       raise CheckpointError(

@@ -113,7 +113,11 @@ class GemmaConfigTest(parameterized.TestCase):
     self.assertStartsWith(str(ctx.exception), f'/g/config.json: {message}')
 
   @parameterized.named_parameters(
-      ('activation', dict(hidden_activation='relu'), 'hidden_activation'),
+      ('activation', dict(hidden_activation='relu'),
+       "config.json: hidden_activation='relu' is not"),
+      # A file with hidden_act only: the message named hidden_activation.
+      ('act_only', dict(hidden_activation=None, hidden_act='silu'),
+       "config.json: hidden_act='silu' is not supported"),
       ('bidirectional', dict(use_bidirectional_attention=True),
        'use_bidirectional_attention'),
       ('layer_types', dict(layer_types=['chunked_attention'] * 6),
