@@ -66,10 +66,12 @@ def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
     except Exception as e:  # pylint: disable=broad-except
       # Any failure of the module's code (a SyntaxError, a name registered
       # twice, a RuntimeError of its own), with where it was raised.
-      where = traceback.extract_tb(e.__traceback__)[-1]
-      where = ((e.filename, e.lineno) if isinstance(e, SyntaxError)
-               else (where.filename, where.lineno))
-      at = '' if isinstance(e, ImportError) else f' at {where[0]}:{where[1]}'
+      at = ''
+      if isinstance(e, SyntaxError):
+        at = f' at {e.filename}:{e.lineno}'
+      elif not isinstance(e, ImportError):
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        at = f' at {frame.filename}:{frame.lineno}'
       raise errors.ConfigError(
           f'verify.imports[{i}]={module!r}: cannot import it '
           f'({type(e).__name__}: {e}{at})') from None
@@ -574,9 +576,9 @@ def _source(cfg: config_lib.Config, datasets,
 def _meta(cfg: config_lib.Config, model_cfg, datasets,
           source: mixture.MixtureSampler, base) -> dict[str, Any]:
   """What each checkpoint notes: the config, the model, each dataset's
-  size, fingerprint and files' digest, a LoRA run's base's checksum (a resume checks the
-  last three), and the strata's counts and fingerprints (a resume says
-  where they changed)."""
+  size, fingerprint and files' digest, a LoRA run's base's checksum (a
+  resume checks all of these), and the strata's counts and fingerprints (a
+  resume says where they changed)."""
   return {
       **({'strata': curriculum_lib.notes(source.strata)}
          if source.strata else {}),

@@ -395,7 +395,6 @@ def load(
               f'{model_dir / file}: tensor {t.name!r} holds {bad} NaN or '
               f'infinite values (of {raw.size}): the file is damaged')
         arrays[t.path] = jnp.asarray(t.to_decoder(raw, np_dtype))
-        del raw
   if cfg.tie_embeddings and head in stored:
     with st.safe_open(model_dir / stored[head].file, framework='numpy') as f:
       tied = f.get_tensor(head).astype(np_dtype)

@@ -455,11 +455,12 @@ def _gemma_rope(
 
 def _from_gemma(config: Mapping[str, Any], model_type: str) -> ModelConfig:
   """The ModelConfig of a Gemma 2 or Gemma 3 (text) config.json."""
-  key = 'hidden_activation' if config.get('hidden_activation') else 'hidden_act'
-  act = config.get(key)
+  act_key = ('hidden_activation' if config.get('hidden_activation')
+             else 'hidden_act')  # the key the file holds
+  act = config.get(act_key)
   if act not in ('gelu_pytorch_tanh', 'gelu_tanh'):
-    raise CheckpointError(  # the key the file holds
-        f"{key}={act!r} is not supported; only 'gelu_pytorch_tanh'")
+    raise CheckpointError(
+        f"{act_key}={act!r} is not supported; only 'gelu_pytorch_tanh'")
   for key in ('attention_bias', 'use_bidirectional_attention'):
     if config.get(key):
       raise CheckpointError(

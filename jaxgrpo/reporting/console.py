@@ -14,7 +14,7 @@ A run talks through one `Console`:
 Processes other than 0 of a multi-process run show nothing.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 import contextlib
 import sys
 from typing import Any
@@ -144,14 +144,19 @@ class Console:
       bar.close()
 
 
+def generated(metrics: Mapping[str, float]) -> bool:
+  """Whether the step generated prompts (or does not say): a step that
+  generated none has no efficiency (metrics.jsonl holds 1.0 for 0 / 0)."""
+  return metrics.get('rollout/prompts_generated', 1) != 0
+
+
 def postfix(metrics: dict[str, float]) -> str:
   """A step's headline numbers, for the progress bar."""
   parts = []
   for key, label in (('reward/mean', 'reward'), ('rollout/efficiency', 'eff'),
                      ('eval/accuracy', 'eval')):
-    if key in metrics and (key != 'rollout/efficiency'
-                           or metrics.get('rollout/prompts_generated') != 0):
-      parts.append(f'{label} {metrics[key]:.3f}')  # no eff of 0 / 0
+    if key in metrics and (key != 'rollout/efficiency' or generated(metrics)):
+      parts.append(f'{label} {metrics[key]:.3f}')
   return ' '.join(parts)
 
 

@@ -236,11 +236,6 @@ def read_metrics(workdir: str) -> list[dict]:
   return out
 
 
-def generated(metrics: Mapping[str, float]) -> bool:
-  """Whether the step generated prompts (or does not say)."""
-  return metrics.get('rollout/prompts_generated', 1) != 0
-
-
 class ConsoleWindow:
   """Averages per-step metrics between console lines."""
 
@@ -249,7 +244,7 @@ class ConsoleWindow:
 
   def add(self, metrics: Mapping[str, float]) -> None:
     for key, _, _ in CONSOLE_KEYS:
-      if key == 'rollout/efficiency' and not generated(metrics):
+      if key == 'rollout/efficiency' and not console.generated(metrics):
         continue  # 0 / 0: the 1.0 metrics.jsonl holds is no efficiency
       if key in metrics and math.isfinite(float(metrics[key])):
         value = clu_metrics.Average.from_model_output(
