@@ -76,6 +76,9 @@ def _to_arrays(tree: Mapping[str, Any]) -> dict[str, Any]:
 
 # The key of a checkpoint's JSON item that holds its arrays' checksums.
 INTEGRITY = 'integrity'
+# The step a checkpoint was saved at, in its JSON item: a resume compares it
+# with the folder's name (`check_resumable`).
+STEP = 'step'
 
 
 class DamagedError(Exception):
@@ -181,8 +184,9 @@ class Checkpointer:
   def _save(self, step: int, state: PyTree, data: Mapping[str, Any],
             meta: Mapping[str, Any]) -> None:
     data = _to_arrays(data)
-    meta = {**meta, INTEGRITY: {'state': integrity.digests(state),
-                                'data': integrity.digests(data)}}
+    meta = {**meta, STEP: step,
+            INTEGRITY: {'state': integrity.digests(state),
+                        'data': integrity.digests(data)}}
     try:
       self.manager.save(
           step,
@@ -256,6 +260,7 @@ class Checkpointer:
     # Skip counters predate the checksums: such a state has none to compare.
     verify(meta, **({} if wrapped else {'state': out.state}), data=out.data)
     meta.pop(INTEGRITY, None)
+    meta.pop(STEP, None)  # Restored.step
     state = out.state
     if wrapped:
       state = state.replace(opt_state=state.opt_state.inner_state)
@@ -527,9 +532,19 @@ def check_resumable(
     (added ones included); empty unless `remap`.
 
   Raises:
-    ResumeError: naming the model fields or the dataset that differ.
+    ResumeError: naming the model fields or the dataset that differ, or
+      the step the checkpoint was saved at where its folder names another.
   """
   where = f'checkpoint of step {step} in {directory}'
+  saved_step = meta.get(STEP, step)  # not noted before the step was
+  if saved_step != step:
+    raise errors.ResumeError(
+        f'the folder {os.path.join(directory, str(step))} holds the '
+        f'checkpoint of step {saved_step} (saved with it): a step folder '
+        'renamed or copied under another number would resume at the wrong '
+        f'step; rename it back to {saved_step}, or to train a new run from '
+        'its weights, write them out with jaxgrpo-export and give the '
+        'folder as model.path')
   saved_model = meta.get('model')
   # Compared as the checkpoint's JSON holds them (tuples as lists). A key
   # the checkpoint lacks is a field added since, whose default keeps the

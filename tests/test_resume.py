@@ -5,6 +5,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -111,6 +112,19 @@ class ResumeChecksTest(absltest.TestCase):
                                 "another model \\(model.preset: 'demo' -> "
                                 "'tiny'\\)"):
       train.run(c, self.workdir, log=lambda _: None)
+
+  def test_a_step_folder_under_another_number_is_refused(self):
+    # A folder renamed by hand (1 -> 5) resumed as step 5: steps 2-5 were
+    # never taken, and the rest of the run took 4 updates fewer.
+    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+    shutil.copytree(self.workdir, workdir)
+    folder = os.path.join(workdir, 'checkpoints')
+    os.rename(os.path.join(folder, '1'), os.path.join(folder, '5'))
+    with self.assertRaisesRegex(
+        errors.ResumeError, f'^the folder {folder}/5 holds the checkpoint of '
+        'step 1 \\(saved with it\\).*rename it back to 1'):
+      train.run(_config(total_steps=6), workdir, log=lambda _: None)
+    self.assertEqual(sorted(os.listdir(folder)), ['0', '5'])  # none set aside
 
   def test_unwritable_workdir(self):
     blocker = self.create_tempfile('a_file').full_path
