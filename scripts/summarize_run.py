@@ -8,36 +8,63 @@ held-out accuracy seen. Useful on a TPU VM without a plotting stack:
 """
 
 import argparse
+import sys
 
 import numpy as np
 
+from jaxgrpo.records import as_float
 from jaxgrpo.reporting import plot_panels
 
+# The metrics read, and those a GRPO step's record holds.
+STEP_KEYS = ('rollout/prompts_generated', 'rollout/groups_used',
+             'rollout/rounds')
+KEYS = STEP_KEYS + ('reward/mean', 'eval/accuracy')
 
-def _mean(values: list[float]) -> float:
-  """The mean, or nan for none (a step whose batch was all carried in
-  generated nothing, and has no reward/mean)."""
+
+def _mean(values: list[float | None]) -> float:
+  """The mean of the numbers, or nan for none (a step whose batch was all
+  carried in generated nothing, and has no reward/mean)."""
+  values = [v for v in values if v is not None]
   return float(np.mean(values)) if values else float('nan')
+
+
+def _numbers(records: list[dict], keys: tuple[str, ...]) -> tuple[list, list]:
+  """`records` with each of `keys` read as a float (`records.as_float`):
+  one that is no number (null, a string) is left out of its record; and
+  'step S: key=value' for each left out."""
+  out, left_out = [], []
+  for r in records:
+    r = dict(r)
+    for key in keys:
+      if key in r and (value := as_float(r[key])) is None:
+        left_out.append(f'step {r.get("step", "?")}: {key}={r.pop(key)!r}')
+      elif key in r:
+        r[key] = value
+    out.append(r)
+  return out, left_out
 
 
 def summarize(records: list[dict], window: int) -> list[tuple]:
   """Rows (first step, last step, reward, generated/step, used/step,
-  efficiency, rounds/step, eval accuracy or None)."""
-  steps = [r for r in records if 'rollout/prompts_generated' in r]
+  efficiency, rounds/step, eval accuracy or None); each figure is over the
+  steps of the window that hold it."""
+  steps = [r for r in records if 'step' in r and any(k in r for k in STEP_KEYS)]
   evals = {r['step']: r['eval/accuracy'] for r in records if 'eval/accuracy' in r}
   rows = []
   for start in range(0, len(steps), window):
     chunk = steps[start:start + window]
-    generated = sum(r['rollout/prompts_generated'] for r in chunk)
-    used = sum(r['rollout/groups_used'] for r in chunk)
+    both = [r for r in chunk
+            if 'rollout/prompts_generated' in r and 'rollout/groups_used' in r]
+    generated = sum(r['rollout/prompts_generated'] for r in both)
     last = chunk[-1]['step']
     seen = [s for s in evals if s <= last]
     rows.append((
         chunk[0]['step'], last,
-        _mean([r['reward/mean'] for r in chunk if 'reward/mean' in r]),
-        generated / len(chunk), used / len(chunk),
-        used / generated if generated else float('nan'),
-        float(np.mean([r['rollout/rounds'] for r in chunk])),
+        *(_mean([r.get(k) for r in chunk]) for k in (
+            'reward/mean', 'rollout/prompts_generated', 'rollout/groups_used')),
+        sum(r['rollout/groups_used'] for r in both) / generated if generated
+        else float('nan'),
+        _mean([r.get('rollout/rounds') for r in chunk]),
         evals[max(seen)] if seen else None,
     ))
   return rows
@@ -58,6 +85,11 @@ def main(argv: list[str] | None = None) -> None:
   except OSError as e:
     parser.error(f'{args.workdir}: cannot read its metrics.jsonl '
                  f'({e.strerror or e}); name a run workdir')
+  records, left_out = _numbers(records, KEYS)
+  if left_out:  # a hand-edited or damaged value: said, not a traceback
+    print(f'summarize_run: {len(left_out)} value(s) that are not numbers '
+          f'left out ({"; ".join(left_out[:3])}'
+          f'{"; ..." * (len(left_out) > 3)})', file=sys.stderr)
   rows = summarize(records, args.window)
   if not rows:  # stopped at step 0 (a warm start alone), or not started
     evals = [r['eval/accuracy'] for r in records if 'eval/accuracy' in r]

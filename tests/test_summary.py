@@ -302,6 +302,26 @@ class SummarizeRunScriptTest(absltest.TestCase):
     self.assertEqual(code, 0)
     self.assertEqual(out.splitlines()[1].split()[1], '0.500')
 
+  def test_values_that_are_no_numbers_are_left_out_and_named(self):
+    # A hand-edited null raised a TypeError traceback.
+    workdir = self.create_tempdir().full_path
+    records = [{'step': s, 'reward/mean': 0.5, 'rollout/prompts_generated': 8,
+                'rollout/groups_used': 4, 'rollout/rounds': 1,
+                'eval/accuracy': 0.25} for s in (1, 2)]
+    records[1].update({'reward/mean': None, 'rollout/prompts_generated': None,
+                       'eval/accuracy': 'x'})
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+      f.write(''.join(json.dumps(r) + '\n' for r in records))
+    code, out, err = self._main(workdir, '--window', '2')
+    self.assertEqual(code, 0)
+    self.assertEqual(err, 'summarize_run: 3 value(s) that are not numbers '
+                     'left out (step 2: rollout/prompts_generated=None; '
+                     "step 2: reward/mean=None; step 2: eval/accuracy='x')\n")
+    # reward, generated/step, used/step over the steps that hold them; the
+    # efficiency over step 1 alone, which holds both.
+    self.assertEqual(out.splitlines()[1].split(),
+                     ['1-2', '0.500', '8.0', '4.0', '0.50', '1.00', '0.250'])
+
   def test_a_run_stopped_at_step_0_says_so(self):
     # A warm start alone (total_steps=0) printed the table's header only.
     workdir = self.create_tempdir().full_path
