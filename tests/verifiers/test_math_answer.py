@@ -38,6 +38,11 @@ _CASES = (
     ('hashes_last_occurrence', '#### 12\nRecount.\n#### 18', '18', 1),
     ('hashes_heading_is_no_marker',
      '#### Step 1\n9 * 2 = 18\n#### Step 2\nThe answer is 18.', '18', 1),
+    # ... so a gold that is no number is read from the other markers only
+    # (docs/data.md).
+    ('hashes_word_gold_is_a_heading', '#### five', 'five', 0),
+    ('hashes_expression_gold_is_a_heading', '#### x+1', 'x+1', 0),
+    ('boxed_word_gold', '#### Solution\nIt is \\boxed{five}', 'five', 1),
     ('hashes_wrong', '#### 17', '18', 0),
     ('hashes_commas', '#### 1,000', '1000', 1),
     # Integers past a float's 53 bits are compared digit by digit.
