@@ -215,26 +215,37 @@ def _narrow_columns(schema: pa.Schema) -> tuple[tuple[str, pa.DataType], ...]:
                if _has_narrow(t))
 
 
+def _read_arrow(path: str) -> pa.Table:
+  """An Arrow IPC file's table, in the stream format (as `save_to_disk`
+  writes it) or the file format."""
+  try:
+    with pa.memory_map(path) as source:
+      return pa.ipc.open_stream(source).read_all()
+  except pa.ArrowInvalid:
+    with pa.memory_map(path) as source:
+      return pa.ipc.open_file(source).read_all()
+
+
 class _File:
   """One file's rows: Parquet row groups, or a memory-mapped Arrow table."""
 
   def __init__(self, path: str, fields: tuple[str, ...] | None):
     self.path = path
-    if path.endswith('.arrow'):
-      try:
-        with pa.memory_map(path) as source:
-          self.table = pa.ipc.open_stream(source).read_all()
-      except pa.ArrowInvalid:
-        with pa.memory_map(path) as source:
-          self.table = pa.ipc.open_file(source).read_all()
-      self.parquet, self.starts = None, [0]
-      self.num_rows = self.table.num_rows
-    else:
-      self.table = None
-      try:
-        self.parquet = pq.ParquetFile(path)
-      except (pa.ArrowInvalid, OSError) as e:
-        raise ParquetError(f'{path}: not a Parquet file ({e})') from None
+    arrow = path.endswith('.arrow')
+    try:
+      if arrow:
+        self.table = _read_arrow(path)
+        self.parquet, self.starts = None, [0]
+        self.num_rows = self.table.num_rows
+      else:
+        self.table, self.parquet = None, pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as e:
+      if getattr(e, 'errno', None):  # the file system's, not the format's
+        raise ParquetError(
+            f'{path}: cannot be read ({os.strerror(e.errno)})') from None
+      raise ParquetError(f'{path}: not {"an Arrow" if arrow else "a Parquet"}'
+                         f' file ({e})') from None
+    if not arrow:
       self.columns = _columns(self.parquet, fields)
       meta = self.parquet.metadata
       sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]

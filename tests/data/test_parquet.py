@@ -1,10 +1,12 @@
 """Prompt files as verl and Hugging Face write them: Parquet and Arrow."""
 
 import decimal
+import errno
 import json
 import os
 import re
 import time
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -194,6 +196,39 @@ class ParquetSourceTest(absltest.TestCase):
     with self.assertRaisesRegex(parquet.ParquetError,
                                 f'{bad}: not a Parquet file'):
       parquet.ParquetSource(bad)
+    # An Arrow file's error named neither the file nor its kind ('File is
+    # too small: 8').
+    bad = os.path.join(folder, 'bad.arrow')
+    with open(bad, 'w') as f:
+      f.write('garbage')
+    with self.assertRaisesRegex(parquet.ParquetError, re.escape(
+        f'{bad}: not an Arrow file (')):
+      parquet.ParquetSource(bad)
+
+  def test_a_file_that_cannot_be_opened_is_no_format_error(self):
+    # A file the process may not read was 'not a Parquet file (... Permission
+    # denied)'. Root reads any file, so there the open fails by injection.
+    folder = self.create_tempdir().full_path
+    for name in ('train.parquet', 'train.arrow'):
+      path = os.path.join(folder, name)
+      if name.endswith('.parquet'):
+        write_parquet(path, verl_rows(3))
+      else:
+        with pa.OSFile(path, 'wb') as sink, pa.ipc.new_stream(
+            sink, pa.Table.from_pylist(verl_rows(3)).schema) as writer:
+          writer.write_table(pa.Table.from_pylist(verl_rows(3)))
+      self.assertLen(parquet.ParquetSource(path), 3)
+      expected = re.escape(f'{path}: cannot be read (Permission denied)')
+      if os.geteuid():
+        os.chmod(path, 0)
+        with self.assertRaisesRegex(parquet.ParquetError, expected):
+          parquet.ParquetSource(path)
+        os.chmod(path, 0o644)
+      denied = PermissionError(errno.EACCES, 'Permission denied', path)
+      with mock.patch.object(pq, 'ParquetFile', side_effect=denied), \
+          mock.patch.object(pa, 'memory_map', side_effect=denied):
+        with self.assertRaisesRegex(parquet.ParquetError, expected):
+          parquet.ParquetSource(path)
 
   def test_an_unreadable_row_group_is_a_bad_record_of_each_row(self):
     path = write_parquet(os.path.join(self.create_tempdir().full_path,
