@@ -506,6 +506,43 @@ def as_saved(value: Any) -> Any:
   return json.loads(json.dumps(value, default=str))
 
 
+def _check_step(meta: Mapping[str, Any], step: int, directory: str) -> None:
+  """Raises ResumeError when the checkpoint in folder `step` was saved at
+  another step (its folder renamed or copied by hand); one saved before the
+  step was noted is taken at its folder's word."""
+  saved = meta.get(STEP, step)
+  if saved != step:
+    raise errors.ResumeError(
+        f'the folder {os.path.join(directory, str(step))} holds the '
+        f'checkpoint of step {saved} (saved with it): a step folder renamed '
+        'or copied under another number would resume at the wrong step; '
+        f'rename it back to {saved}, or to train a new run from its weights, '
+        'write them out with jaxgrpo-export and give the folder as model.path')
+
+
+def _check_model(saved_model: Mapping[str, Any] | None,
+                 model: Mapping[str, Any], where: str) -> None:
+  """Raises ResumeError naming the model fields that differ from those the
+  checkpoint was saved with (none noted: not compared)."""
+  # Compared as the checkpoint's JSON holds them (tuples as lists). A key
+  # the checkpoint lacks is a field added since, whose default keeps the
+  # earlier behaviour: it counts as its default, whatever that is.
+  now = as_saved(dict(model))
+  defaults = as_saved({f.name: f.default
+                       for f in dataclasses.fields(ModelConfig)
+                       if f.default is not dataclasses.MISSING})
+  diff = sorted(k for k in set(saved_model or {}) | set(now)
+                if saved_model is not None
+                and saved_model.get(k, defaults.get(k)) != now.get(k))
+  if diff:
+    detail = ', '.join(f'{k}: {saved_model.get(k, defaults.get(k))!r} -> '
+                       f'{now.get(k)!r}'
+                       for k in diff[:4])
+    raise errors.ResumeError(
+        f'the {where} is for another model ({detail}); use a new --workdir '
+        'or the config it was trained with')
+
+
 def check_resumable(
     meta: Mapping[str, Any],
     *,
@@ -536,33 +573,8 @@ def check_resumable(
       the step the checkpoint was saved at where its folder names another.
   """
   where = f'checkpoint of step {step} in {directory}'
-  saved_step = meta.get(STEP, step)  # not noted before the step was
-  if saved_step != step:
-    raise errors.ResumeError(
-        f'the folder {os.path.join(directory, str(step))} holds the '
-        f'checkpoint of step {saved_step} (saved with it): a step folder '
-        'renamed or copied under another number would resume at the wrong '
-        f'step; rename it back to {saved_step}, or to train a new run from '
-        'its weights, write them out with jaxgrpo-export and give the '
-        'folder as model.path')
-  saved_model = meta.get('model')
-  # Compared as the checkpoint's JSON holds them (tuples as lists). A key
-  # the checkpoint lacks is a field added since, whose default keeps the
-  # earlier behaviour: it counts as its default, whatever that is.
-  now = as_saved(dict(model))
-  defaults = as_saved({f.name: f.default
-                       for f in dataclasses.fields(ModelConfig)
-                       if f.default is not dataclasses.MISSING})
-  diff = sorted(k for k in set(saved_model or {}) | set(now)
-                if saved_model is not None
-                and saved_model.get(k, defaults.get(k)) != now.get(k))
-  if diff:
-    detail = ', '.join(f'{k}: {saved_model.get(k, defaults.get(k))!r} -> '
-                       f'{now.get(k)!r}'
-                       for k in diff[:4])
-    raise errors.ResumeError(
-        f'the {where} is for another model ({detail}); use a new --workdir '
-        'or the config it was trained with')
+  _check_step(meta, step, directory)
+  _check_model(meta.get('model'), model, where)
   saved = meta.get('datasets')
   if saved is None:
     return []
