@@ -17,6 +17,16 @@ Balance modes:
 `min_fraction` reserves ceil(min_fraction * B) slots of a dataset in either
 mode, against starvation (`min_slots`).
 
+A dataset stuck in debt: one that ended a step owing groups (its quota or
+its floor) although it was asked, and yielded no informative group in it
+(every group too easy or too hard: a dataset the model has mastered, under
+`none` or `snooze`), is `stuck` in the next steps. Its unfilled slots are
+open to every dataset, drawn for by weight (its own share included), so
+the batch fills and the others take them over, where the rounds would ask
+it alone, step after step, and a short batch under `wait` would never
+train. It is asked still; the first step in which it yields an
+informative group (or pays what it owes) ends it.
+
 Datasets with offline difficulty strata (`curriculum.Strata`) offer each
 example with its stratum's weight at the current step (`curriculum`), and
 report each stratum's batch share.
@@ -188,6 +198,8 @@ class MixtureSampler:
     # Drawn in an earlier step and still in flight (`hold`): pending still.
     self._held: list[tuple[int, int, Example]] = []
     self._exhausted = np.zeros(len(names), bool)
+    self._stuck = np.zeros(len(names), bool)  # `end_step`
+    self._stuck_in_step = self._stuck.copy()  # as this step started
     self._step_counts: dict[str, np.ndarray] = {}
     self._unsaid: list[str] = []  # the stage's lines, said at its first use
     self.start_step(0, quiet=True)
@@ -220,6 +232,7 @@ class MixtureSampler:
       self._say_stage()
     # A dataset whose strata all weigh 0 now has nothing to offer.
     self._exhausted[:] = self._closed
+    self._stuck_in_step = self._stuck.copy()
     self._stratum_used, self._chosen = {}, 0
     # A streaming step's discarded groups teach nothing; held ones wait.
     self._pending = list(self._held)
@@ -264,19 +277,26 @@ class MixtureSampler:
   def _allocate(self, n: int, need: np.ndarray) -> np.ndarray:
     """Round slots per dataset before exhaustion is known."""
     open_ = ~self._exhausted
+    weights = np.where(open_, self.weights, 0.0)
+    # A stuck dataset is asked one prompt a round at least, weight 0 or
+    # not, and what it owes is drawn for by weight among every open one.
+    stuck = open_ & self._stuck & (need > 0)
+    probe = stuck.astype(np.int64) * (n >= stuck.sum())
+    n -= int(probe.sum())
+    owed = np.where(open_ & ~self._stuck, need, 0)
     if self.balance == 'post_filter':
-      owed = np.where(open_, need, 0)
-      if owed.sum() > 0:
-        return largest_remainder(owed, n)
+      shared = int(need[stuck].sum())
+      if owed.sum() + shared > 0:
+        return probe + largest_remainder(owed + shared * (
+            weights / weights.sum() if weights.sum() else 0.0), n)
       # Every quota is met or unreachable: draw by weight (the surplus may
       # still hand over to a dataset that ran short).
     rng = np.random.default_rng([self.seed, self.step, self._round])
-    reserved = largest_remainder(np.where(open_, need, 0),
-                                 min(n, int(np.where(open_, need, 0).sum())))
-    weights = np.where(open_, self.weights, 0.0)
+    reserved = probe + largest_remainder(owed, min(n, int(owed.sum())))
     if weights.sum() == 0:
       return reserved
-    return reserved + rng.multinomial(n - reserved.sum(), weights / weights.sum())
+    return reserved + rng.multinomial(n - int((reserved - probe).sum()),
+                                      weights / weights.sum())
 
   def next_prompts(self, n: int, need: np.ndarray | None = None) -> list[Example]:
     """Draws up to n prompts for one round.
@@ -347,6 +367,8 @@ class MixtureSampler:
         hard = (rewards_RG[rows] <= pol.hard_threshold).all(axis=1) & ~easy
         self._step_counts['easy'][d] += int(easy.sum())
         self._step_counts['hard'][d] += int(hard.sum())
+        self._step_counts['informative'][d] += int(rows.size - easy.sum()
+                                                   - hard.sum())
 
   def hold(self, examples: Sequence[Example]) -> None:
     """Keeps drawn, unobserved `examples` pending past the step's end.
@@ -405,8 +427,28 @@ class MixtureSampler:
     if counts.sum() < self.batch_size:
       return False
     owed = self.need(counts)
-    # A dataset out of examples cannot pay what it owes; others take over.
-    return bool((owed[~self._exhausted] == 0).all())
+    # A dataset out of examples, or stuck, cannot pay what it owes; others
+    # take over.
+    return bool((owed[~self._exhausted & ~self._stuck] == 0).all())
+
+  def end_step(self, counts: np.ndarray) -> None:
+    """Ends the step's collection, with `counts` informative groups in hand
+    per dataset: sets which datasets are stuck in the next steps (see the
+    module's doc), and says when one turns stuck or pays again."""
+    c = self._step_counts
+    stuck = ((self.need(counts) > 0) & (c['informative'] == 0)
+             & ((c['drawn'] > 0) | self._stuck) & ~self._exhausted)
+    for d in np.flatnonzero(stuck != self._stuck):
+      name, owed = self.names[d], int(self.need(counts)[d])
+      self._log(
+          f'step {self.step}: dataset {name!r} yielded no informative group '
+          f'and still owes {owed} of its {int(self.quotas[d])} batch slots: '
+          'from the next step every dataset may fill them, drawn by weight, '
+          'until it yields one (data/stuck)' if stuck[d] else
+          f'step {self.step}: dataset {name!r} ' + (
+              'yields informative groups again' if c['informative'][d]
+              else 'owes nothing') + '; its slots are its own again')
+    self._stuck = stuck
 
   def choose(self, groups: Sequence, key=lambda g: g.example.dataset):
     """Splits collected groups (arrival order) into (batch, surplus).
@@ -470,6 +512,8 @@ class MixtureSampler:
         out[f'data/handover_out/{name}'] = float(c['handover_out'][d])
         out[f'data/handover_in/{name}'] = float(c['handover_in'][d])
       out[f'data/exhausted/{name}'] = float(self._exhausted[d])
+      if self.quotas[d]:  # only a dataset that owes groups can be stuck
+        out[f'data/stuck/{name}'] = float(self._stuck_in_step[d])
       # Constant over a run; logged with every step so each record of
       # metrics.jsonl says what the data left out.
       out[f'data/skipped_records/{name}'] = float(
@@ -502,6 +546,9 @@ class MixtureSampler:
         'step': self.step,
         'tables': {name: t.get_state() for name, t in zip(self.names, self.tables)},
     }
+    if self._stuck.any():  # from `end_step`, for the next steps
+      state['stuck'] = {name: np.ones(1, np.int32) for name, stuck
+                        in zip(self.names, self._stuck) if stuck}
     if self._held:  # indices of the examples held in flight, by dataset
       state['held'] = {
           name: np.array([i for hd, i, _ in self._held if hd == d], np.int64)
@@ -541,6 +588,9 @@ class MixtureSampler:
             state['tables'][name], saved_ids, ids)
       else:
         report[name] = {'kept': 0, 'new': table.size, 'removed': 0}
+    # By name: a dataset added on a resume starts unstuck.
+    self._stuck = np.array([name in state.get('stuck', {})
+                            for name in self.names])
     self._held = []
     # In this run's dataset order, as `hold` keeps them: a checkpoint gives
     # its dicts back with their keys sorted, and a retry admits the held

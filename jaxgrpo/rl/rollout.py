@@ -156,6 +156,9 @@ class PromptSource(Protocol):
   def batch_full(self, counts: np.ndarray) -> bool:
     ...
 
+  def end_step(self, counts: np.ndarray) -> None:
+    ...
+
   def choose(self, groups: Sequence[rounds_lib.Group]) -> tuple[list, list]:
     ...
 
@@ -307,6 +310,7 @@ class Rollout:
                      classify=self._classify, step=step)
     else:
       self._rounds(params, rng)
+    source.end_step(acc.counts)
     groups, stats = acc.finish(source.choose)
     return self._finish(groups, stats)
 

@@ -159,6 +159,69 @@ class MixtureTest(parameterized.TestCase):
     self.assertEqual(m['data/handover_in/a'], m['rollout/groups_used/a'] - 4)
     self.assertEqual(m['rollout/batch_short'], 8 - m['rollout/groups_used'])
 
+  @parameterized.parameters('none', 'snooze')
+  def test_a_mastered_dataset_hands_its_quota_over_under_wait(self, policy):
+    # 'easy' is always right: under none or snooze it never runs out, and
+    # the rounds asked it alone for its quota. Under short_batch='wait' no
+    # step after the first trained again (every update skipped, for good).
+    lines = []
+    ro, sampler, _ = scripted.make_rollout(
+        [('easy', 0.5, [1.0] * 8), ('hard', 0.5, [0.5] * 32)],
+        policy=policy, balance='post_filter', batch_size=4, round_size=8,
+        max_rounds=4)
+    sampler._log = lines.append  # pylint: disable=protected-access
+    results = _run(ro, 6)
+    first = results[0].metrics
+    self.assertEqual(first['data/stuck/easy'], 0.0)  # not yet, in step 0
+    self.assertEqual(first['rollout/rounds'], 4)
+    self.assertEqual(lines[0], "step 0: dataset 'easy' yielded no "
+                     'informative group and still owes 2 of its 2 batch '
+                     'slots: from the next step every dataset may fill '
+                     'them, drawn by weight, until it yields one '
+                     '(data/stuck)')
+    for res in results[1:]:
+      m = res.metrics
+      self.assertEqual(m['data/stuck/easy'], 1.0)
+      self.assertEqual(m['data/stuck/hard'], 0.0)
+      self.assertEqual(m['rollout/groups_used'], 4)  # every step trains
+      self.assertEqual(m['rollout/groups_used/hard'], 4)
+      self.assertEqual(m['data/handover_out/easy'], 2)
+      self.assertEqual(m['data/handover_in/hard'], 2)
+      self.assertGreater(m['data/prompts_drawn/easy'], 0)  # asked still
+    self.assertLen(lines, 1)
+
+  def test_a_stuck_dataset_takes_its_quota_back_once_it_yields(self):
+    ro, sampler, gen = scripted.make_rollout(
+        [('easy', 0.5, [1.0] * 8), ('hard', 0.5, [0.5] * 32)],
+        balance='post_filter', batch_size=4, round_size=8, max_rounds=4)
+    lines = []
+    sampler._log = lines.append  # pylint: disable=protected-access
+    _run(ro, 2)
+    for i in range(8):  # the model forgets: 'easy' teaches again
+      gen.pass_rate[f'e{i}='] = 0.5
+    results = _run(ro, 6, start=2)
+    self.assertEqual(results[0].metrics['data/stuck/easy'], 1.0)
+    self.assertEqual(lines[-1], "step 2: dataset 'easy' yields informative "
+                     'groups again; its slots are its own again')
+    for res in results[1:]:
+      self.assertEqual(res.metrics['data/stuck/easy'], 0.0)
+      self.assertEqual(res.metrics['rollout/groups_used/easy'], 2)
+
+  def test_a_floor_a_dataset_cannot_fill_does_not_pile_up_surplus(self):
+    # pre_filter with a floor on an always-right dataset: every step ran
+    # all its rounds, and the informative groups of the others beyond the
+    # batch were carried, 17, 34, 51, ... groups in the queue.
+    ro, _, _ = scripted.make_rollout(
+        [('easy', 0.5, [1.0] * 8), ('hard', 0.5, [0.5] * 32)],
+        policy='snooze', snooze_factor=2, balance='pre_filter',
+        min_fractions={'easy': 0.5}, batch_size=4, round_size=8, max_rounds=8)
+    results = _run(ro, 12)
+    surplus = [r.metrics['rollout/surplus'] for r in results]
+    self.assertEqual(results[0].metrics['rollout/rounds'], 8)
+    self.assertLess(max(surplus[6:]), 8)  # the first step's queue drained
+    for res in results:
+      self.assertEqual(res.metrics['rollout/groups_used'], 4)
+
   def test_a_datasets_own_snooze_factor_wins(self):
     c = demo.get_config()
     c.sampler.update(policy='snooze', snooze_factor=4)
@@ -245,6 +308,36 @@ class MixtureTest(parameterized.TestCase):
     ro3, _, g3 = scripted.make_rollout(datasets, **kw)
     _run(ro3, 7)
     self.assertEqual(g1.prompts_seen, g3.prompts_seen)
+
+  def test_a_stuck_dataset_restores_exactly(self):
+    datasets = [('easy', 0.5, [1.0] * 8), ('hard', 0.5, [0.5] * 32)]
+    kw = dict(balance='post_filter', batch_size=4, round_size=8,
+              max_rounds=4, surplus='drop', short_batch='train')
+    ro1, s1, g1 = scripted.make_rollout(datasets, **kw)
+    _run(ro1, 2)
+    self.assertEqual(sorted(s1.get_state()['stuck']), ['easy'])
+    # Through a real checkpoint, which gives dicts back with sorted keys.
+    ckpt = checkpoint_lib.Checkpointer(self.create_tempdir().full_path,
+                                       every=1, max_to_keep=1)
+    ckpt.save(2, {'w': np.zeros(2, np.float32)}, {'source': s1.get_state()},
+              {'config': {}})
+    state = ckpt.restore_data(2)['source']
+    ckpt.close()
+    rng_state, seen = g1.rng.bit_generator.state, len(g1.prompts_seen)
+    cont1 = [r.metrics for r in _run(ro1, 3, start=2)]
+    # Datasets in another order on the resume: 'stuck' is kept by name.
+    ro2, s2, g2 = scripted.make_rollout(datasets[::-1], **kw)
+    s2.set_state(state)
+    g2.rng.bit_generator.state = rng_state
+    cont2 = [r.metrics for r in _run(ro2, 3, start=2)]
+    self.assertEqual(cont2[0]['data/stuck/easy'], 1.0)
+    self.assertEqual([m['data/stuck/easy'] for m in cont1],
+                     [m['data/stuck/easy'] for m in cont2])
+    ro3, s3, g3 = scripted.make_rollout(datasets, **kw)
+    s3.set_state(state)
+    g3.rng.bit_generator.state = rng_state
+    _run(ro3, 3, start=2)
+    self.assertEqual(g1.prompts_seen[seen:], g3.prompts_seen)
 
 
 class HeldRestoreTest(absltest.TestCase):
