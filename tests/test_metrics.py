@@ -294,33 +294,44 @@ class ConsoleTest(absltest.TestCase):
 
   def test_averages_and_mixture_columns(self):
     window = metrics_lib.ConsoleWindow()
-    window.add({'reward/mean': 0.2, 'rollout/efficiency': 0.5})
-    window.add({'reward/mean': 0.4, 'rollout/efficiency': 0.7})
+    window.add({'reward/mean': 0.2, 'rollout/efficiency': 0.5,
+                'rollout/groups_used': 4.0, 'rollout/prompts_generated': 8.0})
+    window.add({'reward/mean': 0.4, 'rollout/efficiency': 0.7,
+                'rollout/groups_used': 8.0, 'rollout/prompts_generated': 12.0})
     line = window.line(10, 100, {'data/batch_share/a': 0.25,
                                  'data/batch_share/b': 0.75,
                                  'data/snoozed/a': 12.0,
                                  'data/snoozed/b': 0.0})
     self.assertIn('step  10/100', line)
     self.assertIn('reward 0.300', line)
-    self.assertIn('eff 0.60', line)
+    self.assertIn('eff 0.60', line)  # (4 + 8) / (8 + 12)
     self.assertIn('share a=0.25 b=0.75', line)
     self.assertIn('snoozed a=12 b=0', line)
     self.assertNotIn('filtered', line)
 
-  def test_steps_that_generated_nothing_leave_eff_out(self):
-    # Every example snoozed or filtered: metrics.jsonl's efficiency of 0 / 0
-    # is 1.0, which the line showed as 'eff 1.00'.
+  def test_eff_is_the_windows_groups_used_over_its_prompts(self):
+    # Steps that train on carried groups: 0 / 0 is 1.0 in metrics.jsonl
+    # (the line showed 'eff 1.00'), and leaving those steps out averaged
+    # 1 / 16 three times, 'eff 0.06', for 3 groups used of 48 generated
+    # plus 7 more carried in: 10 / 48.
     window = metrics_lib.ConsoleWindow()
-    nothing = {'reward/mean': 0.0, 'rollout/efficiency': 1.0,
-               'rollout/prompts_generated': 0.0}
+    step = lambda used, generated: {
+        'rollout/groups_used': used, 'rollout/prompts_generated': generated,
+        'rollout/efficiency': used / generated if generated else 1.0}
+    nothing = step(0.0, 0.0)
     window.add(nothing)
     self.assertNotIn('eff', window.line(1, 10))
-    self.assertNotIn('eff', console.postfix(nothing))
-    window.add(nothing)
-    window.add({'rollout/efficiency': 0.5, 'rollout/prompts_generated': 8.0})
-    self.assertIn('eff 0.50', window.line(2, 10))
-    self.assertIn('eff 0.500', console.postfix(
-        {'rollout/efficiency': 0.5, 'rollout/prompts_generated': 8.0}))
+    for used, generated in ((1, 16), (1, 0), (1, 0), (1, 16), (1, 0),
+                            (1, 0), (1, 0), (1, 16), (1, 0), (1, 0)):
+      window.add(step(float(used), float(generated)))
+    self.assertIn('eff 0.21', window.line(11, 20))
+    # The bar: the run's efficiency so far, as the summary has it.
+    self.assertEqual(console.postfix({
+        'reward/mean': 0.5, 'rollout/cum_groups_used': 10.0,
+        'rollout/cum_prompts_generated': 48.0}), 'reward 0.500 eff 0.208')
+    self.assertEqual(console.postfix({'rollout/cum_groups_used': 0.0,
+                                      'rollout/cum_prompts_generated': 0.0}),
+                     '')
 
 
 if __name__ == '__main__':

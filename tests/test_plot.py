@@ -340,6 +340,35 @@ class PlotRunTest(absltest.TestCase):
                                [1.0, 2.0, 3.0, 5.0])
     np.testing.assert_allclose(plot_panels.smooth([1.0, 3.0], 1), [1.0, 3.0])
 
+  def test_efficiency_over_windows_is_a_ratio_of_sums(self):
+    # One round of 16 a step trains a batch of 1; the groups it found
+    # beyond that wait, and steps without generation train on them. The
+    # per-step ratios [1/16, 1, 1, 1/16, ...] averaged 0.53-0.73 (each
+    # 0 / 0 counted as 1.0); the run used 10 groups of 48 generated.
+    used_generated = [(1, 16), (1, 0), (1, 0), (1, 16), (1, 0), (1, 0),
+                      (1, 0), (1, 16), (1, 0), (4, 0)]
+    records = [{'step': s, 'rollout/groups_used': float(u),
+                'rollout/prompts_generated': float(g),
+                'rollout/efficiency': u / g if g else 1.0}
+               for s, (u, g) in enumerate(used_generated, 1)]
+    steps, windowed = plot_panels.window_efficiency(records, 10)
+    np.testing.assert_array_equal(steps, range(1, 11))
+    self.assertAlmostEqual(windowed[-1], 13 / 48)
+    self.assertAlmostEqual(windowed[2], 3 / 16)
+    (panel,) = plot_panels.efficiency_panels(records, 10)
+    raw = panel.lines[0].y  # a step's own ratio, where it generated
+    self.assertTrue(np.isnan(raw[1]))
+    self.assertAlmostEqual(raw[0], 1 / 16)
+    # A window of steps that used more than they generated passes 1: the
+    # axis grows to show it (it was cut at 1).
+    records[-1]['rollout/prompts_generated'] = 2.0
+    (panel,) = plot_panels.efficiency_panels(records, 1)
+    self.assertAlmostEqual(panel.lines[0].y[-1], 2.0)
+    self.assertEqual(plot.unit_limits(panel), (-0.03, 2.03))
+    path = os.path.join(self.create_tempdir().full_path, 'efficiency.png')
+    plot.draw(path, 'efficiency', [panel])
+    _check_png(self, path)
+
   def test_step_zero_only_writes_the_accuracy_figure(self):
     workdir = self.create_tempdir().full_path
     writer = metrics_lib.MetricsWriter(workdir)

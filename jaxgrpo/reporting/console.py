@@ -14,7 +14,7 @@ A run talks through one `Console`:
 Processes other than 0 of a multi-process run show nothing.
 """
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 import contextlib
 import sys
 from typing import Any
@@ -144,19 +144,18 @@ class Console:
       bar.close()
 
 
-def generated(metrics: Mapping[str, float]) -> bool:
-  """Whether the step generated prompts (or does not say): a step that
-  generated none has no efficiency (metrics.jsonl holds 1.0 for 0 / 0)."""
-  return metrics.get('rollout/prompts_generated', 1) != 0
-
-
 def postfix(metrics: dict[str, float]) -> str:
-  """A step's headline numbers, for the progress bar."""
+  """A step's headline numbers, for the progress bar: its reward, the
+  run's efficiency so far (groups used / prompts generated, as the
+  summary has it; a step's own ratio swings with the groups it carried
+  in) and the held-out accuracy."""
   parts = []
-  for key, label in (('reward/mean', 'reward'), ('rollout/efficiency', 'eff'),
-                     ('eval/accuracy', 'eval')):
-    if key in metrics and (key != 'rollout/efficiency' or generated(metrics)):
-      parts.append(f'{label} {metrics[key]:.3f}')
+  if 'reward/mean' in metrics:
+    parts.append(f'reward {metrics["reward/mean"]:.3f}')
+  if generated := metrics.get('rollout/cum_prompts_generated'):
+    parts.append(f'eff {metrics["rollout/cum_groups_used"] / generated:.3f}')
+  if 'eval/accuracy' in metrics:
+    parts.append(f'eval {metrics["eval/accuracy"]:.3f}')
   return ' '.join(parts)
 
 

@@ -237,15 +237,22 @@ def read_metrics(workdir: str) -> list[dict]:
 
 
 class ConsoleWindow:
-  """Averages per-step metrics between console lines."""
+  """Averages per-step metrics between console lines; the efficiency is
+  the window's groups used over its prompts generated, not a mean of the
+  steps' ratios (a step that trains on carried groups and generates none,
+  or few, would weigh as much as one that generated many)."""
 
   def __init__(self):
     self._avg: dict[str, clu_metrics.Average] = {}
+    self._used_generated = [0.0, 0.0]
 
   def add(self, metrics: Mapping[str, float]) -> None:
+    if 'rollout/groups_used' in metrics:
+      self._used_generated[0] += float(metrics['rollout/groups_used'])
+      self._used_generated[1] += float(metrics['rollout/prompts_generated'])
     for key, _, _ in CONSOLE_KEYS:
-      if key == 'rollout/efficiency' and not console.generated(metrics):
-        continue  # 0 / 0: the 1.0 metrics.jsonl holds is no efficiency
+      if key == 'rollout/efficiency':
+        continue  # the window's sums (above)
       if key in metrics and math.isfinite(float(metrics[key])):
         value = clu_metrics.Average.from_model_output(
             np.asarray(float(metrics[key]), np.float32)
@@ -260,10 +267,13 @@ class ConsoleWindow:
     """The console line; `latest` (this step's metrics) adds, for a
     mixture, each dataset's batch share and its snoozed/filtered counts."""
     parts = [f'step {step:>{len(str(total_steps))}}/{total_steps}']
+    used, generated = self._used_generated
     for key, label, fmt in CONSOLE_KEYS:
-      if key in self._avg:
+      if key == 'rollout/efficiency' and generated:
+        parts.append(f'{label} {fmt.format(used / generated)}')
+      elif key in self._avg:
         parts.append(f'{label} {fmt.format(float(self._avg[key].compute()))}')
-    self._avg = {}
+    self._avg, self._used_generated = {}, [0.0, 0.0]
     latest = dict(latest)
     # Datasets only: strata ('data/batch_share/<dataset>/<stratum>') are
     # in metrics.jsonl.

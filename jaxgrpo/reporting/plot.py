@@ -10,8 +10,8 @@ is skipped, and a PNG of it already there removed):
   reward.png            sampled reward, overall and per dataset (and subset)
   prompts.png           prompts generated per step against the groups used
                         (B when the batch fills), and the cumulative ratio
-  efficiency.png        groups used / prompts generated, per step and
-                        cumulative
+  efficiency.png        groups used / prompts generated: per step, over
+                        windows of steps (a ratio of sums) and cumulative
   batch_share.png       each dataset's share of the batch, and each stratum's
                         within its dataset when a curriculum sets strata
   snoozed_filtered.png  examples snoozed, filtered (and postponed) per dataset
@@ -118,6 +118,15 @@ def layout(panels: Sequence[Panel]
   return nrows, ncols, beside, (width, 3.4 * nrows)
 
 
+def unit_limits(panel: Panel) -> tuple[float, float]:
+  """The y range of a panel of shares or rates: [0, 1] with a margin, or
+  up to its largest value (a step's efficiency passes 1 when it trained
+  on groups carried in)."""
+  top = max([1.0] + [float(np.nanmax(line.y)) for line in panel.lines
+                     if np.isfinite(np.asarray(line.y, float)).any()])
+  return -0.03, top + 0.03
+
+
 def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
   """Writes the panels side by side (PANELS_PER_ROW to a row) as a PNG at
   `path`.
@@ -141,7 +150,7 @@ def draw(path: str, title: str, panels: Sequence[Panel]) -> None:
     for label, y in panel.hlines:
       ax.axhline(y, color='gray', ls=':', lw=1.0, label=label)
     if panel.unit_range:
-      ax.set_ylim(-0.03, 1.03)
+      ax.set_ylim(*unit_limits(panel))
     ax.set_title(as_text(panel.title, 2 * LABEL_CHARS), fontsize=9)
     ax.set_xlabel('step', fontsize=8)
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))

@@ -38,7 +38,7 @@ class Panel:
   ylabel: str
   lines: tuple[Line, ...]
   hlines: tuple[tuple[str, float], ...] = ()
-  unit_range: bool = False  # values are shares or rates in [0, 1]
+  unit_range: bool = False  # shares or rates: drawn on [0, 1] (or above)
 
 
 # ---------------------------------------------------------------------------
@@ -196,41 +196,68 @@ def prompts_panels(records: Records, window: int) -> list[Panel]:
   return panels
 
 
-def cumulative_ratio(records: Records,
-                     which: str) -> tuple[np.ndarray, np.ndarray]:
-  """Steps and the cumulative generated/used (or used/generated) ratio:
-  from the run's running totals, else summed from the per-step counts."""
-  steps, gen, used = [], [], []
-  sum_gen = sum_used = 0.0
+def _counts(records: Records) -> tuple[list, np.ndarray, np.ndarray, tuple]:
+  """Steps, prompts generated and groups used, of the records holding
+  both, and the run's running totals of each (None where not recorded)."""
+  steps, gen, used, cum_gen, cum_used = [], [], [], [], []
   for r in records:
     g = as_float(r.get('rollout/prompts_generated'))
     u = as_float(r.get('rollout/groups_used'))
     if g is None or u is None:
       continue
-    sum_gen += g
-    sum_used += u
-    cg = as_float(r.get('rollout/cum_prompts_generated'))
-    cu = as_float(r.get('rollout/cum_groups_used'))
     steps.append(r.get('step', len(steps)))
-    gen.append(sum_gen if cg is None else cg)
-    used.append(sum_used if cu is None else cu)
-  num, den = ((gen, used) if which == 'generated/used' else (used, gen))
-  num, den = np.asarray(num, np.float64), np.asarray(den, np.float64)
+    gen.append(g)
+    used.append(u)
+    cum_gen.append(as_float(r.get('rollout/cum_prompts_generated')))
+    cum_used.append(as_float(r.get('rollout/cum_groups_used')))
+  return steps, np.asarray(gen, np.float64), np.asarray(used, np.float64), (
+      cum_gen, cum_used)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
   with np.errstate(invalid='ignore', divide='ignore'):
-    ratio = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-  return np.asarray(steps, np.float64), ratio
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def cumulative_ratio(records: Records,
+                     which: str) -> tuple[np.ndarray, np.ndarray]:
+  """Steps and the cumulative generated/used (or used/generated) ratio:
+  from the run's running totals, else summed from the per-step counts."""
+  steps, gen, used, (cum_gen, cum_used) = _counts(records)
+  gen = [s if c is None else c for s, c in zip(np.cumsum(gen), cum_gen)]
+  used = [s if c is None else c for s, c in zip(np.cumsum(used), cum_used)]
+  num, den = ((gen, used) if which == 'generated/used' else (used, gen))
+  return np.asarray(steps, np.float64), _ratio(
+      np.asarray(num, np.float64), np.asarray(den, np.float64))
+
+
+def window_efficiency(records: Records,
+                      window: int) -> tuple[np.ndarray, np.ndarray]:
+  """Steps and groups used / prompts generated over the trailing `window`
+  steps: a ratio of sums, as the console line and the summary have it. A
+  step's own ratio (`rollout/efficiency`) is 1 when it trained on carried
+  groups alone (0 / 0), and above 1 when it used more than it generated;
+  a mean of those misstates what the generation bought."""
+  steps, gen, used, _ = _counts(records)
+  window = max(window, 1)
+  sums = lambda y: np.convolve(y, np.ones(window))[:len(y)] if y.size else y
+  return np.asarray(steps, np.float64), _ratio(sums(used), sums(gen))
 
 
 def efficiency_panels(records: Records, window: int) -> list[Panel]:
-  """rollout/efficiency smoothed, and cumulative used / generated."""
-  x, eff = series(records, 'rollout/efficiency')
+  """Groups used / prompts generated: per step (where it generated),
+  over trailing windows of steps, and cumulative."""
+  x, eff = window_efficiency(records, 1)
+  xw, windowed = window_efficiency(records, window)
   xc, cum = cumulative_ratio(records, 'used/generated')
-  if not x.size and not xc.size:
+  if not x.size:
     return []
-  lines = _smoothed(f'per step ({window}-step mean)', x, eff, window,
-                    color='C0') if x.size else []
-  if xc.size:
-    lines.append(Line('cumulative', xc, cum, {'color': 'C3', 'lw': 1.3}))
+  lines = [Line(f'{window}-step windows', xw, windowed,
+                {'lw': 1.3, 'color': 'C0'}),
+           Line('cumulative', xc, cum, {'color': 'C3', 'lw': 1.3})]
+  if window > 1:
+    lines.insert(0, Line(None, x, eff, {'lw': 0.6, 'alpha': 0.25,
+                                        'color': 'C0'}))
   return [Panel('efficiency: groups used / prompts generated', 'efficiency',
                 tuple(lines), unit_range=True)]
 
