@@ -26,6 +26,7 @@ Single-process runs take the same path: every helper degenerates to the
 identity and costs nothing.
 """
 
+import collections
 from collections.abc import Callable, Mapping
 import hashlib
 import os
@@ -163,6 +164,15 @@ def initialize(
         f'distributed: cannot start jax.distributed ({e}); check '
         'distributed.coordinator / num_processes / process_id, or set '
         "distributed.initialize='never' for a single process") from None
+  # jax.devices() is global: every process sees every count, and stops.
+  per = collections.Counter(d.process_index for d in jax.devices())
+  if len(set(per.values())) > 1:
+    counts = ', '.join(f'process {p}: {n}' for p, n in sorted(per.items()))
+    raise errors.ConfigError(
+        f'distributed: the processes drive different numbers of devices '
+        f'({counts}); every process must drive as many (check '
+        'CUDA_VISIBLE_DEVICES, JAX_LOCAL_DEVICE_IDS or XLA_FLAGS on each '
+        'host)')
   log(f'jax.distributed: process {jax.process_index()} of '
       f'{jax.process_count()}, {jax.local_device_count()} local / '
       f'{jax.device_count()} global devices')
@@ -266,11 +276,18 @@ def check_same(tree: Any, *, what: str, hint: str) -> None:
       f'{len(differ)} of {every.shape[0]} processes differ): {hint}')
 
 
+# The settings of a process of its own: every other must be the same on
+# every process (`distributed.check_every` decides which collectives run).
+_OWN = ('initialize', 'coordinator', 'process_id')
+
+
 def check_same_run(meta: Mapping[str, Any]) -> None:
-  """Raises HostDriftError unless every process runs the same config (its
-  `distributed` section aside) on the same model and data files, as the
-  checkpoint notes `meta` describe them (a collective)."""
-  config = {k: v for k, v in meta['config'].items() if k != 'distributed'}
+  """Raises HostDriftError unless every process runs the same config
+  (`_OWN` aside) on the same model and data files, as the checkpoint notes
+  `meta` describe them (a collective)."""
+  config = dict(meta['config'])
+  config['distributed'] = {k: v for k, v in config.get(
+      'distributed', {}).items() if k not in _OWN}
   check_same(
       {**meta, 'config': config}, what='the run (config, model or data)',
       hint='every process must run the same command on the same files; '

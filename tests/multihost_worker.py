@@ -7,7 +7,8 @@ Each process writes OUT/process-<id>.json with what the test compares.
 MODE `train_one_process` runs the `train` job in one process over
 NUM_PROCESSES forced CPU devices instead, for comparison. OVERRIDES, a JSON
 object of dotted config keys and values (e.g. {"rollout.slots": 6}), is
-applied to the `train` job's config after its own settings.
+applied to the `train` job's config after its own settings. MODE
+`uneven_devices` starts process 0 on 3 CPU devices and the others on 1.
 """
 
 import json
@@ -69,6 +70,14 @@ def primitives(out: dict) -> None:
     multihost.check_same_run(config)
   except multihost.HostDriftError as e:
     out['run_differs'] = str(e)
+  # Which collectives run: a process checking at other steps stopped with
+  # a false 'sampler state differs', the other in a gloo abort.
+  try:
+    multihost.check_same_run({'config': {'distributed': {
+        'process_id': jax.process_index(),
+        'check_every': 10 * (1 + jax.process_index())}}})
+  except multihost.HostDriftError as e:
+    out['check_every_differs'] = str(e)
   out['lost'] = str(multihost.lost_contact(ValueError(
       'UNKNOWN: Gloo AllGather failed: [pair.cc:538] Read error: Connection '
       'reset by peer')))
@@ -124,17 +133,22 @@ def main(argv: list[str]) -> None:
   mode, pid, n, port, out_dir = argv[1:6]
   overrides = json.loads(argv[6]) if len(argv) > 6 else {}
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+  out = {}
   if mode == 'train_one_process':
     # The same job in one process over as many devices.
     os.environ['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={n}'
     mode = 'train'
   else:
+    if mode == 'uneven_devices' and pid == '0':  # 3 devices, the other 1
+      os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=3'
     # pylint: disable-next=g-import-not-at-top
-    from jaxgrpo import multihost
-    multihost.initialize('always', coordinator=f'localhost:{port}',
-                         num_processes=int(n), process_id=int(pid),
-                         log=lambda _: None)
-  out = {}
+    from jaxgrpo import errors, multihost
+    try:
+      multihost.initialize('always', coordinator=f'localhost:{port}',
+                           num_processes=int(n), process_id=int(pid),
+                           log=lambda _: None)
+    except errors.ConfigError as e:
+      out['error'] = str(e)
   if mode == 'train' and isinstance(overrides, list):
     # Several jobs one after the other, in the same processes.
     out['jobs'] = []
@@ -143,8 +157,8 @@ def main(argv: list[str]) -> None:
       train(out['jobs'][-1], os.path.join(out_dir, f'workdir{i}'), job)
   elif mode == 'train':
     train(out, os.path.join(out_dir, 'workdir'), overrides)
-  else:
-    {'primitives': primitives}[mode](out)
+  elif mode == 'primitives':
+    primitives(out)
   with open(os.path.join(out_dir, f'process-{pid}.json'), 'w') as f:
     json.dump(out, f)
 

@@ -169,6 +169,10 @@ class TwoProcessTest(absltest.TestCase):
       self.assertRegex(p['run_differs'],
                        r'^the run \(config, model or data\) differs between '
                        r'process 0 and process 1 \(config.seed; ')
+      self.assertRegex(p['check_every_differs'],
+                       r'^the run \(config, model or data\) differs between '
+                       r'process 0 and process 1 \(config.distributed.'
+                       r'check_every; ')
       # A peer gone mid-collective (SIGKILL): one line, not a traceback.
       self.assertRegex(p['lost'], r'^process [01] of 2: lost contact with the '
                        r'other processes \(ValueError: UNKNOWN: Gloo ')
@@ -176,6 +180,16 @@ class TwoProcessTest(absltest.TestCase):
       self.assertRegex(p['resume_differs'],
                        r'^the processes disagree on the checkpoint to resume '
                        r'from in W \(process 0: step 4, process 1: step 2\)')
+
+  def test_processes_with_other_device_counts_stop_with_one_line(self):
+    # A raw ValueError ('cannot reshape array of size 4 into shape (2,3)')
+    # from orbax's first gather, after the model was built.
+    for p in run_job(self, 'uneven_devices', timeout_s=120):
+      self.assertEqual(p['error'], (
+          'distributed: the processes drive different numbers of devices '
+          '(process 0: 3, process 1: 1); every process must drive as many '
+          '(check CUDA_VISIBLE_DEVICES, JAX_LOCAL_DEVICE_IDS or XLA_FLAGS on '
+          'each host)'))
 
   def assert_lockstep(self, p0: dict, p1: dict, one: dict) -> None:
     """Steps 1-3 (a resume after step 2), each updating the params, and
