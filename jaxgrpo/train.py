@@ -374,6 +374,14 @@ class _Loop:
       self.nonfinite_run = (self.nonfinite_run + 1
                             if metrics.get('train/nonfinite') else 0)
       self.meta['nonfinite_run'] = self.nonfinite_run  # saved with the step
+      if metrics.get('train/nonfinite'):
+        updates = metrics['train/updates']
+        self.console.notice(
+            f'step {step}: NaN/inf loss or gradients: '
+            f'{round(metrics["train/nonfinite"] * updates)} of {updates:g} '
+            'updates skipped, the params kept (train/nonfinite; '
+            f'{self.nonfinite_run} step(s) in a row, the run stops at '
+            f'rl.max_nonfinite_steps={cfg.rl.max_nonfinite_steps})')
     else:
       metrics['train/skipped'] = 1.0
       console_lib.explain_no_update(step, metrics, cfg.rollout, self.console,

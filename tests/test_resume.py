@@ -24,6 +24,7 @@ from jaxgrpo import preemption
 from jaxgrpo import train
 from jaxgrpo.cli import train as cli_train
 from jaxgrpo.reporting import metrics as metrics_lib
+from jaxgrpo.reporting import summary as summary_lib
 from jaxgrpo.rl import batch as batch_lib
 from tests import interrupt_worker
 from tests import test_train
@@ -410,6 +411,26 @@ class NonFiniteTest(absltest.TestCase):
     final = metrics_lib.read_metrics(workdir)[-1]
     self.assertEqual(final['step'], 4)
     self.assertTrue(np.isfinite(final.get('train/loss', 0.0)))
+
+  def test_each_skipped_update_is_told_and_summed(self):
+    # A NaN step said nothing until rl.max_nonfinite_steps in a row stopped
+    # the run, its loss left out of the line's mean, and the summary had
+    # no row for it.
+    c = _config(total_steps=2, **{'rl.max_nonfinite_steps': 5,
+                                  'rollout.short_batch': 'train',
+                                  'eval.every': 0, 'log_every': 1})
+    lines = []
+    with mock.patch.object(batch_lib, 'assemble', _poisoned_assemble):
+      summary = train.run(c, self.create_tempdir().full_path,
+                          log=lines.append)
+    said = [l for l in lines if l.startswith('step') and 'NaN/inf' in l]
+    self.assertEqual(said, [
+        f'step {s}: NaN/inf loss or gradients: 1 of 1 updates skipped, the '
+        f'params kept (train/nonfinite; {s} step(s) in a row, the run stops '
+        'at rl.max_nonfinite_steps=5)' for s in (1, 2)])
+    self.assertEqual(summary.nonfinite_updates, 2)
+    self.assertRegex(summary_lib.format_summary(summary),
+                     r'\nupdates skipped \(NaN/inf loss or gradients\) +2\n')
 
   def test_a_resume_goes_on_counting_the_streak(self):
     # Stopped after 1 NaN step of 2 allowed in a row, resumed: the run that

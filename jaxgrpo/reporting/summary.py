@@ -30,6 +30,9 @@ class RunSummary:
   datasets: dict[str, tuple] = dataclasses.field(default_factory=dict)
   window: int = 1  # steps averaged for reward_first / reward_last
   skipped_updates: int = 0
+  # Updates skipped for a NaN/inf loss or gradient (`train/nonfinite` x
+  # `train/updates` of each step).
+  nonfinite_updates: int = 0
   verify_errors: int = 0
   verify_timeouts: int = 0
   # Verifier calls that printed to stdout; verifier workers replaced as their
@@ -116,6 +119,9 @@ def summarize(
       },
       window=window,
       skipped_updates=int(_sum_of(train_records, 'train/skipped')),
+      nonfinite_updates=round(sum(
+          float(r.get('train/nonfinite', 0.0))
+          * float(r.get('train/updates', 0.0)) for r in train_records)),
       verify_errors=int(_sum_of(train_records, 'verify/errors')),
       verify_timeouts=int(_sum_of(train_records, 'verify/timeouts')),
       verify_printed=int(_sum_of(train_records, 'verify/printed')),
@@ -170,6 +176,9 @@ def format_summary(s: RunSummary) -> str:
       ('verifier errors / timeouts (scored 0)',
        f'{s.verify_errors} / {s.verify_timeouts}'),
   ]
+  if s.nonfinite_updates:  # a row only when it happened
+    rows.insert(-1, ('updates skipped (NaN/inf loss or gradients)',
+                     str(s.nonfinite_updates)))
   if s.verify_workers_replaced or s.verify_printed:
     # A verifier that leaks memory or open files, or prints: a row only
     # when it happened.
