@@ -14,6 +14,7 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
+from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
 from jaxgrpo import evaluate
 from jaxgrpo import model_spec
@@ -377,6 +378,38 @@ class CommandLineTest(absltest.TestCase):
     self.assertEqual(lines[-2:], [
         'init: verifier errors / timeouts 2 / 2 (scored 0), workers '
         'replaced / calls that printed 0 / 0', f'wrote {path}'])
+
+  def test_a_damaged_checkpoint_keeps_the_others_results(self):
+    # The error came out alone: the results of the checkpoints evaluated
+    # before it were thrown away, table and JSON.
+    workdir = fixtures.run_workdir()
+    damaged = os.path.join(self.create_tempdir().full_path, 'damaged')
+    shutil.copytree(workdir, damaged)
+    last = max(checkpoint_lib.saved_steps(os.path.join(damaged,
+                                                       'checkpoints')))
+    shutil.rmtree(os.path.join(damaged, 'checkpoints', str(last), 'state'))
+    path = os.path.join(self.create_tempdir().full_path, 'eval.json')
+    code, stdout, stderr = _main(
+        f'--config={CONFIG}', f'--checkpoint={workdir}@0',
+        f'--checkpoint={damaged}', '--k=1', '--limit=2', '--batch=2',
+        '--config.verify.workers=0', f'--json={path}', '--quiet')
+    self.assertEqual(code, 1)
+    self.assertRegex(stderr, f'^jaxgrpo-eval: error: .*{damaged}.*: cannot '
+                     "read its params \(its 'state' item is missing\)")
+    self.assertLen(stderr.splitlines(), 1)
+    lines = stdout.splitlines()
+    # k = 1: no second pass@1 column (pass@k is pass@1).
+    self.assertEqual(lines[0].split(),
+                     ['checkpoint', 'dataset', 'examples', 'pass@1', 'mean@1'])
+    self.assertEqual(lines[1].split()[:3],
+                     [f'{os.path.basename(workdir)}-step0', 'arithmetic', '2'])
+    self.assertEqual(lines[-1], f'wrote {path}')
+    self.assertLen(lines, 4)  # the header, the dataset and its subset
+    with open(path) as f:
+      good, bad = json.load(f)['checkpoints']
+    self.assertEqual(good['metrics']['arithmetic']['examples'], 2)
+    self.assertEqual((bad['spec'], sorted(bad)),
+                     (damaged, ['error', 'name', 'spec', 'tag']))
 
   def test_runs_of_one_folder_name_get_distinct_rows(self):
     workdir = fixtures.run_workdir()

@@ -125,6 +125,7 @@ def evaluate_checkpoints(
     seed: int | None = None,
     batch: int = 64,
     progress: bool = True,
+    keep_going: bool = False,
     log: Log = console.print_line,
 ) -> dict[str, Any]:
   """Evaluates each checkpoint on the config's datasets (module docstring).
@@ -146,6 +147,9 @@ def evaluate_checkpoints(
     seed: the sampling seed (default: the config's seed).
     batch: prompts per generator call.
     progress: show a progress bar per checkpoint.
+    keep_going: a checkpoint whose files cannot be read gets an entry
+      {'spec', 'name', 'tag', 'error'} and the others are evaluated
+      (default: UnreadableError at once).
     log: receives progress lines.
 
   Returns:
@@ -159,7 +163,8 @@ def evaluate_checkpoints(
 
   Raises:
     errors.ConfigError: a bad argument or dataset name.
-    model_spec.ModelSpecError: a spec names no loadable model.
+    model_spec.ModelSpecError: a spec names no loadable model (a damaged
+      checkpoint: UnreadableError, unless `keep_going`).
     errors.UserError: a dataset cannot be loaded or has a bad record.
   """
   # pylint: disable=g-import-not-at-top
@@ -197,7 +202,16 @@ def evaluate_checkpoints(
   with build.build_scorer(cfg) as scorer:
     for spec, name in zip(specs, names):
       t0 = time.perf_counter()
-      model = model_spec.load_resolved(spec, name, cfg, log=log)
+      try:
+        model = model_spec.load_resolved(spec, name, cfg, log=log)
+      except model_spec.UnreadableError as e:
+        if not keep_going:
+          raise
+        result['checkpoints'].append({'spec': spec, 'name': name,
+                                      'tag': runner.tag_of(name),
+                                      'error': str(e)})
+        log(f'{spec}: cannot be evaluated ({e}); going on with the others')
+        continue
       loaded = _examples(cfg, model.tokenizer, selected, split, limit, log)
       examples = [ex for _, members in loaded for ex in members]
       generator = dataclasses.replace(
@@ -234,22 +248,24 @@ def _distinct_tags(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def format_table(result: dict[str, Any]) -> list[str]:
-  """One row per checkpoint x group; 'all' only with several datasets."""
+  """One row per checkpoint x group; 'all' only with several datasets;
+  no pass@k column for k = 1, where it is pass@1."""
   k = result['k']
+  names = METRICS if k > 1 else METRICS[:2]
   header = ('checkpoint', 'dataset', 'examples', 'pass@1', f'mean@{k}',
-            f'pass@{k}')
+            f'pass@{k}')[:3 + len(names)]
   rows = []
   for entry in result['checkpoints']:
-    groups = entry['metrics']
+    groups = entry.get('metrics', {})  # none for an unreadable one
     several = sum('/' not in g for g in groups if g != 'all') > 1
     for group, m in groups.items():
       if group == 'all' and not several:
         continue
       rows.append((entry['tag'], group, str(m['examples']),
-                   *(f'{m[name]:.3f}' for name in METRICS)))
+                   *(f'{m[name]:.3f}' for name in names)))
   # Padded by terminal columns: a CJK dataset name takes two per glyph.
   widths = [max(console.width(r[i]) for r in [header, *rows])
-            for i in range(6)]
+            for i in range(len(header))]
   def line(row):
     return '  '.join(
         console.pad(v, w, right=i >= 2)
@@ -357,9 +373,8 @@ def main(argv: list[str] | None = None) -> int:
           cfg, args.checkpoint, datasets=datasets, k=args.k,
           temperature=args.temperature, split=args.split, limit=args.limit,
           seed=args.seed, batch=args.batch, progress=not args.quiet,
+          keep_going=True,
           log=(lambda _: None) if args.quiet else console.print_line)
-    except model_spec.UnreadableError:
-      raise  # exit 1: a damaged checkpoint, not a mistake in the spec
     except model_spec.ModelSpecError as e:
       raise common.UsageError(str(e)) from None
     result['config'] = ' '.join([args.config, *overrides])
@@ -368,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
       _write_json(args.json, result)
       print(f'wrote {args.json}', flush=True)
+    unread = [e['error'] for e in result['checkpoints'] if 'error' in e]
+    if unread:  # exit 1, once the others' results are out
+      raise model_spec.UnreadableError('; '.join(unread))
     return 0
 
   return common.run_main(PROG, body)
