@@ -276,18 +276,15 @@ def check_same(tree: Any, *, what: str, hint: str) -> None:
       f'{len(differ)} of {every.shape[0]} processes differ): {hint}')
 
 
-# The settings of a process of its own: every other must be the same on
-# every process (`distributed.check_every` decides which collectives run).
-_OWN = ('initialize', 'coordinator', 'process_id')
-
-
 def check_same_run(meta: Mapping[str, Any]) -> None:
-  """Raises HostDriftError unless every process runs the same config
-  (`_OWN` aside) on the same model and data files, as the checkpoint notes
-  `meta` describe them (a collective)."""
+  """Raises HostDriftError unless every process runs the same config on
+  the same model and data files, as the checkpoint notes `meta` describe
+  them (a collective). Only `distributed.initialize`, `coordinator` and
+  `process_id` may differ (`check_every` decides which collectives run)."""
   config = dict(meta['config'])
-  config['distributed'] = {k: v for k, v in config.get(
-      'distributed', {}).items() if k not in _OWN}
+  config['distributed'] = {k: v for k, v in config.get('distributed', {})
+                           .items() if k not in ('initialize', 'coordinator',
+                                                 'process_id')}
   check_same(
       {**meta, 'config': config}, what='the run (config, model or data)',
       hint='every process must run the same command on the same files; '
