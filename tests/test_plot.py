@@ -539,6 +539,19 @@ class CommandLineTest(absltest.TestCase):
         # Nothing written: no tensorboard/ nor plots/ folder.
         self.assertEqual(sorted(os.listdir(workdir)), before)
 
+  def test_a_closed_pipe_ends_it_quietly(self):
+    # `jaxgrpo-plot W | head -1` ended in a BrokenPipeError traceback. The
+    # reader is gone before the first path is printed.
+    workdir = self.create_tempdir().full_path
+    _write_run(workdir, steps=3)
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.run([sys.executable, '-m', 'jaxgrpo.cli.plot', workdir],
+                          cwd=REPO, stdout=write, stderr=subprocess.PIPE,
+                          text=True, timeout=120)
+    os.close(write)
+    self.assertEqual((proc.returncode, proc.stderr), (141, ''))
+
   def test_python_dash_m_help(self):
     proc = subprocess.run([sys.executable, '-m', 'jaxgrpo.cli.plot', '--help'],
                           cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -128,6 +128,8 @@ def run_main(prog: str, body: Callable[[], int], *,
     return body()
   except (UsageError, errors.ConfigError) as e:
     return fail(prog, str(e), 2)
+  except BrokenPipeError:
+    raise  # stdout closed by its reader: `code_of` ends quietly
   except (errors.UserError, OSError) as e:
     return fail(prog, str(e), 1)
   except KeyboardInterrupt as e:  # its message, where the command gave one
@@ -135,6 +137,20 @@ def run_main(prog: str, body: Callable[[], int], *,
   finally:
     logger.removeHandler(handler)
     logger.propagate = propagate
+
+
+def code_of(main: Callable[[], int]) -> int:
+  """The exit code of a command's `main`. Output cut short by a closed
+  pipe (`jaxgrpo-plot W | head -1`) ends it quietly with 141 (128 +
+  SIGPIPE), as a shell tool's does, not with a BrokenPipeError traceback."""
+  try:
+    code = main()
+    sys.stdout.flush()
+    return code
+  except BrokenPipeError:
+    # Nothing more reaches the closed pipe, at exit either.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 def exit_with(code: int) -> None:

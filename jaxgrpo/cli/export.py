@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_cli() -> None:
   """The `jaxgrpo-export` entry point."""
-  common.exit_with(main())
+  common.exit_with(common.code_of(main))
 
 
 if __name__ == '__main__':

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_cli() -> None:
   """The `jaxgrpo-stratify` entry point."""
-  common.exit_with(main())
+  common.exit_with(common.code_of(main))
 
 
 if __name__ == '__main__':

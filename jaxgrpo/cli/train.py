@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_cli() -> None:
   """The `jaxgrpo-train` entry point."""
-  code = main()
+  code = common.code_of(main)
   multihost.exit_now(code)  # several processes: not at the shutdown barrier
   common.exit_with(code)
 

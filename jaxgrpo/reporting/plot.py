@@ -12,8 +12,9 @@ is skipped, and a PNG of it already there removed):
                         (B when the batch fills), and the cumulative ratio
   efficiency.png        groups used / prompts generated: per step, over
                         windows of steps (a ratio of sums) and cumulative
-  batch_share.png       each dataset's share of the batch, and each stratum's
-                        within its dataset when a curriculum sets strata
+  batch_share.png       each dataset's share of the batch, and each of its
+                        strata's share of the batch when a curriculum sets
+                        strata (a dataset's strata add up to its share)
   snoozed_filtered.png  examples snoozed, filtered (and postponed) per dataset
   accuracy.png          held-out accuracy, overall, per dataset and subset
 
