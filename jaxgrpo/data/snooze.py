@@ -320,6 +320,18 @@ class SnoozeTable:
                              _STAGE_SALT) >= self.offer_chance(idx[open_])
     return asleep, filtered, weighted, stage
 
+  def _quiet_epochs(self) -> int:
+    """How many epochs from the current one (at its start) certainly offer
+    nothing: every example is filtered or asleep in all of them, which no
+    draw of chance can change; 0 when the current one may offer."""
+    st = self.status
+    if not ((st == SNOOZED) | (st == FILTERED)).all():
+      return 0
+    asleep = st == SNOOZED
+    if not asleep.any():
+      return 1 << 62  # all filtered: until the walk gives up
+    return max(int(self.wake_epoch[asleep].min()) - self.epoch, 0)
+
   def draw(self, n: int, step: int,
            held: np.ndarray | None = None) -> np.ndarray:
     """Walks the epochs from the current position and offers examples.
@@ -355,6 +367,23 @@ class SnoozeTable:
         self.epoch += 1
         self.position = 0
         touched, whole, offered = touched + 1, True, 0
+        if (quiet := self._quiet_epochs()) > 0:
+          # Epochs that offer nothing, walked at once as one by one: the
+          # walk would stop at the end of the `last`-th of them.
+          last = max(1, min(max_empty - empty_run, budget - touched + 1))
+          walked = min(quiet, last)
+          self._skipped['skipped_snoozed'] += walked * int(np.count_nonzero(
+              self.status == SNOOZED))
+          self._skipped['skipped_filtered'] += walked * int(np.count_nonzero(
+              self.status == FILTERED))
+          self._rate = 1.0 / _MAX_CHUNK
+          if last <= quiet:
+            self.epoch += walked - 1
+            self.position = self._domain
+            break
+          self.epoch += walked
+          touched += walked
+          empty_run += walked
       span = min(self._domain - self.position,
                  int(need / self._rate * 1.2) + 16, _MAX_CHUNK)
       pos = np.arange(self.position, self.position + span, dtype=np.uint64)
