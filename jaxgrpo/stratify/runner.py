@@ -23,6 +23,7 @@ loop and the counts it reports.
 
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
+import json
 import os
 import time
 from typing import Any, Protocol
@@ -53,7 +54,7 @@ Log = Callable[[str], None]
 # Part descriptions that must match for parts of one tag to be pooled:
 # across all its datasets, and within one dataset.
 _SAME_FOR_TAG = ('policy', 'k', 'seed', 'success_threshold', 'sampling')
-_SAME_FOR_DATASET = ('fingerprint', 'chunk')
+_SAME_FOR_DATASET = ('fingerprint', 'chunk', 'verifier')
 
 
 class SampleGenerator(Protocol):
@@ -220,8 +221,10 @@ def stratify(
     out_dir: the output directory.
     tag: the checkpoint's tag (its folder under each dataset).
     info: JSON-serialisable description of the checkpoint and sampling
-      stored with each part (spec, policy, config, sampling); 'k', 'seed',
-      'success_threshold' and the dataset's details are added here.
+      stored with each part (spec, policy, config, sampling, and
+      'verifiers': each dataset's verifier spec, stored with its parts as
+      'verifier'); 'k', 'seed', 'success_threshold' and the dataset's
+      details are added here.
     generator: samples `generator.num_samples` = K completions per prompt.
     params: the model params passed to the generator.
     tokenizer: encodes prompts and decodes completions.
@@ -242,7 +245,10 @@ def stratify(
       total = min(total, settings.limit)
     chunks = shard_chunks(total, settings)
     part_info = {
-        **info, 'k': k, 'seed': settings.seed,
+        **{key: v for key, v in info.items() if key != 'verifiers'},
+        **({'verifier': json.loads(json.dumps(info['verifiers'][name]))}
+           if name in info.get('verifiers', {}) else {}),
+        'k': k, 'seed': settings.seed,
         'success_threshold': settings.threshold, 'dataset': name,
         'examples': total, 'fingerprint': sources.fingerprint(examples),
         'shard': settings.shard, 'num_shards': settings.num_shards,
@@ -254,8 +260,9 @@ def stratify(
     done = set()
     for c, members in enumerate(chunks):
       path = existing.get((settings.shard, settings.num_shards, c))
-      # A part of an earlier run with a smaller --limit may hold fewer.
-      if path and passrates.part_info(path)['rows'] == len(members):
+      # A part of an earlier run with a smaller --limit holds fewer rows
+      # (made again), one with a larger --limit more (kept whole).
+      if path and passrates.part_info(path)['rows'] >= len(members):
         done.add(c)
     resumed = sum(len(chunks[c]) for c in done)
     dataset_key = jax.random.fold_in(jax.random.fold_in(key, index),
@@ -468,7 +475,9 @@ def run(
       counts.add(stratify(
           out_dir, tag=tag,
           info={'spec': spec, 'policy': identity, 'config': config_file,
-                'sampling': sampling},
+                'sampling': sampling, 'verifiers': {
+                    entry.name: entry.verifier
+                    for entry in cfg.data.datasets}},
           generator=make_generator(cfg, model, k), params=model.params,
           tokenizer=model.tokenizer, scorer=scorer, datasets=loaded,
           settings=settings, progress=progress))

@@ -63,18 +63,21 @@ def scripted_dataset(n: int = 40, name: str = 'a'):
 
 def stratify_scripted(out_dir: str, *, n: int = 40, k: int = 8, chunk=8,
                       shard: int = 0, num_shards: int = 1,
-                      crash_after=None, delay_s=0.0, tag='scripted'):
-  """Runs the runner's core over a scripted dataset; (counts, generator)."""
+                      crash_after=None, delay_s=0.0, tag='scripted',
+                      limit=None, verifier=None):
+  """Runs the runner's core over a scripted dataset; (counts, generator).
+  `verifier`: the spec noted as the dataset's (it scores with exact_match)."""
   tok, examples, rates = scripted_dataset(n)
   gen = KeyedGenerator(tok, examples, rates, group_size=k,
                        crash_after=crash_after, delay_s=delay_s)
   settings = runner.Settings(seed=0, threshold=1.0, max_prompt_len=8,
                              chunk=chunk, batch=chunk, shard=shard,
-                             num_shards=num_shards)
+                             num_shards=num_shards, limit=limit)
   counts = runner.stratify(
       out_dir, tag=tag,
       info={'spec': 'scripted', 'policy': 'scripted', 'config': '',
-            'sampling': {}},
+            'sampling': {}, **({'verifiers': {'a': verifier}}
+                               if verifier is not None else {})},
       generator=gen, params=None, tokenizer=tok,
       scorer=verifier_pool.Scorer(verifiers.get('exact_match')),
       datasets=[(0, 'a', examples)], settings=settings, progress=False)

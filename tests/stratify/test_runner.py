@@ -139,6 +139,34 @@ class ResumeTest(absltest.TestCase):
     with self.assertRaisesRegex(errors.UserError, 'the dataset changed'):
       fixtures.stratify_scripted(out, n=12, k=4, chunk=4)
 
+  def test_another_verifier_in_the_same_out_dir_is_refused(self):
+    # Accepted: a resumed run pooled two verifiers' pass rates in one tag.
+    out = self.create_tempdir().full_path
+    fixtures.stratify_scripted(out, n=8, k=4, chunk=4, verifier='math')
+    with self.assertRaisesRegex(
+        errors.UserError, "its parts were written with verifier='math', this "
+        "run has {'name': 'format', 'regex': '.'}"):
+      fixtures.stratify_scripted(out, n=8, k=4, chunk=4,
+                                 verifier={'name': 'format', 'regex': '.'})
+    counts, _ = fixtures.stratify_scripted(out, n=8, k=4, chunk=4,
+                                           verifier='math')
+    self.assertEqual((counts.done, counts.resumed), (0, 8))
+
+  def test_a_smaller_limit_keeps_the_parts_done(self):
+    # A part holding more rows than the chunk under the smaller --limit
+    # was written again, with fewer: pass rates deleted.
+    out = self.create_tempdir().full_path
+    fixtures.stratify_scripted(out, n=40, chunk=8)
+    counts, gen = fixtures.stratify_scripted(out, n=40, chunk=8, limit=20)
+    self.assertEqual((counts.done, counts.resumed, gen.calls), (0, 20, 0))
+    self.assertLen(passrates.read(out)['a'].ids, 40)
+    # A larger one makes the parts that hold fewer again.
+    small = self.create_tempdir().full_path
+    fixtures.stratify_scripted(small, n=40, chunk=8, limit=20)
+    counts, _ = fixtures.stratify_scripted(small, n=40, chunk=8)
+    self.assertEqual((counts.done, counts.resumed), (24, 16))
+    self.assertLen(passrates.read(small)['a'].ids, 40)
+
 
 class ShardTest(absltest.TestCase):
 
