@@ -17,6 +17,7 @@ from collections.abc import Callable
 import contextlib
 import dataclasses
 import importlib
+import math
 import os
 import time
 import traceback
@@ -251,7 +252,9 @@ def kv_cache(cfg: config_lib.Config,
   adaptive) x group_size rows, the continuous engine rollout.slots, each
   of max_prompt_len + max_new_tokens - 1 positions (a sliding-window layer
   of the static engine keeps its window), every layer's keys and values;
-  the rows are split over the batch devices, the KV heads over `tensor`.
+  each device holds its shard as the cache's logical axes place it under
+  the active mesh and its `mesh.rules` (by default the rows over the batch
+  devices, the KV heads over `tensor`).
   """
   ro = cfg.rollout
   multiple = sharding.batch_multiple()
@@ -264,12 +267,12 @@ def kv_cache(cfg: config_lib.Config,
     rows = continuous.padded_slots(ro.slots, multiple)
   cache = jax.eval_shape(lambda: attention.init_cache(
       model_cfg, rows, positions, window_rings=ro.engine == 'static'))
-  mesh = sharding.active_mesh()
-  tensor = mesh.shape['tensor'] if mesh is not None else 1
-  if model_cfg.num_kv_heads % tensor:
-    tensor = 1
-  total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
-  return total // (multiple * tensor), rows, positions
+  per_device = 0
+  for x in jax.tree.leaves(cache):
+    placed = sharding.logical_sharding(attention.CACHE_AXES, x.shape)
+    shape = x.shape if placed is None else placed.shard_shape(x.shape)
+    per_device += math.prod(shape) * x.dtype.itemsize
+  return per_device, rows, positions
 
 
 def _verifier_name(value) -> str:

@@ -6,6 +6,7 @@ fixed when jax is imported:
   python -m tests.sharded_check OUT.json --layouts 8,1,1 1,4,2
   python -m tests.sharded_check OUT.json --train_run WORKDIR
   python -m tests.sharded_check OUT.json --lora 1,4,2
+  python -m tests.sharded_check OUT.json --kv_cache
 
 For each mesh layout (data, fsdp, tensor) it runs one GRPO train step from
 the same state and batch as the unsharded step, greedy and sampled
@@ -14,6 +15,9 @@ divide the batch devices. `--train_run` runs the demo's runlocal config for
 2 steps on fsdp=4, tensor=2, then resumes it for a third (and keeps a
 copy of its step-2 workdir, WORKDIR.step2). `--lora` runs a
 LoRA train step (KL to the base) on each layout against the unsharded one.
+`--kv_cache` compares the rollout KV cache's bytes per device that
+`build.kv_cache` logs and checks with those the engine allocates on device
+0, for layouts and `mesh.rules` that place it differently.
 OUT.json holds the largest differences, the placements seen and the run's
 log, for the test to assert on.
 """
@@ -259,6 +263,33 @@ def _check_lora(out: dict, layouts: list[tuple[int, int, int]]) -> None:
     out['lora'][','.join(map(str, layout))] = result
 
 
+def _check_kv_cache(out: dict) -> None:
+  # pylint: disable-next=g-import-not-at-top
+  from jaxgrpo import build, config_lib
+  from jaxgrpo.model import attention
+  from jaxgrpo.configs import demo
+  model_cfg = model_config.ModelConfig.tiny(vocab_size=16)
+  for layout, rules in (((8, 1, 1), ()), ((8, 1, 1), (('batch', None),)),
+                        ((2, 2, 2), ()), ((2, 2, 2), (('kv_heads', None),)),
+                        ((1, 1, 8), ())):
+    for engine in ('static', 'continuous'):
+      c = demo.get_config('runlocal')
+      c.rollout.engine, c.rollout.slots = engine, 8
+      cfg = config_lib.from_config_dict(c)
+      mesh = sharding.make_mesh(*layout)
+      with sharding.use_mesh(mesh, sharding.merge_rules(rules)):
+        logged, rows, positions = build.kv_cache(cfg, model_cfg)
+        cache = jax.jit(lambda: attention.init_cache(  # pylint: disable=cell-var-from-loop
+            model_cfg, rows, positions,
+            window_rings=engine == 'static'))()  # pylint: disable=cell-var-from-loop
+      on_device_0 = sum(
+          shard.data.nbytes for x in jax.tree.leaves(cache)
+          for shard in x.addressable_shards if shard.device == jax.devices()[0])
+      out.setdefault('kv_cache', []).append({
+          'layout': list(layout), 'rules': [list(r) for r in rules],
+          'engine': engine, 'logged': logged, 'allocated': on_device_0})
+
+
 def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument('out')
@@ -267,6 +298,8 @@ def main() -> None:
   parser.add_argument('--train_run', help='workdir of a 2-step train.run')
   parser.add_argument('--lora', nargs='*', default=[],
                       help='data,fsdp,tensor mesh shapes of the LoRA step')
+  parser.add_argument('--kv_cache', action='store_true',
+                      help='the KV cache bytes logged against allocated')
   args = parser.parse_args()
   out = {'devices': jax.device_count(), 'layouts': {}}
   t0 = time.perf_counter()
@@ -278,6 +311,8 @@ def main() -> None:
   if args.lora:
     _check_lora(out, [tuple(int(n) for n in layout.split(','))
                       for layout in args.lora])
+  if args.kv_cache:
+    _check_kv_cache(out)
   out['seconds'] = time.perf_counter() - t0
   with open(args.out, 'w') as f:
     json.dump(out, f, indent=1)

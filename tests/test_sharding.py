@@ -392,6 +392,21 @@ class MeshConfigTest(parameterized.TestCase):
     self.assertTrue(any(line.startswith('rollout KV cache per device: 68.0 '
                                         'MiB') for line in lines), lines)
 
+  def test_kv_cache_logged_follows_the_mesh_rules(self):
+    # It divided the whole cache by the batch devices x tensor whatever
+    # mesh.rules said: replicated rows (('batch', None),) on data=8 took 8x
+    # what was logged and checked against mesh.memory_limit_gib.
+    report = _sharded_check(self, '--kv_cache')
+    self.assertLen(report['kv_cache'], 10)
+    for r in report['kv_cache']:
+      self.assertEqual(r['logged'], r['allocated'], r)
+    by = {(tuple(r['layout']), bool(r['rules']), r['engine']): r['allocated']
+          for r in report['kv_cache']}
+    self.assertEqual(by[(8, 1, 1), True, 'static'],
+                     8 * by[(8, 1, 1), False, 'static'])
+    self.assertEqual(by[(2, 2, 2), True, 'continuous'],
+                     2 * by[(2, 2, 2), False, 'continuous'])
+
   @parameterized.parameters(('static', None), ('static', 32),
                             ('continuous', None), ('continuous', 32))
   def test_kv_cache_logged_is_what_the_engine_allocates(self, engine, window):
