@@ -33,6 +33,7 @@ import orbax.checkpoint as ocp
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
 from jaxgrpo import errors
+from jaxgrpo import sharding
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.model import config as model_config
 from jaxgrpo.model import decoder
@@ -160,7 +161,8 @@ def load(spec: str, cfg: config_lib.Config, *, log: Log = _ignore) -> LoadedMode
     log: receives a line about what was loaded.
 
   Returns:
-    The policy.
+    The policy, its params placed on the active mesh (`sharding.use_mesh`)
+    as training places them, else on the default device.
 
   Raises:
     ModelSpecError: the spec names nothing loadable (a missing path, a workdir
@@ -170,12 +172,23 @@ def load(spec: str, cfg: config_lib.Config, *, log: Log = _ignore) -> LoadedMode
   resolved = _resolve(spec)
   if resolved.kind == INIT:
     if cfg.model.path:
-      return _load_pretrained(spec, cfg.model.path, cfg, log, name=INIT)
-    return _init(cfg, log)
-  if resolved.kind == 'run':
+      model = _load_pretrained(spec, cfg.model.path, cfg, log, name=INIT)
+    else:
+      model = _init(cfg, log)
+  elif resolved.kind == 'run':
     return _load_run(spec, resolved.path, resolved.step, log)
-  return _load_pretrained(spec, resolved.path, cfg, log,
-                          name=name_of(spec))
+  else:
+    model = _load_pretrained(spec, resolved.path, cfg, log,
+                             name=name_of(spec))
+  return dataclasses.replace(model, params=_placed(model.params))
+
+
+def _placed(params: nnx.State) -> nnx.State:
+  """`params` on the active mesh, as training places them; without one,
+  on the default device."""
+  shardings = sharding.param_shardings(params)
+  return jax.device_put(params) if shardings is None else sharding.shard(
+      params, shardings)
 
 
 def load_resolved(spec: str, name: str, cfg: config_lib.Config, *,
@@ -276,7 +289,7 @@ def _load_run(spec: str, workdir: str, step: int, log: Log) -> LoadedModel:
                          f'({checkpoint_lib.describe_damage(e)})') from None
   finally:
     manager.close()
-  params = jax.device_put(state)
+  params = _placed(state)  # host arrays, each device given its shard
   if section is not None:  # As the run computed it: W x + B A x, not merged.
     params = nnx.merge_state(base.params, params)
   tokenizer = _run_tokenizer(where, meta.get('config', {}).get('model', {}),

@@ -7,6 +7,7 @@ fixed when jax is imported:
   python -m tests.sharded_check OUT.json --train_run WORKDIR
   python -m tests.sharded_check OUT.json --lora 1,4,2
   python -m tests.sharded_check OUT.json --kv_cache
+  python -m tests.sharded_check OUT.json --eval_cli ARGS...
 
 For each mesh layout (data, fsdp, tensor) it runs one GRPO train step from
 the same state and batch as the unsharded step, greedy and sampled
@@ -17,7 +18,9 @@ copy of its step-2 workdir, WORKDIR.step2). `--lora` runs a
 LoRA train step (KL to the base) on each layout against the unsharded one.
 `--kv_cache` compares the rollout KV cache's bytes per device that
 `build.kv_cache` logs and checks with those the engine allocates on device
-0, for layouts and `mesh.rules` that place it differently.
+0, for layouts and `mesh.rules` that place it differently. `--eval_cli`
+runs `jaxgrpo-eval` with ARGS (its mesh from `--config.mesh.*`), noting its
+exit code, output and how many devices hold the params.
 OUT.json holds the largest differences, the placements seen and the run's
 log, for the test to assert on.
 """
@@ -290,6 +293,33 @@ def _check_kv_cache(out: dict) -> None:
           'engine': engine, 'logged': logged, 'allocated': on_device_0})
 
 
+def _check_eval_cli(out: dict, argv: list[str]) -> None:
+  # pylint: disable=g-import-not-at-top
+  import contextlib
+  import io
+  from unittest import mock
+  from jaxgrpo import model_spec
+  from jaxgrpo.cli import evaluate as evaluate_cli
+  from jaxgrpo.model import decoder
+  from tests.stratify import fixtures
+  # pylint: enable=g-import-not-at-top
+  load, devices = model_spec.load_resolved, []
+
+  def spy(*args, **kwargs):
+    model = load(*args, **kwargs)
+    devices.append(max(len(x.sharding.device_set)
+                       for x in jax.tree.leaves(model.params)))
+    return model
+
+  stdout, stderr = io.StringIO(), io.StringIO()
+  with mock.patch.object(model_spec, 'load_resolved', spy), \
+      mock.patch.object(decoder, 'init_params', fixtures.fast_init_params), \
+      contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    out['eval_code'] = evaluate_cli.main(argv)
+  out.update(eval_stdout=stdout.getvalue(), eval_stderr=stderr.getvalue(),
+             eval_param_devices=devices)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument('out')
@@ -300,6 +330,8 @@ def main() -> None:
                       help='data,fsdp,tensor mesh shapes of the LoRA step')
   parser.add_argument('--kv_cache', action='store_true',
                       help='the KV cache bytes logged against allocated')
+  parser.add_argument('--eval_cli', nargs=argparse.REMAINDER,
+                      help='jaxgrpo-eval arguments (last)')
   args = parser.parse_args()
   out = {'devices': jax.device_count(), 'layouts': {}}
   t0 = time.perf_counter()
@@ -313,6 +345,8 @@ def main() -> None:
                       for layout in args.lora])
   if args.kv_cache:
     _check_kv_cache(out)
+  if args.eval_cli:
+    _check_eval_cli(out, args.eval_cli)
   out['seconds'] = time.perf_counter() - t0
   with open(args.out, 'w') as f:
     json.dump(out, f, indent=1)

@@ -5,10 +5,13 @@ forced CPU devices (the count is fixed when jax is imported, and pytest
 workers have imported it already); the rest runs here, on one device.
 """
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import re
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -21,6 +24,7 @@ from jaxgrpo import checkpoint
 from jaxgrpo import config_lib
 from jaxgrpo import sharding
 from jaxgrpo import train
+from jaxgrpo.cli import evaluate as evaluate_cli
 from jaxgrpo.configs import demo
 from jaxgrpo.generate import slots as slots_lib
 from jaxgrpo.generate.generator import Generator
@@ -32,6 +36,7 @@ from jaxgrpo.typing import TrainBatch
 from tests import flaky_verifiers
 from tests import forced_devices
 from tests import tiny
+from tests.stratify import fixtures as stratify_fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, 'jaxgrpo')
@@ -391,6 +396,36 @@ class MeshConfigTest(parameterized.TestCase):
                     lines)
     self.assertTrue(any(line.startswith('rollout KV cache per device: 68.0 '
                                         'MiB') for line in lines), lines)
+
+  def test_jaxgrpo_eval_runs_on_the_configured_mesh(self):
+    # It ignored mesh.*: the params on one device whatever the mesh said
+    # (a model trained over 8 devices because it needs them was evaluated
+    # on one), and a mesh that fits no device count was accepted.
+    config = os.path.join(REPO, 'configs', 'demo.py') + ':runlocal'
+    args = [f'--config={config}', '--checkpoint=init', '--temperature=0',
+            '--limit=8', '--batch=8', '--config.verify.workers=0']
+    report = _sharded_check(self, '--eval_cli', *args, '--config.mesh.fsdp=3')
+    self.assertEqual(report['eval_code'], 2)
+    self.assertIn('error: mesh.fsdp=3: mesh.fsdp x mesh.tensor = 3 must '
+                  'divide the 8 devices', report['eval_stderr'])
+    out = self.create_tempdir().full_path
+    report = _sharded_check(self, '--eval_cli', *args, '--config.mesh.fsdp=8',
+                            f'--json={out}/mesh.json')
+    self.assertEqual(report['eval_code'], 0, report['eval_stderr'])
+    self.assertIn('mesh: data=1 fsdp=8 tensor=1 over 8 cpu devices',
+                  report['eval_stdout'])
+    self.assertEqual(report['eval_param_devices'], [8])
+    # The same greedy results as on one device, here.
+    with mock.patch.object(decoder, 'init_params',
+                           stratify_fixtures.fast_init_params), \
+        contextlib.redirect_stdout(io.StringIO()):
+      self.assertEqual(evaluate_cli.main(
+          [*args, f'--json={out}/one.json', '--quiet']), 0)
+    results = []
+    for name in ('mesh', 'one'):
+      with open(f'{out}/{name}.json') as f:
+        results.append(json.load(f)['checkpoints'][0]['metrics'])
+    self.assertEqual(results[0], results[1])
 
   def test_kv_cache_logged_follows_the_mesh_rules(self):
     # It divided the whole cache by the batch devices x tensor whatever

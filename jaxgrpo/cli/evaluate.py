@@ -36,6 +36,7 @@ cannot be read).
 import argparse
 import collections
 from collections.abc import Callable, Sequence
+import contextlib
 import dataclasses
 import json
 import os
@@ -198,8 +199,11 @@ def evaluate_checkpoints(
       'datasets': selected, 'checkpoints': [],
   }
   key = jax.random.key(seed)
-  # pylint: disable-next=protected-access
-  with build.build_scorer(cfg) as scorer:
+  with contextlib.ExitStack() as resources:
+    # The config's mesh, as training uses it: a model trained over several
+    # devices because it needs them is evaluated over them too.
+    build.enter_mesh(cfg, log, resources)
+    scorer = resources.enter_context(build.build_scorer(cfg))
     for spec, name in zip(specs, names):
       t0 = time.perf_counter()
       try:

@@ -22,6 +22,7 @@ loop and the counts it reports.
 """
 
 from collections.abc import Callable, Mapping, Sequence
+import contextlib
 import dataclasses
 import json
 import os
@@ -460,8 +461,9 @@ def run(
               'max_prompt_len': cfg.rollout.max_prompt_len,
               'long_prompts': cfg.rollout.long_prompts}
   counts = Counts()
-  # pylint: disable-next=protected-access
-  with build.build_scorer(cfg) as scorer:
+  with contextlib.ExitStack() as resources:
+    build.enter_mesh(cfg, log, resources)  # the config's mesh, as training's
+    scorer = resources.enter_context(build.build_scorer(cfg))
     for tag, (spec, name) in tags.items():
       model = model_spec.load(name, cfg, log=log)
       identity = model.name
