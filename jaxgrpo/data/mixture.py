@@ -436,8 +436,10 @@ class MixtureSampler:
     per dataset: sets which datasets are stuck in the next steps (see the
     module's doc), and says when one turns stuck or pays again."""
     c = self._step_counts
+    # One dataset alone has no other to take its slots.
     stuck = ((self.need(counts) > 0) & (c['informative'] == 0)
-             & ((c['drawn'] > 0) | self._stuck) & ~self._exhausted)
+             & ((c['drawn'] > 0) | self._stuck) & ~self._exhausted
+             & (len(self.names) > 1))
     for d in np.flatnonzero(stuck != self._stuck):
       name, owed = self.names[d], int(self.need(counts)[d])
       self._log(
@@ -512,7 +514,7 @@ class MixtureSampler:
         out[f'data/handover_out/{name}'] = float(c['handover_out'][d])
         out[f'data/handover_in/{name}'] = float(c['handover_in'][d])
       out[f'data/exhausted/{name}'] = float(self._exhausted[d])
-      if self.quotas[d]:  # only a dataset that owes groups can be stuck
+      if self.quotas[d] and len(self.names) > 1:  # a mixture's, that owes
         out[f'data/stuck/{name}'] = float(self._stuck_in_step[d])
       # Constant over a run; logged with every step so each record of
       # metrics.jsonl says what the data left out.

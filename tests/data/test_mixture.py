@@ -207,6 +207,19 @@ class MixtureTest(parameterized.TestCase):
       self.assertEqual(res.metrics['data/stuck/easy'], 0.0)
       self.assertEqual(res.metrics['rollout/groups_used/easy'], 2)
 
+  def test_a_dataset_alone_is_never_stuck(self):
+    # Its slots have no other dataset to go to: nothing changes, nothing
+    # is said, no data/stuck metric.
+    ro, sampler, _ = scripted.make_rollout(
+        [('easy', 1.0, [1.0] * 8)], balance='post_filter', batch_size=4,
+        round_size=8, max_rounds=2)
+    lines = []
+    sampler._log = lines.append  # pylint: disable=protected-access
+    for res in _run(ro, 3):
+      self.assertNotIn('data/stuck/easy', res.metrics)
+      self.assertEqual(res.metrics['rollout/groups_used'], 0)
+    self.assertEqual(lines, [])
+
   def test_a_floor_a_dataset_cannot_fill_does_not_pile_up_surplus(self):
     # pre_filter with a floor on an always-right dataset: every step ran
     # all its rounds, and the informative groups of the others beyond the
