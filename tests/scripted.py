@@ -61,12 +61,14 @@ def make_examples(name: str, n: int) -> list[Example]:
 def make_rollout(datasets, *, policy='none', balance='pre_filter',
                  batch_size=4, group_size=4, round_size=8, max_rounds=4,
                  surplus='carry', snooze_factor=5, seed=0, gen_seed=0,
-                 min_fractions=None, max_round_size=256, short_batch='wait'):
+                 min_fractions=None, max_round_size=256, short_batch='wait',
+                 verifier=None):
   """A Rollout over a MixtureSampler of scripted datasets.
 
   Args:
     datasets: list of (name, weight, pass rates per example).
     others: as in RolloutConfig / PolicyConfig.
+    verifier: scores (completion, example) (default: exact_match).
 
   Returns:
     (rollout, sampler, generator).
@@ -93,5 +95,6 @@ def make_rollout(datasets, *, policy='none', balance='pre_filter',
       max_rounds=max_rounds, surplus=surplus, max_prompt_len=8,
       max_round_size=max_round_size, short_batch=short_batch)
   ro = rollout_lib.Rollout.for_model(
-      cfg, sampler, tok, gen, verifier_pool.Scorer(verifiers.get('exact_match')))
+      cfg, sampler, tok, gen,
+      verifier_pool.Scorer(verifier or verifiers.get('exact_match')))
   return ro, sampler, gen

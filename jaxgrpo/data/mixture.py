@@ -24,8 +24,8 @@ its floor) although it was asked, and yielded no informative group in it
 open to every dataset, drawn for by weight (its own share included), so
 the batch fills and the others take them over, where the rounds would ask
 it alone, step after step, and a short batch under `wait` would never
-train. It is asked still; the first step in which it yields an
-informative group (or pays what it owes) ends it.
+train. It is asked still, one prompt a step at least; the first step in
+which it yields an informative group (or pays what it owes) ends it.
 
 Datasets with offline difficulty strata (`curriculum.Strata`) offer each
 example with its stratum's weight at the current step (`curriculum`), and
@@ -239,8 +239,8 @@ class MixtureSampler:
     k = len(self.names)
     self._step_counts = {
         key: np.zeros(k, np.int64)
-        for key in ('drawn', 'informative', 'easy', 'hard', 'handover_out',
-                    'handover_in')
+        for key in ('drawn', 'informative', 'easy', 'hard', 'flat',
+                    'handover_out', 'handover_in')
     }
 
   def _apply_stage(self, step: int) -> None:
@@ -278,10 +278,12 @@ class MixtureSampler:
     """Round slots per dataset before exhaustion is known."""
     open_ = ~self._exhausted
     weights = np.where(open_, self.weights, 0.0)
-    # A stuck dataset is asked one prompt a round at least, weight 0 or
-    # not, and what it owes is drawn for by weight among every open one.
+    # A stuck dataset is asked one prompt a step at least, weight 0 or not
+    # (a streaming step draws a few prompts at a time), and what it owes is
+    # drawn for by weight among every open one.
     stuck = open_ & self._stuck & (need > 0)
-    probe = stuck.astype(np.int64) * (n >= stuck.sum())
+    probe = (stuck & (self._step_counts['drawn'] == 0)).astype(np.int64)
+    probe *= n >= probe.sum()
     n -= int(probe.sum())
     owed = np.where(open_ & ~self._stuck, need, 0)
     if self.balance == 'post_filter':
@@ -367,8 +369,12 @@ class MixtureSampler:
         hard = (rewards_RG[rows] <= pol.hard_threshold).all(axis=1) & ~easy
         self._step_counts['easy'][d] += int(easy.sum())
         self._step_counts['hard'][d] += int(hard.sum())
-        self._step_counts['informative'][d] += int(rows.size - easy.sum()
-                                                   - hard.sum())
+        # Equal rewards between the thresholds teach nothing either (the
+        # rollout drops them: `rl.rounds.classify`).
+        flat = (np.ptp(rewards_RG[rows], axis=1) <= 1e-6) & ~easy & ~hard
+        self._step_counts['flat'][d] += int(flat.sum())
+        self._step_counts['informative'][d] += int(
+            rows.size - easy.sum() - hard.sum() - flat.sum())
 
   def hold(self, examples: Sequence[Example]) -> None:
     """Keeps drawn, unobserved `examples` pending past the step's end.
@@ -440,7 +446,8 @@ class MixtureSampler:
     stuck = ((self.need(counts) > 0) & (c['informative'] == 0)
              & ((c['drawn'] > 0) | self._stuck) & ~self._exhausted
              & (len(self.names) > 1))
-    for d in np.flatnonzero(stuck != self._stuck):
+    # One closed by a curriculum stage is out of examples: said as such.
+    for d in np.flatnonzero((stuck != self._stuck) & ~self._exhausted):
       name, owed = self.names[d], int(self.need(counts)[d])
       self._log(
           f'step {self.step}: dataset {name!r} yielded no informative group '
@@ -509,6 +516,8 @@ class MixtureSampler:
       out[f'data/prompts_drawn/{name}'] = float(c['drawn'][d])
       out[f'rollout/groups_easy/{name}'] = float(c['easy'][d])
       out[f'rollout/groups_hard/{name}'] = float(c['hard'][d])
+      if c['flat'][d]:  # partial rewards only: a key in the steps with any
+        out[f'rollout/groups_flat/{name}'] = float(c['flat'][d])
       if self.balance == 'post_filter':
         out[f'data/quota/{name}'] = float(self.quotas[d])
         out[f'data/handover_out/{name}'] = float(c['handover_out'][d])

@@ -7,6 +7,7 @@ import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
+from jaxgrpo import verifiers
 from jaxgrpo.configs import common
 from jaxgrpo.configs import demo
 from jaxgrpo.data import loading
@@ -189,6 +190,47 @@ class MixtureTest(parameterized.TestCase):
       self.assertEqual(m['data/handover_in/hard'], 2)
       self.assertGreater(m['data/prompts_drawn/easy'], 0)  # asked still
     self.assertLen(lines, 1)
+
+  def test_groups_of_one_partial_reward_teach_nothing(self):
+    # A dataset whose every completion scores 0.1 (the format right, the
+    # answer wrong, under a weighted verifier): its groups are dropped as
+    # flat, yet it counted as yielding, was never stuck, and no step
+    # trained again; the groups were in no count.
+    exact = verifiers.get('exact_match')
+    ro, _, _ = scripted.make_rollout(
+        [('flat', 0.5, [0.0] * 8), ('hard', 0.5, [0.5] * 32)],
+        balance='post_filter', batch_size=4, round_size=8, max_rounds=4,
+        verifier=lambda text, ex: (0.1 if ex.dataset == 'flat'
+                                   else exact(text, ex)))
+    results = _run(ro, 5)
+    first = results[0].metrics
+    self.assertEqual(first['rollout/groups_flat/flat'], first[
+        'rollout/prompts_generated/flat'])
+    self.assertNotIn('rollout/groups_flat/hard', first)
+    for res in results[1:]:
+      self.assertEqual(res.metrics['data/stuck/flat'], 1.0)
+      self.assertEqual(res.metrics['rollout/groups_used'], 4)
+
+  def test_a_stuck_dataset_is_probed_once_a_step_when_streaming(self):
+    # A streaming step draws a prompt or two at a time: a probe per draw
+    # gave the stuck dataset (weight 0.25) every draw's first prompt, most
+    # of the step's prompts, and `wait` steps went without an update.
+    specs = [(mixture.DatasetSpec(name=n, weight=w,
+                                  policy=snooze.PolicyConfig(group_size=2)),
+              scripted.make_examples(n, 32))
+             for n, w in (('easy', 0.25), ('hard', 0.75))]
+    sampler = mixture.MixtureSampler(specs, balance='post_filter',
+                                     batch_size=4, seed=0)
+    sampler.start_step(0)
+    drawn = sampler.next_prompts(8, np.array([1, 3]))
+    sampler.observe(drawn, np.array(
+        [[1.0, 1.0] if ex.dataset == 'easy' else [0.0, 1.0] for ex in drawn]))
+    sampler.end_step(np.array([0, 3]))  # 'easy' owes 1, yielded nothing
+    sampler.start_step(1)
+    names = [ex.dataset for _ in range(16)
+             for ex in sampler.next_prompts(1, np.array([1, 0]))]
+    self.assertEqual(names.count('easy'), 1)
+    self.assertEqual(sampler.metrics()['data/stuck/easy'], 1.0)
 
   def test_a_stuck_dataset_takes_its_quota_back_once_it_yields(self):
     ro, sampler, gen = scripted.make_rollout(
