@@ -549,6 +549,7 @@ def _step_fn(cfg: config_lib.Config, graphdef, optimizer, state_shardings,
       base_graphdef=base_graphdef,
       state_shardings=state_shardings,
       batch_shardings=batch_shardings,
+      scale_short=cfg.rollout.short_batch == 'scale',
   )
 
 

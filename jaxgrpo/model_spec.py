@@ -17,7 +17,11 @@ A spec is one of
     config's model.chat_template and model.system_prompt.
 
 Checkpoints are read without the optimizer state and without writing to
-the run's directory, so a live training run may be read from.
+the run's directory, so a live training run may be read from. Params are
+placed on the active mesh, as training places them.
+
+Size: the three kinds of spec share their resolution (`name_of`, a step
+removed meanwhile) and the checks of what a run's checkpoint holds.
 """
 
 from collections.abc import Callable

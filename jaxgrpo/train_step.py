@@ -173,6 +173,16 @@ def _reference(
   return graphdef, state.ref_params
 
 
+def _shares(batch: TrainBatch, num_minibatches: int) -> jax.Array | None:
+  """[B] each group's share of the batch's real groups times the number of
+  minibatches (`_update`'s `share_M`); None for one minibatch, where the
+  n / B the batch was scaled by is the minibatch's own."""
+  if num_minibatches == 1:
+    return None
+  real_B = batch.prompt_mask.any(axis=1).astype(jnp.float32)  # no padding
+  return real_B * num_minibatches / jnp.maximum(real_B.sum(), 1.0)
+
+
 def _update(
     carry: tuple[nnx.State, optax.OptState],
     groups_M: jax.Array,
@@ -182,8 +192,16 @@ def _update(
     base: nnx.State | None,
     grad_fn: Callable,
     optimizer: optax.GradientTransformation,
+    share_M: jax.Array | None = None,
 ) -> tuple[tuple[nnx.State, optax.OptState], tuple[Metrics, jax.Array]]:
   """One optimizer update on the minibatch of the groups `groups_M`.
+
+  `share_M` (a short batch under `rollout.short_batch='scale'`, in several
+  minibatches): each group's share of the real groups times the number of
+  minibatches; the advantages, scaled by n / B for the whole batch, are
+  scaled again by the minibatch's sum of it, so that its real groups weigh
+  as groups of a full minibatch do whichever minibatch the shuffle put
+  them in.
 
   It is skipped (params and optimizer state kept, a select) when the loss
   or gradients are not finite, or when the minibatch has no completion
@@ -196,6 +214,9 @@ def _update(
   """
   params, opt_state = carry
   mb_batch, mb_ref_logps = _take_groups(batch, ref_logps_RT, groups_M)
+  if share_M is not None:
+    mb_batch = mb_batch.replace(
+        advantages=mb_batch.advantages * share_M[groups_M].sum())
   (loss, aux), grads = grad_fn(params, mb_batch, mb_ref_logps, base)
   grad_norm = optax.tree.norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
@@ -226,6 +247,7 @@ def train_step(
     num_minibatches: int,
     remat: str = 'none',
     base_graphdef: nnx.GraphDef | None = None,
+    scale_short: bool = False,
 ) -> tuple[TrainState, Metrics]:
   """Runs num_iterations passes of minibatch updates over one rollout batch.
 
@@ -264,6 +286,9 @@ def train_step(
       `jaxgrpo.model.decoder.REMAT_POLICIES`): less memory, more compute,
       the same result.
     base_graphdef: under an adapter, the decoder without it; else None.
+    scale_short: the batch's advantages were scaled by n / B for its n
+      real groups (`rollout.short_batch='scale'`); each minibatch then
+      rescales its own by its real groups' share (`_update`).
 
   Returns:
     The new state (step + 1) and scalar metrics averaged over the updates
@@ -306,7 +331,8 @@ def train_step(
 
   update = functools.partial(
       _update, batch=batch, ref_logps_RT=ref_logps_RT, base=state.base,
-      grad_fn=grad_fn, optimizer=optimizer)
+      grad_fn=grad_fn, optimizer=optimizer,
+      share_M=_shares(batch, num_minibatches) if scale_short else None)
   (params, opt_state), (metrics_U, used_U) = jax.lax.scan(
       update, (state.params, state.opt_state), groups_UM
   )
@@ -341,6 +367,7 @@ def make_train_step(
     base_graphdef: nnx.GraphDef | None = None,
     state_shardings: TrainState | None = None,
     batch_shardings: TrainBatch | None = None,
+    scale_short: bool = False,
 ) -> Callable[[TrainState, TrainBatch, jax.Array], tuple[TrainState, Metrics]]:
   """`train_step` with its settings bound, jitted with the state donated.
 
@@ -366,6 +393,7 @@ def make_train_step(
     state_shardings: the TrainState's shardings
       (`sharding.train_state_shardings`), or None: unsharded.
     batch_shardings: the TrainBatch's shardings (`sharding.batch_shardings`).
+    scale_short: `rollout.short_batch='scale'` (see `train_step`).
 
   Returns:
     A jitted `fn(state, batch, rng) -> (state, metrics)`.
@@ -382,6 +410,7 @@ def make_train_step(
       num_minibatches=num_minibatches,
       remat=remat,
       base_graphdef=base_graphdef,
+      scale_short=scale_short,
   )
   # Traced under the mesh (or none) active now, whenever it is first called.
   mesh = sharding.current()

@@ -219,6 +219,55 @@ class TrainStepTest(parameterized.TestCase):
       np.testing.assert_allclose(metrics[name], value, rtol=1e-5,
                                  atol=1e-7, err_msg=name)
 
+  @parameterized.parameters('token_mean', 'seq_mean_token_mean', 'dr_grpo')
+  def test_a_scaled_short_batch_weighs_the_same_whatever_the_shuffle(
+      self, loss_agg):
+    # short_batch='scale': 2 real groups of B = 4 in 2 minibatches. Where
+    # the shuffle put both in one minibatch they weighed half what they
+    # weighed split one per minibatch (each normalizer counts its own real
+    # rows); now both weigh as groups of a full minibatch: together, the
+    # update is the 2 groups' own full-batch update.
+    sgd = optax.sgd(1e-3)
+    loss_cfg = train_step_lib.LossConfig(loss_agg=loss_agg,
+                                         max_completion_len=_T)
+    padded = jax.tree.map(lambda x: jnp.concatenate([x, jnp.zeros_like(x)]),
+                          self.batch)
+    padded = padded.replace(advantages=padded.advantages * 2 / 4)
+
+    def delta(batch, seed, minibatches, scale_short):
+      state = train_state_lib.create_train_state(
+          self.graphdef, _copy(self.params), sgd, keep_reference=False)
+      new, _ = train_step_lib.make_train_step(
+          graphdef=self.graphdef, optimizer=sgd, loss_cfg=loss_cfg,
+          num_minibatches=minibatches, scale_short=scale_short)(
+              state, _copy(batch), jax.random.key(seed))
+      return jax.tree.map(lambda a, b: np.asarray(a) - np.asarray(b),
+                          new.params, self.params)
+
+    def together(seed):
+      order = jax.random.permutation(jax.random.fold_in(
+          jax.random.key(seed), 0), 4)
+      return {int(g) for g in order[:2]} in ({0, 1}, {2, 3})
+
+    same = next(s for s in range(50) if together(s))
+    apart = next(s for s in range(50) if not together(s))
+    full = delta(self.batch, 0, 1, False)
+    chex.assert_trees_all_close(delta(padded, same, 2, True), full,
+                                rtol=1e-5, atol=1e-10)
+    norm = lambda tree: float(optax.tree.norm(tree))
+    split = delta(padded, apart, 2, True)
+    # Two updates, the second from where the first moved the params; a
+    # group alone under token_mean weighs by its own tokens (5 and 6 here),
+    # not the pair's 11. Otherwise it weighs as in the full minibatch.
+    self.assertAlmostEqual(norm(split) / norm(full), 1.0, delta=(
+        0.15 if loss_agg == 'token_mean' else 0.02))
+    cosine = optax.tree.vdot(split, full) / (norm(split) * norm(full))
+    self.assertGreater(float(cosine), 0.99)
+    # Not scaled per minibatch, the two shuffles gave updates 2x apart.
+    self.assertAlmostEqual(norm(delta(padded, apart, 2, False))
+                           / norm(delta(padded, same, 2, False)), 2.0,
+                           delta=0.15)
+
   def test_nonfinite_update_keeps_the_rounding_count(self):
     # With bfloat16 params the optimizer also counts updates (it picks each
     # update's rounding noise); a skipped update leaves that count too.

@@ -30,7 +30,12 @@ replaced are counted per checkpoint, as training's `verify/*`: in the file
 samples with the same keys. Mistakes
 end with one line `jaxgrpo-eval: error: ...` (exit code 2 for the command
 line, the config and checkpoint specs, 1 otherwise: a checkpoint that
-cannot be read).
+cannot be read, once the others' results are out). It runs on the config's
+mesh (`mesh.*`), as training does.
+
+Size: the Python API (`evaluate_checkpoints`, its table and its checks of
+every spec and dataset before any model loads) and the command line around
+it, which share their arguments' meaning.
 """
 
 import argparse
@@ -170,14 +175,10 @@ def evaluate_checkpoints(
   """
   # pylint: disable=g-import-not-at-top
   import jax
-  import tqdm
   from jaxgrpo import config_lib
   from jaxgrpo import model_spec
   from jaxgrpo import build
-  from jaxgrpo import evaluate
-  from jaxgrpo.generate import sampling as sampling_lib
   from jaxgrpo.stratify import runner
-  from jaxgrpo.verifiers import base
   # pylint: enable=g-import-not-at-top
   if not isinstance(cfg, config_lib.Config):
     cfg = config_lib.from_config_dict(cfg)
@@ -217,26 +218,42 @@ def evaluate_checkpoints(
         log(f'{spec}: cannot be evaluated ({e}); going on with the others')
         continue
       loaded = _examples(cfg, model.tokenizer, selected, split, limit, log)
-      examples = [ex for _, members in loaded for ex in members]
-      generator = dataclasses.replace(
-          runner.make_generator(cfg, model, k),
-          sampling=sampling_lib.Sampling(temperature=temperature))
       tag = runner.tag_of(model.name)
-      stats = base.ScoreStats()
-      with tqdm.tqdm(total=len(examples), desc=tag, unit='ex',
-                     disable=not progress, dynamic_ncols=True) as bar:
-        metrics = evaluate.evaluate_model(
-            generator, model.params, model.tokenizer, scorer, loaded,
-            key=key, threshold=threshold,
-            max_prompt_len=cfg.rollout.max_prompt_len,
-            truncate=cfg.rollout.long_prompts == 'truncate',
-            batch=min(batch, max(len(m) for _, m in loaded)), bar=bar,
-            stats=stats)
+      metrics, verify = _scores(cfg, model, scorer, loaded, k=k, key=key,
+                                temperature=temperature, batch=batch,
+                                tag=tag, progress=progress)
       result['checkpoints'].append({
           'spec': spec, 'name': model.name, 'tag': tag,
           'seconds': round(time.perf_counter() - t0, 3), 'metrics': metrics,
-          'verify': evaluate.verify_counts(stats)})
+          'verify': verify})
   return _distinct_tags(result)
+
+
+def _scores(cfg, model, scorer, loaded, *, k: int, key, temperature: float,
+            batch: int, tag: str, progress: bool) -> tuple[dict, dict]:
+  """(metrics, verifier counts) of `model` on the `loaded` examples: k
+  completions each at `temperature`, `batch` prompts a generator call."""
+  # pylint: disable=g-import-not-at-top
+  import tqdm
+  from jaxgrpo import evaluate
+  from jaxgrpo.generate import sampling as sampling_lib
+  from jaxgrpo.stratify import runner
+  from jaxgrpo.verifiers import base
+  # pylint: enable=g-import-not-at-top
+  generator = dataclasses.replace(
+      runner.make_generator(cfg, model, k),
+      sampling=sampling_lib.Sampling(temperature=temperature))
+  stats = base.ScoreStats()
+  with tqdm.tqdm(total=sum(len(m) for _, m in loaded), desc=tag, unit='ex',
+                 disable=not progress, dynamic_ncols=True) as bar:
+    metrics = evaluate.evaluate_model(
+        generator, model.params, model.tokenizer, scorer, loaded,
+        key=key, threshold=cfg.rollout.easy_threshold,
+        max_prompt_len=cfg.rollout.max_prompt_len,
+        truncate=cfg.rollout.long_prompts == 'truncate',
+        batch=min(batch, max(len(m) for _, m in loaded)), bar=bar,
+        stats=stats)
+  return metrics, evaluate.verify_counts(stats)
 
 
 def _distinct_tags(result: dict[str, Any]) -> dict[str, Any]:
