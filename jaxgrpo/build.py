@@ -16,11 +16,9 @@ raises for them.
 from collections.abc import Callable
 import contextlib
 import dataclasses
-import importlib
 import math
 import os
 import time
-import traceback
 from typing import Any
 
 import jax
@@ -61,21 +59,7 @@ Log = Callable[[str], None]
 
 def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
   """Each dataset's verifier, scored per cfg.verify; errors name the key."""
-  for i, module in enumerate(cfg.verify.imports):
-    try:
-      importlib.import_module(module)
-    except Exception as e:  # pylint: disable=broad-except
-      # Any failure of the module's code (a SyntaxError, a name registered
-      # twice, a RuntimeError of its own), with where it was raised.
-      at = ''
-      if isinstance(e, SyntaxError):
-        at = f' at {e.filename}:{e.lineno}'
-      elif not isinstance(e, ImportError):
-        frame = traceback.extract_tb(e.__traceback__)[-1]
-        at = f' at {frame.filename}:{frame.lineno}'
-      raise errors.ConfigError(
-          f'verify.imports[{i}]={module!r}: cannot import it '
-          f'({type(e).__name__}: {e}{at})') from None
+  verifier_pool.import_modules(cfg.verify.imports)  # (done: a no-op)
   built, names = {}, {}
   for i, entry in enumerate(cfg.data.datasets):
     key = f'data.datasets[{i}].verifier'

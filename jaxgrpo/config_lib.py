@@ -42,6 +42,7 @@ from jaxgrpo.model import pretrained
 from jaxgrpo.rl import advantages
 from jaxgrpo.rl import batch as batch_lib
 from jaxgrpo.rl import rollout as rollout_lib
+from jaxgrpo.verifiers import pool as verifier_pool
 
 
 class ModelSection(Section, name='model'):
@@ -187,7 +188,8 @@ class VerifySection(Section, name='verify'):
       '`verify/timeouts` (0: no limit)', NON_NEGATIVE)
   imports: tuple[str, ...] = field(
       (), 'modules imported first, and in every worker, to register your '
-      'verifiers', checks.names('must be a list of module names'))
+      'verifiers (or `rl.advantage` estimators)',
+      checks.names('must be a list of module names'))
 
 
 class Config(Section):
@@ -353,6 +355,10 @@ def from_config_dict(cfg: ml_collections.ConfigDict | dict | Config) -> Config:
   if isinstance(cfg, ml_collections.ConfigDict) and (unset := unset_keys(cfg)):
     raise ConfigError(f'{", ".join(unset)} must be given (a '
                       'config_dict.required_placeholder left unset)')
+  if not isinstance(cfg, Config):  # they may register an `rl.advantage`
+    imports = (cfg.get('verify') or {}).get('imports', ())
+    if checks.names('?')(imports) is None:  # else its field's rule tells
+      verifier_pool.import_modules(imports)
   return cfg if isinstance(cfg, Config) else _build(Config, cfg, '')
 
 

@@ -49,8 +49,9 @@ KNOWN_MODULES = {
 # with rl.cut_completions, 1129 with infinite values refused except where
 # they mean no limit, 1148 with unset required placeholders named, 1173
 # with dataset keys of another kind refused, model.system_prompt checked
-# and the mixture's weights named, 1178 with LoRA keys refused at rank 0).
-KNOWN_CONFIG_LINES = 1178
+# and the mixture's weights named, 1178 with LoRA keys refused at rank 0,
+# 1184 with verify.imports imported before the schema checks rl.advantage).
+KNOWN_CONFIG_LINES = 1184
 
 
 class CodeShapeTest(absltest.TestCase):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -11,6 +12,7 @@ import numpy as np
 
 from jaxgrpo import config_lib
 from jaxgrpo import configs
+from jaxgrpo import errors
 from jaxgrpo.configs import common
 from jaxgrpo.configs import demo
 from jaxgrpo.configs import qa_mixture
@@ -322,6 +324,29 @@ class ConfigTest(parameterized.TestCase):
     c = demo.get_config()
     c.rl.advantage = name
     self.assertEqual(config_lib.from_config_dict(c).rl.advantage, name)
+
+  def test_an_advantage_registered_by_verify_imports_can_be_chosen(self):
+    # The modules were imported after the schema checked rl.advantage:
+    # 'must be one of ('dr_grpo', 'grpo', 'rloo')' on the command line.
+    folder = self.create_tempdir().full_path
+    module, name = 'test_config_lib_estimator', 'test_config_lib_sign'
+    with open(os.path.join(folder, f'{module}.py'), 'w') as f:
+      f.write('from jaxgrpo.rl import advantages\n'
+              f'advantages.register_estimator({name!r})(\n'
+              '    lambda rewards, eps: rewards * 0)\n')
+    sys.path.insert(0, folder)
+    self.addCleanup(sys.path.remove, folder)
+    self.addCleanup(sys.modules.pop, module, None)
+    self.addCleanup(advantages._ESTIMATORS.pop, name, None)  # pylint: disable=protected-access
+    c = demo.get_config()
+    c.rl.advantage = name
+    c.verify.imports = (module,)
+    self.assertEqual(config_lib.from_config_dict(c).rl.advantage, name)
+    # A module that fails is named as before, with where.
+    c.verify.imports = ('no_such_module_here',)
+    with self.assertRaisesRegex(errors.ConfigError,
+                                r"^verify.imports\[0\]='no_such_module_here'"):
+      config_lib.from_config_dict(c)
 
   def test_parse_arg(self):
     args = common.parse_arg('runlocal,model=small_10m,steps=5',

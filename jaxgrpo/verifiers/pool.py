@@ -50,6 +50,7 @@ import pickle
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 import numpy as np
@@ -223,6 +224,29 @@ def _first_to_kill() -> None:
   with contextlib.suppress(OSError):  # not Linux; any process may raise it
     with open('/proc/self/oom_score_adj', 'w') as f:
       f.write('1000')
+
+
+def import_modules(imports: Sequence[str]) -> None:
+  """Imports `verify.imports`: the modules that register verifiers (or
+  advantage estimators), before anything looks their names up.
+
+  Raises:
+    errors.ConfigError: naming the module and where its code failed (a
+      SyntaxError, a name registered twice, an error of its own).
+  """
+  for i, module in enumerate(imports):
+    try:
+      importlib.import_module(module)
+    except Exception as e:  # pylint: disable=broad-except
+      at = ''
+      if isinstance(e, SyntaxError):
+        at = f' at {e.filename}:{e.lineno}'
+      elif not isinstance(e, ImportError):
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        at = f' at {frame.filename}:{frame.lineno}'
+      raise errors.ConfigError(
+          f'verify.imports[{i}]={module!r}: cannot import it '
+          f'({type(e).__name__}: {e}{at})') from None
 
 
 def _load(payload: bytes, imports: Sequence[str]):
