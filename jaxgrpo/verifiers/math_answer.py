@@ -138,6 +138,7 @@ _NOT_VALUE_RE = re.compile(
     re.I)
 _OPERATOR_BEFORE = ('^', '\u221a', '\u221b', '\u221c')  # 10^3, roots
 _SCALE_AFTER_RE = re.compile(r'(?:[kKMB]|bn)(?![A-Za-z])|:\d')  # 18k, 3:30
+_TIME_BEFORE_RE = re.compile(r'\d:$')  # the 30 of 3:30
 # What 'the answer is' may mark instead of an answer: a few words, then a
 # colon or the end of the sentence ('simple:', 'as follows', 'easy to see').
 _LEAD_IN_RE = re.compile(r'(?:[^\W\d_]+[ *_]+){0,3}[^\W\d_]+[*_]*(?::|\Z)')
@@ -274,9 +275,11 @@ def _operand(text: str, start: int) -> bool:
 
 def _last_number(text: str) -> str | None:
   """The last number token, with a vulgar fraction glued to it ('2½'); None
-  when it is glued to another numeral ('10²') or an operand ('10^3')."""
+  when it is glued to another numeral ('10²'), an operand ('10^3'), a
+  scale letter ('18k', '1.5M') or a time ('3:30'), as a marked answer's is."""
   found = _last(_NUMBER_TOKEN_RE, text)
-  if found is None or _operand(text, found.start()):
+  if found is None or _operand(text, found.start()) or _SCALE_AFTER_RE.match(
+      text, found.end()) or _TIME_BEFORE_RE.search(text, 0, found.start()):
     return None
   after = text[found.end():found.end() + 1]
   if after in _VULGAR:

@@ -44,6 +44,12 @@ _CASES = (
     ('hashes_expression_gold_is_a_heading', '#### x+1', 'x+1', 0),
     ('boxed_word_gold', '#### Solution\nIt is \\boxed{five}', 'five', 1),
     ('hashes_wrong', '#### 17', '18', 0),
+    # The last number glued to a scale letter or in a time is none, as in
+    # a marked answer (docs/data.md); it read '18k' as 18 and 3:30 as 30.
+    ('last_number_scale_suffix', 'It costs 18k', '18', 0),
+    ('last_number_scale_suffix_decimal', 'The total is 1.5M.', '1.5', 0),
+    ('last_number_time', 'She left at 3:30', '30', 0),
+    ('last_number_after_a_ratio', 'At a ratio of 3:2 she made 18', '18', 1),
     ('hashes_commas', '#### 1,000', '1000', 1),
     # Integers past a float's 53 bits are compared digit by digit.
     ('long_integer_off_by_one', '#### 12345678901234567891',
