@@ -39,7 +39,6 @@ from jaxgrpo.reporting.plot_panels import smooth
 from jaxgrpo.sim import engine
 from jaxgrpo.sim import learner as learner_lib
 
-OUT = os.path.join(reproduce.DATA, 'sim_fit.json')
 # Each simulated run walks up to 128 rounds of 64 prompts a step through the
 # real sampler, so a point costs seconds: a coarse grid.
 GRID = {
@@ -130,10 +129,13 @@ def predict(params, experiment) -> dict:
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--data', default=reproduce.DATA)
-  parser.add_argument('--out', default=OUT)
+  parser.add_argument('--out', default=None,
+                      help='default: DATA/sim_fit.json, which `reproduce.py '
+                      'report --data DATA` reads')
   parser.add_argument('--predict-only', action='store_true',
                       help='keep the fitted params in --out; predict again')
   args = parser.parse_args(argv)
+  args.out = args.out or os.path.join(args.data, 'sim_fit.json')
   if args.predict_only:
     with open(args.out) as f:
       result = json.load(f)

@@ -392,10 +392,20 @@ def export(records: list[dict], header: dict, path: str) -> None:
 
 
 def read_run(path: str) -> tuple[dict, list[dict]]:
-  """(header, records) of a data file."""
-  with gzip.open(path, 'rt', encoding='utf-8') as f:
-    lines = [json.loads(line) for line in f if line.strip()]
-  return lines[0]['header'], lines[1:]
+  """(header, records) of a data file.
+
+  Raises:
+    SystemExit: naming the file, when it is cut short, not gzip, or holds
+      no header.
+  """
+  try:
+    with gzip.open(path, 'rt', encoding='utf-8') as f:
+      lines = [json.loads(line) for line in f if line.strip()]
+    return lines[0]['header'], lines[1:]
+  except (OSError, EOFError, ValueError, IndexError, KeyError, TypeError) as e:
+    raise SystemExit(f'{path}: a damaged data file ({type(e).__name__}: {e}); '
+                     'restore it (git checkout) or delete it to run it again'
+                     ) from None
 
 
 @contextlib.contextmanager
@@ -586,11 +596,29 @@ def plan(experiment: Experiment, seeds, only=None) -> list[tuple[str, int]]:
 
 
 def _seeds(text: str) -> list[int]:
+  """'0-4' or '0,2' as seeds; ValueError for none or a malformed part."""
   out = []
-  for part in text.split(','):
-    lo, _, hi = part.partition('-')
-    out.extend(range(int(lo), int(hi or lo) + 1))
+  try:
+    for part in text.split(','):
+      lo, _, hi = part.partition('-')
+      out.extend(range(int(lo), int(hi or lo) + 1))
+  except ValueError:
+    raise ValueError(f'--seeds={text}: give seeds as 0-4 or 0,2') from None
+  if not out:
+    raise ValueError(f'--seeds={text}: names no seed')
   return out
+
+
+def _shard(text: str) -> tuple[int, int]:
+  """'k/n' as (k, n), 0 <= k < n; ValueError otherwise."""
+  try:
+    k, n = (int(x) for x in text.split('/'))
+  except ValueError:
+    k = n = 0
+  if not 0 <= k < n:
+    raise ValueError(f'--shard={text}: give k/n with 0 <= k < n (k counts '
+                     'from 0: 0/2 and 1/2)')
+  return k, n
 
 
 def main(argv=None):
@@ -602,10 +630,12 @@ def main(argv=None):
   run_p.add_argument('--variants', default='',
                      help='comma-separated variant names (default: all)')
   run_p.add_argument('--shard', default='0/1', help='k/n: every n-th run')
-  run_p.add_argument('--work', default=WORK)
-  run_p.add_argument('--data', default=DATA)
+  run_p.add_argument('--work', default=None, help=f'default: {WORK}')
+  run_p.add_argument('--data', default=None,
+                     help=f'default: {DATA}; with --smoke, under --work')
   run_p.add_argument('--smoke', action='store_true',
-                     help='tiny sizes and 2 steps (keeps this working)')
+                     help='tiny sizes and 2 steps (keeps this working); '
+                     'never into the committed data')
   run_p.add_argument('--mixed-environments', action='store_true',
                      help='add runs to an experiment whose runs were made '
                      'on another CPU or with other packages')
@@ -630,9 +660,19 @@ def main(argv=None):
   experiment = experiments()[args.experiment]
   if args.smoke:
     experiment = smoke(experiment)
-  k, n = (int(x) for x in args.shard.split('/'))
-  runs = plan(experiment, _seeds(args.seeds),
-              [v for v in args.variants.split(',') if v])[k::n]
+  args.work = args.work or (os.path.join(WORK, 'smoke') if args.smoke
+                            else WORK)
+  args.data = args.data or (os.path.join(args.work, 'data') if args.smoke
+                            else DATA)
+  if args.smoke and os.path.abspath(args.data) == DATA:
+    parser.error(f'--smoke --data={args.data}: smoke runs never go into the '
+                 'committed data; name another folder')
+  try:
+    k, n = _shard(args.shard)
+    runs = plan(experiment, _seeds(args.seeds),
+                [v for v in args.variants.split(',') if v])[k::n]
+  except ValueError as e:
+    parser.error(str(e))
   if not args.mixed_environments:  # a smoke run adds to no committed data
     check_environment(experiment.name,
                       (args.data,) if args.smoke else (args.data, DATA))

@@ -1,8 +1,10 @@
 """scripts/reproduce.py: every experiment runs, sweeps resume, data files
 carry their provenance, and the report is built from them."""
 
+import contextlib
 import dataclasses
 import gzip
+import io
 import json
 import os
 import re
@@ -153,8 +155,9 @@ class ReproduceTest(absltest.TestCase):
                           'lr_example': (0.3,)}
     fit_simulator.SIM_SEEDS = (0,)
     try:
-      fit_simulator.main(['--data', data, '--out',
-                          os.path.join(data, 'sim_fit.json')])
+      # Into --data, beside the runs it fits (it wrote over the committed
+      # docs/results/data/sim_fit.json).
+      fit_simulator.main(['--data', data])
     finally:
       fit_simulator.GRID, fit_simulator.SIM_SEEDS = grid, sim_seeds
     with open(os.path.join(data, 'sim_fit.json')) as f:
@@ -165,6 +168,38 @@ class ReproduceTest(absltest.TestCase):
     self.assertEqual(fit['predictions']['none']['saving_prompts_whole'],
                      [1.0])
     self.assertIn('`snooze5`', results_report.render_blocks(data)['simulator'])
+
+
+class CommandLineTest(absltest.TestCase):
+
+  def test_mistakes_and_damaged_files_end_in_one_line(self):
+    # A smoke run with the default --data wrote into the committed data,
+    # and `report` put it in the tables; --shard 2/2 ran every other run
+    # from index 2 (never index 0); the others were tracebacks.
+    work = self.create_tempdir().full_path
+    for args, message in (
+        (['--data', reproduce.DATA], '--smoke --data=.*: smoke runs never go '
+         'into the committed data'),
+        (['--shard', '2/2'], '--shard=2/2: give k/n with 0 <= k < n'),
+        (['--shard', '1'], '--shard=1: give k/n'),
+        (['--seeds', '4-0'], '--seeds=4-0: names no seed'),
+        (['--seeds', '0..4'], '--seeds=0..4: give seeds as 0-4 or 0,2'),
+        (['--variants', 'nonee'],
+         "--variants: regime has no variant \\['nonee'\\]")):
+      err = io.StringIO()
+      with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as e:
+        reproduce.main(['run', 'regime', '--smoke', '--work', work, *args])
+      self.assertEqual(e.exception.code, 2)
+      self.assertRegex(err.getvalue(), f'error: {message}')
+    # Without --data a smoke run writes under its --work.
+    self.assertNotEqual(os.path.abspath(os.path.join(work, 'data')),
+                        reproduce.DATA)
+    path = os.path.join(self.create_tempdir().full_path, 'none_s0.jsonl.gz')
+    with open(path, 'wb') as f:
+      f.write(gzip.compress(b'{"header": {}}\n{"step": 0}\n')[:30])
+    with self.assertRaisesRegex(SystemExit, f'^{re.escape(path)}: a damaged '
+                                'data file \\(EOFError: '):
+      reproduce.read_run(path)
 
 
 class EnvironmentTest(absltest.TestCase):

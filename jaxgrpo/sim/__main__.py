@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f'--seeds must be >= 1, got {args.seeds}')
   if args.size is not None and args.size < 2:
     parser.error(f'--size must be >= 2, got {args.size}')
+  if args.steps is not None and args.steps < 1:
+    parser.error(f'--steps must be >= 1, got {args.steps}')
   names = (sorted(experiments.EXPERIMENTS) if args.experiment == 'all'
            else [args.experiment])
   for name in names:
