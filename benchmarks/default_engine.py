@@ -103,6 +103,9 @@ def main(argv=None) -> int:
                       help='another --config.KEY=VALUE for every run')
   parser.add_argument('--json', default=None)
   args = parser.parse_args(argv)
+  if not 1 <= args.skip <= args.steps:
+    parser.error(f'--skip={args.skip}: the first step summed, from 1 to '
+                 f'--steps={args.steps}')
   modes = args.modes.split(',')
   if unknown := [m for m in modes if m not in MODES]:
     parser.error(f'unknown modes {unknown}; known: {list(MODES)}')

@@ -159,7 +159,9 @@ def _table(results: list[dict], args) -> str:
       f'B={args.batch_size} x G={args.group_size}, P={args.prompt_len}, '
       f'T={args.new_tokens}; generation round {args.round_size} prompts x '
       f'{args.group_size} samples x {args.new_tokens} tokens; median and '
-      f'best of {args.steps}; ratios to the 1-device mesh (median / best)',
+      f'best of {args.steps}; ratios to the '
+      + ('1-device mesh' if base['layout'] == '1,1,1'
+         else f'mesh {base["layout"]}') + ' (median / best)',
       '',
       '| mesh (data, fsdp, tensor) | devices | train step (median / best) | '
       'ratio | generation round (median / best) | ratio | '
