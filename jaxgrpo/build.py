@@ -16,8 +16,10 @@ raises for them.
 from collections.abc import Callable
 import contextlib
 import dataclasses
+import logging
 import math
 import os
+import threading
 import time
 from typing import Any
 
@@ -57,8 +59,9 @@ from jaxgrpo.verifiers import pool as verifier_pool
 Log = Callable[[str], None]
 
 
-def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
-  """Each dataset's verifier, scored per cfg.verify; errors name the key."""
+def built_verifiers(cfg: config_lib.Config) -> tuple[dict, dict]:
+  """(verifier, short name) of each dataset, by name; ConfigError names
+  the entry's verifier key (an unknown name, a bad option)."""
   verifier_pool.import_modules(cfg.verify.imports)  # (done: a no-op)
   built, names = {}, {}
   for i, entry in enumerate(cfg.data.datasets):
@@ -68,14 +71,28 @@ def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
     except ValueError as e:
       raise errors.ConfigError(str(e)) from None
     names[entry.name] = _verifier_name(entry.verifier)
+  return built, names
+
+
+def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
+  """Each dataset's verifier, scored per cfg.verify; errors name the key."""
+  built, names = built_verifiers(cfg)
   try:
-    return verifier_pool.Scorer(
+    scorer = verifier_pool.Scorer(
         built, workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s,
         imports=cfg.verify.imports, names=names)
   except errors.ConfigError:
     raise  # names its key (verify.imports, when a worker cannot import it)
   except ValueError as e:
     raise errors.ConfigError(f'verify.workers={cfg.verify.workers}: {e}') from None
+  if (scorer.limited_on_main_thread_only
+      and threading.current_thread() is not threading.main_thread()):
+    logging.getLogger('jaxgrpo').warning(
+        'verify.timeout_s=%g is not enforced: with verify.workers=0 the '
+        'verifiers run in this thread, and only the main thread has a timer; '
+        'set verify.workers >= 1 (or run from the main thread)',
+        cfg.verify.timeout_s)
+  return scorer
 
 
 def load_pretrained(cfg: config_lib.Config, log: Log):
@@ -371,9 +388,10 @@ def build_run(
     ConfigError: naming the config key at fault.
   """
   log = console.info
-  # Checks the rollouts' settings before anything is loaded.
+  # Checks the rollouts' settings and the verifiers before anything loads.
   rollout_cfg = rollout_lib.RolloutConfig.from_section(
       cfg.rollout, cfg.rl.advantage, cfg.rl.cut_completions)
+  built_verifiers(cfg)
   enter_mesh(cfg, log, resources)
   init_rng, warm_rng, run_rng, eval_rng = jax.random.split(
       jax.random.key(cfg.seed), 4)

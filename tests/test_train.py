@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from unittest import mock
 
 from absl.testing import absltest
@@ -18,6 +19,7 @@ import jax
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jaxgrpo import build
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import train
@@ -984,6 +986,36 @@ class VerifierFailuresTest(absltest.TestCase):
       self.assertEqual(r['verify/errors'], 0)
     self.assertEqual(summary.verify_workers_replaced,
                      sum(r['verify/workers_replaced'] for r in records))
+
+  def test_a_verifier_is_checked_before_the_model_loads(self):
+    # An unknown verifier name was found after a pretrained model loaded
+    # (minutes for a large one).
+    c = _config(**{'model.path': 'smollm2', 'model.tokenizer': 'auto'})
+    c.data.datasets[0]['verifier'] = 'maths'
+    with mock.patch.object(build, 'load_pretrained',
+                           side_effect=AssertionError('the model loaded')):
+      with self.assertRaisesRegex(errors.ConfigError,
+                                  "^data.datasets\\[0\\].verifier='maths': "
+                                  "unknown verifier 'maths'"):
+        train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+
+  def test_a_timeout_a_thread_cannot_keep_is_told(self):
+    # Called from a thread with verify.workers=0, a verifier past
+    # verify.timeout_s ran on, without a word.
+    cfg = config_lib.from_config_dict(_config(**{'verify.workers': 0}))
+    logs = []
+    def build_it():
+      with self.assertLogs('jaxgrpo', 'WARNING') as seen:
+        build.build_scorer(cfg).close()
+      logs.extend(seen.output)
+    thread = threading.Thread(target=build_it)
+    thread.start()
+    thread.join()
+    self.assertLen(logs, 1)
+    self.assertIn('verify.timeout_s=10 is not enforced: with verify.workers=0'
+                  ' the verifiers run in this thread', logs[0])
+    with self.assertNoLogs('jaxgrpo', 'WARNING'):
+      build.build_scorer(cfg).close()  # the main thread keeps it
 
   def test_verifier_config_errors_name_the_key(self):
     for value, pattern in (
