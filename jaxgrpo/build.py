@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 import jax
+import numpy as np
 import optax
 
 from jaxgrpo import checkpoint as checkpoint_lib
@@ -52,6 +53,7 @@ from jaxgrpo.model import decoder
 from jaxgrpo.model import lora as lora_lib
 from jaxgrpo.model import pretrained
 from jaxgrpo.reporting import console as console_lib
+from jaxgrpo.rl import advantages
 from jaxgrpo.rl import rollout as rollout_lib
 from jaxgrpo.typing import PyTree, TrainBatch
 from jaxgrpo.verifiers import pool as verifier_pool
@@ -72,6 +74,22 @@ def built_verifiers(cfg: config_lib.Config) -> tuple[dict, dict]:
       raise errors.ConfigError(str(e)) from None
     names[entry.name] = _verifier_name(entry.verifier)
   return built, names
+
+
+def _check_estimator(cfg: config_lib.Config) -> None:
+  """Runs `rl.advantage` on a [B, G] batch of rewards once, before
+  anything loads: a registered estimator that fails or returns the wrong
+  shape or type is told now, not at the first informative step."""
+  rewards = np.linspace(0.0, 1.0, cfg.rollout.batch_size
+                        * cfg.rollout.group_size, dtype=np.float32)
+  try:
+    advantages.compute_advantages(rewards.reshape(
+        cfg.rollout.batch_size, cfg.rollout.group_size), cfg.rl.advantage)
+  except Exception as e:  # pylint: disable=broad-except
+    raise errors.ConfigError(
+        str(e) if str(e).startswith('rl.advantage=') else
+        f'rl.advantage={cfg.rl.advantage!r}: the estimator fails on [B, G] '
+        f'rewards ({type(e).__name__}: {e})') from None
 
 
 def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
@@ -377,9 +395,8 @@ def build_run(
 
   Enters the mesh, loads the data and the model, compiles the train step
   (checking its memory), and builds the sampler, rollout, evaluator and
-  checkpointer. Nothing is restored here
-  (`resume.restore_or_start` does that); the workdir is checked and
-  locked before (`jaxgrpo.workdir`).
+  checkpointer. Nothing is restored here (`resume.restore_or_start` does
+  that); the workdir is checked and locked before (`jaxgrpo.workdir`).
 
   Length: it is the list of a run's parts, built in dependency order; each part
   is built by a function of its own.
@@ -392,6 +409,7 @@ def build_run(
   rollout_cfg = rollout_lib.RolloutConfig.from_section(
       cfg.rollout, cfg.rl.advantage, cfg.rl.cut_completions)
   built_verifiers(cfg)
+  _check_estimator(cfg)
   enter_mesh(cfg, log, resources)
   init_rng, warm_rng, run_rng, eval_rng = jax.random.split(
       jax.random.key(cfg.seed), 4)

@@ -359,6 +359,12 @@ class ConfigTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "runlocal='maybe': runlocal takes "
                                 'true/1/yes/on/false/0/no/off'):
       common.parse_arg('runlocal=maybe', runlocal=False)
+    # Other kinds named too (a bare ValueError of int() before); a None
+    # default (a path left unset) takes the text.
+    with self.assertRaisesRegex(ValueError, "^config argument steps='x': "
+                                'steps takes an int$'):
+      common.parse_arg('steps=x', steps=1)
+    self.assertEqual(common.parse_arg('path=/a', path=None).path, '/a')
 
   def test_shared_data_is_found_beside_the_repository(self):
     # The recipes' default data paths: ../shared/data beside the clone,

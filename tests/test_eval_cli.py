@@ -16,9 +16,11 @@ import numpy as np
 
 from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
+from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import model_spec
 from jaxgrpo.cli import evaluate as evaluate_cli
+from jaxgrpo.configs import demo
 from jaxgrpo.data import loading
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
@@ -411,6 +413,19 @@ class CommandLineTest(absltest.TestCase):
     self.assertEqual((bad['spec'], sorted(bad)),
                      (damaged, ['error', 'name', 'spec', 'tag']))
 
+  def test_api_arguments_of_the_wrong_type_are_named(self):
+    # A str of specs or datasets was split into its characters ('/' is
+    # neither a run workdir ...), and k=2.5 a TypeError deep inside.
+    cfg = config_lib.from_config_dict(demo.get_config('runlocal'))
+    for kwargs, message in (
+        (dict(specs='init'), "^specs='init': give a list \\(\\['init'\\]\\)"),
+        (dict(specs=['init'], datasets='arithmetic'),
+         "^datasets='arithmetic': give a list"),
+        (dict(specs=['init'], k=2.5), '^--k=2.5: must be an int >= 1'),
+        (dict(specs=['init'], batch=True), '^--batch=True: must be an int')):
+      with self.assertRaisesRegex(errors.ConfigError, message):
+        evaluate_cli.evaluate_checkpoints(cfg, **kwargs)
+
   def test_runs_of_one_folder_name_get_distinct_rows(self):
     workdir = fixtures.run_workdir()
     other = os.path.join(self.create_tempdir().full_path,
@@ -453,7 +468,7 @@ class CommandLineTest(absltest.TestCase):
          "--datasets: 'nope' is not a dataset of the config"),
         ((*base, '--checkpoint=init', '--config.rollout.gruop_size=3'), 2,
          'gruop_size'),
-        ((*base, '--checkpoint=init', '--k=0'), 2, '--k=0: must be >= 1'),
+        ((*base, '--checkpoint=init', '--k=0'), 2, '--k=0: must be an int >= 1'),
         ((*base, '--checkpoint=init', '--split=test'), 2, 'invalid choice'),
         ((*base, '--checkpoint=init', '--temperature=-1'), 2,
          '--temperature=-1.0'),

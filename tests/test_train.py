@@ -32,6 +32,7 @@ from jaxgrpo.data import mixture
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.reporting import metrics as metrics_lib
+from jaxgrpo.rl import advantages
 from tests import flaky_verifiers  # noqa: F401  (registers starts_with_digit)
 from tests import cli_in_process
 
@@ -998,6 +999,19 @@ class VerifierFailuresTest(absltest.TestCase):
                                   "^data.datasets\\[0\\].verifier='maths': "
                                   "unknown verifier 'maths'"):
         train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+
+  def test_an_estimator_of_the_wrong_shape_is_told_before_training(self):
+    # A registered estimator returning [B] (or ints) failed at the first
+    # informative step with numpy's reshape (or cast) error.
+    name = 'test_train_group_mean'
+    advantages.register_estimator(name)(lambda r, eps: r.mean(axis=1))
+    self.addCleanup(advantages._ESTIMATORS.pop, name)  # pylint: disable=protected-access
+    c = _config(**{'rl.advantage': name})
+    with self.assertRaisesRegex(errors.ConfigError, (
+        f"^rl.advantage='{name}': the estimator returned shape \\(4,\\) and "
+        r'dtype float32; it must return the \[B, G\] = \(4, 8\) '
+        'advantages as floats$')):
+      train.run(c, self.create_tempdir().full_path, log=lambda _: None)
 
   def test_a_timeout_a_thread_cannot_keep_is_told(self):
     # Called from a thread with verify.workers=0, a verifier past

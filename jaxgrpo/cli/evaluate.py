@@ -72,12 +72,16 @@ def _check(cfg: 'config_lib.Config', specs: Sequence[str],
            temperature: float | None, split: str, limit: int | None,
            batch: int) -> list[str]:
   """The dataset names to evaluate; a bad argument raises ConfigError."""
+  for name, value in (('specs', specs), ('datasets', datasets)):
+    if isinstance(value, (str, os.PathLike)):  # one, not its characters
+      raise errors.ConfigError(f'{name}={value!r}: give a list ([{value!r}])')
   if not specs:
     raise errors.ConfigError('--checkpoint: give at least one')
   for name, value, low in (('k', k, 1), ('limit', limit, 1),
                            ('batch', batch, 1)):
-    if value is not None and value < low:
-      raise errors.ConfigError(f'--{name}={value}: must be >= {low}')
+    if value is not None and (isinstance(value, bool)
+                              or not isinstance(value, int) or value < low):
+      raise errors.ConfigError(f'--{name}={value}: must be an int >= {low}')
   if temperature is not None and not 0 <= temperature < float('inf'):
     raise errors.ConfigError(f'--temperature={temperature}: must be >= 0, finite')
   if split not in SPLITS:

@@ -26,8 +26,16 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     if kind is bool and sep and word not in _BOOLS:
       raise ValueError(f'config argument {name}={value!r}: {name} takes '
                        f'{"/".join(_BOOLS)}')
-    out[name] = ((not sep or word in _BOOLS[:4]) if kind is bool
-                 else kind(value))
+    if kind is bool:
+      out[name] = not sep or word in _BOOLS[:4]
+      continue
+    kind = str if defaults[name] is None else kind  # a path left unset
+    try:
+      out[name] = kind(value)
+    except ValueError:
+      raise ValueError(f'config argument {name}={value!r}: {name} takes '
+                       f'{"an" if kind is int else "a"} {kind.__name__}'
+                       ) from None
   return out
 
 

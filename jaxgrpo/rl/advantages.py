@@ -91,6 +91,10 @@ def compute_advantages(
 
   Returns:
     [B, G] float32 advantages.
+
+  Raises:
+    ValueError: an unknown method, rewards not [B, G], or an estimator
+      that returns no [B, G] array of floats (a registered one's mistake).
   """
   if method not in _ESTIMATORS:
     raise ValueError(
@@ -100,4 +104,11 @@ def compute_advantages(
   if rewards_BG.ndim != 2:
     raise ValueError(f'rewards must be [B, G], got shape {rewards_BG.shape}')
   rewards_BG = rewards_BG.astype(jnp.float32)
-  return _ESTIMATORS[method](rewards_BG, jnp.asarray(eps, jnp.float32))
+  out = _ESTIMATORS[method](rewards_BG, jnp.asarray(eps, jnp.float32))
+  shape, dtype = getattr(out, 'shape', None), getattr(out, 'dtype', None)
+  if shape != rewards_BG.shape or not jnp.issubdtype(dtype, jnp.floating):
+    raise ValueError(
+        f'rl.advantage={method!r}: the estimator returned shape {shape} and '
+        f'dtype {dtype}; it must return the [B, G] = '
+        f'{tuple(rewards_BG.shape)} advantages as floats')
+  return out

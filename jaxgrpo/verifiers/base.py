@@ -176,6 +176,7 @@ def from_config(value: Any, key: str = 'verifier') -> Verifier:
   """
   if hasattr(value, 'to_dict'):  # ml_collections.ConfigDict
     value = value.to_dict()
+  value = _plain(value)
   if isinstance(value, str):
     try:
       return build(value)
@@ -199,6 +200,19 @@ def from_config(value: Any, key: str = 'verifier') -> Verifier:
   raise ValueError(
       f'{key}={value!r}: expected a verifier name, a dict with a name and '
       'options, or a list of them')
+
+
+def _plain(value: Any) -> Any:
+  """`value` with each numpy scalar (a 0-d array too), in dicts and lists
+  at any depth, as its Python value, as the config's other keys take them
+  (`np.float32(0.9)` as a weight)."""
+  if getattr(value, 'shape', None) == () and hasattr(value, 'item'):
+    return value.item()
+  if isinstance(value, Mapping):
+    return {k: _plain(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return type(value)(_plain(v) for v in value)
+  return value
 
 
 def _one(value: Mapping[str, Any], key: str) -> Verifier:

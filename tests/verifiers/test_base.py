@@ -119,6 +119,18 @@ class VerifierTest(absltest.TestCase):
     self.assertEqual(out.kind, 'error')
     self.assertIn("part 'b' returned '1': a str is not a number", out.message)
 
+  def test_numpy_values_in_options_and_weights_are_their_values(self):
+    # np.float32(0.9) as a weight was 'must be a finite number >= 0', and
+    # numpy option values were refused by each verifier's own checks.
+    ex = Example(id='t', prompt='', answer='18')
+    verify = base.from_config([
+        {'name': 'math', 'weight': np.float32(0.75),
+         'rel_tol': np.float64(1e-3)},
+        {'name': 'format', 'max_words': np.int64(200),
+         'weight': np.int64(1)}])
+    self.assertEqual(verify('#### 18', ex).reward, 1.0)
+    self.assertAlmostEqual(verify('#### 17', ex).reward, 1 / 1.75)  # format's
+
   def test_length_mismatch(self):
     with self.assertRaisesRegex(ValueError, '2 completions for 1'):
       base.score_batch(verifiers.get('exact_match'), ['a', 'b'], [_EX])
