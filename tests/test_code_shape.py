@@ -50,8 +50,9 @@ KNOWN_MODULES = {
 # they mean no limit, 1148 with unset required placeholders named, 1173
 # with dataset keys of another kind refused, model.system_prompt checked
 # and the mixture's weights named, 1178 with LoRA keys refused at rank 0,
-# 1184 with verify.imports imported before the schema checks rl.advantage).
-KNOWN_CONFIG_LINES = 1184
+# 1184 with verify.imports imported before the schema checks rl.advantage,
+# 1188 with a config argument of another kind than bool named when bad).
+KNOWN_CONFIG_LINES = 1188
 
 
 class CodeShapeTest(absltest.TestCase):

@@ -22,20 +22,16 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     if name not in defaults:
       raise ValueError(
           f'config argument {name!r} is not one of {sorted(defaults)}')
-    kind, word = type(defaults[name]), value.lower()
-    if kind is bool and sep and word not in _BOOLS:
-      raise ValueError(f'config argument {name}={value!r}: {name} takes '
-                       f'{"/".join(_BOOLS)}')
-    if kind is bool:
-      out[name] = not sep or word in _BOOLS[:4]
-      continue
-    kind = str if defaults[name] is None else kind  # a path left unset
+    kind = str if defaults[name] is None else type(defaults[name])  # a path
     try:
-      out[name] = kind(value)
+      if kind is bool and sep and value.lower() not in _BOOLS:
+        raise ValueError
+      out[name] = ((not sep or value.lower() in _BOOLS[:4]) if kind is bool
+                   else kind(value))
     except ValueError:
-      raise ValueError(f'config argument {name}={value!r}: {name} takes '
-                       f'{"an" if kind is int else "a"} {kind.__name__}'
-                       ) from None
+      raise ValueError(f'config argument {name}={value!r}: {name} takes ' + (
+          '/'.join(_BOOLS) if kind is bool
+          else {int: 'an int'}.get(kind, f'a {kind.__name__}'))) from None
   return out
 
 
