@@ -206,8 +206,10 @@ def evaluate_checkpoints(
   key = jax.random.key(seed)
   with contextlib.ExitStack() as resources:
     # The config's mesh, as training uses it: a model trained over several
-    # devices because it needs them is evaluated over them too.
-    build.enter_mesh(cfg, log, resources)
+    # devices because it needs them is evaluated over them too (in one
+    # process: over several, each would evaluate alone).
+    if jax.process_count() == 1:
+      build.enter_mesh(cfg, log, resources)
     scorer = resources.enter_context(build.build_scorer(cfg))
     for spec, name in zip(specs, names):
       t0 = time.perf_counter()

@@ -462,7 +462,10 @@ def run(
               'long_prompts': cfg.rollout.long_prompts}
   counts = Counts()
   with contextlib.ExitStack() as resources:
-    build.enter_mesh(cfg, log, resources)  # the config's mesh, as training's
+    # The config's mesh, as training's; over several processes each
+    # measures its own shard on its own device, with no collective.
+    if jax.process_count() == 1:
+      build.enter_mesh(cfg, log, resources)
     scorer = resources.enter_context(build.build_scorer(cfg))
     for tag, (spec, name) in tags.items():
       model = model_spec.load(name, cfg, log=log)
