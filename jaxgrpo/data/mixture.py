@@ -365,16 +365,10 @@ class MixtureSampler:
       if rows.size:
         table.observe(picked[rows, 1], rewards_RG[rows], self.step)
         pol = self.specs[d].policy
-        easy = (rewards_RG[rows] >= pol.easy_threshold).all(axis=1)
-        hard = (rewards_RG[rows] <= pol.hard_threshold).all(axis=1) & ~easy
-        self._step_counts['easy'][d] += int(easy.sum())
-        self._step_counts['hard'][d] += int(hard.sum())
-        # Equal rewards between the thresholds teach nothing either (the
-        # rollout drops them: `rl.rounds.classify`).
-        flat = (np.ptp(rewards_RG[rows], axis=1) <= 1e-6) & ~easy & ~hard
-        self._step_counts['flat'][d] += int(flat.sum())
-        self._step_counts['informative'][d] += int(
-            rows.size - easy.sum() - hard.sum() - flat.sum())
+        kinds = snooze.group_kinds(rewards_RG[rows], pol.easy_threshold,
+                                   pol.hard_threshold)  # as the rollout's
+        for key, mask in zip(('informative', 'easy', 'hard', 'flat'), kinds):
+          self._step_counts[key][d] += int(mask.sum())
 
   def hold(self, examples: Sequence[Example]) -> None:
     """Keeps drawn, unobserved `examples` pending past the step's end.
@@ -441,17 +435,17 @@ class MixtureSampler:
     """Ends the step's collection, with `counts` informative groups in hand
     per dataset: sets which datasets are stuck in the next steps (see the
     module's doc), and says when one turns stuck or pays again."""
-    c = self._step_counts
+    c, owed = self._step_counts, self.need(counts)
     # One dataset alone has no other to take its slots.
-    stuck = ((self.need(counts) > 0) & (c['informative'] == 0)
+    stuck = ((owed > 0) & (c['informative'] == 0)
              & ((c['drawn'] > 0) | self._stuck) & ~self._exhausted
              & (len(self.names) > 1))
     # One closed by a curriculum stage is out of examples: said as such.
     for d in np.flatnonzero((stuck != self._stuck) & ~self._exhausted):
-      name, owed = self.names[d], int(self.need(counts)[d])
+      name = self.names[d]
       self._log(
           f'step {self.step}: dataset {name!r} yielded no informative group '
-          f'and still owes {owed} of its {int(self.quotas[d])} batch slots: '
+          f'and still owes {owed[d]} of its {int(self.quotas[d])} batch slots: '
           'from the next step every dataset may fill them, drawn by weight, '
           'until it yields one (data/stuck)' if stuck[d] else
           f'step {self.step}: dataset {name!r} ' + (

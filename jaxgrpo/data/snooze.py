@@ -115,6 +115,17 @@ _STATE_KEYS = frozenset(_PER_EXAMPLE + _SKIPS[:3] + (
     'size', 'seed', 'epoch', 'position', 'total_successes', 'total_trials'))
 
 
+def group_kinds(rewards_RG: np.ndarray, easy_threshold: float,
+                hard_threshold: float) -> tuple[np.ndarray, ...]:
+  """(informative, too easy, too hard, flat) boolean masks [R] of groups of
+  rewards [R, G]: a flat group's rewards are all equal, between the
+  thresholds (all 0.5): its advantages are all zero, so it is dropped too."""
+  easy = (rewards_RG >= easy_threshold).all(axis=1)
+  hard = (rewards_RG <= hard_threshold).all(axis=1) & ~easy
+  flat = (np.ptp(rewards_RG, axis=1) <= 1e-6) & ~easy & ~hard
+  return ~(easy | hard | flat), easy, hard, flat
+
+
 def id_hashes(ids: Iterable[str]) -> np.ndarray:
   """64-bit hashes of example ids, for matching examples across versions.
 

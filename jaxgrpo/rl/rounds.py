@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
+from jaxgrpo.data import snooze
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
 from jaxgrpo.generate.generator import Generator
@@ -145,13 +146,7 @@ def verify_counts(stats: ScoreStats) -> dict[str, float]:
 def classify(
     rewards_RG: np.ndarray, easy_threshold: float, hard_threshold: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """Splits groups into (informative, too easy, too hard) boolean masks [R].
-
-  A group of equal rewards that is neither easy nor hard (e.g. all 0.5) is
-  dropped too: its advantages are all zero.
-  """
-  easy = (rewards_RG >= easy_threshold).all(axis=1)
-  hard = (rewards_RG <= hard_threshold).all(axis=1) & ~easy
-  flat = np.ptp(rewards_RG, axis=1) <= 1e-6
-  informative = ~(easy | hard | flat)
-  return informative, easy, hard
+  """Splits groups into (informative, too easy, too hard) boolean masks [R]
+  (`snooze.group_kinds`, which the sampler counts by: a flat group is
+  dropped too)."""
+  return snooze.group_kinds(rewards_RG, easy_threshold, hard_threshold)[:3]
