@@ -24,7 +24,6 @@ loop and the counts it reports.
 from collections.abc import Callable, Mapping, Sequence
 import contextlib
 import dataclasses
-import json
 import os
 import time
 from typing import Any, Protocol
@@ -34,6 +33,7 @@ import numpy as np
 import tqdm
 
 from jaxgrpo import build
+from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import evaluate
@@ -247,7 +247,7 @@ def stratify(
     chunks = shard_chunks(total, settings)
     part_info = {
         **{key: v for key, v in info.items() if key != 'verifiers'},
-        **({'verifier': json.loads(json.dumps(info['verifiers'][name]))}
+        **({'verifier': checkpoint_lib.as_saved(info['verifiers'][name])}
            if name in info.get('verifiers', {}) else {}),
         'k': k, 'seed': settings.seed,
         'success_threshold': settings.threshold, 'dataset': name,
