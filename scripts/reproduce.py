@@ -475,6 +475,14 @@ def _warm_start(experiment: Experiment, seed: int, work: str,
   return start, info
 
 
+def _json_or_none(path: str):
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
 def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
             data: str, command: str, is_smoke: bool = False,
             code: str | None = None, log=print) -> str:
@@ -485,9 +493,21 @@ def run_one(experiment: Experiment, variant: str, seed: int, *, work: str,
     return out
   start, warm = _warm_start(experiment, seed, work, is_smoke, log)
   workdir = os.path.join(work, experiment.name, name)
-  if not os.path.exists(os.path.join(workdir, 'checkpoints')):
+  # The warm start a run was copied from, beside its workdir: a run begun
+  # from a warm start since made again (under other settings) starts over
+  # from the new one, where it resumed its old checkpoints under a header
+  # that named the new warm start.
+  made_from = workdir + '.warmstart.json'
+  fresh = not os.path.exists(os.path.join(workdir, 'checkpoints'))
+  if not fresh and _json_or_none(made_from) != warm:
+    log(f'{experiment.name}: {name} was begun from another warm start; '
+        'starting it again from this one')
+    fresh = True
+  if fresh:
     shutil.rmtree(workdir, ignore_errors=True)
     shutil.copytree(start, workdir, ignore=shutil.ignore_patterns('warmstart.json'))
+    with open(made_from, 'w') as f:
+      json.dump(warm, f)
   c = config(experiment, variant, seed, is_smoke=is_smoke)
   t0 = time.perf_counter()
   # A second Ctrl-C quits promptly, even mid-computation (exit status 130);
@@ -563,7 +583,8 @@ def check_environment(experiment: str, folders) -> None:
         f'{_made_in(environment_lib.environment())}. XLA\'s results differ '
         'between them (a warm start too), so runs made here would not pair '
         'with those by seed: run the experiment where they were made, run '
-        'it whole here under another name, or pass --mixed-environments')
+        'it whole here into another --data folder, or pass '
+        '--mixed-environments')
 
 
 def status_lines(data: str) -> list[str]:
@@ -673,24 +694,31 @@ def main(argv=None):
                 [v for v in args.variants.split(',') if v])[k::n]
   except ValueError as e:
     parser.error(str(e))
-  if not args.mixed_environments:  # a smoke run adds to no committed data
-    check_environment(experiment.name,
-                      (args.data,) if args.smoke else (args.data, DATA))
+  if not args.mixed_environments:  # runs pair within the --data they join
+    check_environment(experiment.name, (args.data,))
   command = 'python scripts/reproduce.py ' + shlex.join(
       argv if argv is not None else sys.argv[1:])
   t0 = time.perf_counter()
   code = commit()  # the code this process imported
+  done = ran = 0
   for variant, seed in runs:
-    where = os.path.join(args.work, experiment.name, f'{variant}_s{seed}')
-    with claim(where + '.claim') as mine:
+    name = f'{variant}_s{seed}'
+    if os.path.exists(data_path(args.data, experiment.name, name)):
+      done += 1
+      continue
+    with claim(os.path.join(args.work, experiment.name, name + '.claim')
+               ) as mine:
       if not mine:
-        print(f'{experiment.name}: {variant}_s{seed} is being run by another '
-              'process; next')
+        print(f'{experiment.name}: {name} is being run by another process; '
+              'next')
         continue
       run_one(experiment, variant, seed, work=args.work, data=args.data,
               command=command, is_smoke=args.smoke, code=code)
-  print(f'{experiment.name}: {len(runs)} runs in '
-        f'{time.perf_counter() - t0:.0f}s')
+      ran += 1
+  left = len(runs) - done - ran
+  print(f'{experiment.name}: {ran} runs made in '
+        f'{time.perf_counter() - t0:.0f}s, {done} already done'
+        + (f', {left} left to other processes' if left else ''))
 
 
 if __name__ == '__main__':

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from unittest import mock
 
 from absl.testing import absltest
 import jax
@@ -104,12 +105,21 @@ class ReproduceTest(absltest.TestCase):
     paths = [reproduce.data_path(data, 'regime', f'{v}_s0')
              for v in ('none', 'snooze5')]
     # A run another live process has claimed is left to it.
+    out = io.StringIO()
     with reproduce.claim(os.path.join(work, 'regime', 'none_s0.claim')) as held:
       self.assertTrue(held)
-      reproduce.main(args)
+      with contextlib.redirect_stdout(out):
+        reproduce.main(args)
     self.assertFalse(os.path.exists(paths[0]))
     self.assertTrue(os.path.exists(paths[1]))
-    reproduce.main(args)  # the claim went with its holder
+    # The closing line counts the runs made, not the runs planned.
+    self.assertRegex(out.getvalue(), r'regime: 1 runs made in \d+s, 0 already '
+                     'done, 1 left to other processes\n$')
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+      reproduce.main(args)  # the claim went with its holder
+    self.assertRegex(out.getvalue(), r'regime: 1 runs made in \d+s, 1 already '
+                     'done\n$')
     header, records = reproduce.read_run(paths[0])
     self.assertEqual(header['variant'], 'none')
     self.assertIn('--smoke', header['command'])
@@ -140,6 +150,18 @@ class ReproduceTest(absltest.TestCase):
         e, settings={**e.settings, 'warmstart.target_pass_rate': 0.5})
     reproduce._warm_start(changed, 0, work, True, logs.append)
     self.assertIn('made under other settings', logs[0])
+    # A run begun from the old warm start starts over from the new one: it
+    # resumed its old checkpoints under a header naming the new warm start.
+    os.remove(paths[0])
+    reproduce.run_one(changed, 'none', 0, work=work, data=data,
+                      command='python scripts/reproduce.py run regime',
+                      is_smoke=True, log=logs.append)
+    self.assertIn('none_s0 was begun from another warm start; starting it '
+                  'again', logs[-2])
+    header, again = reproduce.read_run(paths[0])
+    _, new_start = reproduce._warm_start(changed, 0, work, True, logs.append)
+    self.assertEqual(header['warmstart'], new_start)
+    self.assertEqual(again[0]['eval/accuracy'], new_start['eval_accuracy'])
     # The report reads them (`regime` is the 3,000-problem regime's blocks;
     # sections 1 and 3 are `results_report.MAIN`'s).
     blocks = results_report.render_blocks(data)
@@ -237,6 +259,16 @@ class EnvironmentTest(absltest.TestCase):
         r'^drift: 1 of its runs .*none_s0\.jsonl\.gz: made before runs '
         'recorded their environment; this machine is')):
       reproduce.check_environment('drift', [data])
+    # Into a fresh --data folder the experiment runs whole here: runs pair
+    # within the folder they join (it was refused for the committed data's
+    # runs).
+    made = []
+    fresh = os.path.join(self.create_tempdir().full_path, 'data')
+    with mock.patch.object(reproduce, 'DATA', data), mock.patch.object(
+        reproduce, 'run_one', lambda *a, **k: made.append(a[1:3])):
+      reproduce.main(['run', 'regime', '--seeds', '0', '--variants', 'none',
+                      '--work', args[8], '--data', fresh])
+    self.assertEqual(made, [('none', 0)])
     lines = reproduce.status_lines(data)
     self.assertIn('regime: 3 runs of 9 variants (1 on Another CPU avx2; 2 on '
                   f"{here['cpu']} (this machine))", lines)
