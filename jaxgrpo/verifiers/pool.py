@@ -41,6 +41,7 @@ timeouts, deaths and replacement are one protocol over the same pipes.
 from collections.abc import Mapping, Sequence
 import contextlib
 import importlib
+import importlib.util
 import multiprocessing
 from multiprocessing import connection
 from multiprocessing import reduction
@@ -226,9 +227,51 @@ def _first_to_kill() -> None:
       f.write('1000')
 
 
+# The source file's (mtime, size) of each module of `verify.imports` when
+# `import_modules` last imported it.
+_IMPORTED: dict[str, tuple[int, int] | None] = {}
+
+
+def _stamp(module) -> tuple[int, int] | None:
+  """(mtime in ns, size) of a module's source file; None without one."""
+  path = getattr(module, '__file__', None) or ''
+  try:
+    st = os.stat(path) if path.endswith('.py') else None
+  except OSError:
+    return None
+  return st and (st.st_mtime_ns, st.st_size)
+
+
+def _edited_since_import(name: str) -> bool:
+  """Whether the source of an imported module changed after its import: as
+  `import_modules` last saw it, or else as its bytecode cache records it
+  (the timestamp and size that Python writes when it compiles a source;
+  without one, under PYTHONDONTWRITEBYTECODE, a module first imported by
+  hand is taken as its file)."""
+  module = sys.modules.get(name)
+  now = _stamp(module)
+  if module is None or now is None:
+    return False
+  if name in _IMPORTED:
+    return _IMPORTED[name] != now
+  try:
+    with open(importlib.util.cache_from_source(module.__file__), 'rb') as f:
+      header = f.read(16)
+  except (OSError, ValueError, NotImplementedError):
+    return False
+  flags, mtime, size = (int.from_bytes(header[i:i + 4], 'little')
+                        for i in (4, 8, 12))
+  return len(header) == 16 and flags == 0 and (mtime, size) != (
+      now[0] // 10**9 & 0xFFFFFFFF, now[1] & 0xFFFFFFFF)
+
+
 def import_modules(imports: Sequence[str]) -> None:
   """Imports `verify.imports`: the modules that register verifiers (or
-  advantage estimators), before anything looks their names up.
+  advantage estimators), before anything looks their names up. A module
+  imported before whose file has changed since (edited between two runs of
+  a notebook) is imported again, as the worker processes, which start
+  afresh, import it: the verifiers the trainer calls with `verify.workers=0`
+  are the file's.
 
   Raises:
     errors.ConfigError: naming the module and where its code failed (a
@@ -236,7 +279,10 @@ def import_modules(imports: Sequence[str]) -> None:
   """
   for i, module in enumerate(imports):
     try:
+      if _edited_since_import(module):
+        importlib.reload(sys.modules[module])
       importlib.import_module(module)
+      _IMPORTED[module] = _stamp(sys.modules[module])
     except Exception as e:  # pylint: disable=broad-except
       at = ''
       if isinstance(e, SyntaxError):

@@ -412,6 +412,44 @@ class ScorerTest(parameterized.TestCase):
     np.testing.assert_array_equal(rewards, [0.25, 0.5, 0.75])
     self.assertEqual(stats.errors, 0)
 
+  def test_a_module_edited_between_runs_is_imported_again(self):
+    # A notebook edits its reward module between two runs: the workers,
+    # which start afresh, scored with the new file, and `verify.workers=0`
+    # with the module imported first, silently with the old one.
+    folder = self.create_tempdir()
+    source = textwrap.dedent('''
+        from jaxgrpo.verifiers import base
+        @base.register(__name__)
+        def reward(completion, example):
+          return {reward}
+        ''')
+    def write(name, reward, mtime):
+      path = folder.create_file(f'{name}.py', source.format(reward=reward))
+      os.utime(path.full_path, (mtime, mtime))
+    def scores(name, workers):
+      pool.import_modules([name])
+      with pool.Scorer({'d': base.get(name)}, workers=workers,
+                       imports=(name,)) as scorer:
+        return scorer.score(['x'], _examples(1))[0].tolist()
+    sys.path.insert(0, folder.full_path)
+    self.addCleanup(sys.path.remove, folder.full_path)
+    for name in ('edited_a', 'edited_b'):
+      self.addCleanup(sys.modules.pop, name, None)
+      write(name, 0.25, 1_000_000_000)
+    # Imported by a run, edited, run again.
+    self.assertEqual(scores('edited_a', 0), [0.25])
+    write('edited_a', 0.5, 1_000_000_100)
+    self.assertEqual(scores('edited_a', 0), [0.5])
+    self.assertEqual(scores('edited_a', 1), [0.5])
+    self.assertEqual(scores('edited_a', 0), [0.5])  # not edited again
+    # Imported by the user (`import edited_b` in a cell, which writes its
+    # .pyc, as Python does by default), edited, then run.
+    with mock.patch.object(sys, 'dont_write_bytecode', False):
+      importlib.import_module('edited_b')
+    write('edited_b', 0.5, 1_000_000_100)
+    self.assertEqual(scores('edited_b', 0), [0.5])
+    self.assertEqual(scores('edited_b', 1), [0.5])
+
   def test_each_scorer_logs_its_failures(self):
     # A second run in one process (a notebook) logs its verifier's errors
     # too; they were logged once per process.
