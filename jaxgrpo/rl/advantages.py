@@ -17,8 +17,9 @@ _ESTIMATORS: dict[str, Estimator] = {}
 def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
   """Registers an advantage estimator under `name` (a decorator).
 
-  Registering the same definition again (a notebook cell run again, a
-  module reloaded: the same module and qualified name) replaces it.
+  Registering the name again from the module that registered it (a
+  notebook cell run again, a module reloaded, the function renamed or not)
+  replaces it.
   """
 
   def register(fn: Estimator) -> Estimator:

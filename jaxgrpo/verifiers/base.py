@@ -68,8 +68,8 @@ def register(name: str) -> Callable[[Any], Any]:
 
   A class is built with the config's options as keyword arguments and must
   raise ValueError on a bad one; a function takes no options. Registering
-  the same definition again (a notebook cell run again, a module reloaded:
-  the same module and qualified name) replaces it.
+  the name again from the module that registered it (a notebook cell run
+  again, a module reloaded, the function renamed or not) replaces it.
   """
 
   def wrap(obj):
@@ -82,11 +82,12 @@ def register(name: str) -> Callable[[Any], Any]:
 
 
 def same_definition(old: Any, new: Any) -> bool:
-  """Whether `new` is `old` or defines it again: the same module and
-  qualified name (a notebook cell run again, a module reloaded)."""
-  key = lambda obj: (getattr(obj, '__module__', None),
-                     getattr(obj, '__qualname__', None))
-  return old is new or (key(old)[1] is not None and key(old) == key(new))
+  """Whether `new` is `old` or defines it again: from the same module (a
+  notebook cell run again, a module reloaded, the function renamed or
+  not)."""
+  module = getattr(old, '__module__', None)
+  return old is new or (module is not None
+                        and module == getattr(new, '__module__', None))
 
 
 def names() -> list[str]:

@@ -122,6 +122,15 @@ class AdvantagesTest(parameterized.TestCase):
       chex.assert_trees_all_close(
           advantages.compute_advantages(rewards, method=name),
           jnp.full((1, 2), value))
+
+    def renamed(rewards_BG, eps):  # the cell edited: it was refused
+      del eps
+      return rewards_BG * 0 + 3.0
+
+    advantages.register_estimator(name)(renamed)
+    chex.assert_trees_all_close(
+        advantages.compute_advantages(rewards, method=name),
+        jnp.full((1, 2), 3.0))
     with self.assertRaisesRegex(ValueError, 'already registered'):
       advantages.register_estimator('grpo')(cell)
 

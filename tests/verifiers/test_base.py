@@ -59,6 +59,13 @@ class VerifierTest(absltest.TestCase):
 
       verifiers.register(name)(cell)
       self.assertEqual(verifiers.get(name)('x', _EX), value)
+
+    def renamed(text, example):  # the cell edited: it was refused
+      del text, example
+      return 0.75
+
+    verifiers.register(name)(renamed)
+    self.assertEqual(verifiers.get(name)('x', _EX), 0.75)
     with self.assertRaisesRegex(ValueError, "'exact_match' is already"):
       verifiers.register('exact_match')(cell)
 
