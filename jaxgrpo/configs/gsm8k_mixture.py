@@ -9,6 +9,9 @@ learn on a CPU (200 of them held out). Point `gsm8k=` at GSM8K's own
 it; the run shows the plumbing, the rewards stay near 0). Prompts are bytes
 (`model.tokenizer='byte'`), so any text fits.
 
+`:runlocal` is a 2-step smoke run of the pipeline: its 20-step warm start
+leaves the model without reward, so both steps skip their update.
+
   python -m jaxgrpo.main --config=configs/gsm8k_mixture.py --workdir=runs/gsm8k_mix
   python -m jaxgrpo.main --config=configs/gsm8k_mixture.py:runlocal --workdir=/tmp/gm
   python -m jaxgrpo.main --workdir=runs/gsm8k_real \

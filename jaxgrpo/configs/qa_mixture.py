@@ -24,6 +24,9 @@ templates and accelerator sizes (the continuous engine in 256 slots,
 streaming collection); point `gsm8k=` at GSM8K's own train.jsonl then.
 Nothing is downloaded.
 
+`:runlocal` is a 2-step smoke run of the pipeline: its 20-step warm start
+leaves the model without reward, so both steps skip their update.
+
   python -m jaxgrpo.main --config=configs/qa_mixture.py --workdir=runs/qa_mix
   python -m jaxgrpo.main --config=configs/qa_mixture.py:runlocal --workdir=/tmp/qa
   python -m jaxgrpo.main --workdir=runs/qa_qwen \
