@@ -406,7 +406,7 @@ def _gemma(reader: gguf.GGUFReader, arch: str, num_layers: int,
       if key(suffix) in reader.fields:
         raise GGUFError(
             f'{name}: {key(suffix)} is not supported: llama.cpp ignores it '
-            "in Gemma 3's sliding-window graph, transformers applies it")
+            "in Gemma 3's sliding-window graph")
     fields['rope_local_theta'] = _GEMMA3_LOCAL_THETA
     if scaling == 'linear':
       fields['rope_linear_factor'] = _float32(number('rope.scaling.factor'))

@@ -45,6 +45,14 @@ _TEXT_DEFAULTS = {
         max_position_embeddings=131_072, query_pre_attn_scalar=256,
         sliding_window=4096),
 }
+# What transformers' Gemma2Config and Gemma3TextConfig take for entries a
+# config.json leaves out, where ours would differ: a file that drops them
+# loaded as another model (no softcaps, the head size as the query scale).
+_GEMMA_DEFAULTS = {
+    'gemma2': dict(query_pre_attn_scalar=256, sliding_window=4096,
+                   attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+    'gemma3_text': dict(query_pre_attn_scalar=256, sliding_window=4096),
+}
 # config.json entries that `export` derives from the model; the same keys in
 # `hf_config_extra` are dropped so they cannot contradict the weights.
 DERIVED_KEYS = frozenset({
@@ -454,7 +462,21 @@ def _gemma_rope(
 
 
 def _from_gemma(config: Mapping[str, Any], model_type: str) -> ModelConfig:
-  """The ModelConfig of a Gemma 2 or Gemma 3 (text) config.json."""
+  """The ModelConfig of a Gemma 2 or Gemma 3 (text) config.json.
+
+  Entries it leaves out take transformers' defaults (`_GEMMA_DEFAULTS`).
+  Gemma 3 has no attention-logit softcap: transformers' Gemma 3 reads
+  `attn_logit_softcapping` but does not apply it, so a config.json that
+  sets it is refused rather than loaded as another model.
+  """
+  config = {**_GEMMA_DEFAULTS[model_type], **config}
+  if model_type == 'gemma3_text' and config.get(
+      'attn_logit_softcapping') is not None:
+    raise CheckpointError(
+        f'attn_logit_softcapping={config["attn_logit_softcapping"]!r} is not '
+        "supported for model_type 'gemma3_text': transformers' Gemma 3 does "
+        'not apply it (it uses q/k norms); set it to null to load the model '
+        'transformers loads')
   act_key = ('hidden_activation' if config.get('hidden_activation')
              else 'hidden_act')  # the key the file holds
   act = config.get(act_key)
@@ -533,6 +555,10 @@ def model_type_of(cfg: ModelConfig) -> str:
         cfg.rope_local_theta is not None or cfg.rope_linear_factor != 1.0):
       raise ValueError(
           'export: Gemma 2 (no q/k norms) has one RoPE for every layer')
+    if cfg.qk_norm and cfg.attn_logit_softcap:
+      raise ValueError(
+          "export: transformers' Gemma 3 (q/k norms) applies no "
+          'attention-logit softcap')
     return 'gemma3_text' if cfg.qk_norm else 'gemma2'
   if cfg.qkv_bias and cfg.qk_norm:
     raise ValueError(

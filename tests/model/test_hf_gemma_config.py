@@ -31,6 +31,37 @@ class GemmaConfigTest(parameterized.TestCase):
     self.assertFalse(cfg.qk_norm)
     self.assertEqual(hf_config.from_hf(hf_config.to_hf(cfg)), cfg)
 
+  def test_left_out_entries_take_transformers_defaults(self):
+    # A config.json without them loaded as another model: no softcaps and
+    # the head size (16) as the query scale, where transformers reads
+    # Gemma2Config's 50 / 30 and 256 (logits 4.7 apart).
+    trimmed = {k: v for k, v in _BASE.items()
+               if k not in ('query_pre_attn_scalar', 'sliding_window')}
+    g2 = hf_config.from_hf(trimmed | dict(model_type='gemma2'))
+    self.assertEqual((g2.attn_logit_softcap, g2.final_logit_softcap,
+                      g2.query_pre_attn_scalar, g2.sliding_window),
+                     (50.0, 30.0, 256, 4096))
+    # Stated as null, a softcap stays off.
+    g2 = hf_config.from_hf(trimmed | dict(
+        model_type='gemma2', attn_logit_softcapping=None))
+    self.assertIsNone(g2.attn_logit_softcap)
+    g3 = hf_config.from_hf(trimmed | dict(model_type='gemma3_text'))
+    self.assertEqual((g3.attn_logit_softcap, g3.final_logit_softcap,
+                      g3.query_pre_attn_scalar, g3.sliding_window),
+                     (None, None, 256, 4096))
+
+  def test_gemma3_attention_softcap_is_refused(self):
+    # transformers' Gemma 3 reads the key but does not apply it: loaded, the
+    # logits were 1.0 from transformers', and its export carried it on.
+    with self.assertRaisesRegex(
+        CheckpointError, r"attn_logit_softcapping=3\.0 is not supported for "
+        "model_type 'gemma3_text': transformers' Gemma 3 does not apply it"):
+      hf_config.from_hf(_BASE | dict(model_type='gemma3_text',
+                                     attn_logit_softcapping=3.0))
+    cfg = hf_config.from_hf(_BASE | dict(model_type='gemma3_text'))
+    with self.assertRaisesRegex(ValueError, 'applies no attention-logit'):
+      hf_config.to_hf(dataclasses.replace(cfg, attn_logit_softcap=3.0))
+
   def test_gemma3_legacy_rope_keys(self):
     cfg = hf_config.from_hf(_BASE | dict(
         model_type='gemma3_text', rope_theta=1e6, rope_local_base_freq=1e4,

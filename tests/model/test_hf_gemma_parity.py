@@ -27,6 +27,7 @@ from jaxgrpo.cli import export
 from jaxgrpo.generate import generator as generator_lib
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import hf
+from jaxgrpo.model import hf_config
 from jaxgrpo.model import lora
 from tests.model import test_hf_parity as parity
 
@@ -120,6 +121,16 @@ class GemmaParityTest(parity.TorchParityCase):
     np.testing.assert_array_equal(
         parity._hf_logits(reread, self.tokens, self.mask), theirs
     )
+
+  def test_left_out_entries_are_transformers_defaults(self):
+    # What a config.json without them means is what transformers reads.
+    # pylint: disable-next=protected-access
+    for kind, defaults in hf_config._GEMMA_DEFAULTS.items():
+      config_class = transformers.AutoConfig.for_model(kind).__class__
+      made = config_class().to_dict()
+      self.assertEqual(defaults, {k: made[k] for k in defaults}, kind)
+    gemma3 = transformers.Gemma3TextConfig().to_dict()
+    self.assertIsNone(gemma3['attn_logit_softcapping'])
 
   def test_text_model_of_an_image_text_model(self):
     text = dict(parity._SIZES, num_hidden_layers=4, sliding_window_pattern=2,
