@@ -63,7 +63,6 @@ import dataclasses
 
 from flax import nnx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxgrpo import multihost
@@ -267,9 +266,7 @@ class ContinuousGenerator:
               else np.asarray(host(stop_at), np.int32).reshape(r))
     if prompt_keys is None:
       prompt_keys = keys_lib.row_prompt_keys(rng, b)
-    keys_R = keys_lib.sample_keys(prompt_keys, gen.num_samples)
-    if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
-      keys_R = jax.random.key_data(keys_R)
+    keys_R = keys_lib.sample_key_data(prompt_keys, gen.num_samples)
     return np.asarray(host(keys_R), np.uint32), stop_R
 
   def _prefill_group(self, params, stash, tokens_BP, mask_BP, width_B, group,

@@ -22,6 +22,36 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def key_words() -> int:
+  """uint32 words in a key's data under JAX's default PRNG implementation
+  (2 for threefry, 4 for `rbg`): the per-sample key data that the
+  continuous engine holds."""
+  return jax.eval_shape(
+      lambda: jax.random.key_data(jax.random.key(0))).shape[-1]
+
+
+def sample_key_data(prompt_keys_N: jax.Array, g: int) -> jax.Array:
+  """[N * G, K] uint32 key data of N prompts' G sample keys (`sample_keys`),
+  K words a key of JAX's default PRNG implementation (`key_words`), with
+  which the continuous engine rebuilds them.
+
+  Raises:
+    ValueError: keys of another implementation than the default.
+  """
+  if jnp.issubdtype(prompt_keys_N.dtype, jax.dtypes.prng_key):
+    impl = str(jax.random.key_impl(prompt_keys_N))
+    if impl != str(jax.random.key_impl(jax.random.key(0))):
+      raise ValueError(
+          f'prompt keys of the {impl!r} PRNG: the continuous engine draws '
+          "with JAX's default implementation "
+          f'({jax.config.jax_default_prng_impl!r}); make them with '
+          'jax.random.key, or set jax_default_prng_impl')
+  keys_R = sample_keys(prompt_keys_N, g)
+  if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
+    keys_R = jax.random.key_data(keys_R)
+  return keys_R
+
+
 def id_hash(example_id: str) -> tuple[int, int]:
   """The example id's 64-bit BLAKE2b hash as two uint32 halves."""
   h = int.from_bytes(

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgrpo import sharding
+from jaxgrpo.generate import keys as keys_lib
 from jaxgrpo.generate.generator import Completions
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.model import attention
@@ -45,7 +46,7 @@ class Slots:
     lengths: [S] int32, tokens generated (the next column).
     active: [S] bool, still decoding.
     owner: [S] int32, output row of the slot's sample, -1 if none.
-    keys: [S, 2] uint32, key data of the sample's key.
+    keys: [S, K] uint32, key data of the sample's key.
     stop_at: [S] int32, forced length (0: none).
   """
 
@@ -90,7 +91,7 @@ class Admission:
   Attributes:
     source: [S] int32, stash entry of the sample's prompt, or -1.
     row: [S] int32, the sample's output row b * G + g.
-    keys: [S, 2] uint32, the sample's key data.
+    keys: [S, K] uint32, the sample's key data.
     stop_at: [S] int32, its forced stop length (0: none).
   """
 
@@ -111,7 +112,7 @@ class Resume:
     tokens: [A, T] int32, its tokens so far, pad-filled.
     logps: [A, T] float32, their sampling log-probs, zero-filled.
     lengths: [A] int32, L, tokens so far (1 <= L < T).
-    keys: [A, 2] uint32, key data of the sample's key.
+    keys: [A, K] uint32, key data of the sample's key.
     stop_at: [A] int32, forced length (0: none).
   """
 
@@ -154,7 +155,7 @@ def init(gen: Generator, mesh: sharding.MeshContext | None,
         lengths=zeros(n_slots),
         active=jnp.zeros((n_slots,), bool),
         owner=jnp.full((n_slots,), -1, jnp.int32),
-        keys=jnp.zeros((n_slots, 2), jnp.uint32),
+        keys=jnp.zeros((n_slots, keys_lib.key_words()), jnp.uint32),
         stop_at=zeros(n_slots),
     ))
     cache = attention.init_cache(cfg, n_stash, prompt_width)

@@ -30,7 +30,6 @@ import dataclasses
 
 from flax import nnx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxgrpo import sharding
@@ -59,10 +58,9 @@ class Sample:
 
 
 def sample_key_data(prompt_keys_N: jax.Array, g: int) -> np.ndarray:
-  """[N, G, 2] uint32 host key data of N prompts' G sample keys."""
-  keys_R = keys_lib.sample_keys(prompt_keys_N, g)
-  if jnp.issubdtype(keys_R.dtype, jax.dtypes.prng_key):
-    keys_R = jax.random.key_data(keys_R)
+  """[N, G, K] uint32 host key data of N prompts' G sample keys
+  (`keys.sample_key_data`)."""
+  keys_R = keys_lib.sample_key_data(prompt_keys_N, g)
   return np.asarray(continuous.host(keys_R), np.uint32).reshape(
       prompt_keys_N.shape[0], g, -1)
 
@@ -94,7 +92,8 @@ class SlotStream:
         gen, self._mesh, prompt_width, self._rows, n_stash)
     self._widths = engine.widths(prompt_width)
     self._prompts: dict[int, tuple] = {}  # id -> (tokens, mask, width)
-    self._keys: dict[int, np.ndarray] = {}  # id -> [G, 2] sample key data
+    self._keys: dict[int, np.ndarray] = {}  # id -> [G, K] sample key data
+    self._key_words = keys_lib.key_words()
     self._stop: dict[int, np.ndarray] = {}  # id -> [G] forced lengths
     self._waiting: collections.deque = collections.deque()  # (id, g)
     # Part-way samples, admitted first: (id, g, Sample so far).
@@ -146,7 +145,7 @@ class SlotStream:
     Args:
       tokens_P: int32 left-padded prompt, [P].
       mask_P: bool, True on real prompt tokens, [P].
-      keys_G2: [G, 2] uint32, the key data of its G sample keys.
+      keys_G2: [G, K] uint32, the key data of its G sample keys.
       stop_at_G: [G] int32 forced lengths (0: none).
       samples: index g -> None (decode from the start) or the sample so
         far (`unfinished`; 1 <= length < T: decode on from there).
@@ -210,7 +209,7 @@ class SlotStream:
     n = self._rows
     source = np.full(n, -1, np.int32)
     row = np.full(n, -1, np.int32)
-    keys_S = np.zeros((n, 2), np.uint32)
+    keys_S = np.zeros((n, self._key_words), np.uint32)
     stop_S = np.zeros(n, np.int32)
     for slot, (pid, g) in zip(free, admitted):
       self._slot_sample[slot] = pid * self.g + g

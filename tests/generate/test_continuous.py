@@ -17,6 +17,9 @@ that is asserted exactly.
 import dataclasses
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import warnings
 
 from absl.testing import absltest
@@ -278,6 +281,47 @@ class ContinuousTest(parameterized.TestCase):
     self.assertEqual(continuous.drain_width(32, 1, 4), 4)
     self.assertEqual(continuous.drain_width(12, 2, 4), 12)  # 6: not 4's
     self.assertEqual(continuous.drain_width(7, 1, 1), 7)
+
+  def test_rbg_default_prng(self):
+    # Under JAX_DEFAULT_PRNG_IMPL=rbg (4-word keys) the slots held 2-word
+    # keys: `Incompatible shapes for broadcasting` at the first rollout.
+    # rbg's draws depend on the batch (vmap), so only the run is checked.
+    script = textwrap.dedent('''
+        import jax, numpy as np
+        from jaxgrpo.generate import continuous, keys
+        from jaxgrpo.generate.generator import Generator
+        from jaxgrpo.generate.sampling import Sampling
+        from jaxgrpo.model import config, decoder
+        cfg = config.ModelConfig.tiny()
+        graphdef, params = decoder.init_params(cfg, jax.random.key(0))
+        gen = Generator(graphdef=graphdef, model_cfg=cfg, sampling=Sampling(),
+                        max_new_tokens=4, num_samples=2, stop_tokens=(1,),
+                        pad_id=0)
+        tokens = np.array([[0, 5, 6], [7, 8, 9]], np.int32)
+        pk = keys.prompt_keys(jax.random.key(5), ['a', 'b'], 0)
+        out = continuous.ContinuousGenerator(generator=gen, slots=3).generate(
+            params, tokens, tokens > 0, jax.random.key(9), prompt_keys=pk)
+        print(keys.key_words(), np.asarray(out.tokens).shape)
+        try:
+          keys.prompt_keys(jax.random.key(5, impl='threefry2x32'), ['a'], 0)
+          continuous.ContinuousGenerator(generator=gen, slots=3).generate(
+              params, tokens[:1], tokens[:1] > 0, jax.random.key(9),
+              prompt_keys=keys.prompt_keys(
+                  jax.random.key(5, impl='threefry2x32'), ['a'], 0))
+        except ValueError as e:
+          print(e)
+        ''')
+    out = subprocess.run(
+        [sys.executable, '-c', script], capture_output=True, text=True,
+        env={**os.environ, 'JAX_DEFAULT_PRNG_IMPL': 'rbg'}, check=False,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
+    self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+    lines = out.stdout.splitlines()
+    self.assertEqual(lines[0], '4 (4, 4)')
+    self.assertIn("prompt keys of the 'threefry2x32' PRNG: the continuous "
+                  "engine draws with JAX's default implementation ('rbg')",
+                  lines[1])
 
   def test_one_device_mesh(self):
     gen = self.generator(1.0)
