@@ -97,6 +97,7 @@ def plain(value: Any, kind: Any) -> Any:
 
 POSITIVE = rule(lambda v: v > 0, 'must be > 0')
 NON_NEGATIVE = rule(lambda v: v >= 0, 'must be >= 0')
+TEMPERATURE = rule(lambda v: v == 0 or v >= 1e-6, 'must be 0 or >= 1e-06')
 
 
 def values(section: Any, kind: type | None = None) -> dict[str, Any]:

@@ -162,7 +162,7 @@ class EvalSection(Section, name='eval'):
       4, 'k: samples per held-out problem (one when greedy: they would be '
       'the same); the evaluation reports their mean reward', POSITIVE)
   temperature: float = field(
-      1.0, 'sampling temperature of the evaluation', NON_NEGATIVE)
+      1.0, 'sampling temperature of the evaluation', checks.TEMPERATURE)
 
 
 class CheckpointSection(Section, name='checkpoint'):

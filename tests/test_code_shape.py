@@ -51,8 +51,9 @@ KNOWN_MODULES = {
 # with dataset keys of another kind refused, model.system_prompt checked
 # and the mixture's weights named, 1178 with LoRA keys refused at rank 0,
 # 1184 with verify.imports imported before the schema checks rl.advantage,
-# 1188 with a config argument of another kind than bool named when bad).
-KNOWN_CONFIG_LINES = 1188
+# 1188 with a config argument of another kind than bool named when bad,
+# 1189 with temperatures below 1e-6, whose logits overflow, refused).
+KNOWN_CONFIG_LINES = 1189
 
 
 class CodeShapeTest(absltest.TestCase):

@@ -39,6 +39,9 @@ class ConfigTest(parameterized.TestCase):
       ('rl', 'advantage', 'ppo', 'rl.advantage'),
       ('sampler', 'policy', 'sometimes', 'sampler.policy'),
       ('rollout', 'top_p', 0.0, 'rollout.top_p'),
+      ('rollout', 'temperature', 1e-20,
+       r'rollout.temperature=1e-20: must be 0 or >= 1e-06'),
+      ('eval', 'temperature', 1e-9, r'eval.temperature=1e-09: must be 0 or'),
       ('model', 'dtype', 'float16', 'model.dtype'),
       ('rollout', 'long_prompts', 'cut', "rollout.long_prompts='cut'"),
   )

@@ -1,9 +1,15 @@
 """Token sampling: temperature, top-k and top-p (nucleus), greedy at 0."""
 
 import dataclasses
+import numbers
 
 import jax
 import jax.numpy as jnp
+
+# The smallest temperature that samples: logits / T overflow float32 below
+# about 1e-20 under jit, and well before it sampling is greedy in all but
+# name. The config's check is `checks.TEMPERATURE`.
+MIN_TEMPERATURE = 1e-6
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -25,14 +31,17 @@ class Sampling:
   top_p: float = 1.0
 
   def __post_init__(self):
-    if not self.temperature >= 0:
+    if not (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE):
       raise ValueError(
-          f'Sampling.temperature must be >= 0, got {self.temperature!r}'
+          f'Sampling.temperature must be 0 (greedy) or >= {MIN_TEMPERATURE}, '
+          f'got {self.temperature!r}'
       )
-    if not isinstance(self.top_k, int) or self.top_k < 0:
+    if (not isinstance(self.top_k, numbers.Integral)
+        or isinstance(self.top_k, bool) or self.top_k < 0):
       raise ValueError(
           f'Sampling.top_k must be an int >= 0, got {self.top_k!r}'
       )
+    object.__setattr__(self, 'top_k', int(self.top_k))  # np.int64(5): 5
     if not 0 < self.top_p <= 1:
       raise ValueError(f'Sampling.top_p must be in (0, 1], got {self.top_p!r}')
 

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from jaxgrpo import checks
-from jaxgrpo.checks import NON_NEGATIVE, POSITIVE, field
+from jaxgrpo.checks import NON_NEGATIVE, POSITIVE, TEMPERATURE, field
 from jaxgrpo.checks import in_range, one_of, rule
 from jaxgrpo.data import tokenizer as tokenizer_lib
 from jaxgrpo.example import Example
@@ -80,7 +80,7 @@ class RolloutSection(checks.Section, name='rollout'):
   max_new_tokens: int = field(
       6, 'T: generated tokens at most', rule(lambda t: t >= 1, 'must be >= 1'))
   temperature: float = field(
-      1.0, 'sampling temperature (0, greedy, trains nothing)', NON_NEGATIVE)
+      1.0, 'sampling temperature (0, greedy, trains nothing)', TEMPERATURE)
   top_k: int = field(0, 'top-k sampling (0: off; 1 is greedy)', NON_NEGATIVE)
   top_p: float = field(
       1.0, 'top-p sampling (1.0: off)', in_range(0.0, 1.0, '(]'))

@@ -90,13 +90,26 @@ class SamplingTest(chex.TestCase, parameterized.TestCase):
 
   @parameterized.parameters(
       (dict(temperature=-1.0), 'temperature'),
+      # logits / T overflowed float32 under jit: log-probs of +-inf at
+      # 1e-20, NaN and tokens other than greedy's at 1e-45.
+      (dict(temperature=1e-20), 'temperature must be 0 \\(greedy\\) or >= '),
       (dict(top_k=-1), 'top_k'),
+      (dict(top_k=True), 'top_k'),
       (dict(top_p=0.0), 'top_p'),
       (dict(top_p=1.5), 'top_p'),
   )
   def test_validation(self, kwargs, field):
     with self.assertRaisesRegex(ValueError, field):
       Sampling(**kwargs)
+
+  def test_smallest_temperature_and_numpy_top_k(self):
+    # At the floor the log-probs are finite under jit; a numpy top_k (it was
+    # refused, where True was taken as 1) is the int it holds.
+    sampling = Sampling(temperature=1e-6, top_k=np.int64(2))
+    self.assertIs(type(sampling.top_k), int)
+    logits = jnp.asarray([[30.0, -50.0, 10.0], [0.5, 0.25, -20.0]])
+    logps = jax.jit(sampling.logps)(logits, jnp.asarray([0, 1]))
+    self.assertTrue(np.isfinite(logps).all(), logps)
 
 
 if __name__ == '__main__':
