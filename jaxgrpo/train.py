@@ -29,6 +29,7 @@ from jaxgrpo import sharding
 from jaxgrpo import train_state as train_state_lib
 from jaxgrpo import warmstart
 from jaxgrpo import workdir as workdir_lib
+from jaxgrpo.generate import generator as generator_lib
 from jaxgrpo.model import config as model_config
 from jaxgrpo.reporting import console as console_lib
 from jaxgrpo.reporting import metrics as metrics_lib
@@ -108,6 +109,7 @@ def run(
   """
   cfg = (config if isinstance(config, config_lib.Config)
          else config_lib.from_config_dict(config))
+  generator_lib.refuse_x64()
   # Closes what the run starts (verifier worker processes) however it ends.
   with contextlib.ExitStack() as resources:
     console = console_lib.Console(log, progress=progress, quiet=quiet)

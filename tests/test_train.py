@@ -31,6 +31,7 @@ from jaxgrpo.data import loading
 from jaxgrpo.data import mixture
 from jaxgrpo.data import sources
 from jaxgrpo.data import tokenizer as tokenizer_lib
+from jaxgrpo.generate import generator as generator_lib
 from jaxgrpo.reporting import metrics as metrics_lib
 from jaxgrpo.rl import advantages
 from tests import flaky_verifiers  # noqa: F401  (registers starts_with_digit)
@@ -1079,6 +1080,22 @@ class VerifierFailuresTest(absltest.TestCase):
           errors.ConfigError, rf'rollout.{key}={value}: .*the same, so no '
           'group is informative'):
         train.run(c, self.create_tempdir().full_path, log=lambda _: None)
+
+  def test_64_bit_jax_is_refused(self):
+    # It ended in `TypeError: index arguments to dynamic_update_slice must
+    # be integers of the same type, got int64, int32` at the first rollout.
+    c = _config()
+    jax.config.update('jax_enable_x64', True)
+    try:
+      for call in (lambda: train.run(c, self.create_tempdir().full_path,
+                                     log=lambda _: None),
+                   generator_lib.refuse_x64):
+        with self.assertRaisesRegex(
+            errors.ConfigError, r'^jax_enable_x64 is on \(JAX_ENABLE_X64 or '
+            'jax.config.update\): jaxgrpo computes in 32 bits'):
+          call()
+    finally:
+      jax.config.update('jax_enable_x64', False)
 
 
 if __name__ == '__main__':

@@ -31,6 +31,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
+from jaxgrpo import errors
 from jaxgrpo import sharding
 from jaxgrpo.generate import keys as keys_lib
 from jaxgrpo.generate.sampling import Sampling
@@ -93,6 +94,20 @@ class SamplingState:
   stop_at: jax.Array | None = None
 
 
+
+def refuse_x64() -> None:
+  """Raises where JAX computes in 64 bits: the model, caches and keys are
+  32-bit, and jax_enable_x64 makes Python ints int64 beside them.
+
+  Raises:
+    errors.ConfigError: jax_enable_x64 is on.
+  """
+  if jax.config.jax_enable_x64:
+    raise errors.ConfigError(
+        'jax_enable_x64 is on (JAX_ENABLE_X64 or jax.config.update): jaxgrpo '
+        'computes in 32 bits (its caches, positions and keys are int32); '
+        'turn it off for the process that trains, evaluates or generates')
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Generator:
   """Samples `num_samples` completions per prompt with a KV cache.
@@ -120,6 +135,7 @@ class Generator:
   pad_id: int = 0
 
   def __post_init__(self):
+    refuse_x64()
     if self.max_new_tokens < 1:
       raise ValueError(
           f'Generator.max_new_tokens must be >= 1, got {self.max_new_tokens}'
