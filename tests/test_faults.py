@@ -434,6 +434,14 @@ class TrainedWorkdirTest(FaultTestCase):
     self.assertIn('the checkpoint of step 4 is damaged', out.stderr)
     self.assertIn('export an earlier one with --step', out.stderr)
     self.assertNotIn('Traceback', out.stderr)
+    # Step 3, whose optimizer state alone changed, exports its params (it
+    # was refused for an AdamW moment the export does not read).
+    out = subprocess.run(
+        [sys.executable, '-m', 'jaxgrpo.cli.export', f'--workdir={workdir}',
+         '--step=3', f'--out={workdir}/hf'], cwd=REPO, capture_output=True,
+        text=True, env={**os.environ, 'PYTHONPATH': REPO}, timeout=300)
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    self.assertTrue(os.path.exists(f'{workdir}/hf/config.json'))
 
   def test_readers_of_a_damaged_checkpoint_print_one_line(self):
     # A read that fails midway leaves tensorstore reads in flight, which

@@ -267,7 +267,8 @@ def _merged(params, adapter, alpha: float, dtype: str | None, log):
 def _trained(workdir: str, directory: str, step: int, cfg: ModelConfig):
   """The params of a run that trained every weight, from its checkpoint."""
   with _reading(workdir, directory, step):
-    arrays = checkpoint_lib.load_state_arrays(directory, step)['params']
+    arrays = checkpoint_lib.load_state_arrays(
+        directory, step, checked=('params',))['params']
   _, abstract = decoder.abstract_params(cfg)
   pure = jax.tree.map(
       lambda x: x['value'] if isinstance(x, dict) and 'value' in x else x,
