@@ -653,6 +653,10 @@ def _to_gemma(
       ],
       'torch_dtype': torch_dtype or cfg.param_dtype,
   }
+  # transformers 5 reads `rope_parameters`; the entries before it
+  # (`rope_theta`, Gemma 3's `rope_local_base_freq` and `rope_scaling`) are
+  # written too, for readers that know only those (transformers 4).
+  out['rope_theta'] = cfg.rope_theta
   if kind == 'gemma2':
     out['rope_parameters'] = dict(rope_type='default',
                                   rope_theta=cfg.rope_theta)
@@ -664,4 +668,7 @@ def _to_gemma(
                  rope_theta=cfg.rope_local_theta or cfg.rope_theta)
     out['rope_parameters'] = dict(full_attention=full,
                                   sliding_attention=local)
+    out['rope_local_base_freq'] = local['rope_theta']
+    out['rope_scaling'] = (dict(rope_type='linear', factor=full['factor'])
+                           if 'factor' in full else None)
   return out

@@ -74,6 +74,13 @@ class GemmaConfigTest(parameterized.TestCase):
     out = hf_config.to_hf(cfg)
     self.assertEqual(out['architectures'], ['Gemma3ForCausalLM'])
     self.assertEqual(hf_config.from_hf(out), cfg)
+    # The export states them in both forms: a reader that knows only the
+    # older entries (transformers 4) kept the defaults, losing factor 8.
+    self.assertEqual(
+        (out['rope_theta'], out['rope_local_base_freq'], out['rope_scaling']),
+        (1e6, 1e4, dict(rope_type='linear', factor=8.0)))
+    old_form = {k: v for k, v in out.items() if k != 'rope_parameters'}
+    self.assertEqual(hf_config.from_hf(old_form), cfg)
 
   def test_presets_are_the_published_configs(self):
     # The config.json values of google/gemma-2-2b and google/gemma-3-1b-pt,
