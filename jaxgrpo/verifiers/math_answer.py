@@ -36,7 +36,13 @@ _COMMAND_RE = re.compile(r'\\[A-Za-z]+')
 # Every pattern below runs in time linear in its input: no nested or adjacent
 # quantifiers over the same characters, so 10 KB of adversarial text is safe.
 _HASHES_RE = re.compile(r'#{4,}([^\n]*)')
-_NUMBERED_HEADING_RE = re.compile(r'\d+[.)]\s+[^\W\d_]')  # '#### 2. Total'
+# '#### 2. Total', '#### 2) Total', '#### 2: Total', '#### 2 - Total',
+# '#### (2) Total'.
+_NUMBERED_HEADING_RE = re.compile(
+    r'\(?\d+(?:[.)]\s+|:\s*|\s+[-\u2013\u2014]\s+)[^\W\d_]')
+# '#### 2 Money' with more text after it: a heading too ('#### 18 Dollars'
+# as the last line is an answer).
+_TITLE_HEADING_RE = re.compile(r'\d+\s+[A-Z][a-z]')
 _BOXED_RE = re.compile(r'\\(?:boxed|fbox)(?![A-Za-z])\s*')
 _BOXED_TOKEN_RE = re.compile(r'[^\s{}$\\]+')
 _BRACE_RE = re.compile(r'\\[\\{}]|[{}]')  # escaped braces do not group
@@ -134,8 +140,31 @@ _LEAD_RE = re.compile(
 _NOT_VALUE_RE = re.compile(
     r"\b(?:not|no|never|none|neither|nor|half|twice|double|triple|times"
     r"|minus|plus|less|more|fewer|than|divided|multiplied|least|most|about"
-    r"|around|approximately|roughly|nearly|almost|over|under)\b|n['\u2019]t\b",
-    re.I)
+    r"|around|approximately|roughly|nearly|almost|over|under|up\s+to)\b"
+    r"|n['\u2019]t\b"
+    r'|[~\u2248\u2264\u2265]|(?<![<>])[<>]=?(?=\s*[-$.\d])'  # not <<9*2=18>>18
+    r'|\\(?:approx|sim|geq?|leq?|gt|lt)(?![A-Za-z])', re.I)
+# The same before the last number of unmarked text ("The answer isn't 72",
+# '#### not 72', 'about 72'), which words earlier in its sentence leave be.
+_NOT_VALUE_BEFORE_RE = re.compile(
+    r"(?:\b(?:not|no|never|about|around|approximately|roughly|nearly|almost"
+    r"|over|under|than|least|most|up\s+to)|n['\u2019]t|[~\u2248\u2264\u2265]"
+    r'|(?<![<>])[<>]=?)'
+    r'[\s*_]*\$?\Z', re.I)
+# Words after a number that qualify it ('72 or more', '72 is wrong'): no
+# unit, and no value.
+_QUALIFIER_AFTER_RE = re.compile(
+    r'(?:or|and) (?:more|less|fewer|so|above|below|over|under|higher|lower)\b'
+    r'|(?:is|are) (?:wrong|incorrect|not)\b|at (?:most|least)\b', re.I)
+# A unit's power written with a caret after a number ('72 cm^2', '5 ft^{3}'):
+# as '\u00b2' ('5 m\u00b2'); an expression's ('x^2') stays a power.
+_UNIT_POWER_RE = re.compile(r'(\d\s*[A-Za-z]{1,3})\^\{?([23])\}?(?!\d)')
+# A LaTeX fraction in unmarked text: of numbers, its value ('3/4'); of
+# anything else, no number (its denominator was read as one).
+_TEXT_FRAC_RE = re.compile(
+    r'\\[dt]?frac\s*\{\s*([-\u2212]?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}'
+    r'|\\[dt]?frac\s*(\d)\s*(\d)')
+_OTHER_FRAC_RE = re.compile(r'\\[dt]?frac\s*\{[^{}]*\}\s*\{[^{}]*\}')
 _OPERATOR_BEFORE = ('^', '\u221a', '\u221b', '\u221c')  # 10^3, roots
 _SCALE_AFTER_RE = re.compile(r'(?:[kKMB]|bn)(?![A-Za-z])|:\d')  # 18k, 3:30
 _TIME_BEFORE_RE = re.compile(r'\d:$')  # the 30 of 3:30
@@ -166,7 +195,8 @@ def _hashes(text: str) -> str | None:
     content = m.group(1).rsplit('####', 1)[-1].strip()
     head = content.lstrip('*_ \t')
     if (head and not head[0].isalpha()  # '#### Step 2' is a heading
-        and not _NUMBERED_HEADING_RE.match(head)):
+        and not _NUMBERED_HEADING_RE.match(head)
+        and not (_TITLE_HEADING_RE.match(head) and text[m.end():].strip())):
       return content
   return None
 
@@ -228,7 +258,9 @@ def _segment(text: str, start: int) -> tuple[str, int | None]:
 def _answer_is(text: str) -> str | None:
   """The rest of the sentence after the last 'answer is' or 'answer:'."""
   for m in reversed(list(_ANSWER_IS_RE.finditer(text))):
-    content, _ = _segment(text, m.end())
+    content, after = _segment(text, m.end())
+    while content and not content.strip('$\\[] ') and after is not None:
+      content, after = _segment(text, after)  # '$$' alone on its line
     if content:
       return content
   return None
@@ -276,10 +308,19 @@ def _operand(text: str, start: int) -> bool:
 def _last_number(text: str) -> str | None:
   """The last number token, with a vulgar fraction glued to it ('2½'); None
   when it is glued to another numeral ('10²'), an operand ('10^3'), a
-  scale letter ('18k', '1.5M') or a time ('3:30'), as a marked answer's is."""
+  scale letter ('18k', '1.5M') or a time ('3:30'), as a marked answer's is,
+  or after a word that makes it no value (`_NOT_VALUE_BEFORE_RE`). A LaTeX
+  fraction of numbers is read as one ('\\frac{3}{4}' as '3/4')."""
+  if 'frac' in text:
+    text = _TEXT_FRAC_RE.sub(
+        lambda m: f' {m[1] or m[3]}/{m[2] or m[4]}', text)
+    text = _OTHER_FRAC_RE.sub(' ', text)
   found = _last(_NUMBER_TOKEN_RE, text)
   if found is None or _operand(text, found.start()) or _SCALE_AFTER_RE.match(
       text, found.end()) or _TIME_BEFORE_RE.search(text, 0, found.start()):
+    return None
+  if _NOT_VALUE_BEFORE_RE.search(text, max(0, found.start() - 24),
+                                 found.start()):
     return None
   after = text[found.end():found.end() + 1]
   if after in _VULGAR:
@@ -301,6 +342,8 @@ def _clean(text: str) -> str:
       text = inner
     for pattern, repl in _LATEX_SUBS:
       text = pattern.sub(repl, text)
+  text = _UNIT_POWER_RE.sub(
+      lambda m: m[1] + '\u00b2\u00b3'[int(m[2]) - 2], text)
   text = _BOLD_RE.sub('', text.replace('{,}', ','))
   text = _THIN_SPACE_RE.sub('', text).translate(_CHAR_MAP)
   text = _GROUP_SEP_RE.sub('', text)
@@ -326,7 +369,8 @@ def _number(text: str) -> int | float | None:
   only); one too large for a float (past 1.8e308) is no number.
   """
   m = _NUMBER_RE.fullmatch(text)
-  if m is None or (m['s1'] and m['s2']) or _numeral(m['u'] or ''):
+  if m is None or (m['s1'] and m['s2']) or _numeral(m['u'] or '') or (
+      m['u'] and _QUALIFIER_AFTER_RE.match(text, m.start('u'))):
     return None
   digits = m['a'].replace(',', '').replace(' ', '')
   value = float(digits + (m['e'] or ''))
@@ -410,6 +454,7 @@ def _only_number(text: str) -> float | None:
     return None
   start, end = numbers[0].span()
   if (cleaned[start - 1:start] in ('-', '+')  # '--10' is no -10
+      or cleaned[end:end + 1] == '+'  # '72+' is 72 or more
       or _operand(cleaned, start)
       or _SCALE_AFTER_RE.match(cleaned, end)
       or _numeral(cleaned[end:end + 1])):
@@ -563,13 +608,18 @@ class MathAnswer:
     return self._extract(_halfwidth(completion))
 
   def _extract(self, completion: str) -> tuple[str | None, str]:
-    """`extract_answer` of a completion already in half-width forms."""
-    for rule in self.extract:
-      found = _EXTRACTORS[rule](completion)
-      if found is not None:
-        return found, rule
-    if self.fallback == 'last_number':
-      found = _last_number(completion)
+    """`extract_answer` of a completion already in half-width forms: what
+    follows a closed `</think>` first, then the whole text (a draft answer
+    in the reasoning beat the final one)."""
+    _, closed, after = completion.rpartition('</think>')
+    parts = (after, completion) if closed else (completion,)
+    for part in parts:
+      for rule in self.extract:
+        found = _EXTRACTORS[rule](part)
+        if found is not None:
+          return found, rule
+    for part in parts if self.fallback == 'last_number' else ():
+      found = _last_number(part)
       if found is not None:
         return found, 'last_number'
     return None, 'none'
@@ -589,8 +639,8 @@ class MathAnswer:
             isinstance(value, int) or abs(gold_value) < 2**53)
       else:
         equal = math.isclose(value, gold_value, rel_tol=self.rel_tol)
-    else:
-      equal = bool(gold_text) and text == gold_text
+    else:  # not for a numeric gold: '5 6' is two numbers, not 56
+      equal = gold_value is None and bool(gold_text) and text == gold_text
     if not equal and self.symbolic:
       equal = _symbolic_equal(_clean(answer), _clean(gold))
     return equal

@@ -92,6 +92,19 @@ DEFAULT_REFUSAL_PHRASES = (
     'not in the text',
     'not mentioned',
     'cannot be found in',
+    # What instruct models write as often ("It is not stated.", "This
+    # information is not provided.", "I am unable to answer.").
+    'is not stated',
+    'not provided',
+    'not given in',
+    'not available in',
+    'does not contain the answer',
+    'does not answer',
+    'unable to answer',
+    'never mentions',
+    'never mentioned',
+    'insufficient context',
+    'not enough context',
 )
 # Refusals when they are the whole answer, not within one ("None of the
 # above", "an unknown soldier" answer questions). A gold answer that equals

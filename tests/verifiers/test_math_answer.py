@@ -213,6 +213,50 @@ _CASES = (
     ('superscript_arithmetic_result', 'The answer is 4\u00b2 = 16.', '16', 1),
     ('superscript_last_number_none', 'The area is 10\u00b2', '10', 0),
     ('vulgar_fraction_last_number', 'She ate 2\u00bd pies', '2.5', 1),
+    # Headings numbered `2:`, `2 -` or `(2)` are no answers, as `2.` and
+    # `2)` are (a step number equal to the gold scored 1).
+    ('heading_numbered_colon',
+     '#### 1: Eggs\nShe has 16 eggs.\n#### 2: Money\nShe makes 9 * 2 = 20 '
+     'dollars, so $\\boxed{20}$.', '2', 0),
+    ('heading_numbered_colon_then_boxed',
+     '#### 2: Money\nShe makes $\\boxed{18}$.', '18', 1),
+    ('heading_numbered_dash', '#### 2 - Money\nThe answer is 18', '18', 1),
+    ('heading_numbered_parens', '#### (2) Money\nThe answer is 18', '18', 1),
+    ('heading_numbered_title', '#### 2 Money\nThe answer is 18', '18', 1),
+    ('title_unit_last_line_is_answer', 'So she has\n#### 18 Dollars', '18', 1),
+    ('up_to_is_no_value', 'The answer is up to 72', '72', 0),
+    # A fraction in unmarked text is its value, never its denominator.
+    ('latex_fraction_last_number', 'She has $\\frac{3}{4}$ of the pie left.',
+     '0.75', 1),
+    ('latex_fraction_not_denominator',
+     'She has $\\frac{3}{4}$ of the pie left.', '4', 0),
+    ('latex_symbolic_fraction_no_number',
+     'Each gets $\\frac{x}{3}$ cookies.', '3', 0),
+    # Approximations, bounds and negations are no values.
+    ('tilde_is_no_value', 'The answer is ~72', '72', 0),
+    ('approx_is_no_value', 'The answer is \u224872', '72', 0),
+    ('less_than_is_no_value', 'The answer is < 72', '72', 0),
+    ('geq_is_no_value', '\\boxed{x \\geq 72}', '72', 0),
+    ('plus_after_is_no_value', 'The answer is 72+', '72', 0),
+    ('or_more_is_no_value', 'The answer is 72 or more', '72', 0),
+    ('negated_marker_last_number', "The answer isn't 72.", '72', 0),
+    ('negated_hashes_last_number', '#### not 72', '72', 0),
+    ('negation_earlier_in_sentence_kept',
+     'She has no more than 3 left after selling, so 18', '18', 1),
+    # Spaced digits are two numbers, not one glued.
+    ('spaced_digits_two_numbers', '#### 5 6', '56', 0),
+    ('spaced_digits_boxed', '\\boxed{1 8}', '18', 0),
+    ('spaced_thousands_still_one', '#### 1 080', '1080', 1),
+    # A final answer after the reasoning block wins over a draft in it.
+    ('answer_after_think_wins',
+     '<think>First guess \\boxed{17}? No: 9*2=18.</think>\n'
+     '<answer>18</answer>', '18', 1),
+    ('think_draft_used_when_nothing_after',
+     '<think>So \\boxed{18}.</think>', '18', 1),
+    # Units with a caret power, and display math on its own lines.
+    ('caret_unit', '\\boxed{72 \\text{ cm}^2}', '72', 1),
+    ('caret_unit_plain', 'The answer is 72 ft^2.', '72', 1),
+    ('display_math_after_marker', 'The answer is:\n$$\n18\n$$', '18', 1),
 )
 
 
