@@ -585,7 +585,8 @@ class TrainedWorkdirTest(FaultTestCase):
     # none, and transformers' apply_chat_template adds none).
     messages = [{'role': 'user', 'content': '12+3='}]
     self.assertEqual(hf_tok.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True), '<s>12+3=')
+        messages, tokenize=False, add_generation_prompt=True),
+        '<|jaxgrpo_bos|>12+3=')
     self.assertEqual(hf_tok.apply_chat_template(
         messages, tokenize=True, return_dict=False,
         add_generation_prompt=True), [char.BOS] + char.encode('12+3='))

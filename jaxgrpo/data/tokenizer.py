@@ -137,7 +137,11 @@ def to_hf(tokenizer: 'CharTokenizer | ByteTokenizer') -> Any:
   import tokenizers
   from tokenizers import decoders, models, pre_tokenizers, processors
   from jaxgrpo.data import hf_tokenizer
-  specials = ['<pad>', '<s>', '</s>']  # ids PAD, BOS, EOS
+  # ids PAD, BOS, EOS. The built-in tokenizers have no text for them, and
+  # a special token's text is matched in what is encoded, so they are named
+  # what no prompt holds: as '<s>' a byte run's '<s>' in a prompt became
+  # its BOS id in the export.
+  specials = ['<|jaxgrpo_pad|>', '<|jaxgrpo_bos|>', '<|jaxgrpo_eos|>']
   if isinstance(tokenizer, CharTokenizer):
     chars = list(tokenizer.alphabet)
     backend = tokenizers.Tokenizer(models.WordLevel(
@@ -156,7 +160,7 @@ def to_hf(tokenizer: 'CharTokenizer | ByteTokenizer') -> Any:
     raise TypeError(f'not a built-in tokenizer: {tokenizer!r}')
   backend.add_special_tokens(specials)
   backend.post_processor = processors.TemplateProcessing(
-      single='<s> $A', special_tokens=[('<s>', tokenizer.BOS)])
+      single=f'{specials[1]} $A', special_tokens=[(specials[1], tokenizer.BOS)])
   return hf_tokenizer.HFTokenizer(
       backend, bos_id=tokenizer.BOS, eos_id=tokenizer.EOS,
       pad_id=tokenizer.PAD, chat_template=PLAIN_TEMPLATE, add_bos=True,

@@ -162,7 +162,9 @@ class AsHuggingFaceTest(absltest.TestCase):
   def test_same_ids_both_ways(self):
     for name, texts in (
         ('char', ['12+345=', 'what is 7*8? ok.', '(1-2)=', '']),
-        ('byte', ['héllo wörld\n', '日本 語', ' lead', 'a\tb\x00c', '\U0001F600'])):
+        ('byte', ['héllo wörld\n', '日本 語', ' lead', 'a\tb\x00c', '\U0001F600',
+                  # Strings that other tokenizers make special are text.
+                  'Use <s>old</s> price <pad>'])):
       ours = tokenizer_lib.make_tokenizer(name)
       hf = tokenizer_lib.to_hf(ours)
       self.assertEqual((hf.vocab_size, hf.bos_id, hf.eos_id, hf.pad_id),
@@ -174,7 +176,8 @@ class AsHuggingFaceTest(absltest.TestCase):
           ids = ours.encode(text) + [ours.eos_id, 5]
           self.assertEqual(hf.decode(ids), ours.decode(ids))
       chat = hf.with_prompts(chat=True, system='Be brief.')
-      self.assertEqual(chat.prompt_text('1+2='), '<s>Be brief.\n1+2=')
+      self.assertEqual(chat.prompt_text('1+2='),
+                       '<|jaxgrpo_bos|>Be brief.\n1+2=')
       # The template writes the BOS: chat prompts start with one, as the
       # run's prompts did.
       self.assertEqual(tokenizer_lib.prompt_ids(hf.with_prompts(chat=True),
