@@ -21,10 +21,13 @@ import copy
 import datetime
 import functools
 import json
+import logging
 import os
 from typing import Any
 
 from jaxgrpo import errors
+
+_LOG = logging.getLogger(__name__)
 
 # Tokens that end a chat turn or a document in common model families; those
 # in a vocabulary stop decoding along with its EOS.
@@ -228,7 +231,8 @@ class HFTokenizer:
     for file in (os.path.join(path, 'special_tokens_map.json'), config_file):
       data = config if file == config_file else (
           _read_json(file) if os.path.isfile(file) else {})
-      for key in ('bos_token', 'eos_token', 'unk_token', 'pad_token'):
+      for key in ('bos_token', 'eos_token', 'unk_token', 'pad_token',
+                  'sep_token', 'cls_token', 'mask_token'):  # the template's
         token = _token_string(data.get(key), file, key)
         if token is not None:
           specials[key] = token, file
@@ -272,6 +276,11 @@ class HFTokenizer:
     else:
       add_bos = bool(config.get('add_bos_token', False))
       add_eos = bool(config.get('add_eos_token', False))
+    if config.get('split_special_tokens'):
+      _LOG.warning(
+          '%s: split_special_tokens is not followed: special-token strings '
+          'in a prompt are encoded as those tokens (transformers would split '
+          'them, its chat template\'s own included)', config_file)
     template_tokens = {key: token for key, (token, _) in specials.items()}
     if 'eos_token' not in template_tokens:
       template_tokens['eos_token'] = backend.id_to_token(eos_id)

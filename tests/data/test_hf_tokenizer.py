@@ -529,6 +529,22 @@ class HFTokenizerTest(parameterized.TestCase):
     self.assertEqual(tok.eos_id, vocab('<|im_end|>'))
     self.assertEqual(tok.stop_ids[:2], (vocab('<|im_end|>'), 7))
 
+  def test_template_sees_every_named_special_token(self):
+    # transformers passes its whole special-tokens map to the template:
+    # `{{ mask_token }}` rendered empty here only.
+    path = _write(os.path.join(self.tmp, 'mask'), self.backends['chatml'],
+                  {'eos_token': '<|im_end|>', 'mask_token': '<|im_start|>',
+                   'chat_template': "{{ mask_token }}{{ messages[0]['content'] "
+                                    '}}'})
+    tok = hf_tokenizer.HFTokenizer.from_dir(path).with_prompts(chat=True)
+    self.assertEqual(tok.prompt_text('hi'), '<|im_start|>hi')
+    # A setting it does not follow is said, not passed over.
+    path = _write(os.path.join(self.tmp, 'split'), self.backends['chatml'],
+                  {'eos_token': '<|im_end|>', 'split_special_tokens': True})
+    with self.assertLogs('jaxgrpo.data.hf_tokenizer', 'WARNING') as logs:
+      hf_tokenizer.HFTokenizer.from_dir(path)
+    self.assertIn('split_special_tokens is not followed', logs.output[0])
+
   def test_processor_chat_template_json(self):
     path = _write(os.path.join(self.tmp, 'processor'), self.backends['chatml'],
                   {'eos_token': '<|im_end|>'})
