@@ -36,6 +36,7 @@ choose), quotas and saved state share the per-dataset tables and the
 draws still pending.
 """
 
+import collections
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import logging
@@ -119,6 +120,26 @@ def _seeds_of(seed: int, names: Sequence[str]) -> dict[str, int]:
       s = (s + 0x9E3779B9) % 2**31
     out[name] = s
   return out
+
+
+def _interleaved(picked: list[tuple[int, int]],
+                 rank: np.ndarray) -> list[tuple[int, int]]:
+  """A round's (dataset, example) draws with each dataset's spread evenly
+  over the round, in its own order: the k-th of a dataset's n at (k + 0.5)
+  / n, ties (odd counts meet at 0.5) by `rank`, a random order of the
+  datasets, so that none goes first by its place. Groups arrive in prompt
+  order, and `choose` fills the slots left
+  after the quotas in arrival order, so dataset-major rounds gave the
+  datasets listed first the surplus slots (under `pre_filter` and
+  `surplus='drop'` a dataset's batch share hung on its place in
+  `data.datasets`)."""
+  count = collections.Counter(d for d, _ in picked)
+  seen = collections.Counter()
+  keys = []
+  for d, _ in picked:
+    keys.append(((seen[d] + 0.5) / count[d], rank[d]))
+    seen[d] += 1
+  return [p for _, p in sorted(zip(keys, picked), key=lambda kp: kp[0])]
 
 
 class MixtureSampler:
@@ -336,6 +357,8 @@ class MixtureSampler:
       weights = np.where(self._exhausted, 0.0, self.weights)
       counts = largest_remainder(weights, shortfall)
     self._round += 1
+    picked = _interleaved(picked, np.random.default_rng(
+        [self.seed, self.step, self._round, 1]).permutation(len(self.names)))
     examples = [self._example(d, i) for d, i in picked]
     for (d, i), ex in zip(picked, examples):
       self._step_counts['drawn'][d] += 1
