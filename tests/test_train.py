@@ -622,9 +622,16 @@ class BadInputTest(absltest.TestCase):
     with mock.patch.object(loading, 'PEEK', 1), self.assertRaisesRegex(
         errors.DataError, "two different examples have the id 'a'"):
       train.run(c, self.create_tempdir().full_path, log=lambda _: None)
-    # Equal examples may share one (exact duplicate records).
+    # Equal examples may share one (exact duplicate records), GSM8K's with
+    # other worked solutions too (augmented data: it stopped the run, and
+    # id_field, the fix it named, is refused for kind='gsm8k').
     first = self._load(self._config(path))[1][0]
     loading.check_ids([first, dataclasses.replace(first)])
+    solved = dataclasses.replace(first, meta={'solution': '1+0=1\n#### 1'})
+    loading.check_ids([solved, dataclasses.replace(
+        solved, meta={'solution': 'One plus zero.\n#### 1'})])
+    with self.assertRaisesRegex(errors.DataError, 'two different examples'):
+      loading.check_ids([solved, dataclasses.replace(solved, answer='2')])
 
   def test_an_eval_file_may_reuse_the_training_files_ids(self):
     # Index ids (no id_field), or verl's extra_info.index: both files count

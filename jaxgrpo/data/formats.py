@@ -182,7 +182,10 @@ def _as_text(value: Any, key: str, where: Where) -> str:
   `True` would become 'True'; a whole float or decimal is written as an
   int, 1e16 too); BadRecordError naming the field if not."""
   if isinstance(value, decimal.Decimal) and value.is_finite():
-    # A Parquet decimal column (SQL and Spark exports).
+    # A Parquet decimal column (SQL and Spark exports), a JSON number.
+    if not np.isfinite(float(value)):  # 1e400: past any float
+      raise BadRecordError(f'{where()}: field {key!r} must be text or a '
+                           f'finite number, got {value}')
     value = int(value) if value == value.to_integral_value() else str(value)
   if isinstance(value, bool) or not isinstance(value, (str, int, float)):
     raise BadRecordError(
@@ -228,6 +231,9 @@ class _PromptFormatter(string.Formatter):
     _as_text(number, field_name, self.where)
     if isinstance(number, float) and number.is_integer():
       value = _whole(number)  # as in answers: 18, 10000000000000000
+    elif (isinstance(number, decimal.Decimal)
+          and number == number.to_integral_value()):
+      value = int(number)  # a JSON 1e3 as 1000, as in answers
     return value, used
 
 
@@ -351,9 +357,10 @@ class Gsm8kFormat:
 
   The id is 'gsm8k-' and 12 hex digits of the SHA-256 of the question and
   the final answer, so it does not depend on the record's position: it
-  survives reordering, filtering and re-sharding of the file. Exact
-  duplicate records (same question and final answer) therefore share one
-  id, and both stay in the dataset as separate examples; the shipped train
+  survives reordering, filtering and re-sharding of the file. Duplicate
+  records (same question and final answer, their worked solutions the same
+  or not) therefore share one id, and both stay in the dataset as separate
+  examples; the shipped train
   and test files hold no duplicates (and no question of one is in the
   other).
 

@@ -6,6 +6,7 @@ neither, so that `sources` can import the builders (to register them)
 without an import cycle.
 """
 
+import decimal
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxgrpo import errors
 from jaxgrpo.data import formats
 
 # Bytes scanned per step when indexing a JSONL file; bounds the temporary
@@ -136,6 +138,10 @@ def _index_lines(path: str) -> tuple[np.ndarray, np.ndarray]:
   return starts[~blank], starts[blank]
 
 
+def _signature(st: os.stat_result) -> tuple[int, int, int]:
+  return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 class JsonlSource:
   """A grain RandomAccessDataSource over the JSON objects of a JSONL file.
 
@@ -156,6 +162,7 @@ class JsonlSource:
     self._starts, self._blank_starts = _index_lines(self.path)
     self.blank_lines = len(self._blank_starts)
     self._file = open(self.path, 'rb', buffering=0)
+    self._read_as = _signature(os.fstat(self._file.fileno()))
     if len(self):
       _check_json_lines(self.path, self._line(0), len(self))
 
@@ -165,6 +172,18 @@ class JsonlSource:
   def __setstate__(self, state: dict[str, Any]) -> None:
     self.__dict__.update(state)
     self._file = open(self.path, 'rb', buffering=0)
+    self._check_unchanged()
+
+  def _check_unchanged(self) -> None:
+    """Raises DataError when the file is no longer the one indexed: its
+    records are read by the byte offsets found then, so a file rewritten
+    during a run gave other records under the same ids, silently."""
+    if _signature(os.fstat(self._file.fileno())) != self._read_as:
+      raise errors.DataError(
+          f'{self.path}: the file changed while the run read it (its size, '
+          'time or inode); restore it, or start the run again, which reads '
+          'it anew (checkpoint.on_dataset_change decides what a resume '
+          'does with changed data)')
 
   def __len__(self) -> int:
     return len(self._starts)
@@ -192,6 +211,7 @@ class JsonlSource:
   def _line(self, index: int) -> bytes:
     """The bytes of record `index`'s line, without its newline."""
     offset, fd = self._offset(index), self._file.fileno()
+    self._check_unchanged()
     line = os.pread(fd, _READ_BYTES, offset)
     while b'\n' not in line:
       more = os.pread(fd, 2 * len(line), offset + len(line))
@@ -203,7 +223,10 @@ class JsonlSource:
   def __getitem__(self, index: int) -> dict[str, Any]:
     line = self._line(index)
     try:
-      record = json.loads(line.decode('utf-8-sig'))
+      # Decimals keep a number as written ('2.50', '0.00001': as floats,
+      # '2.5' and '1e-05'); `formats` writes a whole one as its int.
+      record = json.loads(line.decode('utf-8-sig'),
+                          parse_float=decimal.Decimal)
     except UnicodeDecodeError as e:
       raise BadRecordError(
           f'{self.describe(index)}: not valid UTF-8 ({e})'

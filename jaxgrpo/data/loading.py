@@ -8,6 +8,7 @@ held-out examples come from eval_path / eval_split, or are `holdout` records
 of the training file that training then never sees.
 """
 
+import dataclasses
 import logging
 import os
 
@@ -111,13 +112,17 @@ def check_ids(examples: list[Example]) -> None:
   'remap' matches state to examples, by id. Training and held-out examples
   are checked apart: those of an `eval_path` file may reuse the training
   file's ids (`<name>/<index>`, or verl's `extra_info.index`). (Equal
-  examples may share one: GSM8K's ids hash question and answer, so an
-  exact duplicate record repeats its id harmlessly.)
+  examples may share one: GSM8K's ids hash question and final answer, so a
+  duplicate record repeats its id harmlessly, its worked solution, which
+  nothing trains on, the same or not: augmented data gives a question
+  several.)
   """
   seen: dict[tuple[str, str], Example] = {}
+  plain = lambda ex: dataclasses.replace(ex, meta={
+      k: v for k, v in ex.meta.items() if k != 'solution'})
   for ex in examples:
     first = seen.setdefault((ex.dataset, ex.id), ex)
-    if first is not ex and first != ex:
+    if first is not ex and first != ex and plain(first) != plain(ex):
       raise errors.DataError(
           f'dataset {ex.dataset!r}: two different examples have the id '
           f'{ex.id!r} (prompts {first.prompt[:40]!r} and {ex.prompt[:40]!r});'

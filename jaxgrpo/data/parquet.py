@@ -24,6 +24,7 @@ import functools
 import glob
 import itertools
 import json
+import logging
 import os
 import re
 import threading
@@ -35,6 +36,8 @@ import pyarrow.parquet as pq
 
 from jaxgrpo import errors
 from jaxgrpo.data import formats
+
+_LOG = logging.getLogger(__name__)
 
 _CACHED_GROUPS = 4
 
@@ -58,6 +61,7 @@ def find_files(path: str) -> list[str]:
   """
   if glob.has_magic(path) and not os.path.exists(path):
     files = _under_folders(sorted(glob.glob(path)))
+    check_one_split(glob_base(path), files)
   elif os.path.isdir(path):
     state = os.path.join(path, 'state.json')
     _check_not_dataset_dict(path)
@@ -66,8 +70,12 @@ def find_files(path: str) -> list[str]:
     else:
       files = _under_folders(sorted(glob.glob(
           os.path.join(path, '**', '*.parquet'), recursive=True)))
-      files = files or sorted(glob.glob(os.path.join(path, '*.arrow')))
-      _check_one_split(path, files)
+      # A datasets cache folder's `.map()` results (cache-*.arrow) repeat
+      # its records: read, they doubled every one.
+      files = files or [f for f in sorted(glob.glob(os.path.join(
+          path, '*.arrow'))) if not os.path.basename(f).startswith('cache-')]
+      check_one_split(path, files)
+      _say_left_out(path, files)
   else:
     files = [path] if os.path.exists(path) else []
   if not files:
@@ -76,6 +84,19 @@ def find_files(path: str) -> list[str]:
   if missing:
     raise ParquetError(f'{path}: {missing[0]} is missing')
   return files
+
+
+def _say_left_out(folder: str, files: list[str]) -> None:
+  """Warns of the data files under `folder` that are not read (`.pq`
+  beside `.parquet`, `.arrow` beside either, a cache's `cache-*.arrow`)."""
+  left = [f for f in sorted(glob.glob(os.path.join(folder, '**', '*.*'),
+                                      recursive=True))
+          if f.endswith(('.parquet', '.pq', '.parq', '.arrow'))
+          and f not in files]
+  if left and files:
+    _LOG.warning('%s: %d data file(s) there are not read, e.g. %s (read: '
+                 '%d files, e.g. %s); name the files to read with a glob',
+                 folder, len(left), left[0], len(files), files[0])
 
 
 def _under_folders(paths: list[str]) -> list[str]:
@@ -143,12 +164,22 @@ _HELD_OUT_WORDS = frozenset({'test', 'validation', 'valid', 'val', 'dev',
                              'eval'})
 
 
-def _check_one_split(folder: str, files: list[str]) -> None:
-  """Raises ParquetError when a folder holds training and held-out files
-  (verl's train.parquet beside test.parquet, a Hub dataset's
-  train-*.parquet beside test-*.parquet): read together, the held-out
-  records would be trained on; pandas' and Spark's folders partitioned by
-  a split column (`split=train/`, `split=test/`) too."""
+def glob_base(pattern: str) -> str:
+  """The folder a glob searches: its path up to the first part with a
+  glob character."""
+  parts = pattern.split(os.sep)
+  keep = next((i for i, p in enumerate(parts) if glob.has_magic(p)),
+              len(parts))
+  return os.sep.join(parts[:keep]) or os.curdir
+
+
+def check_one_split(folder: str, files: list[str]) -> None:
+  """Raises ParquetError when a folder's files, or a glob's under it,
+  hold training and held-out files (verl's train.parquet beside
+  test.parquet, a Hub dataset's train-*.parquet beside test-*.parquet):
+  read together, the held-out records would be trained on; pandas' and
+  Spark's folders partitioned by a split column (`split=train/`,
+  `split=test/`) too."""
   def words(f):
     return set(re.split(r'[/._=-]', f.lower()))
   train = [f for f in files if 'train' in words(os.path.relpath(f, folder))]
@@ -158,7 +189,8 @@ def _check_one_split(folder: str, files: list[str]) -> None:
     parts = os.path.relpath(train[0], folder).split(os.sep)
     where = [i for i, p in enumerate(parts[:-1]) if 'train' in words(p)]
     ones = (os.path.join(folder, *parts[:where[0] + 1]) if where else
-            os.path.join(folder, *parts[:-1], 'train*.parquet'))
+            os.path.join(folder, *parts[:-1],
+                         'train*' + os.path.splitext(train[0])[1]))
     raise ParquetError(
         f'{folder}: holds training and held-out files ({train[0]}, '
         f'{held[0]}); name the training ones ({ones}, or the file) and give '
@@ -245,6 +277,11 @@ class _File:
             f'{path}: cannot be read ({os.strerror(e.errno)})') from None
       raise ParquetError(f'{path}: not {"an Arrow" if arrow else "a Parquet"}'
                          f' file ({e})') from None
+    names = (self.table.schema if arrow else self.parquet.schema_arrow).names
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # a row as a dict keeps the last: the others were lost
+      raise ParquetError(f'{path}: the column {twice[0]!r} is there '
+                         f'{names.count(twice[0])} times; rename all but one')
     if not arrow:
       self.columns = _columns(self.parquet, fields)
       meta = self.parquet.metadata

@@ -7,6 +7,7 @@ mapping they share, with the held-out split and fingerprint of the result.
 
 from collections.abc import Callable, Iterable, Mapping
 import dataclasses
+import decimal
 import functools
 import glob
 import hashlib
@@ -58,7 +59,8 @@ class _ToExample:
     where = functools.partial(self.describe, index)
     if self.is_json:
       try:
-        record = json.loads(bytes(record).decode('utf-8'))
+        record = json.loads(bytes(record).decode('utf-8'),
+                            parse_float=decimal.Decimal)  # as written
       except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BadRecordError(f'{where()}: invalid JSON: {e}') from e
       if not isinstance(record, dict):
@@ -198,7 +200,9 @@ def data_files(kind: str, path: str) -> list[str]:
     return parquet.find_files(path)
   if os.path.exists(path) or not glob.has_magic(path):
     return [path]
-  return sorted(glob.glob(path))
+  files = sorted(glob.glob(path))
+  parquet.check_one_split(parquet.glob_base(path), files)
+  return files
 
 
 def content_digest(files: Iterable[str]) -> str:

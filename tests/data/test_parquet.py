@@ -122,6 +122,51 @@ class ParquetSourceTest(absltest.TestCase):
       train = os.path.join(folder, os.path.dirname(names[0]),
                            '' if '=' in names[0] else 'train*')
       self.assertLen(parquet.ParquetSource(train), 3)
+      # A glob over the folder is refused alike (it trained on the test
+      # split, where the folder was refused), a JSONL glob too.
+      with self.assertRaisesRegex(parquet.ParquetError,
+                                  'holds training and held-out files'):
+        parquet.find_files(os.path.join(folder, '*'))
+    folder = self.create_tempdir().full_path
+    for name in ('train.jsonl', 'test.jsonl'):
+      with open(os.path.join(folder, name), 'w') as f:
+        f.write('{"prompt": "1+1=", "answer": "2"}\n')
+    with self.assertRaisesRegex(
+        parquet.ParquetError, rf'^{folder}: holds training and held-out '
+        rf'files .*\({re.escape(os.path.join(folder, "train*.jsonl"))}, or'):
+      sources.data_files('jsonl', os.path.join(folder, '*.jsonl'))
+    self.assertLen(sources.data_files('jsonl',
+                                      os.path.join(folder, 'tr*.jsonl')), 1)
+
+  def test_data_files_a_folder_leaves_out_are_named(self):
+    # '.pq' beside '.parquet' was left out, and a datasets cache folder's
+    # cache-*.arrow (`.map()` results) read beside its data, in silence.
+    folder = self.create_tempdir().full_path
+    write_parquet(os.path.join(folder, 'a.parquet'), verl_rows(2))
+    write_parquet(os.path.join(folder, 'b.pq'), verl_rows(1))
+    with self.assertLogs('jaxgrpo.data.parquet', 'WARNING') as logs:
+      self.assertLen(parquet.ParquetSource(folder), 2)
+    self.assertIn(f"{folder}: 1 data file(s) there are not read, e.g. "
+                  f"{os.path.join(folder, 'b.pq')}", logs.output[0])
+    folder = self.create_tempdir().full_path
+    table = pa.Table.from_pylist(verl_rows(3))
+    for name in ('gsm8k-train.arrow', 'cache-0123abcd.arrow'):
+      with pa.OSFile(os.path.join(folder, name), 'wb') as sink:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+          writer.write_table(table)
+    with self.assertLogs('jaxgrpo.data.parquet', 'WARNING'):
+      self.assertLen(parquet.ParquetSource(folder), 3)
+
+  def test_a_column_named_twice_is_refused(self):
+    # pyarrow and Spark write such files; a row as a dict kept the last
+    # column, the first's values lost without a word.
+    path = os.path.join(self.create_tempdir().full_path, 'twice.parquet')
+    pq.write_table(pa.table([['1+1='], ['A0'], ['B0']],
+                            names=['prompt', 'answer', 'answer']), path)
+    with self.assertRaisesRegex(
+        parquet.ParquetError, rf"^{re.escape(path)}: the column 'answer' is "
+        'there 2 times; rename all but one$'):
+      parquet.ParquetSource(path)
 
   def test_hugging_face_save_to_disk_folder(self):
     folder = self.create_tempdir().full_path

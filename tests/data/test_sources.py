@@ -261,6 +261,23 @@ class JsonlSourceTest(parameterized.TestCase):
     src = pickle.loads(pickle.dumps(sources.JsonlSource(path)))
     self.assertEqual(src[1], _RECORDS[1])
 
+  def test_a_file_changed_while_read_is_an_error(self):
+    # Records are read by the offsets indexed when the file was opened: a
+    # file rewritten during a run gave other records under the same ids.
+    path = _write(self.create_tempfile().full_path, _jsonl(_RECORDS))
+    src = sources.JsonlSource(path)
+    pickled = pickle.dumps(src)
+    with open(path, 'w') as f:  # in place: the same inode
+      f.write(_jsonl(_RECORDS[::-1]))
+    with self.assertRaisesRegex(errors.DataError, rf'^{re.escape(path)}: the '
+                                'file changed while the run read it'):
+      src[0]  # pylint: disable=pointless-statement
+    replaced = path + '.new'  # written beside, then renamed over it
+    _write(replaced, _jsonl(_RECORDS))
+    os.replace(replaced, path)
+    with self.assertRaisesRegex(errors.DataError, 'the file changed'):
+      pickle.loads(pickled)  # a worker opens the path again
+
   @settings(max_examples=40, deadline=None)
   @given(lines=st.lists(st.one_of(
       st.integers(0, 99).map(lambda i: json.dumps({'a': i})),
@@ -305,6 +322,26 @@ class MakeDatasetTest(parameterized.TestCase):
         subset='hard'))
     self.assertEqual(ds[0].answer, '2')  # numbers become text
     self.assertEqual(ds[2].prompt, 'Q: Café?\nA:')
+
+  def test_json_numbers_become_text_as_written(self):
+    # As floats, 0.00001 became '1e-05' and 2.50 '2.5': an exact_match
+    # model was trained to write 1e-05.
+    path = self.create_tempfile().full_path
+    with open(path, 'w') as f:
+      f.write('{"question": "a", "answer": 0.00001, "id": 1, "n": 1.10}\n'
+              '{"question": "b", "answer": 2.50, "id": 2, "n": 1e3}\n'
+              '{"question": "c", "answer": 1e3, "id": 3, "n": 0}\n'
+              '{"question": "d", "answer": 1e400, "id": 4, "n": 0}\n')
+    ds = sources.make_dataset('jsonl', name='qa', path=path,
+                              record_format=sources.RecordFields(
+                                  prompt='question', id='id',
+                                  template='{prompt} {n}'))
+    self.assertEqual((ds[0].answer, ds[0].prompt), ('0.00001', 'a 1.10'))
+    self.assertEqual((ds[1].answer, ds[1].prompt), ('2.50', 'b 1000'))
+    self.assertEqual(ds[2].answer, '1000')
+    with self.assertRaisesRegex(formats.BadRecordError,
+                                "field 'answer' must be text or a finite "):
+      ds[3]  # pylint: disable=pointless-statement
 
   def test_a_file_named_with_glob_characters_is_read_as_named(self):
     # 'set[1].jsonl' read set1.jsonl instead, without a word.
