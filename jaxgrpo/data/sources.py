@@ -6,12 +6,14 @@ mapping they share, with the held-out split and fingerprint of the result.
 """
 
 from collections.abc import Callable, Iterable, Mapping
+import bisect
 import dataclasses
 import decimal
 import functools
 import glob
 import hashlib
 import importlib
+import itertools
 import json
 import os
 from typing import Any
@@ -187,8 +189,8 @@ def _open_source(kind: str, name: str, path: str | None,
   except RuntimeError as e:  # array_record's C++ reader raises RuntimeError
     raise ValueError(f'not a readable ArrayRecord file ({_first_line(e)})'
                      ) from None
-  return (_ArrayRecords(source, path), path,
-          functools.partial(_describe_record, path))
+  records = _ArrayRecords(source, path, paths)
+  return records, path, records.describe
 
 
 def data_files(kind: str, path: str) -> list[str]:
@@ -256,6 +258,19 @@ class _ArrayRecords:
 
   source: Any
   path: str
+  files: list[str]
+
+  def __post_init__(self):
+    # Where each shard starts, so that messages name the shard and its own
+    # record (they named the glob and the index over every shard).
+    object.__setattr__(self, '_starts', [0] if len(self.files) == 1 else list(
+        itertools.accumulate([0] + [
+            len(grain.sources.ArrayRecordDataSource([f]))
+            for f in self.files[:-1]])))
+
+  def describe(self, index: int) -> str:
+    k = bisect.bisect_right(self._starts, index) - 1
+    return _describe_record(self.files[k], index - self._starts[k])
 
   def __len__(self) -> int:
     return len(self.source)
@@ -264,7 +279,7 @@ class _ArrayRecords:
     try:
       return self.source[index]
     except RuntimeError as e:
-      raise BadRecordError(f'{_describe_record(self.path, index)}: cannot be '
+      raise BadRecordError(f'{self.describe(index)}: cannot be '
                            f'read ({_first_line(e)})') from None
 
 

@@ -521,6 +521,16 @@ class MakeDatasetTest(parameterized.TestCase):
                               path=os.path.join(root, 'qa-*'),
                               record_format=_FIELDS)
     self.assertEqual([ds[i].id for i in range(len(ds))], ['q7', 'q8', 'q9'])
+    # A bad record is named by its shard and its place there (it was the
+    # glob and the index over every shard: `qa-*: record 3`).
+    sources.write_array_record(os.path.join(root, 'qa-00001-of-00002'),
+                               [_RECORDS[2], {'x': 1}])
+    ds = sources.make_dataset('array_record', name='qa',
+                              path=os.path.join(root, 'qa-*'),
+                              record_format=_FIELDS)
+    shard = re.escape(os.path.join(root, 'qa-00001-of-00002'))
+    with self.assertRaisesRegex(ValueError, f'^{shard}: record 1: '):
+      ds[3]  # pylint: disable=pointless-statement
 
   def test_damaged_array_record_files(self):
     root = self.create_tempdir().full_path
