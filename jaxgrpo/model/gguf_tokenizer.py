@@ -207,6 +207,22 @@ def _leftmost_first(tied: list[tuple[str, str, float]],
   # Runs of one character (Gemma's spaces and newlines, user-defined pieces
   # of score 0) cycle too, but merge to the same pieces in either order.
   rest = [j for j in rest if len(set(tied[j][0] + tied[j][1])) > 1]
+  # A merge whose piece another merge of the score takes apart again
+  # ('b' + '▁' -> 'b▁', then 'b▁' + 'a') competes, through it, with
+  # merges it does not overlap ('a' + 'a'), which no order of the list
+  # follows everywhere either.
+  made = {left + right for left, right, _ in tied}
+  chained = [j for j in order if (tied[j][0] in made or tied[j][1] in made)
+             and len(set(tied[j][0] + tied[j][1])) > 1]
+  if chained and not rest:
+    example = ' and '.join(f'{tied[j][0]!r} + {tied[j][1]!r}'
+                           for j in chained[:2])
+    _LOG.warning(
+        '%s: tokenizer.ggml.scores gives %d merges of score %g that build on '
+        'pieces other merges of that score make (%s): llama.cpp merges the '
+        'leftmost pair first as the pieces form, which no merge order '
+        'follows everywhere, so text where they meet may encode otherwise '
+        'than in llama.cpp', name, len(chained), tied[0][2], example)
   if rest:
     example = ' and '.join(f'{tied[j][0]!r} + {tied[j][1]!r}'
                            for j in rest[:2])

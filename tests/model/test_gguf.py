@@ -536,6 +536,17 @@ class TinyGGUFTest(parameterized.TestCase):
         logs.output[0], "spm.gguf: tokenizer.ggml.scores gives 2 merges of "
         "score -30 that overlap one another both ways \\('a' \\+ 'b' and "
         "'b' \\+ 'a'\\): llama.cpp merges the leftmost of two first")
+    # Merges of one score that build on one another's pieces, no cycle: the
+    # order can miss llama.cpp's ('b aa' as b▁ + aa, where llama.cpp makes
+    # b▁a + a), and it was said nowhere.
+    space = '\u2581'
+    pieces = {'a': -20.0, 'b': -21.0, space: -22.0, 'b' + space: -30.0,
+              'b' + space + 'a': -30.0, 'aa': -30.0}
+    with self.assertLogs('jaxgrpo.model.gguf_tokenizer', 'WARNING') as logs:
+      pretrained.load_tokenizer(self.write_spm_pieces(pieces))
+    self.assertRegex(logs.output[0], 'gives 1 merges of score -30 that build '
+                     "on pieces other merges of that score make \\('b\u2581' \\+ "
+                     "'a'\\)")
     # Runs of one character of one score (Gemma's spaces and newlines) cycle
     # too, but merge as llama.cpp's in any order: nothing to report.
     space = '\u2581'
