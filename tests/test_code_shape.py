@@ -52,8 +52,10 @@ KNOWN_MODULES = {
 # and the mixture's weights named, 1178 with LoRA keys refused at rank 0,
 # 1184 with verify.imports imported before the schema checks rl.advantage,
 # 1188 with a config argument of another kind than bool named when bad,
-# 1189 with temperatures below 1e-6, whose logits overflow, refused).
-KNOWN_CONFIG_LINES = 1189
+# 1189 with temperatures below 1e-6, whose logits overflow, refused, 1194
+# with a blank template or *_field refused and the template's default named
+# per format).
+KNOWN_CONFIG_LINES = 1194
 
 
 class CodeShapeTest(absltest.TestCase):

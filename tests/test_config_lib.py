@@ -112,6 +112,17 @@ class ConfigTest(parameterized.TestCase):
       with self.subTest(keys=keys), self.assertRaisesRegex(
           config_lib.ConfigError, rf'^data\.datasets\[0\]\.{expected}'):
         config_lib.from_config_dict(c)
+    # A blank template or field name failed every record as a bad one
+    # (under on_bad_record='skip': 'none left'); id_field='' was no id.
+    for key, value in (('template', ''), ('id_field', ''),
+                       ('prompt_field', '  ')):
+      c = common.base_config()
+      c.data.datasets = [dict(name='qa', kind='jsonl', path='qa.jsonl',
+                              **{key: value})]
+      with self.subTest(key=key), self.assertRaisesRegex(
+          config_lib.ConfigError,
+          rf"^data\.datasets\[0\]\.{key}='{value}': must not be blank$"):
+        config_lib.from_config_dict(c)
     c = common.base_config()
     c.data.datasets = [common.arithmetic_dataset(
         weight=1, verifier=[{'name': 'math', 'weight': 2}, 'format'],

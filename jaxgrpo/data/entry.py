@@ -89,8 +89,9 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
   subset_field: str | None = field(
       None, "`fields`: the field of the example's subset in metrics")
   template: str | None = field(
-      None, "the prompt text, formatted with the record's fields (None: "
-      "`'{prompt}'`; `arithmetic`: `{expression}` and `{prompt}`)")
+      None, "the prompt text, formatted with the record's fields (None: the "
+      "format's own; `fields`: `'{prompt}'`; `arithmetic`: `{expression}`, "
+      '`{prompt}`)')
 
   def _validate(self):
     group = self.kind if self.kind in ('arithmetic', 'tfds') else 'file'
@@ -98,6 +99,10 @@ class DatasetSection(checks.Section, name='data.datasets[?]'):
       for key in keys if other != group else ():
         yield key, getattr(self, key) == getattr(type(self), key), (
             f'does not apply to kind={self.kind!r}')
+    for key in ('template', 'prompt_field', 'answer_field', 'id_field',
+                'subset_field'):  # '' failed every record as a bad one
+      yield key, getattr(self, key) is None or getattr(self, key).strip(), (
+          'must not be blank')
     if self.kind == 'arithmetic':
       yield from arithmetic_lib.spec_checks(self)
       yield 'format', self.format is None, "does not apply to kind='arithmetic'"
