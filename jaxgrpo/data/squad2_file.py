@@ -58,8 +58,14 @@ class Squad2File:
     except UnicodeDecodeError as e:
       raise formats.BadRecordError(f'{self.path}: not valid UTF-8 ({e})') from e
     except json.JSONDecodeError as e:
+      # One object per line: the Hugging Face squad_v2 layout, not the file
+      # as SQuAD ships it.
+      hint = (" (JSON Lines: for one question per line, as Hugging Face's "
+              "squad_v2 writes them, use kind='jsonl' with format='squad2')"
+              if e.msg == 'Extra data' and e.lineno > 1 and e.colno == 1
+              else '')
       raise formats.BadRecordError(
-          f'{self.path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}'
+          f'{self.path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}{hint}'
       ) from e
     if not isinstance(data, dict) or not isinstance(data.get('data'), list):
       shape = (f'keys {sorted(data)}' if isinstance(data, dict)

@@ -314,6 +314,10 @@ class Squad2FileTest(parameterized.TestCase):
       ('a_list', b'[1, 2]', ': not a SQuAD 2.0 file: .*got list'),
       ('no_data', b'{"version": "v2.0"}',
        r": not a SQuAD .*keys \['version'\]"),
+      # Hugging Face's squad_v2 as JSON Lines: the reader is named.
+      ('json_lines', b'{"id": "a", "question": "q"}\n{"id": "b"}\n',
+       ":2:1: invalid JSON: Extra data \\(JSON Lines: .* use kind='jsonl' "
+       "with format='squad2'\\)"),
   )
   def test_unreadable_file_names_it(self, data, message):
     path = self._file(data)
