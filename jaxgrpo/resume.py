@@ -155,8 +155,8 @@ def _by_position(entry: Mapping[str, Any] | None) -> str:
                    'set id_field for ids that follow the records')
   if entry.get('holdout'):
     clauses.append(f'holdout={entry["holdout"]} holds out records by '
-                   'position: the held-out set changed too, and may hold '
-                   'records trained on before')
+                   'position: the held-out set may have changed too, and may '
+                   'hold records trained on before')
   return ''.join(f'; {c}' for c in clauses)
 
 

@@ -176,7 +176,7 @@ class RemapTest(absltest.TestCase):
         'by id, 0 new, 0 removed; its ids are record positions (no '
         'id_field): a record that moved took the state of the one that was '
         'there; set id_field for ids that follow the records; holdout=4 '
-        'holds out records by position: the held-out set changed too')
+        'holds out records by position: the held-out set may have changed too')
 
   def test_records_edited_between_the_sampled_ones_are_found(self):
     # The fingerprint reads the first, middle and last records: an edit
