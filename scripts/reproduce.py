@@ -85,8 +85,8 @@ Experiments:
 The runs of one experiment must come from one environment (CPU and
 packages: XLA's float results depend on both, so a warm start made
 elsewhere differs and pairs by seed no longer hold): `run` refuses to add
-to an experiment whose data files, in --data or docs/results/data, were
-made in another (`--mixed-environments` overrides).
+to an experiment whose data files in --data (docs/results/data by
+default) were made in another (`--mixed-environments` overrides).
 """
 
 import argparse

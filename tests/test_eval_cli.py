@@ -474,7 +474,10 @@ class CommandLineTest(absltest.TestCase):
          '--temperature=-1.0'),
         # It sampled uniformly over the vocabulary.
         ((*base, '--checkpoint=init', '--temperature=inf'), 2,
-         '--temperature=inf: must be >= 0, finite'),
+         '--temperature=inf: must be 0 or >= 1e-06, finite'),
+        # Its logits overflow: a traceback after the model loaded.
+        ((*base, '--checkpoint=init', '--temperature=1e-20'), 2,
+         '--temperature=1e-20: must be 0 or >= 1e-06'),
         ((*base, '--checkpoint=init', '--bogus'), 2, 'unrecognized'),
         (base, 2, '--checkpoint'),
         (('--checkpoint=init', '--config=nope.py'), 2, 'is not a file'),

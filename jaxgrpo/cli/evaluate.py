@@ -82,8 +82,10 @@ def _check(cfg: 'config_lib.Config', specs: Sequence[str],
     if value is not None and (isinstance(value, bool)
                               or not isinstance(value, int) or value < low):
       raise errors.ConfigError(f'--{name}={value}: must be an int >= {low}')
-  if temperature is not None and not 0 <= temperature < float('inf'):
-    raise errors.ConfigError(f'--temperature={temperature}: must be >= 0, finite')
+  if temperature is not None and not (
+      temperature == 0 or 1e-6 <= temperature < float('inf')):
+    raise errors.ConfigError(f'--temperature={temperature}: must be 0 or '
+                             '>= 1e-06, finite')
   if split not in SPLITS:
     raise errors.ConfigError(
         f'--split={split!r}: must be one of {", ".join(SPLITS)}')
@@ -391,8 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     # pylint: disable=g-import-not-at-top
     from jaxgrpo import config_lib
     from jaxgrpo import model_spec
+    from jaxgrpo.generate import generator
     # pylint: enable=g-import-not-at-top
     cfg = config_lib.from_config_dict(config)
+    generator.refuse_x64()  # before the model loads
     datasets = None if args.datasets is None else [
         d.strip() for d in args.datasets.split(',') if d.strip()]
     try:

@@ -121,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
   def body() -> int:
     args, extra = _parser().parse_known_args(argv)
     if args.command == 'run':
+      # pylint: disable-next=g-import-not-at-top
+      from jaxgrpo.generate import generator
+      generator.refuse_x64()  # before the model loads
       return _run(args, extra)
     if extra:
       raise common.UsageError(f'unrecognized arguments: {" ".join(extra)}')

@@ -186,7 +186,8 @@ def _as_text(value: Any, key: str, where: Where) -> str:
     if not np.isfinite(float(value)):  # 1e400: past any float
       raise BadRecordError(f'{where()}: field {key!r} must be text or a '
                            f'finite number, got {value}')
-    value = int(value) if value == value.to_integral_value() else str(value)
+    value = (int(value) if value == value.to_integral_value()
+             else format(value, 'f'))  # 0.0000001, not str()'s 1E-7
   if isinstance(value, bool) or not isinstance(value, (str, int, float)):
     raise BadRecordError(
         f'{where()}: field {key!r} must be text or a number, got '
@@ -231,9 +232,9 @@ class _PromptFormatter(string.Formatter):
     _as_text(number, field_name, self.where)
     if isinstance(number, float) and number.is_integer():
       value = _whole(number)  # as in answers: 18, 10000000000000000
-    elif (isinstance(number, decimal.Decimal)
-          and number == number.to_integral_value()):
-      value = int(number)  # a JSON 1e3 as 1000, as in answers
+    elif isinstance(number, decimal.Decimal):  # a JSON number, as answers:
+      value = (int(number) if number == number.to_integral_value()  # 1e3
+               else format(number, 'f'))  # 0.0000001, not 1E-7
     return value, used
 
 

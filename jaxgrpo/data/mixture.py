@@ -9,8 +9,8 @@ Balance modes:
     groups are replaced by fresh weighted draws, so a dataset whose groups
     are dropped more often shrinks in the batch (the drift the source text
     measures).
-  post_filter: each dataset has a quota of round(w_d * B) groups in the
-    batch; rounds ask each dataset for prompts in proportion to what it
+  post_filter: each dataset has a quota of its weight's share of B groups
+    in the batch (largest remainder, then `min_fraction` floors); rounds ask each dataset for prompts in proportion to what it
     still owes. A dataset that cannot fill its quota (it ran out of offered
     examples, or `max_rounds` was hit) hands its slots to the others, and
     the metrics count the hand-over.

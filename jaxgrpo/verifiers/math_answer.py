@@ -5,7 +5,7 @@ answer that is no bare number are one reading of a completion, tuned
 against each other on one table (tests/verifiers/test_gsm8k_corpus.py).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 import dataclasses
 import decimal
 import functools
@@ -48,7 +48,7 @@ _BOXED_TOKEN_RE = re.compile(r'[^\s{}$\\]+')
 _BRACE_RE = re.compile(r'\\[\\{}]|[{}]')  # escaped braces do not group
 _TAG_RE = re.compile(r'<(/?)answer\s*>', re.I)
 _ANSWER_IS_RE = re.compile(  # not "the answer isn't"
-    r"\banswer(?:\s+is\b(?!['\u2019])|\s*:)\s*:?\s*", re.I)
+    r"\banswer(?:\s+is\b(?!['\u2019])|[*_]*\s*:)\s*:?\s*", re.I)
 _SEGMENT_END_RE = re.compile(r'\n|[.!?;](?=\s|$)')
 # Thousands grouped by dots: two at least ('1.000' is a decimal point).
 _DOT_GROUPS = r'\d{1,3}(?:\.\d{3}){2,}(?!\d|\.\d)'
@@ -107,8 +107,15 @@ _FULLWIDTH = {0xff01 + k: 0x21 + k for k in range(94)}
 _FULLWIDTH.update({0x066b: '.', 0x3000: ' '})
 
 
+_FULLWIDTH_RE = re.compile('[\uff01-\uff5e\u066b\u3000]')
+
+
 def _halfwidth(text: str) -> str:
-  return text if text.isascii() else text.translate(_FULLWIDTH)
+  # translate() walks the whole text in Python: 0.1-0.8 ms for a long
+  # completion with one '\u00d7' in it; most hold no full-width form.
+  if text.isascii() or not _FULLWIDTH_RE.search(text):
+    return text
+  return text.translate(_FULLWIDTH)
 
 
 _CHAR_MAP = str.maketrans({
@@ -142,8 +149,16 @@ _NOT_VALUE_RE = re.compile(
     r"|minus|plus|less|more|fewer|than|divided|multiplied|least|most|about"
     r"|around|approximately|roughly|nearly|almost|over|under|up\s+to)\b"
     r"|n['\u2019]t\b"
-    r'|[~\u2248\u2264\u2265]|(?<![<>])[<>]=?(?=\s*[-$.\d])'  # not <<9*2=18>>18
-    r'|\\(?:approx|sim|geq?|leq?|gt|lt)(?![A-Za-z])', re.I)
+    r'|~(?=\s*[-$.\d])|[\u2248\u2264\u2265\u2260]'
+    r'|(?<![<>])[<>]=?(?=\s*[-$.\d])'  # not <<9*2=18>>18
+    r'|\\(?:approx|sim|geq?|leq?|gt|lt|neq?)(?![A-Za-z])', re.I)
+# LaTeX's non-breaking space after a number or before a word ('18~cm',
+# '\mathrm{~cm}'); '~18' is "about 18".
+_TILDE_SPACE_RE = re.compile(r'(?<=[\d}])~|~(?=[A-Za-z\\])')
+# An <answer> tag's text that is sentences or working, not an answer alone.
+_WORKING_RE = re.compile(r'[.!?;](?=\s)|\n|=')
+# What may follow a stated result and say nothing of it: a check mark.
+_CHECK_MARKS_RE = re.compile(r'[\s\u2713\u2714\u2705\u2611]+$')
 # The same before the last number of unmarked text ("The answer isn't 72",
 # '#### not 72', 'about 72'), which words earlier in its sentence leave be.
 _NOT_VALUE_BEFORE_RE = re.compile(
@@ -256,14 +271,25 @@ def _segment(text: str, start: int) -> tuple[str, int | None]:
 
 
 def _answer_is(text: str) -> str | None:
-  """The rest of the sentence after the last 'answer is' or 'answer:'."""
+  """The rest of the sentence after the last 'answer is' or 'answer:' that
+  states a number; else after the last one ('Note: the answer is in
+  dollars.' after 'The answer is 18.' left 18 unread)."""
+  last, tried = None, 0
   for m in reversed(list(_ANSWER_IS_RE.finditer(text))):
+    if tried == 4:  # the last few: 'answer: .' x 1000 stays linear
+      break
     content, after = _segment(text, m.end())
-    while content and not content.strip('$\\[] ') and after is not None:
-      content, after = _segment(text, after)  # '$$' alone on its line
+    for _ in range(3):  # '$$' or '**' alone on a line: the next lines
+      if content.strip('$\\[]*_ ') or after is None:
+        break
+      content, after = _segment(text, after)
     if content:
-      return content
-  return None
+      tried += 1
+      if _normalise(content)[0] is not None or (
+          _stated_number(content) is not None):
+        return content
+      last = last or content
+  return last
 
 
 def _after_lead_in(text: str) -> str | None:
@@ -305,12 +331,21 @@ def _operand(text: str, start: int) -> bool:
   return text[max(0, start - 8):start].rstrip()[-1:] in _OPERATOR_BEFORE
 
 
+def _unit_powers(text: str) -> str:
+  return _UNIT_POWER_RE.sub(
+      lambda m: m[1] + '\u00b2\u00b3'[int(m[2]) - 2], text)
+
+
 def _last_number(text: str) -> str | None:
   """The last number token, with a vulgar fraction glued to it ('2½'); None
   when it is glued to another numeral ('10²'), an operand ('10^3'), a
   scale letter ('18k', '1.5M') or a time ('3:30'), as a marked answer's is,
   or after a word that makes it no value (`_NOT_VALUE_BEFORE_RE`). A LaTeX
   fraction of numbers is read as one ('\\frac{3}{4}' as '3/4')."""
+  if '\\' in text:  # '\\text{ cm}^2' as ' cm^2'
+    for pattern, repl in _LATEX_SUBS[:2]:
+      text = pattern.sub(repl, text)
+  text = _unit_powers(text)
   if 'frac' in text:
     text = _TEXT_FRAC_RE.sub(
         lambda m: f' {m[1] or m[3]}/{m[2] or m[4]}', text)
@@ -342,8 +377,8 @@ def _clean(text: str) -> str:
       text = inner
     for pattern, repl in _LATEX_SUBS:
       text = pattern.sub(repl, text)
-  text = _UNIT_POWER_RE.sub(
-      lambda m: m[1] + '\u00b2\u00b3'[int(m[2]) - 2], text)
+  text = _unit_powers(_TILDE_SPACE_RE.sub(' ', text))
+  text = _CHECK_MARKS_RE.sub('', text)
   text = _BOLD_RE.sub('', text.replace('{,}', ','))
   text = _THIN_SPACE_RE.sub('', text).translate(_CHAR_MAP)
   text = _GROUP_SEP_RE.sub('', text)
@@ -454,7 +489,8 @@ def _only_number(text: str) -> float | None:
     return None
   start, end = numbers[0].span()
   if (cleaned[start - 1:start] in ('-', '+')  # '--10' is no -10
-      or cleaned[end:end + 1] == '+'  # '72+' is 72 or more
+      or cleaned[end:end + 1] in ('+', '!')  # '72+' is 72 or more; 18!
+      or _COMMAND_RE.search(cleaned)  # in other maths: sqrt, pi, log
       or _operand(cleaned, start)
       or _SCALE_AFTER_RE.match(cleaned, end)
       or _numeral(cleaned[end:end + 1])):
@@ -612,17 +648,21 @@ class MathAnswer:
     follows a closed `</think>` first, then the whole text (a draft answer
     in the reasoning beat the final one)."""
     _, closed, after = completion.rpartition('</think>')
-    parts = (after, completion) if closed else (completion,)
-    for part in parts:
-      for rule in self.extract:
-        found = _EXTRACTORS[rule](part)
-        if found is not None:
-          return found, rule
-    for part in parts if self.fallback == 'last_number' else ():
-      found = _last_number(part)
-      if found is not None:
-        return found, 'last_number'
+    for part in (after, completion) if closed else (completion,):
+      found = self._extract_from(part, self.extract,
+                                 self.fallback == 'last_number')
+      if found[0] is not None:
+        return found
     return None, 'none'
+
+  def _extract_from(self, text: str, rules: Sequence[str],
+                    last_number: bool) -> tuple[str | None, str]:
+    for rule in rules:
+      found = _EXTRACTORS[rule](text)
+      if found is not None:
+        return found, rule
+    found = _last_number(text) if last_number else None
+    return found, 'last_number' if found is not None else 'none'
 
   def matches(self, answer: str, gold: str) -> bool:
     """Whether an extracted answer equals the gold (see the class doc)."""
@@ -642,7 +682,9 @@ class MathAnswer:
     else:  # not for a numeric gold: '5 6' is two numbers, not 56
       equal = gold_value is None and bool(gold_text) and text == gold_text
     if not equal and self.symbolic:
-      equal = _symbolic_equal(_clean(answer), _clean(gold))
+      cleaned = _clean(answer)  # '\\approx 18', '\\geq 18', '18+': no value
+      equal = not (_NOT_VALUE_RE.search(cleaned) or cleaned.endswith('+')) and (
+          _symbolic_equal(cleaned, _clean(gold)))
     return equal
 
   def __call__(self, completion: str, example: Example) -> base.Verdict:
@@ -651,6 +693,14 @@ class MathAnswer:
     reward = 0.0
     if answer is not None and self.matches(answer, example.answer):
       reward = 1.0
+    elif how == 'answer_tag' and _WORKING_RE.search(answer):
+      # '<answer>She makes $18. The answer is 18.</answer>', or working
+      # that ends in the result: the tag's text read as a completion.
+      inner, _ = self._extract_from(
+          answer, [r for r in self.extract if r != 'answer_tag'], True)
+      if inner is not None:
+        answer = inner
+        reward = float(self.matches(answer, example.answer))
     elif how == 'answer_is':  # 'The answer is simple: ...' marks no answer
       after = _after_lead_in(completion)
       if after is not None:

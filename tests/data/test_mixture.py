@@ -64,8 +64,8 @@ class MixtureTest(parameterized.TestCase):
   def test_pre_filter_share_does_not_hang_on_the_datasets_order(self):
     # Rounds listed their prompts dataset by dataset, and the slots left
     # after the quotas go in arrival order: under surplus='drop' the
-    # dataset listed first took more of them (its share 0.085 listed first,
-    # 0.046 listed second, where 0.059 is its share of informative groups).
+    # dataset listed first took more of them (0.34 of the batch listed
+    # first, 0.003 listed second).
     shares = []
     for order in ((0, 1), (1, 0)):
       datasets = [('x', 0.2, [0.5] * 200), ('y', 0.8, [0.5] * 200)]

@@ -328,17 +328,17 @@ class MakeDatasetTest(parameterized.TestCase):
     # model was trained to write 1e-05.
     path = self.create_tempfile().full_path
     with open(path, 'w') as f:
-      f.write('{"question": "a", "answer": 0.00001, "id": 1, "n": 1.10}\n'
+      f.write('{"question": "a", "answer": 0.0000001, "id": 1, "n": 1.10}\n'
               '{"question": "b", "answer": 2.50, "id": 2, "n": 1e3}\n'
-              '{"question": "c", "answer": 1e3, "id": 3, "n": 0}\n'
+              '{"question": "c", "answer": 1e3, "id": 3, "n": 1e-7}\n'
               '{"question": "d", "answer": 1e400, "id": 4, "n": 0}\n')
     ds = sources.make_dataset('jsonl', name='qa', path=path,
                               record_format=sources.RecordFields(
                                   prompt='question', id='id',
                                   template='{prompt} {n}'))
-    self.assertEqual((ds[0].answer, ds[0].prompt), ('0.00001', 'a 1.10'))
+    self.assertEqual((ds[0].answer, ds[0].prompt), ('0.0000001', 'a 1.10'))
     self.assertEqual((ds[1].answer, ds[1].prompt), ('2.50', 'b 1000'))
-    self.assertEqual(ds[2].answer, '1000')
+    self.assertEqual((ds[2].answer, ds[2].prompt), ('1000', 'c 0.0000001'))
     with self.assertRaisesRegex(formats.BadRecordError,
                                 "field 'answer' must be text or a finite "):
       ds[3]  # pylint: disable=pointless-statement

@@ -257,6 +257,43 @@ _CASES = (
     ('caret_unit', '\\boxed{72 \\text{ cm}^2}', '72', 1),
     ('caret_unit_plain', 'The answer is 72 ft^2.', '72', 1),
     ('display_math_after_marker', 'The answer is:\n$$\n18\n$$', '18', 1),
+    # After </think>, the final text is read whole (its last number too)
+    # before the reasoning's markers.
+    ('unmarked_final_after_think',
+     '<think>\nSo the answer is 17? No wait, 9*2=18.\n</think>\n\n'
+     'Janet makes **$18** per day.', '18', 1),
+    ('unmarked_wrong_final_after_think',
+     '<think>The answer is 18.</think>\n\nJanet makes $17 per day.', '18',
+     0),
+    # An <answer> tag holding sentences or working.
+    ('answer_tag_sentences',
+     '<answer>She makes $18. The answer is 18.</answer>', '18', 1),
+    ('answer_tag_working',
+     '<answer>16 - 3 - 4 = 9 eggs; 9 \u00d7 2 = 18 dollars</answer>', '18', 1),
+    ('answer_tag_two_numbers_still_none', '<answer>18 or 20</answer>', '20',
+     0),
+    # Markdown around the marker.
+    ('bold_marker_next_line',
+     '**Final Answer:**\n18\n\nCheck: 16 - 3 - 4 = 9', '18', 1),
+    ('bold_word_marker', '**Answer**: 18\n\nCheck: 16 - 3 - 4 = 9', '18', 1),
+    # LaTeX's ~ is a space after a number or before a unit, not "about".
+    ('latex_tilde_unit', '\\boxed{18 \\mathrm{~cm}^2}', '18', 1),
+    ('latex_tilde_space', 'The answer is 18~dollars.', '18', 1),
+    ('tilde_before_number_still_about', 'The answer is ~18', '18', 0),
+    # A later marker that states no number leaves the earlier one.
+    ('later_marker_without_number',
+     'The answer is 18.\n\nNote: the answer is in dollars.', '18', 1),
+    ('later_marker_reasonable',
+     'The answer is 18.\n\nThe answer is reasonable.', '18', 1),
+    ('check_mark_after_result', 'Answer: 9 \u00d7 2 = 18 \u2713', '18', 1),
+    ('caret_unit_last_number', 'The area is 18 cm^2.', '18', 1),
+    ('caret_text_unit_last_number', 'The area is $18 \\text{ cm}^2$.', '18',
+     1),
+    # A number inside other mathematics is not its value.
+    ('sqrt_is_no_value', '\\boxed{\\sqrt{18}}', '18', 0),
+    ('pi_is_no_value', '\\boxed{18\\pi}', '18', 0),
+    ('factorial_is_no_value', '\\boxed{18!}', '18', 0),
+    ('neq_is_no_value', '\\boxed{\\neq 18}', '18', 0),
 )
 
 
@@ -474,6 +511,11 @@ class SymbolicTest(parameterized.TestCase):
       ('#### 10\u00b2', '100', 1, 0),
       ('#### 2\u00b2', '2', 0, 0),
       ('The answer is x\u00b2+2x+1.', '(x+1)^2', 1, 0),
+      # Approximations and bounds are no values here either (math_verify
+      # took them as 18).
+      ('\\boxed{\\approx 18}', '18', 0, 0),
+      ('\\boxed{\\geq 18}', '18', 0, 0),
+      ('\\boxed{18+}', '18', 0, 0),
   )
   def test_equivalence(self, completion, gold, expected, plain_expected):
     example = Example(id='t', prompt='', answer=gold)
