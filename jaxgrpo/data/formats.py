@@ -218,6 +218,14 @@ def _whole(value: float) -> int:
   return int(decimal.Decimal(repr(value)))
 
 
+class _Fixed(decimal.Decimal):
+  """A decimal put in a prompt in fixed point unless a format spec says
+  otherwise (str() writes 0.0000001 as 1E-7)."""
+
+  def __format__(self, spec: str) -> str:
+    return format(decimal.Decimal(self), spec or 'f')
+
+
 class _PromptFormatter(string.Formatter):
   """`str.format` for prompt templates: every value it puts in the prompt
   must be text or a number (a null, a list or a bool is a bad record); a
@@ -234,7 +242,7 @@ class _PromptFormatter(string.Formatter):
       value = _whole(number)  # as in answers: 18, 10000000000000000
     elif isinstance(number, decimal.Decimal):  # a JSON number, as answers:
       value = (int(number) if number == number.to_integral_value()  # 1e3
-               else format(number, 'f'))  # 0.0000001, not 1E-7
+               else _Fixed(number))  # 0.0000001, not 1E-7; {n:.2f} works
     return value, used
 
 

@@ -80,6 +80,22 @@ class MixtureTest(parameterized.TestCase):
     self.assertAlmostEqual(shares[0], shares[1], delta=0.035)
     self.assertAlmostEqual(shares[0], 0.2, delta=0.05)
 
+  def test_floors_first_then_the_rest_by_weight(self):
+    # Slots were taken one at a time from the dataset furthest above its
+    # floor: 2 / 3 / 5, the weight-0.5 dataset below the weight-0.3 one.
+    pol = snooze.PolicyConfig(policy='none', group_size=4)
+    def quotas(weights, floors, batch):
+      return mixture.MixtureSampler([
+          (mixture.DatasetSpec(name=f'd{i}', weight=w, policy=pol,
+                               min_fraction=f),
+           scripted.make_examples(f'd{i}', 10))
+          for i, (w, f) in enumerate(zip(weights, floors))],
+          balance='post_filter', batch_size=batch, seed=0).quotas.tolist()
+    self.assertEqual(quotas((0.5, 0.3, 0.2), (0, 0, 0.5), 10), [3, 2, 5])
+    self.assertEqual(quotas((0.7, 0.3, 0), (0, 0, 0.2), 10), [6, 2, 2])
+    self.assertEqual(quotas((0.25, 0.75), (0, 0), 2), [1, 1])
+    self.assertEqual(quotas((0.5, 0.5), (0.5, 0.5), 10), [5, 5])
+
   def test_a_round_spreads_each_dataset_over_it(self):
     # pylint: disable=protected-access
     picked = [(0, 10), (0, 11), (1, 20), (1, 21), (1, 22), (1, 23)]
