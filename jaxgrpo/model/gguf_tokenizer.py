@@ -214,24 +214,18 @@ def _leftmost_first(tied: list[tuple[str, str, float]],
   made = {left + right for left, right, _ in tied}
   chained = [j for j in order if (tied[j][0] in made or tied[j][1] in made)
              and len(set(tied[j][0] + tied[j][1])) > 1]
-  if chained and not rest:
-    example = ' and '.join(f'{tied[j][0]!r} + {tied[j][1]!r}'
-                           for j in chained[:2])
-    _LOG.warning(
-        '%s: tokenizer.ggml.scores gives %d merges of score %g that build on '
-        'pieces other merges of that score make (%s): llama.cpp merges the '
-        'leftmost pair first as the pieces form, which no merge order '
-        'follows everywhere, so text where they meet may encode otherwise '
-        'than in llama.cpp', name, len(chained), tied[0][2], example)
-  if rest:
-    example = ' and '.join(f'{tied[j][0]!r} + {tied[j][1]!r}'
-                           for j in rest[:2])
-    _LOG.warning(
-        '%s: tokenizer.ggml.scores gives %d merges of score %g that overlap '
-        'one another both ways (%s): llama.cpp merges the leftmost of two '
-        'first, which no merge order follows, so text where they meet may '
-        'encode otherwise than in llama.cpp', name, len(rest), tied[0][2],
-        example)
+  for merges, how in ((rest, 'overlap one another both ways'),
+                      ([] if rest else chained,
+                       'build on pieces other merges of that score make')):
+    if merges:
+      example = ' and '.join(f'{tied[j][0]!r} + {tied[j][1]!r}'
+                             for j in merges[:2])
+      _LOG.warning(
+          '%s: tokenizer.ggml.scores gives %d merges of score %g that %s '
+          '(%s): llama.cpp merges the leftmost of two first, as the pieces '
+          'form, which no merge order follows everywhere, so text where '
+          'they meet may encode otherwise than in llama.cpp', name,
+          len(merges), tied[0][2], how, example)
   return [tied[j] for j in order]
 
 
