@@ -84,6 +84,9 @@ _LATEX_SUBS = tuple((re.compile(p), r) for p, r in (
     (r'\^\s*\{?\s*\\circ\s*\}?|\\(?:circ|degree)(?![A-Za-z])', ''),
     (r'\\[()\[\]]', ''),
 ))
+# Those the last number of unmarked text reads through: `\text{}` and its
+# kin, and fractions of numbers.
+_LAST_NUMBER_SUBS = _LATEX_SUBS[:4]
 _BOLD_RE = re.compile(r'(?<!\d)\*\*|\*\*(?!\d)')  # not the power in 9**2
 _THIN_SPACE_RE = re.compile(r'(?<=\d)[\u00a0\u2009\u202f](?=\d{3})')
 # Other locales' thousands: 1'000 and 1’000 (Swiss), 1٬000 (Arabic),
@@ -174,11 +177,8 @@ _QUALIFIER_AFTER_RE = re.compile(
 # A unit's power written with a caret after a number ('72 cm^2', '5 ft^{3}'):
 # as '\u00b2' ('5 m\u00b2'); an expression's ('x^2') stays a power.
 _UNIT_POWER_RE = re.compile(r'(\d\s*[A-Za-z]{1,3})\^\{?([23])\}?(?!\d)')
-# A LaTeX fraction in unmarked text: of numbers, its value ('3/4'); of
-# anything else, no number (its denominator was read as one).
-_TEXT_FRAC_RE = re.compile(
-    r'\\[dt]?frac\s*\{\s*([-\u2212]?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}'
-    r'|\\[dt]?frac\s*(\d)\s*(\d)')
+# A LaTeX fraction in unmarked text of anything but numbers (those are
+# `_LAST_NUMBER_SUBS`'): no number (its denominator was read as one).
 _OTHER_FRAC_RE = re.compile(r'\\[dt]?frac\s*\{[^{}]*\}\s*\{[^{}]*\}')
 _OPERATOR_BEFORE = ('^', '\u221a', '\u221b', '\u221c')  # 10^3, roots
 _SCALE_AFTER_RE = re.compile(r'(?:[kKMB]|bn)(?![A-Za-z])|:\d')  # 18k, 3:30
@@ -342,14 +342,11 @@ def _last_number(text: str) -> str | None:
   scale letter ('18k', '1.5M') or a time ('3:30'), as a marked answer's is,
   or after a word that makes it no value (`_NOT_VALUE_BEFORE_RE`). A LaTeX
   fraction of numbers is read as one ('\\frac{3}{4}' as '3/4')."""
-  if '\\' in text:  # '\\text{ cm}^2' as ' cm^2'
-    for pattern, repl in _LATEX_SUBS[:2]:
+  if '\\' in text:  # '\\text{ cm}^2' as ' cm^2', '\\frac{3}{4}' as '3/4'
+    for pattern, repl in _LAST_NUMBER_SUBS:
       text = pattern.sub(repl, text)
-  text = _unit_powers(text)
-  if 'frac' in text:
-    text = _TEXT_FRAC_RE.sub(
-        lambda m: f' {m[1] or m[3]}/{m[2] or m[4]}', text)
     text = _OTHER_FRAC_RE.sub(' ', text)
+  text = _unit_powers(text)
   found = _last(_NUMBER_TOKEN_RE, text)
   if found is None or _operand(text, found.start()) or _SCALE_AFTER_RE.match(
       text, found.end()) or _TIME_BEFORE_RE.search(text, 0, found.start()):
