@@ -186,8 +186,7 @@ def _as_text(value: Any, key: str, where: Where) -> str:
     if not np.isfinite(float(value)):  # 1e400: past any float
       raise BadRecordError(f'{where()}: field {key!r} must be text or a '
                            f'finite number, got {value}')
-    value = (int(value) if value == value.to_integral_value()
-             else format(value, 'f'))  # 0.0000001, not str()'s 1E-7
+    value = str(_written(value))
   if isinstance(value, bool) or not isinstance(value, (str, int, float)):
     raise BadRecordError(
         f'{where()}: field {key!r} must be text or a number, got '
@@ -219,11 +218,20 @@ def _whole(value: float) -> int:
 
 
 class _Fixed(decimal.Decimal):
-  """A decimal put in a prompt in fixed point unless a format spec says
-  otherwise (str() writes 0.0000001 as 1E-7)."""
+  """A decimal written in fixed point unless a format spec says otherwise
+  (Decimal's str() writes 0.0000001 as 1E-7)."""
 
   def __format__(self, spec: str) -> str:
     return format(decimal.Decimal(self), spec or 'f')
+
+  def __str__(self) -> str:
+    return format(self, '')
+
+
+def _written(value: decimal.Decimal) -> 'int | _Fixed':
+  """A finite decimal as it was written: a whole one as its int (a JSON
+  1e3 as 1000), another in fixed point (2.50, 0.0000001)."""
+  return int(value) if value == value.to_integral_value() else _Fixed(value)
 
 
 class _PromptFormatter(string.Formatter):
@@ -240,9 +248,8 @@ class _PromptFormatter(string.Formatter):
     _as_text(number, field_name, self.where)
     if isinstance(number, float) and number.is_integer():
       value = _whole(number)  # as in answers: 18, 10000000000000000
-    elif isinstance(number, decimal.Decimal):  # a JSON number, as answers:
-      value = (int(number) if number == number.to_integral_value()  # 1e3
-               else _Fixed(number))  # 0.0000001, not 1E-7; {n:.2f} works
+    elif isinstance(number, decimal.Decimal):  # as in answers; {n:.2f} too
+      value = _written(number)
     return value, used
 
 
