@@ -6,14 +6,12 @@ mapping they share, with the held-out split and fingerprint of the result.
 """
 
 from collections.abc import Callable, Iterable, Mapping
-import bisect
 import dataclasses
 import decimal
 import functools
 import glob
 import hashlib
 import importlib
-import itertools
 import json
 import os
 from typing import Any
@@ -184,13 +182,14 @@ def _open_source(kind: str, name: str, path: str | None,
     return source, path, source.describe
   if not all(map(os.path.exists, paths)):
     raise FileNotFoundError(f'dataset {name!r}: no ArrayRecord file {path}')
-  try:
-    source = grain.sources.ArrayRecordDataSource(paths)
+  try:  # a shard each, so that messages name the shard and its record
+    parts = [_ArrayRecords(grain.sources.ArrayRecordDataSource([p]), p)
+             for p in paths]
   except RuntimeError as e:  # array_record's C++ reader raises RuntimeError
     raise ValueError(f'not a readable ArrayRecord file ({_first_line(e)})'
                      ) from None
-  records = _ArrayRecords(source, path, paths)
-  return records, path, records.describe
+  source = parts[0] if len(parts) == 1 else _Files(parts)
+  return source, path, source.describe
 
 
 def data_files(kind: str, path: str) -> list[str]:
@@ -253,24 +252,14 @@ class _Files:
 
 @dataclasses.dataclass(frozen=True)
 class _ArrayRecords:
-  """ArrayRecord shards whose read errors (a shard cut short) are bad
+  """An ArrayRecord shard whose read errors (a shard cut short) are bad
   records naming the record, not the C++ reader's RuntimeError."""
 
   source: Any
   path: str
-  files: list[str]
-
-  def __post_init__(self):
-    # Where each shard starts, so that messages name the shard and its own
-    # record (they named the glob and the index over every shard).
-    object.__setattr__(self, '_starts', [0] if len(self.files) == 1 else list(
-        itertools.accumulate([0] + [
-            len(grain.sources.ArrayRecordDataSource([f]))
-            for f in self.files[:-1]])))
 
   def describe(self, index: int) -> str:
-    k = bisect.bisect_right(self._starts, index) - 1
-    return _describe_record(self.files[k], index - self._starts[k])
+    return _describe_record(self.path, index)
 
   def __len__(self) -> int:
     return len(self.source)
