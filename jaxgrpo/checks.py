@@ -97,7 +97,9 @@ def plain(value: Any, kind: Any) -> Any:
 
 POSITIVE = rule(lambda v: v > 0, 'must be > 0')
 NON_NEGATIVE = rule(lambda v: v >= 0, 'must be >= 0')
-TEMPERATURE = rule(lambda v: v == 0 or v >= 1e-6, 'must be 0 or >= 1e-06')
+MIN_TEMPERATURE = 1e-6  # below it logits / T overflow float32 under jit
+TEMPERATURE = rule(lambda v: v == 0 or v >= MIN_TEMPERATURE,
+                   f'must be 0 or >= {MIN_TEMPERATURE:g}')
 
 
 def values(section: Any, kind: type | None = None) -> dict[str, Any]:

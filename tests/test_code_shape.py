@@ -54,8 +54,9 @@ KNOWN_MODULES = {
 # 1188 with a config argument of another kind than bool named when bad,
 # 1189 with temperatures below 1e-6, whose logits overflow, refused, 1194
 # with a blank template or *_field refused and the template's default named
-# per format).
-KNOWN_CONFIG_LINES = 1194
+# per format, 1196 with the temperature's floor held here once, for
+# Sampling and jaxgrpo-eval as for the config).
+KNOWN_CONFIG_LINES = 1196
 
 
 class CodeShapeTest(absltest.TestCase):

@@ -49,6 +49,7 @@ import sys
 import time
 from typing import Any, TYPE_CHECKING
 
+from jaxgrpo import checks
 from jaxgrpo import errors
 from jaxgrpo.cli import common
 from jaxgrpo.reporting import console
@@ -82,10 +83,10 @@ def _check(cfg: 'config_lib.Config', specs: Sequence[str],
     if value is not None and (isinstance(value, bool)
                               or not isinstance(value, int) or value < low):
       raise errors.ConfigError(f'--{name}={value}: must be an int >= {low}')
-  if temperature is not None and not (
-      temperature == 0 or 1e-6 <= temperature < float('inf')):
+  if temperature is not None and (checks.TEMPERATURE(temperature)
+                                  or temperature == float('inf')):
     raise errors.ConfigError(f'--temperature={temperature}: must be 0 or '
-                             '>= 1e-06, finite')
+                             f'>= {checks.MIN_TEMPERATURE:g}, finite')
   if split not in SPLITS:
     raise errors.ConfigError(
         f'--split={split!r}: must be one of {", ".join(SPLITS)}')

@@ -6,10 +6,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 
-# The smallest temperature that samples: logits / T overflow float32 below
-# about 1e-20 under jit, and well before it sampling is greedy in all but
-# name. The config's check is `checks.TEMPERATURE`.
-MIN_TEMPERATURE = 1e-6
+from jaxgrpo.checks import MIN_TEMPERATURE
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -33,7 +30,7 @@ class Sampling:
   def __post_init__(self):
     if not (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE):
       raise ValueError(
-          f'Sampling.temperature must be 0 (greedy) or >= {MIN_TEMPERATURE}, '
+          f'Sampling.temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, '
           f'got {self.temperature!r}'
       )
     if (not isinstance(self.top_k, numbers.Integral)
