@@ -9,9 +9,10 @@ Balance modes:
     groups are replaced by fresh weighted draws, so a dataset whose groups
     are dropped more often shrinks in the batch (the drift the source text
     measures).
-  post_filter: each dataset has a quota of its weight's share of B groups
-    in the batch (largest remainder, then `min_fraction` floors); rounds ask each dataset for prompts in proportion to what it
-    still owes. A dataset that cannot fill its quota (it ran out of offered
+  post_filter: each dataset has a quota of B groups in the batch: its
+    `min_fraction` floor, or its weight's share of what the floors leave
+    (`_quotas`); rounds ask each dataset for prompts in proportion to what
+    it still owes. A dataset that cannot fill its quota (it ran out of offered
     examples, or `max_rounds` was hit) hands its slots to the others, and
     the metrics count the hand-over.
 `min_fraction` reserves ceil(min_fraction * B) slots of a dataset in either
@@ -128,9 +129,9 @@ def _interleaved(picked: list[tuple[int, int]],
   over the round, in its own order: the k-th of a dataset's n at (k + 0.5)
   / n, ties (odd counts meet at 0.5) by `rank`, a random order of the
   datasets, so that none goes first by its place. Groups arrive in prompt
-  order, and `choose` fills the slots left
-  after the quotas in arrival order, so dataset-major rounds gave the
-  datasets listed first the surplus slots (under `pre_filter` and
+  order, and `choose` fills the slots left after the quotas in arrival
+  order, so dataset-major rounds gave the datasets listed first the surplus
+  slots (under `pre_filter` and
   `surplus='drop'` a dataset's batch share hung on its place in
   `data.datasets`)."""
   count = collections.Counter(d for d, _ in picked)

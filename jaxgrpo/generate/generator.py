@@ -94,7 +94,6 @@ class SamplingState:
   stop_at: jax.Array | None = None
 
 
-
 def refuse_x64() -> None:
   """Raises where JAX computes in 64 bits: the model, caches and keys are
   32-bit, and jax_enable_x64 makes Python ints int64 beside them.
@@ -107,6 +106,7 @@ def refuse_x64() -> None:
         'jax_enable_x64 is on (JAX_ENABLE_X64 or jax.config.update): jaxgrpo '
         'computes in 32 bits (its caches, positions and keys are int32); '
         'turn it off for the process that trains, evaluates or generates')
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Generator:

@@ -40,7 +40,7 @@ def sample_key_data(prompt_keys_N: jax.Array, g: int) -> jax.Array:
   """
   if jnp.issubdtype(prompt_keys_N.dtype, jax.dtypes.prng_key):
     impl = str(jax.random.key_impl(prompt_keys_N))
-    if impl != str(jax.random.key_impl(jax.random.key(0))):
+    if impl != jax.config.jax_default_prng_impl:
       raise ValueError(
           f'prompt keys of the {impl!r} PRNG: the continuous engine draws '
           "with JAX's default implementation "
