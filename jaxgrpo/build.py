@@ -92,9 +92,12 @@ def _check_estimator(cfg: config_lib.Config) -> None:
         f'rewards ({type(e).__name__}: {e})') from None
 
 
-def build_scorer(cfg: config_lib.Config) -> verifier_pool.Scorer:
-  """Each dataset's verifier, scored per cfg.verify; errors name the key."""
-  built, names = built_verifiers(cfg)
+def build_scorer(cfg: config_lib.Config,
+                 verifiers: tuple[dict, dict] | None = None
+                 ) -> verifier_pool.Scorer:
+  """Each dataset's verifier (`verifiers`, when `built_verifiers` made them
+  already), scored per cfg.verify; errors name the key."""
+  built, names = verifiers or built_verifiers(cfg)
   try:
     scorer = verifier_pool.Scorer(
         built, workers=cfg.verify.workers, timeout_s=cfg.verify.timeout_s,
@@ -408,7 +411,7 @@ def build_run(
   # Checks the rollouts' settings and the verifiers before anything loads.
   rollout_cfg = rollout_lib.RolloutConfig.from_section(
       cfg.rollout, cfg.rl.advantage, cfg.rl.cut_completions)
-  built_verifiers(cfg)
+  verifiers = built_verifiers(cfg)
   _check_estimator(cfg)
   enter_mesh(cfg, log, resources)
   init_rng, warm_rng, run_rng, eval_rng = jax.random.split(
@@ -445,7 +448,7 @@ def build_run(
   # The prompt sampler, strata read: a missing curriculum.strata is told
   # before the model loads and the step compiles.
   source = _source(cfg, datasets, log)
-  scorer = resources.enter_context(build_scorer(cfg))
+  scorer = resources.enter_context(build_scorer(cfg, verifiers))
   model_cfg, graphdef, params, model_name = _model(
       cfg, pretrained_model, tokenizer, init_rng)
   base_graphdef = base = None
