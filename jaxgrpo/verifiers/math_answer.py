@@ -56,7 +56,7 @@ _DOT_GROUPS = r'\d{1,3}(?:\.\d{3}){2,}(?!\d|\.\d)'
 # be ('1,000', "1'000", '1.000.000' and not '1.000', '10,00,000'; '1 000'
 # only within a marked answer); a full stop after it ends the sentence.
 _NUMBER_TOKEN_RE = re.compile(
-    r'(?<![\w.])(?:\d+ (?=\d+/\d))?[-\u2212]?\$?'  # 2 1/2
+    r'(?<![\w.])(?:\$?\d+ (?=\d+/\d))?[-\u2212\u2013]?\$?'  # $2 1/2, \u20135
     r'(?:(?:' + _DOT_GROUPS +
     r'|(?<![\d,])\d{1,2}(?:,\d\d)+,\d{3}(?!\d|,\d)'  # once a run: linear
     r"|\d{1,3}(?:(?:,|\{,\}|\\,|[\u00a0\u2009\u202f'\u2019\u066c])\d{3})+"
@@ -150,7 +150,7 @@ _LEAD_RE = re.compile(
 _NOT_VALUE_RE = re.compile(
     r"\b(?:not|no|never|none|neither|nor|half|twice|double|triple|times"
     r"|minus|plus|less|more|fewer|than|divided|multiplied|least|most|about"
-    r"|around|approximately|roughly|nearly|almost|over|under|up\s+to)\b"
+    r"|around|approx(?:imately)?|roughly|nearly|almost|over|under|up\s+to)\b"
     r"|n['\u2019]t\b"
     r'|~(?=\s*[-$.\d])|[\u2248\u2264\u2265\u2260]'
     r'|(?<![<>])[<>]=?(?=\s*[-$.\d])'  # not <<9*2=18>>18
@@ -165,17 +165,26 @@ _CHECK_MARKS_RE = re.compile(r'[\s\u2713\u2714\u2705\u2611]+$')
 # The same before the last number of unmarked text ("The answer isn't 72",
 # '#### not 72', 'about 72'), which words earlier in its sentence leave be.
 _NOT_VALUE_BEFORE_RE = re.compile(
-    r"(?:\b(?:not|no|never|about|around|approximately|roughly|nearly|almost"
-    r"|over|under|than|least|most|up\s+to)|n['\u2019]t|[~\u2248\u2264\u2265]"
-    r'|(?<![<>])[<>]=?)'
+    r"(?:\b(?:not|no|never|about|around|approx(?:imately)?|roughly|nearly"
+    r"|almost|over|under|than|least|most|up\s+to)|n['\u2019]t"
+    r'|[~\u2248\u2264\u2265]|(?<![<>])[<>]=?)'
     r'[\s*_]*\$?\Z', re.I)
-# Words after a number that qualify it ('72 or more', '72 is wrong'): no
-# unit, and no value.
+# Words after a number that qualify it ('72 or more', '72 is wrong', '72
+# (approximately)'): no unit, and no value.
+_HEDGE = (r'(?:\(\s*)?(?:approx(?:imately\b|\.|\b)|roughly\b|estimated\b'
+          r'|or so\b)')
 _QUALIFIER_AFTER_RE = re.compile(
     r'(?:or|and) (?:more|less|fewer|so|above|below|over|under|higher|lower)\b'
-    r'|(?:is|are) (?:wrong|incorrect|not)\b|at (?:most|least)\b', re.I)
+    r'|(?:is|are) (?:wrong|incorrect|not)\b|at (?:most|least)\b|' + _HEDGE,
+    re.I)
+_HEDGE_AFTER_RE = re.compile(r'\s*' + _HEDGE, re.I)  # of a last number
 # A unit's power written with a caret after a number ('72 cm^2', '5 ft^{3}'):
 # as '\u00b2' ('5 m\u00b2'); an expression's ('x^2') stays a power.
+# An en dash before a number, after no other ('\u20135', not '5\u20137'): a
+# minus sign, as typeset text writes one.
+_EN_DASH_MINUS_RE = re.compile(r'(?<![\w)\]}.,])\u2013(?=\$?\d)')
+# A list item's mark at the start of a line ('Answer:\n- 18'): no sign.
+_BULLET_RE = re.compile(r'[-+\u2022][ \t]+(?=\S)')
 _UNIT_POWER_RE = re.compile(r'(\d\s*[A-Za-z]{1,3})\^\{?([23])\}?(?!\d)')
 # A LaTeX fraction in unmarked text of anything but numbers (those are
 # `_LAST_NUMBER_SUBS`'): no number (its denominator was read as one).
@@ -278,7 +287,10 @@ def _answer_is(text: str) -> str | None:
   for m in reversed(list(_ANSWER_IS_RE.finditer(text))):
     if tried == 4:  # the last few: 'answer: .' x 1000 stays linear
       break
-    content, after = _segment(text, m.end())
+    start = m.end()
+    if '\n' in m.group() and (bullet := _BULLET_RE.match(text, start)):
+      start = bullet.end()  # 'Answer:\n- 18': a list's mark, no sign
+    content, after = _segment(text, start)
     for _ in range(3):  # '$$' or '**' alone on a line: the next lines
       if content.strip('$\\[]*_ ') or after is None:
         break
@@ -354,6 +366,8 @@ def _last_number(text: str) -> str | None:
   if _NOT_VALUE_BEFORE_RE.search(text, max(0, found.start() - 24),
                                  found.start()):
     return None
+  if _HEDGE_AFTER_RE.match(text, found.end()):  # '18 (approximately)'
+    return None
   after = text[found.end():found.end() + 1]
   if after in _VULGAR:
     return found.group() + after
@@ -377,6 +391,7 @@ def _clean(text: str) -> str:
   text = _unit_powers(_TILDE_SPACE_RE.sub(' ', text))
   text = _CHECK_MARKS_RE.sub('', text)
   text = _BOLD_RE.sub('', text.replace('{,}', ','))
+  text = _EN_DASH_MINUS_RE.sub('-', text) if '\u2013' in text else text
   text = _THIN_SPACE_RE.sub('', text).translate(_CHAR_MAP)
   text = _GROUP_SEP_RE.sub('', text)
   text = _DOT_GROUPS_RE.sub(lambda m: m.group().replace('.', ''), text)
@@ -448,6 +463,8 @@ def _scientific(text: str) -> int | float | None:
 def _stated_number(text: str) -> float | None:
   """The number stated by an answer that is no number alone, or None."""
   lead = _LEAD_RE.match(text)
+  if lead and _QUALIFIER_AFTER_RE.match(text, lead.end()):
+    return None  # '18 (approximately)', '18, or more'
   head = lead.group(1) if lead else text
   value = _normalise(head)[0] if lead else None
   if value is None:
@@ -559,7 +576,9 @@ class MathAnswer:
   plus 15 apples gives 18', not '20 because 9 x 2 = 18'), or else its one
   number ('She makes $18 a day', not 'not
   18', 'half of 36', 'about 18' or '18 in 2 days'); so the first of '18, or
-  20' counts, while '18 or 20' is none. When both sides are numbers (or the
+  20' counts, while '18 or 20' is none, and so is an estimate ('18
+  (approximately)', '18 approx.'). An en dash before a number is a minus
+  ('\u20135'), a list's mark on the line after a marker none. When both sides are numbers (or the
   answer states one and the gold is one) they are compared as numbers:
   exactly when the gold is an integer (so 1000001 never passes for
   1000000, nor '10^18 + 1 dollars' written out for 10^18: whole numbers
