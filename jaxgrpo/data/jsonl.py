@@ -35,6 +35,35 @@ _CR_ENDS = re.compile(rb'\}[ \t]*\r\s*\{')
 BadRecordError = formats.BadRecordError
 
 
+class DuplicateKeyError(ValueError):
+  """A JSON object that names a key twice."""
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  out = dict(pairs)
+  if len(out) < len(pairs):
+    seen = set()
+    for key, _ in pairs:
+      if key in seen:
+        raise DuplicateKeyError(
+            f'the key {key!r} appears twice in one object (JSON readers '
+            'keep either value); keep one')
+      seen.add(key)
+  return out
+
+
+def loads(text: str) -> Any:
+  """A record's JSON: its numbers as written (Decimals: '2.50', '0.00001';
+  as floats, '2.5' and '1e-05'; `formats` writes a whole one as its int).
+
+  Raises:
+    DuplicateKeyError: an object names a key twice, which `json.loads`
+      would read as its last value, silently.
+  """
+  return json.loads(text, parse_float=decimal.Decimal,
+                    object_pairs_hook=_one_value_per_key)
+
+
 # The first bytes of compressed files, and how to decompress them.
 _COMPRESSED = ((b'\x1f\x8b', 'gzip', 'gunzip -k'), (b'BZh', 'bzip2', 'bunzip2 -k'),
                (b'\xfd7zXZ\x00', 'xz', 'unxz -k'),
@@ -223,10 +252,9 @@ class JsonlSource:
   def __getitem__(self, index: int) -> dict[str, Any]:
     line = self._line(index)
     try:
-      # Decimals keep a number as written ('2.50', '0.00001': as floats,
-      # '2.5' and '1e-05'); `formats` writes a whole one as its int.
-      record = json.loads(line.decode('utf-8-sig'),
-                          parse_float=decimal.Decimal)
+      record = loads(line.decode('utf-8-sig'))
+    except DuplicateKeyError as e:
+      raise BadRecordError(f'{self.describe(index)}: {e}') from None
     except UnicodeDecodeError as e:
       raise BadRecordError(
           f'{self.describe(index)}: not valid UTF-8 ({e})'

@@ -7,7 +7,6 @@ mapping they share, with the held-out split and fingerprint of the result.
 
 from collections.abc import Callable, Iterable, Mapping
 import dataclasses
-import decimal
 import functools
 import glob
 import hashlib
@@ -59,8 +58,9 @@ class _ToExample:
     where = functools.partial(self.describe, index)
     if self.is_json:
       try:
-        record = json.loads(bytes(record).decode('utf-8'),
-                            parse_float=decimal.Decimal)  # as written
+        record = jsonl.loads(bytes(record).decode('utf-8'))
+      except jsonl.DuplicateKeyError as e:
+        raise BadRecordError(f'{where()}: {e}') from None
       except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BadRecordError(f'{where()}: invalid JSON: {e}') from e
       if not isinstance(record, dict):

@@ -111,6 +111,10 @@ class JsonlSourceTest(parameterized.TestCase):
       # Valid JSON that Python's reader refuses: a bad record, not a crash.
       ('{"a": ' + '9' * 5000 + '}\n', 1, 'invalid JSON: Exceeds the limit'),
       ('{"a": ' + '[' * 100_000 + '}\n', 1, 'invalid JSON: maximum recursion'),
+      # A key given twice was read as its last value, silently.
+      ('{"a": 1}\n{"prompt": "x", "answer": 1, "prompt": "y"}\n', 2,
+       "the key 'prompt' appears twice in one object"),
+      ('{"a": {"b": 1, "b": 2}}\n', 1, "the key 'b' appears twice"),
   )
   def test_bad_line_names_file_and_line(self, text, line, message):
     path = self.create_tempfile().full_path
@@ -509,6 +513,19 @@ class MakeDatasetTest(parameterized.TestCase):
       ds[1]  # pylint: disable=pointless-statement
     with self.assertRaisesRegex(ValueError, 'record 1 is a list'):
       sources.write_array_record(out, [{'a': 1}, [1]])
+
+  def test_array_record_key_given_twice_names_the_record(self):
+    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+    out = os.path.join(self.create_tempdir().full_path, 'dup.array_record')
+    writer = array_record_module.ArrayRecordWriter(out, 'group_size:1')
+    writer.write(b'{"prompt": "p", "answer": "a"}')
+    writer.write(b'{"prompt": "p", "answer": "a", "answer": "b"}')
+    writer.close()
+    ds = sources.make_dataset('array_record', name='qa', path=out)
+    self.assertEqual(ds[0].answer, 'a')
+    with self.assertRaisesRegex(
+        ValueError, f"{out}: record 1: the key 'answer' appears twice"):
+      ds[1]  # pylint: disable=pointless-statement
 
   def test_array_record_shards_by_glob(self):
     root = self.create_tempdir().full_path
