@@ -23,6 +23,10 @@ from jaxgrpo.typing import PyTree
 from jaxgrpo.verifiers import base
 from jaxgrpo.verifiers import pool as verifier_pool
 
+# Prompts per generator call at most: every call of an evaluation has this
+# size, or the number of held-out examples where they are fewer.
+_CHUNK = 64
+
 
 def sample_rewards(
     generator: Generator,
@@ -34,7 +38,7 @@ def sample_rewards(
     *,
     max_prompt_len: int,
     truncate: bool = False,
-    chunk_size: int = 64,
+    chunk_size: int = _CHUNK,
     on_chunk: Callable[[int], None] | None = None,
     stats: base.ScoreStats | None = None,
     failed: np.ndarray | None = None,
@@ -194,6 +198,9 @@ class Evaluator:
           jax.random.fold_in(self.rng, step),
           max_prompt_len=self.max_prompt_len,
           truncate=self.truncate, on_chunk=bar.update, stats=stats,
+          # 16 held-out examples are one call of 16 prompts, not 64 (48 of
+          # them padding), as in jaxgrpo-eval.
+          chunk_size=min(_CHUNK, len(self.examples)),
       )
     return {**accuracy_metrics(self.examples, rewards,
                                threshold=self.threshold),

@@ -15,6 +15,7 @@ from jaxgrpo.generate.generator import Completions
 from jaxgrpo.generate.generator import Generator
 from jaxgrpo.generate.sampling import Sampling
 from jaxgrpo.model import config
+from jaxgrpo.reporting import console as console_lib
 from jaxgrpo.rl import scored as scored_lib
 from jaxgrpo.verifiers import pool as verifier_pool
 from tests import scripted
@@ -170,6 +171,23 @@ class SharedTest(absltest.TestCase):
     np.testing.assert_array_equal(rewards, [[1, 0]] * 3)
     # The last chunk of one example was padded to the chunk size.
     self.assertEqual([len(tokens) for tokens, _ in gen.calls], [2, 2])
+
+  def test_training_evaluation_calls_pad_to_its_examples_at_most(self):
+    # 3 held-out examples were one call of 64 prompt rows, 61 of them
+    # padding, and compiled another program than jaxgrpo-eval's.
+    tok = tokenizer_lib.CharTokenizer()
+    for count, rows in ((3, [3]), (70, [64, 64])):
+      gen = _EchoGenerator(tok, k=1)
+      gen.sampling = Sampling(temperature=1.0)
+      evaluator = evaluate.Evaluator(
+          generator=gen, tokenizer=tok,
+          examples=_examples([f'{i % 9}+1=' for i in range(count)]),
+          scorer=verifier_pool.Scorer(verifiers.get('exact_match')),
+          rng=jax.random.key(0), max_prompt_len=6, truncate=False,
+          console=console_lib.Console(enabled=False))
+      metrics = evaluator(None, step=0)
+      self.assertEqual([len(tokens) for tokens, _ in gen.calls], rows)
+      self.assertEqual(metrics['eval/accuracy'], 1.0)
 
   def test_rollout_rounds_go_through_it(self):
     ro, _, gen = scripted.make_rollout([('d', 1.0, [0.5] * 6)], batch_size=2,
