@@ -346,7 +346,8 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument('--seed', type=int, default=None,
                       help="sampling seed (default: the config's seed)")
   parser.add_argument('--batch', type=int, default=64,
-                      help='prompts per generator call')
+                      help='prompts per generator call at most (a smaller '
+                      'dataset: its size)')
   parser.add_argument('--json', default=None,
                       help='also write the results to this JSON file')
   parser.add_argument('--quiet', action='store_true',

@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument('--chunk', type=int, default=256,
                    help='examples per part file, the unit of resume')
   run.add_argument('--batch', type=int, default=64,
-                   help='prompts per generator call')
+                   help='prompts per generator call at most (a smaller '
+                   'dataset: its size)')
   run.add_argument('--seed', type=int, default=None,
                    help="sampling seed (default: the config's seed)")
   run.add_argument('--threshold', type=float, default=None,

@@ -282,7 +282,9 @@ def stratify(
             jax.random.fold_in(dataset_key, c),
             max_prompt_len=settings.max_prompt_len,
             truncate=settings.truncate,
-            chunk_size=min(settings.batch, settings.chunk), stats=stats,
+            # 20 examples are one call of 20 prompts, not of --batch.
+            chunk_size=min(settings.batch, settings.chunk,
+                           max(map(len, chunks))), stats=stats,
             failed=failed)
         all_failed = [ex.id for ex, f in zip(chunk, failed) if f.all()]
         trials, passes, mean_reward = scored_rows(rewards, failed,

@@ -68,6 +68,25 @@ class PassRateTest(absltest.TestCase):
       np.testing.assert_allclose(rates.mean_reward, 0.5)
 
 
+  def test_a_small_dataset_is_one_call_of_its_size(self):
+    # 6 examples were one call of --batch = 64 prompt rows, 58 of them
+    # padding.
+    tok, examples, _ = fixtures.scripted_dataset(6)
+    gen = fixtures.KeyedGenerator(
+        tok, examples, {ex.prompt: 1.0 for ex in examples}, group_size=2)
+    rows = []
+    generate = gen.generate
+    gen.generate = lambda params, tokens, *a: (
+        rows.append(len(tokens)), generate(params, tokens, *a))[1]
+    runner.stratify(
+        self.create_tempdir().full_path, tag='t',
+        info={'policy': 'p', 'sampling': {}}, generator=gen, params=None,
+        tokenizer=tok, scorer=verifier_pool.Scorer(lambda text, ex: 1.0),
+        datasets=[(0, 'a', examples)], progress=False,
+        settings=runner.Settings(seed=0, threshold=1.0, max_prompt_len=8))
+    self.assertEqual(rows, [6])
+
+
 class ResumeTest(absltest.TestCase):
 
   def test_resume_after_a_crash_redoes_and_loses_nothing(self):
