@@ -423,8 +423,8 @@ def read(
 
 
 # Keys of a part's description that describe its checkpoint tag as a whole.
-TAG_KEYS = ('spec', 'policy', 'config', 'k', 'seed', 'success_threshold',
-            'sampling')
+TAG_KEYS = ('spec', 'policy', 'weights', 'config', 'k', 'seed',
+            'success_threshold', 'sampling')
 
 
 def _add_verify(total: dict[str, Any], part: Mapping[str, Any] | None

@@ -24,6 +24,8 @@ loop and the counts it reports.
 from collections.abc import Callable, Mapping, Sequence
 import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import time
 from typing import Any, Protocol
@@ -37,6 +39,7 @@ from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import evaluate
+from jaxgrpo import integrity
 from jaxgrpo import model_spec
 from jaxgrpo.data import loading
 from jaxgrpo.data import sources
@@ -54,7 +57,11 @@ Log = Callable[[str], None]
 
 # Part descriptions that must match for parts of one tag to be pooled:
 # across all its datasets, and within one dataset.
-_SAME_FOR_TAG = ('policy', 'k', 'seed', 'success_threshold', 'sampling')
+# 'weights': a checksum of the params, so that a workdir trained again, or
+# model files replaced, under the same name do not resume another model's
+# parts (parts written before it was kept are not compared).
+_SAME_FOR_TAG = ('policy', 'weights', 'k', 'seed', 'success_threshold',
+                 'sampling')
 _SAME_FOR_DATASET = ('fingerprint', 'chunk', 'verifier')
 
 
@@ -171,6 +178,12 @@ def shard_chunks(total: int, settings: Settings) -> list[range]:
                                                     settings.chunk)]
 
 
+def weights_digest(params: PyTree) -> str:
+  """16 hex digits that change with any of the params' values."""
+  return hashlib.sha256(json.dumps(
+      integrity.digests(params), sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _check_compatible(out_dir: str, dataset: str, tag: str,
                       info: Mapping[str, Any]) -> None:
   """Fails when parts already there were made with other settings."""
@@ -191,10 +204,13 @@ def _check_compatible(out_dir: str, dataset: str, tag: str,
     keys = _SAME_FOR_TAG + (_SAME_FOR_DATASET if other == dataset else ())
     for key in keys:
       if key in before and before[key] != info[key]:
-        what = ('the dataset changed since its parts were written' if
-                key == 'fingerprint' else
-                f'its parts were written with {key}={before[key]!r}, this '
-                f'run has {info[key]!r}')
+        what = {
+            'fingerprint': 'the dataset changed since its parts were written',
+            'weights': f'its parts were sampled from other weights under the '
+                       f'name {info["policy"]!r} (the checkpoint or model '
+                       'files changed since)'}.get(key) or (
+                           f'its parts were written with {key}='
+                           f'{before[key]!r}, this run has {info[key]!r}')
         raise errors.UserError(
             f'{passrates.tag_dir(out_dir, other, tag)}: {what}; use '
             'another --out, or the same settings to resume')
@@ -482,6 +498,7 @@ def run(
       counts.add(stratify(
           out_dir, tag=tag,
           info={'spec': spec, 'policy': identity, 'config': config_file,
+                'weights': weights_digest(model.params),
                 'sampling': sampling, 'verifiers': {
                     entry.name: entry.verifier
                     for entry in cfg.data.datasets}},

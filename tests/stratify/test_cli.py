@@ -4,13 +4,16 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from unittest import mock
 
 from absl.testing import absltest
+import jax
 import numpy as np
 
+from jaxgrpo import checkpoint as checkpoint_lib
 from jaxgrpo.cli import stratify as stratify_cli
 from jaxgrpo.model import decoder
 from jaxgrpo.stratify import passrates
@@ -104,6 +107,31 @@ class CommandLineTest(absltest.TestCase):
         'errors': 2, 'timeouts': 2, 'printed': 0, 'workers_replaced': 0,
         'calls': 20, 'partly_failed': 0,
         'all_failed': ['arithmetic/0', 'arithmetic/8']}})
+
+  def test_other_weights_under_the_same_name_are_refused(self):
+    # A workdir trained again resumed the parts of the model it held before
+    # (`0 examples sampled, 2 resumed`), filed under the same tag.
+    workdir = os.path.join(self.create_tempdir().full_path, 'run')
+    shutil.copytree(fixtures.run_workdir(), workdir)  # shared: left as is
+    out = self.create_tempdir().full_path
+    args = ('run', f'--config={CONFIG}', f'--checkpoint={workdir}@3',
+            f'--out={out}', '--k=1', '--limit=2', '--quiet',
+            '--config.verify.workers=0')
+    code, stdout, stderr = _main(*args)
+    self.assertEqual(code, 0, stderr)
+    self.assertIn('2 examples sampled', stdout)
+    directory = os.path.join(workdir, 'checkpoints')
+    shutil.rmtree(os.path.join(directory, '3'))
+    ckpt = checkpoint_lib.Checkpointer(directory, every=1, max_to_keep=5)
+    state = checkpoint_lib.load_state_arrays(directory, 0)
+    data, meta = ckpt.restore_data(0), ckpt.read_meta(0)
+    state['params'] = jax.tree.map(lambda x: x + 2, state['params'])
+    ckpt.save(3, state, data, meta)
+    ckpt.close()
+    code, _, stderr = _main(*args)
+    self.assertEqual(code, 1, stderr)
+    self.assertIn('its parts were sampled from other weights under the name '
+                  f"'{workdir}@3'", stderr)
 
   def test_mistakes_end_with_one_line(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')
