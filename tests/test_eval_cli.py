@@ -19,6 +19,7 @@ from jaxgrpo import config_lib
 from jaxgrpo import errors
 from jaxgrpo import evaluate
 from jaxgrpo import model_spec
+from jaxgrpo.cli import common
 from jaxgrpo.cli import evaluate as evaluate_cli
 from jaxgrpo.configs import demo
 from jaxgrpo.data import loading
@@ -461,6 +462,13 @@ class CommandLineTest(absltest.TestCase):
   def test_mistakes_end_with_one_line(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')
     base = (f'--config={CONFIG}', '--quiet')
+    # A run's workdir: --json over its metrics.jsonl replaced the run's
+    # history with the table, and one in its checkpoints was deleted by
+    # their rotation.
+    run = self.create_tempdir().full_path
+    os.makedirs(os.path.join(run, 'checkpoints', '3'))
+    with open(os.path.join(run, 'metrics.jsonl'), 'w') as f:
+      f.write('{"step": 0}\n')
     cases = (
         ((*base, f'--checkpoint={missing}'), 2, 'does not exist'),
         ((*base, f'--checkpoint={missing}@3'), 2, 'not a run workdir'),
@@ -484,6 +492,12 @@ class CommandLineTest(absltest.TestCase):
         # Checked before any model loads.
         ((*base, '--checkpoint=init', f'--json={os.path.dirname(missing)}'),
          2, 'is a folder; name a file'),
+        ((*base, '--checkpoint=init', f'--json={run}/metrics.jsonl'), 2,
+         f"it is the run's own metrics.jsonl in {run}"),
+        ((*base, '--checkpoint=init', f'--json={run}/.lock'), 2,
+         "it is the run's own .lock"),
+        ((*base, '--checkpoint=init', f'--json={run}/checkpoints/3/r.json'),
+         2, f'it is inside the checkpoints of the run in {run}'),
     )
     for argv, want, pattern in cases:
       with self.subTest(argv=argv):
@@ -494,6 +508,18 @@ class CommandLineTest(absltest.TestCase):
         self.assertLen(lines, 1, stderr)
         self.assertStartsWith(lines[0], 'jaxgrpo-eval: error: ')
         self.assertIn(pattern, lines[0])
+
+  def test_json_under_the_home_folder(self):
+    # '--json=~/r.json' (bash leaves a ~ after '=' alone) was written to
+    # ./~/r.json, and said `wrote ~/r.json`.
+    home = self.create_tempdir().full_path
+    with mock.patch.dict(os.environ, {'HOME': home}):
+      self.assertEqual(common.out_file('--json', '~/evals/r.json'),
+                       os.path.join(home, 'evals', 'r.json'))
+    self.assertTrue(os.path.isdir(os.path.join(home, 'evals')))
+    # A metrics.jsonl of a folder that holds no run is the user's to name.
+    self.assertEqual(common.out_file('--json', f'{home}/metrics.jsonl'),
+                     f'{home}/metrics.jsonl')
 
   def test_python_dash_m_help(self):
     proc = subprocess.run(

@@ -9,6 +9,7 @@ import io
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -348,6 +349,13 @@ class CommandLineTest(absltest.TestCase):
     # From the clone, configs/ is the same folder.
     self.assertEqual(os.path.realpath(os.path.join(REPO, 'configs')),
                      os.path.join(REPO, 'jaxgrpo', 'configs'))
+    # '--config=~/mine.py' (bash leaves a ~ after '=' alone): is not a file.
+    home = self.create_tempdir().full_path
+    shutil.copy(shipped, os.path.join(home, 'mine.py'))
+    with mock.patch.dict(os.environ, {'HOME': home}):
+      config = common.load_config('jaxgrpo-train', '~/mine.py:runlocal',
+                                  ['--config.total_steps=4'])
+    self.assertEqual(config.total_steps, 4)
 
   def test_overrides_of_none_lists_and_dataset_entry_keys(self):
     # `=None` read as the string 'None' (a system turn saying "None") or
@@ -370,6 +378,19 @@ class CommandLineTest(absltest.TestCase):
     self.assertIsNone(first.template)
     self.assertEqual((first.weight, first.snooze_factor), (2.0, 3))
     self.assertEqual((second.verifier, second.min_fraction), ('math', 0.25))
+    # A key given twice takes its last value, whichever applies it (the
+    # value ml_collections cannot apply came last, wherever it was given).
+    for overrides, want in (
+        (('--config.total_steps=1e0', '--config.total_steps=2'), 2),
+        (('--config.total_steps=2', '--config.total_steps=1e0'), 1),
+        (('--config.mesh.memory_limit_gib=None',
+          '--config.mesh.memory_limit_gib=40'), 40),
+        (('--config.mesh.memory_limit_gib=40',
+          '--config.mesh.memory_limit_gib=None'), None)):
+      cfg = load(*overrides)
+      key = overrides[0].split('=')[0].rsplit('.', 1)[1]
+      section = cfg if key == 'total_steps' else cfg.mesh
+      self.assertEqual(getattr(section, key), want, overrides)
     cfg = load("--config.data.datasets=[{'name': 'a', 'kind': 'arithmetic'}]",
                "--config.data.datasets[0].verifier=['math', 'format']",
                '--config.data.datasets[0].num_train=50')

@@ -96,6 +96,40 @@ def out_folder(flag: str, out: str) -> str:
   return path
 
 
+def out_file(flag: str, out: str) -> str:
+  """`out`, a file a command writes (`--json`), as an absolute path, its
+  folder made if missing; checked before anything is loaded or computed.
+
+  Raises:
+    UsageError: naming `flag` and the reason: `out` is a folder, a run's
+      own file (its `metrics.jsonl` or lock) or in its checkpoints, or
+      cannot be written there.
+  """
+  # pylint: disable-next=g-import-not-at-top
+  from jaxgrpo import workdir as workdir_lib
+  path = os.path.abspath(os.path.expanduser(out))
+  folder, name = os.path.split(path)
+  if os.path.isdir(path):
+    raise UsageError(f'{flag}={out}: is a folder; name a file')
+  if owner := workdir_lib.owning_run(folder):
+    raise UsageError(f"{flag}={out}: it is inside the checkpoints of the run "
+                     f'in {owner}, whose checkpoint rotation would delete it; '
+                     'name a file elsewhere')
+  if (name == 'metrics.jsonl' or re.fullmatch(r'\.lock(\.\d+)?', name)) and any(
+      os.path.exists(os.path.join(folder, f))
+      for f in ('metrics.jsonl', '.lock', 'checkpoints')):
+    raise UsageError(f"{flag}={out}: it is the run's own {name} in {folder}; "
+                     'name another file')
+  try:
+    os.makedirs(folder, exist_ok=True)
+    if not os.access(folder, os.W_OK | os.X_OK):
+      raise PermissionError(13, 'Permission denied')
+  except OSError as e:
+    raise UsageError(
+        f'{flag}={out}: cannot write there ({e.strerror or e})') from None
+  return path
+
+
 def fail(prog: str, message: str, code: int) -> int:
   """Prints `PROG: error: MESSAGE` on stderr; returns `code`."""
   print(f'{prog}: error: {message}', file=sys.stderr, flush=True)
@@ -341,7 +375,8 @@ def load_config(prog: str, config: str,
   `--config.data.datasets[0].KEY=VALUE` (it knows only the keys that the
   entry's dict names), and a key the file leaves a
   `config_dict.required_placeholder` (it cannot type one, nor lock a config
-  holding one unset), are applied here, after them, in their order.
+  holding one unset), are applied here, after them, in their order. A key
+  given twice takes its last value, whichever of the two applies it.
 
   Raises:
     UsageError: the file does not exist or load, an override names an
@@ -352,8 +387,12 @@ def load_config(prog: str, config: str,
 
   def split(required):
     kept, later = [], []
-    for _, flag, text, args in _flags(overrides):
+    flags = list(_flags(overrides))
+    last = {flag: i for i, flag, _, _ in flags}  # a key given twice: its last
+    for i, flag, text, args in flags:
       key = flag[len(CONFIG_PREFIX):]
+      if last[flag] != i:
+        continue
       value = None if text is None else _value_of(key, text)
       if text is not None and (
           key == 'data.datasets' or _ENTRY_KEY.fullmatch(key)
@@ -390,6 +429,8 @@ def _load(prog: str, config: str, overrides: list[str],
   path, sep, arg = config.partition(':')
   if not os.path.isfile(path):
     shipped = shipped_config(path)
+    if os.path.isfile(home := os.path.expanduser(path)):  # '~/c.py'
+      shipped = home
     if shipped is None:
       raise UsageError(f'--config={config}: {path} is not a file')
     config = shipped + sep + arg

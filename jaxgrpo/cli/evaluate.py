@@ -355,20 +355,6 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _check_json(path: str) -> None:
-  """Fails before any model loads when --json cannot be written there."""
-  if os.path.isdir(path):
-    raise common.UsageError(f'--json={path}: is a folder; name a file')
-  directory = os.path.dirname(os.path.abspath(path))
-  try:
-    os.makedirs(directory, exist_ok=True)
-    if not os.access(directory, os.W_OK | os.X_OK):
-      raise PermissionError(13, 'Permission denied')
-  except OSError as e:
-    raise common.UsageError(
-        f'--json={path}: cannot write there ({e.strerror or e})') from None
-
-
 def _write_json(path: str, result: dict[str, Any]) -> None:
   tmp = f'{path}.tmp'
   try:
@@ -389,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
   def body() -> int:
     args, extra = _parser().parse_known_args(argv)
     overrides = common.config_overrides(extra)
-    if args.json:
-      _check_json(args.json)
+    if args.json:  # before any model loads
+      args.json = common.out_file('--json', args.json)
     config = common.load_config(PROG, args.config, overrides)
     # pylint: disable=g-import-not-at-top
     from jaxgrpo import config_lib

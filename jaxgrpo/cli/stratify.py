@@ -21,6 +21,7 @@ that cannot be read), not a traceback.
 """
 
 import argparse
+import os
 import sys
 
 from jaxgrpo.cli import common
@@ -85,13 +86,13 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
   overrides = common.config_overrides(extra)
   cfg = config_lib.from_config_dict(
       common.load_config(PROG, args.config, overrides))
-  common.out_folder('--out', args.out)  # before the model loads
+  out = common.out_folder('--out', args.out)  # before the model loads
   datasets = None
   if args.datasets is not None:
     datasets = [d.strip() for d in args.datasets.split(',') if d.strip()]
   try:
     runner.run(
-        cfg, args.checkpoint, args.out, k=args.k, datasets=datasets,
+        cfg, args.checkpoint, out, k=args.k, datasets=datasets,
         seed=args.seed, threshold=args.threshold, chunk=args.chunk,
         batch=args.batch, shard=args.shard, num_shards=args.num_shards,
         limit=args.limit, config_file=' '.join([args.config, *overrides]),
@@ -110,7 +111,7 @@ def _report(args: argparse.Namespace) -> int:
     bands.check_edges(edges)
   except ValueError as e:
     raise common.UsageError(f'--bands={args.bands}: {e}') from None
-  report.report(args.out, edges, plot=not args.no_plot,
+  report.report(os.path.expanduser(args.out), edges, plot=not args.no_plot,
                 checkpoints=args.checkpoint)
   return 0
 

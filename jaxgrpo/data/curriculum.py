@@ -33,6 +33,7 @@ from collections.abc import Collection, Mapping, Sequence
 import dataclasses
 import hashlib
 import logging
+import os
 from typing import Any
 
 import numpy as np
@@ -302,6 +303,7 @@ def load(
   Raises:
     errors.ConfigError: no dataset of the run has pass rates in `path`.
   """
+  path = os.path.expanduser(path)  # '~/strata', as the shell would
   try:
     table = passrates.read(path, checkpoints=list(checkpoints) or None)
   except errors.UserError as e:

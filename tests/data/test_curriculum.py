@@ -1,6 +1,8 @@
 """Strata as sub-datasets of the mixture, and curriculum stages by step."""
 
 import dataclasses
+import os
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -382,6 +384,11 @@ class ConfigTest(absltest.TestCase):
     lines = []
     curriculum.load(out, {'a': examples}, edges=EDGES, log=lines.append)
     self.assertFalse([l for l in lines if 'is not the one' in l], lines)
+    # curriculum.strata='~/...' is the home folder's ('no pass rates there').
+    with mock.patch.dict(os.environ, {'HOME': os.path.dirname(out)}):
+      strata = curriculum.load(f'~/{os.path.basename(out)}',
+                               {'a': examples}, edges=EDGES)
+    self.assertEqual(list(strata), ['a'])
     lines = []
     curriculum.load(out, {'a': scripted.make_examples('a', 5)}, edges=EDGES,
                     log=lines.append)

@@ -133,6 +133,30 @@ class CommandLineTest(absltest.TestCase):
     self.assertIn('its parts were sampled from other weights under the name '
                   f"'{workdir}@3'", stderr)
 
+  def test_a_home_relative_out_is_in_the_home_folder(self):
+    # '--out=~/strata' (bash leaves a ~ after '=' alone) made ./~/strata,
+    # then failed after sampling: pyarrow wrote to the home folder's.
+    home = self.create_tempdir().full_path
+    cwd = self.create_tempdir().full_path
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+      with mock.patch.dict(os.environ, {'HOME': home}):
+        code, _, stderr = _main(
+            'run', f'--config={CONFIG}', '--checkpoint=init',
+            '--out=~/strata', '--k=1', '--limit=2', '--quiet',
+            '--config.verify.workers=0')
+        self.assertEqual(code, 0, stderr)
+        code, stdout, stderr = _main('report', '--out=~/strata',
+                                     '--bands=0.5', '--no_plot')
+        self.assertEqual(code, 0, stderr)
+    finally:
+      os.chdir(before)
+    self.assertEqual(os.listdir(cwd), [])
+    self.assertEqual(list(passrates.layout(os.path.join(home, 'strata'))),
+                     ['arithmetic'])
+    self.assertIn('0-0.5', stdout)
+
   def test_mistakes_end_with_one_line(self):
     missing = os.path.join(self.create_tempdir().full_path, 'nope')
     out = self.create_tempdir().full_path
