@@ -378,6 +378,22 @@ class CommandLineTest(absltest.TestCase):
     self.assertIsNone(first.template)
     self.assertEqual((first.weight, first.snooze_factor), (2.0, 3))
     self.assertEqual((second.verifier, second.min_fraction), ('math', 0.25))
+    # A bool key takes the words a config argument takes (off was
+    # "('Non-boolean argument to boolean flag', 'off')"), and a tuple of
+    # names unquoted names (json,os was one module 'json,os').
+    cfg = load('--config.plots=off', '--config.tensorboard', 'no',
+               '--config.verify.imports=json,os',
+               '--config.curriculum.checkpoints=(a, b)')
+    self.assertEqual((cfg.plots, cfg.tensorboard), (False, False))
+    self.assertIs(common.load_config(
+        'jaxgrpo-train', 'configs/demo.py:runlocal',
+        ['--config.data.datasets[0].unanswerable=yes'],
+    ).data.datasets[0]['unanswerable'], True)
+    self.assertEqual(cfg.verify.imports, ('json', 'os'))
+    self.assertEqual(cfg.curriculum.checkpoints, ('a', 'b'))
+    with self.assertRaisesRegex(
+        common.UsageError, r'--config.plots=maybe: plots takes true or false'):
+      load('--config.plots=maybe')
     # A key given twice takes its last value, whichever applies it (the
     # value ml_collections cannot apply came last, wherever it was given).
     for overrides, want in (

@@ -307,6 +307,12 @@ def _literal(text: str) -> Any:
     return text
 
 
+# A bool key's words, as a config argument reads them (absl knows only
+# true/false/t/f/1/0).
+_BOOL_WORDS = {**dict.fromkeys(('true', 't', '1', 'yes', 'on'), True),
+               **dict.fromkeys(('false', 'f', '0', 'no', 'off'), False)}
+
+
 def _value_of(key: str, text: str) -> Any:
   """An override's text as the value of the schema's field `key`: None for
   `None` where the key may be None, else of the field's type where the
@@ -321,6 +327,12 @@ def _value_of(key: str, text: str) -> Any:
   if set(kinds) <= {str, type(None)}:  # a string, as ml_collections reads it
     return text
   value = _literal(text)
+  if f and f.type == tuple[str, ...] and not isinstance(value, (list, tuple)):
+    # 'json,os' and '(a, b)': names, as the shell leaves them unquoted
+    return tuple(n.strip(' \'"') for n in text.strip(' ()[]').split(',')
+                 if n.strip(' \'"'))
+  if bool in kinds and text.strip().lower() in _BOOL_WORDS:
+    return _BOOL_WORDS[text.strip().lower()]
   if float in kinds and text.strip().lower().lstrip('+-') in ('nan', 'inf'):
     value = float(text)  # refused or read as no limit by the key's check
   if (float in kinds and isinstance(value, int)
@@ -394,9 +406,13 @@ def load_config(prog: str, config: str,
       if last[flag] != i:
         continue
       value = None if text is None else _value_of(key, text)
+      if type(value) is str and (f := _field_of(key)) and f.type is bool:
+        raise UsageError(f'{flag}={text}: {key} takes true or false (also '
+                         '1/0, yes/no, on/off)')
       if text is not None and (
           key == 'data.datasets' or _ENTRY_KEY.fullmatch(key)
           or key in required or (text == 'None' and value is None)
+          or type(value) in (bool, tuple)
           or (type(value) is int and not re.fullmatch(r'[-+]?\d+', text))):
         later.append((key, text))
       else:
