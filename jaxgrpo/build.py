@@ -255,8 +255,10 @@ def check_kv_cache(cfg: config_lib.Config,
       f'values in {model_cfg.dtype}; rollout.engine={ro.engine!r})')
   if limit and cache_bytes > limit:
     rows_from = (f'rollout.slots={ro.slots}' if ro.engine == 'continuous'
-                 else f'rollout.round_size={ro.round_size!r} (max_round_size='
-                 f'{ro.max_round_size}) x rollout.group_size={ro.group_size}')
+                 else f'rollout.round_size={ro.round_size!r}' + (
+                     f' (max_round_size={ro.max_round_size})'
+                     if ro.round_size == 'adaptive' else '')
+                 + f' x rollout.group_size={ro.group_size}')
     raise errors.ConfigError(
         f'the rollout KV cache alone needs {_size(cache_bytes)} per device, '
         f'more than {_size(limit)} ({where}): {rows} rows from {rows_from}, '

@@ -472,6 +472,25 @@ class CommandLineTest(absltest.TestCase):
     self.assertEqual(stdout.splitlines(),
                      [os.path.join(out, f'{n}.png') for n in ALL_FIGURES])
 
+  def test_home_relative_paths_are_in_the_home_folder(self):
+    # '--out=~/figures' (bash leaves a ~ after '=' alone) drew into
+    # ./~/figures and made an empty ~/figures; a workdir '~/run' was no
+    # such folder.
+    home = self.create_tempdir().full_path
+    cwd = self.create_tempdir().full_path
+    _write_run(os.path.join(home, 'run'), steps=4, eval_every=2)
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+      with mock.patch.dict(os.environ, {'HOME': home}):
+        code, stdout, stderr = _main('~/run', '--out=~/figures')
+    finally:
+      os.chdir(before)
+    self.assertEqual(code, 0, stderr)
+    self.assertEqual(os.listdir(cwd), [])
+    self.assertEqual(stdout.splitlines()[0],
+                     os.path.join(home, 'figures', f'{ALL_FIGURES[0]}.png'))
+
   def test_mistakes_end_with_one_line(self):
     empty = self.create_tempdir().full_path
     with_records = self.create_tempdir().full_path

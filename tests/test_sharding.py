@@ -396,6 +396,20 @@ class MeshConfigTest(parameterized.TestCase):
                     lines)
     self.assertTrue(any(line.startswith('rollout KV cache per device: 68.0 '
                                         'MiB') for line in lines), lines)
+    # The static engine's rows: max_round_size only when the size adapts
+    # (it was named for a fixed round_size, where lowering it does nothing).
+    for round_size, max_round_size, rows_from in (
+        (1024, 256, 'rollout.round_size=1024 x rollout.group_size=4'),
+        ('adaptive', 1024, "rollout.round_size='adaptive' "
+         '(max_round_size=1024) x rollout.group_size=4')):
+      c = self._config(**{'mesh.memory_limit_gib': 2**-6,
+                          'rollout.round_size': round_size,
+                          'rollout.max_round_size': max_round_size})
+      c.warmstart.enabled = False
+      c.verify.workers = 0
+      with self.assertRaisesRegex(config_lib.ConfigError,
+                                  f'4096 rows from {re.escape(rows_from)}, '):
+        train.run(c, self.create_tempdir().full_path, log=lambda _: None)
 
   def test_jaxgrpo_eval_runs_on_the_configured_mesh(self):
     # It ignored mesh.*: the params on one device whatever the mesh said

@@ -845,6 +845,15 @@ class BadInputTest(absltest.TestCase):
 class ConfigFilesTest(absltest.TestCase):
   """Every config's runlocal variant trains 2 steps."""
 
+  def test_qwen25_gsm8k_takes_the_folder_or_its_train_file(self):
+    # qa_mixture.py's gsm8k= is the train file: given here, it was read
+    # as a folder ('.../train.jsonl/train.jsonl': Not a directory).
+    from jaxgrpo.configs import qwen25_gsm8k  # pylint: disable=g-import-not-at-top
+    for given in ('/data/gsm8k', '/data/gsm8k/train.jsonl'):
+      (entry,) = qwen25_gsm8k.get_config(f'path=/m,gsm8k={given}').data.datasets
+      self.assertEqual((entry['path'], entry['eval_path']),
+                       ('/data/gsm8k/train.jsonl', '/data/gsm8k/test.jsonl'))
+
   def test_runlocal_variants_train(self):
     from jaxgrpo.configs import mixture_demo  # pylint: disable=g-import-not-at-top
     for module in (demo, mixture_demo):

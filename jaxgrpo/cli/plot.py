@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     return common.fail(PROG, str(e), 2)
   if args.window < 1:
     return common.fail(PROG, f'--window={args.window}: must be >= 1', 2)
+  args.workdir = os.path.expanduser(args.workdir)  # as --workdir is
   if nothing := _nothing_to_plot(args.workdir):
     # Before anything is written: a failed call leaves no plots/ or
     # tensorboard/ folder behind.
@@ -109,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
   path = os.path.join(args.workdir, 'metrics.jsonl')
   try:  # one line naming --out, not one failed write per figure
     if plot.have_matplotlib():  # else no folder is made: nothing is drawn
-      common.out_folder('--out',
-                        args.out or os.path.join(args.workdir, 'plots'))
+      out = common.out_folder(
+          '--out', args.out or os.path.join(args.workdir, 'plots'))
+      args.out = args.out and out  # '~/plots' is the home folder's
   except common.UsageError as e:
     return common.fail(PROG, str(e) if args.out else (
         f'{e} (the default --out: WORKDIR/plots); give --out=FOLDER'), 2)

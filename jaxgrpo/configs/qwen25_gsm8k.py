@@ -1,8 +1,8 @@
 r"""Template: GRPO on GSM8K from a Qwen2.5 checkpoint directory, for a TPU VM.
 
 Give the Hugging Face checkpoint directory (config.json, *.safetensors,
-tokenizer.json) and the folder holding GSM8K's train.jsonl and test.jsonl;
-nothing is downloaded:
+tokenizer.json) and the folder holding GSM8K's train.jsonl and test.jsonl
+(or that train.jsonl); nothing is downloaded:
 
   python -m jaxgrpo.main --workdir=runs/qwen25_gsm8k \
       --config=configs/qwen25_gsm8k.py:path=/data/Qwen2.5-0.5B-Instruct,gsm8k=/data/gsm8k
@@ -37,10 +37,14 @@ def get_config(arg: str | None = None):
   c.model.path = args.path or config_dict.required_placeholder(str)
   c.model.dtype = 'bfloat16'
   c.warmstart.enabled = False
-  gsm8k = args.gsm8k or configs.shared_data('gsm8k')
+  gsm8k = os.path.expanduser(args.gsm8k or configs.shared_data('gsm8k'))
+  # The folder, or its train.jsonl (as qa_mixture.py takes it).
+  train = gsm8k if gsm8k.endswith('.jsonl') else os.path.join(
+      gsm8k, 'train.jsonl')
   c.data.datasets = [
-      dict(name='gsm8k', kind='gsm8k', path=os.path.join(gsm8k, 'train.jsonl'),
-           eval_path=os.path.join(gsm8k, 'test.jsonl'), num_eval=1319,
+      dict(name='gsm8k', kind='gsm8k', path=train,
+           eval_path=os.path.join(os.path.dirname(train), 'test.jsonl'),
+           num_eval=1319,
            verifier='math'),
   ]
   c.sampler.policy = 'snooze'
