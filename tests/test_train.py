@@ -383,13 +383,14 @@ class CommandLineTest(absltest.TestCase):
     # names unquoted names (json,os was one module 'json,os').
     cfg = load('--config.plots=off', '--config.tensorboard', 'no',
                '--config.verify.imports=json,os',
-               '--config.curriculum.checkpoints=(a, b)')
+               '--config.curriculum.checkpoints=(a, b)',
+               '--config.verify.imports=sys')  # a list given twice: joined
     self.assertEqual((cfg.plots, cfg.tensorboard), (False, False))
     self.assertIs(common.load_config(
         'jaxgrpo-train', 'configs/demo.py:runlocal',
         ['--config.data.datasets[0].unanswerable=yes'],
     ).data.datasets[0]['unanswerable'], True)
-    self.assertEqual(cfg.verify.imports, ('json', 'os'))
+    self.assertEqual(cfg.verify.imports, ('json', 'os', 'sys'))
     self.assertEqual(cfg.curriculum.checkpoints, ('a', 'b'))
     with self.assertRaisesRegex(
         common.UsageError, r'--config.plots=maybe: plots takes true or false'):

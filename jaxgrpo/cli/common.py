@@ -388,7 +388,8 @@ def load_config(prog: str, config: str,
   entry's dict names), and a key the file leaves a
   `config_dict.required_placeholder` (it cannot type one, nor lock a config
   holding one unset), are applied here, after them, in their order. A key
-  given twice takes its last value, whichever of the two applies it.
+  given twice takes its last value, whichever of the two applies it, and a
+  list key (a tuple) both lists joined, as ml_collections joins them.
 
   Raises:
     UsageError: the file does not exist or load, an override names an
@@ -401,18 +402,25 @@ def load_config(prog: str, config: str,
     kept, later = [], []
     flags = list(_flags(overrides))
     last = {flag: i for i, flag, _, _ in flags}  # a key given twice: its last
+    joined = {}  # a list key given twice: both lists, as ml_collections joins
     for i, flag, text, args in flags:
       key = flag[len(CONFIG_PREFIX):]
+      value = None if text is None else _value_of(key, text)
+      if isinstance(value, (list, tuple)) and (f := _field_of(key)) and (
+          typing.get_origin(f.type) is tuple):
+        joined[key] = joined.get(key, ()) + tuple(value)
+        if last[flag] == i:
+          later.append((key, repr(joined[key])))
+        continue
       if last[flag] != i:
         continue
-      value = None if text is None else _value_of(key, text)
       if type(value) is str and (f := _field_of(key)) and f.type is bool:
         raise UsageError(f'{flag}={text}: {key} takes true or false (also '
                          '1/0, yes/no, on/off)')
       if text is not None and (
           key == 'data.datasets' or _ENTRY_KEY.fullmatch(key)
           or key in required or (text == 'None' and value is None)
-          or type(value) in (bool, tuple)
+          or type(value) is bool
           or (type(value) is int and not re.fullmatch(r'[-+]?\d+', text))):
         later.append((key, text))
       else:
