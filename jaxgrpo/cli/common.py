@@ -406,7 +406,8 @@ def load_config(prog: str, config: str,
     for i, flag, text, args in flags:
       key = flag[len(CONFIG_PREFIX):]
       value = None if text is None else _value_of(key, text)
-      if isinstance(value, (list, tuple)) and (f := _field_of(key)) and (
+      f = _field_of(key)
+      if isinstance(value, (list, tuple)) and f and (
           typing.get_origin(f.type) is tuple):
         joined[key] = joined.get(key, ()) + tuple(value)
         if last[flag] == i:
@@ -414,7 +415,7 @@ def load_config(prog: str, config: str,
         continue
       if last[flag] != i:
         continue
-      if type(value) is str and (f := _field_of(key)) and f.type is bool:
+      if type(value) is str and f and f.type is bool:
         raise UsageError(f'{flag}={text}: {key} takes true or false (also '
                          '1/0, yes/no, on/off)')
       if text is not None and (

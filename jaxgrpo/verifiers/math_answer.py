@@ -578,8 +578,9 @@ class MathAnswer:
   18', 'half of 36', 'about 18' or '18 in 2 days'); so the first of '18, or
   20' counts, while '18 or 20' is none, and so is an estimate ('18
   (approximately)', '18 approx.'). An en dash before a number is a minus
-  ('\u20135'), a list's mark on the line after a marker none. When both sides are numbers (or the
-  answer states one and the gold is one) they are compared as numbers:
+  ('\u20135'), a list's mark on the line after a marker none. When both
+  sides are numbers (or the answer states one and the gold is one) they
+  are compared as numbers:
   exactly when the gold is an integer (so 1000001 never passes for
   1000000, nor '10^18 + 1 dollars' written out for 10^18: whole numbers
   are read as exact integers, with or without units), else within
